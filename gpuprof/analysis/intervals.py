@@ -1,0 +1,136 @@
+"""Vectorized interval arithmetic on half-open intervals ``[start, end)`` in microseconds.
+
+An interval set is a pair of float64 numpy arrays ``(starts, ends)``. Functions that say
+they return a *normalized* set return sorted, non-overlapping, non-empty intervals; every
+function accepts unnormalized input unless it says otherwise. Nothing here mutates its
+arguments.
+"""
+
+from __future__ import annotations
+
+from typing import Tuple
+
+import numpy as np
+import numpy.typing as npt
+
+FloatArray = npt.NDArray[np.float64]
+Intervals = Tuple[FloatArray, FloatArray]
+
+
+def empty() -> Intervals:
+    return np.empty(0, dtype=np.float64), np.empty(0, dtype=np.float64)
+
+
+def make(starts: npt.ArrayLike, ends: npt.ArrayLike) -> Intervals:
+    """Intervals from array-likes, dropping empty or inverted ones (not normalized)."""
+    s = np.asarray(starts, dtype=np.float64)
+    e = np.asarray(ends, dtype=np.float64)
+    keep = e > s
+    return s[keep], e[keep]
+
+
+def union(starts: npt.ArrayLike, ends: npt.ArrayLike) -> Intervals:
+    """Merge overlapping or touching intervals; returns a normalized set. O(n log n)."""
+    s, e = make(starts, ends)
+    if s.size == 0:
+        return s, e
+    order = np.argsort(s, kind="stable")
+    s = s[order]
+    e = e[order]
+    run_end = np.maximum.accumulate(e)
+    # A new merged interval starts where the start is beyond everything seen so far.
+    new = np.empty(s.size, dtype=bool)
+    new[0] = True
+    new[1:] = s[1:] > run_end[:-1]
+    idx = np.flatnonzero(new)
+    out_s = s[idx]
+    out_e = run_end[np.r_[idx[1:] - 1, s.size - 1]]
+    return out_s, out_e
+
+
+def normalize(iv: Intervals) -> Intervals:
+    return union(iv[0], iv[1])
+
+
+def total(iv: Intervals) -> float:
+    """Summed length of a normalized set (for an unnormalized one, overlaps count twice)."""
+    return float(np.sum(iv[1] - iv[0])) if iv[0].size else 0.0
+
+
+def clip(iv: Intervals, lo: float, hi: float) -> Intervals:
+    """Restrict to ``[lo, hi)``."""
+    s = np.maximum(iv[0], lo)
+    e = np.minimum(iv[1], hi)
+    return make(s, e)
+
+
+def complement(iv: Intervals, lo: float, hi: float) -> Intervals:
+    """The parts of ``[lo, hi)`` not covered by ``iv``; returns a normalized set."""
+    s, e = normalize(clip(iv, lo, hi))
+    if s.size == 0:
+        return make([lo], [hi])
+    gap_s = np.concatenate(([lo], e))
+    gap_e = np.concatenate((s, [hi]))
+    return make(gap_s, gap_e)
+
+
+def intersect(a: Intervals, b: Intervals) -> Intervals:
+    """Intersection of two sets; returns a normalized set. O((n + m) log(n + m))."""
+    a_s, a_e = normalize(a)
+    b_s, b_e = normalize(b)
+    if a_s.size == 0 or b_s.size == 0:
+        return empty()
+    # For each interval of a, the candidate intervals of b are those overlapping it; with
+    # both normalized, use a sweep over the merged boundary points: a point is covered by
+    # both when the coverage count of a and of b are each 1.
+    pts = np.concatenate((a_s, a_e, b_s, b_e))
+    delta_a = np.concatenate((np.ones(a_s.size), -np.ones(a_e.size), np.zeros(b_s.size * 2)))
+    delta_b = np.concatenate((np.zeros(a_s.size * 2), np.ones(b_s.size), -np.ones(b_e.size)))
+    order = np.argsort(pts, kind="stable")
+    pts = pts[order]
+    ca = np.cumsum(delta_a[order])
+    cb = np.cumsum(delta_b[order])
+    both = (ca > 0.5) & (cb > 0.5)
+    # Segment k spans [pts[k], pts[k+1]) with coverage after processing point k.
+    seg_s = pts[:-1][both[:-1]]
+    seg_e = pts[1:][both[:-1]]
+    return union(seg_s, seg_e)
+
+
+def subtract(a: Intervals, b: Intervals) -> Intervals:
+    """The parts of ``a`` not covered by ``b``; returns a normalized set."""
+    a_s, a_e = normalize(a)
+    if a_s.size == 0:
+        return empty()
+    b_s, b_e = normalize(b)
+    if b_s.size == 0:
+        return a_s, a_e
+    lo = float(min(a_s[0], b_s[0]))
+    hi = float(max(a_e[-1], b_e[-1]))
+    return intersect((a_s, a_e), complement((b_s, b_e), lo, hi))
+
+
+def overlap_with_each(query: Intervals, cover: Intervals) -> FloatArray:
+    """For each interval of ``query`` (any order), how much of it ``cover`` covers.
+
+    ``cover`` is normalized internally. O((n + m) log m).
+    """
+    q_s = np.asarray(query[0], dtype=np.float64)
+    q_e = np.asarray(query[1], dtype=np.float64)
+    c_s, c_e = normalize(cover)
+    if q_s.size == 0:
+        return np.empty(0, dtype=np.float64)
+    if c_s.size == 0:
+        return np.zeros(q_s.size, dtype=np.float64)
+    # Prefix sums of covered length let us measure coverage of [0, x) for any x.
+    cum = np.concatenate(([0.0], np.cumsum(c_e - c_s)))
+
+    def covered_before(x: FloatArray) -> FloatArray:
+        i = np.searchsorted(c_s, x, side="right")  # intervals starting at or before x
+        full = cum[np.maximum(i - 1, 0)]
+        last_s = c_s[np.maximum(i - 1, 0)]
+        last_e = c_e[np.maximum(i - 1, 0)]
+        partial = np.clip(np.minimum(x, last_e) - last_s, 0.0, None)
+        return np.where(i > 0, full + partial, 0.0)
+
+    return np.clip(covered_before(q_e) - covered_before(q_s), 0.0, None)

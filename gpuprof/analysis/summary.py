@@ -1,0 +1,79 @@
+"""Compact per-rank results: what the cross-rank analysis and the advice work from.
+
+A :class:`RankSummary` is small (interval arrays and a few tables of collective calls) so
+that hundreds of ranks can be summarized one at a time, in parallel or on a cluster, and
+only the summaries are ever held together. It is plain data: picklable, no file handles.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Mapping
+
+import pandas as pd
+
+from gpuprof.analysis.intervals import Intervals
+from gpuprof.model.report import Cause
+from gpuprof.model.timeline import Step
+
+# Columns of RankSummary.comms, one row per collective or point-to-point call on the device:
+#   start_us, end_us   (float64) device interval of the call (first kernel start, last end)
+#   category           (int8)    Category.COLLECTIVE or Category.P2P
+#   name               (str)     kernel name (trimmed) or op name
+#   coll_name          (str)     collective name if known ("allreduce", "alltoall", ...), else ""
+#   pg                 (str)     process group name if known, else ""
+#   seq                (int64)   order of this call among this rank's calls of the same pg
+#   bytes              (int64)   message size if known, else -1
+#   launch_us          (float64) host time the call was issued (runtime launch), NaN unknown
+#   step               (int64)   step number the call belongs to, -1 unknown
+#   mb_id              (int64)   microbatch id (op-level timelines), -1 unknown
+#   peer               (int64)   peer rank of a point-to-point call if known, else -1
+COMMS_COLUMNS: tuple[str, ...] = (
+    "start_us",
+    "end_us",
+    "category",
+    "name",
+    "coll_name",
+    "pg",
+    "seq",
+    "bytes",
+    "launch_us",
+    "step",
+    "mb_id",
+    "peer",
+)
+
+
+@dataclass(frozen=True)
+class RankSummary:
+    """One rank, reduced to what the job-level analysis needs.
+
+    ``window`` is ``(start_us, end_us)``; ``compute`` and ``lost`` are normalized interval
+    sets that partition it exactly. ``claims`` holds, for each cause a local rule found
+    evidence for, the intervals that rule claims (they may reach outside ``lost``; the
+    attribution keeps only the lost part). ``facts`` carries measured numbers for the
+    advice (counts, bytes, durations; keys documented where they are produced).
+    """
+
+    rank: int
+    source: str
+    fmt: str
+    device_name: str | None
+    device_memory_bytes: int | None
+    window: tuple[float, float]
+    steps: tuple[Step, ...]
+    compute: Intervals
+    lost: Intervals
+    claims: Mapping[Cause, Intervals]
+    comms: pd.DataFrame
+    parallel: Mapping[str, int] = field(default_factory=dict)
+    world_size: int | None = None
+    process_groups: Mapping[str, tuple[int, ...]] = field(default_factory=dict)
+    phases_us: Mapping[str, float] = field(default_factory=dict)
+    facts: Mapping[str, Any] = field(default_factory=dict)
+    warnings: tuple[str, ...] = ()
+    empty_reason: str | None = None  # set when there is nothing to analyze (CPU-only trace)
+
+    @property
+    def window_us(self) -> float:
+        return self.window[1] - self.window[0]

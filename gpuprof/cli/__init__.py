@@ -1,0 +1,70 @@
+"""Command line: a thin layer over the pipeline.
+
+Each command lives in its own module and registers itself on :data:`app`. The one place
+that turns the project's own error type into a single line on stderr and exit code 2 is
+:func:`main`.
+"""
+
+from __future__ import annotations
+
+import importlib
+import sys
+
+import typer
+
+from gpuprof.errors import GpuprofError
+
+app = typer.Typer(
+    name="gpuprof",
+    help="Where your GPU training time goes, and what to change.",
+    no_args_is_help=True,
+    add_completion=False,
+    pretty_exceptions_enable=False,
+    context_settings={"help_option_names": ["-h", "--help"]},
+)
+
+# Command modules, imported for their side effect of registering on `app`. A module that
+# does not exist yet is skipped so the CLI works while commands are being added.
+_COMMAND_MODULES = (
+    "gpuprof.cli.analyze",
+    "gpuprof.cli.run",
+    "gpuprof.cli.check",
+    "gpuprof.cli.annotate",
+    "gpuprof.cli.simulate",
+)
+
+for _name in _COMMAND_MODULES:
+    try:
+        importlib.import_module(_name)
+    except ModuleNotFoundError as _exc:  # pragma: no cover - only while a command is missing
+        if _exc.name != _name:
+            raise
+
+
+def main() -> None:
+    """Entry point of the ``gpuprof`` console script."""
+    debug = "--debug" in sys.argv
+    if debug:
+        sys.argv.remove("--debug")
+    try:
+        app(standalone_mode=False)
+    except GpuprofError as exc:
+        if debug:
+            raise
+        print(f"gpuprof: {exc}", file=sys.stderr)
+        sys.exit(2)
+    except typer.Exit as exc:
+        sys.exit(exc.exit_code)
+    except SystemExit:
+        raise
+    except KeyboardInterrupt:
+        sys.exit(130)
+    except Exception as exc:  # click usage errors arrive here in non-standalone mode
+        import click
+
+        if isinstance(exc, click.exceptions.Abort):
+            sys.exit(130)
+        if isinstance(exc, click.ClickException):
+            exc.show()
+            sys.exit(2)
+        raise

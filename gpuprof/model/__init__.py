@@ -1,0 +1,2 @@
+"""The data that crosses layers: timeline model (readers -> analysis) and report
+(analysis -> renderers)."""

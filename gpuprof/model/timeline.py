@@ -1,0 +1,224 @@
+"""The one timeline model that every reader produces and every analysis consumes.
+
+A trace is turned into one :class:`RankTrace` per rank (or per worker of an op-level
+timeline). Events live in two pandas tables with fixed columns, so that analysis code can
+work vectorized and never needs to know which file format the events came from:
+
+``device`` (what ran on the GPU, or for an op-level timeline, what the worker was doing)
+    ``start_us``, ``end_us`` (float64, microseconds on the trace's own clock),
+    ``kind`` (int8, :class:`Kind`), ``category`` (int8, :class:`Category`),
+    ``stream`` (int64, -1 unknown), ``correlation`` (int64, -1 unknown: the id shared with
+    the host runtime call that launched it), ``name`` (pandas categorical),
+    ``copy_kind`` (int8, :class:`CopyKind`), ``pageable`` (bool: a copy from or to pageable
+    host memory), ``bytes`` (int64, -1 unknown), ``coll_name`` (categorical, "" unknown:
+    the collective as named by the profiler, e.g. ``allreduce``), ``pg`` (categorical,
+    "" unknown: process group name), ``mb_id`` and ``step`` (int64, -1 unknown: microbatch
+    and step numbers where an op-level timeline records them).
+
+``host`` (what the CPU threads of that rank were doing)
+    ``start_us``, ``end_us``, ``kind``, ``category``, ``tid`` (int64),
+    ``correlation`` (int64, -1 unknown), ``name`` (categorical), ``pg``, ``coll_name``.
+
+Tables are never mutated after construction; analysis code copies what it changes.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from enum import IntEnum
+from typing import Mapping
+
+import numpy as np
+import pandas as pd
+
+
+class Kind(IntEnum):
+    """What sort of record an event is (independent of what it does)."""
+
+    KERNEL = 0
+    MEMCPY = 1
+    MEMSET = 2
+    GPU_ANNOTATION = 3
+    OP = 10  # framework operator (cpu_op / Operator)
+    RUNTIME = 11  # CUDA / HIP runtime API call
+    DRIVER = 12  # CUDA / HIP driver API call
+    ANNOTATION = 13  # user_annotation / record_function ranges
+    PYTHON = 14  # python_function frames
+    TIMER = 20  # op-level timeline entry from a framework's own timers
+
+
+class Category(IntEnum):
+    """What an event does; decided by :mod:`gpuprof.model.classify`, in one place."""
+
+    COMPUTE = 0
+    COLLECTIVE = 1  # all-reduce, all-gather, reduce-scatter, all-to-all, broadcast, ...
+    P2P = 2  # point-to-point send / recv
+    COPY = 3  # host<->device, device<->device copies
+    MEMSET = 4
+    SYNC = 5  # host blocks on the device
+    ALLOC = 6  # device memory allocation / release
+    DATALOAD = 7  # host waits for input data
+    LAUNCH = 8  # kernel / copy launch API calls
+    STEP = 9  # ProfilerStep#N and similar step markers
+    OTHER = 10  # everything else (plain host ops, annotations, ...)
+
+
+class CopyKind(IntEnum):
+    NONE = 0  # not a copy
+    HTOD = 1
+    DTOH = 2
+    DTOD = 3
+    HTOH = 4
+    PTOP = 5
+    UNKNOWN = 6
+
+
+DEVICE_COLUMNS: tuple[str, ...] = (
+    "start_us",
+    "end_us",
+    "kind",
+    "category",
+    "stream",
+    "correlation",
+    "name",
+    "copy_kind",
+    "pageable",
+    "bytes",
+    "coll_name",
+    "pg",
+    "mb_id",
+    "step",
+)
+HOST_COLUMNS: tuple[str, ...] = (
+    "start_us",
+    "end_us",
+    "kind",
+    "category",
+    "tid",
+    "correlation",
+    "name",
+    "pg",
+    "coll_name",
+)
+
+_DTYPES: Mapping[str, str] = {
+    "start_us": "float64",
+    "end_us": "float64",
+    "kind": "int8",
+    "category": "int8",
+    "stream": "int64",
+    "correlation": "int64",
+    "name": "category",
+    "copy_kind": "int8",
+    "pageable": "bool",
+    "bytes": "int64",
+    "coll_name": "category",
+    "pg": "category",
+    "mb_id": "int64",
+    "step": "int64",
+    "tid": "int64",
+}
+
+_DEFAULTS: Mapping[str, object] = {
+    "stream": -1,
+    "correlation": -1,
+    "copy_kind": int(CopyKind.NONE),
+    "pageable": False,
+    "bytes": -1,
+    "coll_name": "",
+    "pg": "",
+    "mb_id": -1,
+    "step": -1,
+    "tid": -1,
+    "category": int(Category.OTHER),
+}
+
+
+def make_table(columns: Mapping[str, object], schema: tuple[str, ...]) -> pd.DataFrame:
+    """Build a device or host table from column arrays/lists.
+
+    ``start_us``, ``end_us``, ``kind`` and ``name`` are required; any other column of the
+    schema that is missing is filled with its "unknown" default. Rows are sorted by
+    ``start_us`` (stable) so that analysis can rely on the order.
+    """
+    missing = [c for c in ("start_us", "end_us", "kind", "name") if c not in columns]
+    if missing:
+        raise ValueError(f"make_table: missing required columns {missing}")
+    n = len(columns["start_us"])  # type: ignore[arg-type]
+    data: dict[str, object] = {}
+    for col in schema:
+        if col in columns:
+            values = columns[col]
+        else:
+            values = np.full(n, _DEFAULTS[col]) if _DTYPES[col] != "category" else [_DEFAULTS[col]] * n
+        data[col] = pd.Series(values, dtype=_DTYPES[col]) if n else pd.Series([], dtype=_DTYPES[col])
+    df = pd.DataFrame(data, columns=list(schema))
+    if n and not df["start_us"].is_monotonic_increasing:
+        df = df.sort_values("start_us", kind="stable", ignore_index=True)
+    return df
+
+
+def empty_device_table() -> pd.DataFrame:
+    return make_table({"start_us": [], "end_us": [], "kind": [], "name": []}, DEVICE_COLUMNS)
+
+
+def empty_host_table() -> pd.DataFrame:
+    return make_table({"start_us": [], "end_us": [], "kind": [], "name": []}, HOST_COLUMNS)
+
+
+@dataclass(frozen=True)
+class Step:
+    """One training step as marked in the trace (``ProfilerStep#N`` or a timer's step)."""
+
+    number: int
+    start_us: float
+    end_us: float
+
+    @property
+    def duration_us(self) -> float:
+        return self.end_us - self.start_us
+
+
+@dataclass(frozen=True)
+class ProcessGroup:
+    name: str
+    description: str | None
+    ranks: tuple[int, ...]
+
+
+@dataclass(frozen=True)
+class MemorySample:
+    """A point of the ``[memory]`` instant events of a Kineto trace, or a sampled value."""
+
+    ts_us: float
+    allocated_bytes: int | None
+    reserved_bytes: int | None
+
+
+@dataclass(frozen=True)
+class RankTrace:
+    """Everything known about one rank (or one worker of an op-level timeline).
+
+    ``rank`` is the global rank; ``source`` the file it came from. ``device_name`` and
+    ``device_memory_bytes`` are ``None`` when the trace does not say. ``fmt`` names the
+    reader (``kineto`` or ``timeline``). ``parallel`` carries what the trace says about the
+    parallel layout, e.g. ``{"pp_rank": 1, "tp_rank": 0, "dp_rank": 0, "pp_size": 4}``.
+    """
+
+    rank: int
+    source: str
+    fmt: str
+    device: pd.DataFrame
+    host: pd.DataFrame
+    steps: tuple[Step, ...] = ()
+    device_name: str | None = None
+    device_memory_bytes: int | None = None
+    world_size: int | None = None
+    process_groups: tuple[ProcessGroup, ...] = ()
+    memory: tuple[MemorySample, ...] = ()
+    parallel: Mapping[str, int] = field(default_factory=dict)
+    warnings: tuple[str, ...] = ()
+
+    @property
+    def has_device_activity(self) -> bool:
+        return len(self.device) > 0
