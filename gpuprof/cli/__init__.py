@@ -21,7 +21,26 @@ app = typer.Typer(
     add_completion=False,
     pretty_exceptions_enable=False,
     context_settings={"help_option_names": ["-h", "--help"]},
+    rich_markup_mode="markdown",
 )
+
+
+def _version(value: bool) -> None:
+    if value:
+        from gpuprof import __version__
+
+        print(f"gpuprof {__version__}")
+        raise typer.Exit(0)
+
+
+@app.callback()
+def _root(
+    version: bool = typer.Option(False, "--version", callback=_version, is_eager=True, help="Show the version and exit."),
+) -> None:
+    """Where your GPU training time goes, and what to change.
+
+    Add --debug to any command to see a traceback instead of a one-line error.
+    """
 
 # Command modules, imported for their side effect of registering on `app`. A module that
 # does not exist yet is skipped so the CLI works while commands are being added.

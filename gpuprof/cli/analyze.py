@@ -1,0 +1,123 @@
+"""``gpuprof analyze``: saved traces in, report out."""
+
+from __future__ import annotations
+
+import os
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Callable, List, Optional
+
+import typer
+
+from gpuprof.cli import app
+from gpuprof.errors import GpuprofError
+
+
+class StderrProgress:
+    """Progress lines on stderr, only once reading has taken more than a moment.
+
+    stdout carries only the report, so piping ``--format json`` stays clean.
+    """
+
+    def __init__(self, delay_s: float = 1.0, clock: Callable[[], float] = time.monotonic) -> None:
+        self.start = clock()
+        self.delay_s = delay_s
+        self.clock = clock
+        self.pending: str | None = None
+        self.shown = False
+
+    def __call__(self, message: str) -> None:
+        if self.clock() - self.start < self.delay_s:
+            self.pending = message
+            return
+        if not self.shown and self.pending:
+            print(f"gpuprof: {self.pending}", file=sys.stderr, flush=True)
+        self.shown = True
+        print(f"gpuprof: {message}", file=sys.stderr, flush=True)
+
+
+
+def write_output(text: str, out: Path) -> None:
+    """Write atomically: a failed run never leaves a half-written report behind."""
+    out = out.expanduser()
+    parent = out.parent if str(out.parent) else Path(".")
+    if not parent.is_dir():
+        raise GpuprofError("output folder does not exist", parent)
+    fd, tmp = tempfile.mkstemp(prefix=f".{out.name}.", dir=parent)
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8") as fh:
+            fh.write(text)
+        os.replace(tmp, out)
+    except BaseException:
+        try:
+            os.unlink(tmp)
+        except OSError:
+            pass
+        raise
+
+
+def emit(text: str, output: Optional[Path]) -> None:
+    if output is None:
+        sys.stdout.write(text)
+        sys.stdout.flush()
+    else:
+        write_output(text, output)
+        print(f"gpuprof: report written to {output}", file=sys.stderr)
+
+
+def choose_format(fmt: Optional[str], output: Optional[Path]) -> str:
+    from gpuprof import render
+
+    if fmt:
+        render.get(fmt)  # validates the name
+        return fmt
+    if output is not None:
+        found = render.format_for_path(str(output))
+        if found:
+            return found
+    return "text"
+
+
+def terminal_width() -> int:
+    try:
+        return max(60, min(os.get_terminal_size().columns, 160))
+    except OSError:
+        return 100
+
+
+@app.command()
+def analyze(
+    paths: List[Path] = typer.Argument(
+        ...,
+        help="Kineto trace files (.json, .json.gz), folders of per-rank traces, gpuprof run "
+        "session folders, or op-level Chrome trace timelines.",
+        show_default=False,
+    ),
+    fmt: Optional[str] = typer.Option(
+        None, "--format", "-f", help="Report format: text, json, markdown or html. Default: from -o's extension, else text."
+    ),
+    output: Optional[Path] = typer.Option(None, "--output", "-o", help="Write the report to FILE instead of stdout."),
+    steps: Optional[str] = typer.Option(
+        None, "--steps", help="Steps to analyze, by step number: N, N:M, N: or :M (inclusive). Default: all complete steps."
+    ),
+    jobs: int = typer.Option(1, "--jobs", "-j", min=1, help="Ranks to read and analyze in parallel (processes)."),
+    scheduler: Optional[str] = typer.Option(
+        None, "--scheduler", help="Run per-rank work on a Dask distributed scheduler at ADDRESS (needs the dask extra: pip install 'gpuprof\\[dask]')."
+    ),
+) -> None:
+    """Analyze saved traces: where each rank's GPU time went, and what to change.
+
+    Every microsecond of each rank's window (the profiled steps, or first to last device
+    activity) is either compute or lost time attributed to one cause: pipeline_bubble,
+    communication, straggler, memory, dataloader, sync, host or other.
+    """
+    from gpuprof.analysis.window import StepSelection
+    from gpuprof.pipeline import AnalyzeOptions, analyze_paths
+    from gpuprof.render import render
+
+    chosen = choose_format(fmt, output)
+    options = AnalyzeOptions(steps=StepSelection.parse(steps), jobs=jobs, scheduler=scheduler)
+    report = analyze_paths(paths, options, progress=StderrProgress())
+    emit(render(report, chosen, width=terminal_width() if output is None else 100), output)

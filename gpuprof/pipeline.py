@@ -1,0 +1,171 @@
+"""Wires the layers together: readers -> per-rank summaries -> job analysis -> advice -> Report.
+
+Memory stays bounded per rank: a trace is read, summarized and dropped before the next one
+on the same worker; only the compact :class:`RankSummary` objects are kept for the job-level
+steps. With ``jobs > 1`` ranks are summarized in parallel processes.
+"""
+
+from __future__ import annotations
+
+import os
+from concurrent.futures import ProcessPoolExecutor
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Callable, Mapping, Sequence
+
+from gpuprof.advice import AdviceContext, advise
+from gpuprof.analysis.attribution import Attribution, attribute, merge_claims
+from gpuprof.analysis.cross_rank import CrossRankResult, analyze_job
+from gpuprof.analysis.summarize import summarize
+from gpuprof.analysis.summary import RankSummary
+from gpuprof.analysis.window import StepSelection
+from gpuprof.errors import BadTraceError
+from gpuprof.model.report import CAUSES, RankReport, Report
+
+Progress = Callable[[str], None]
+
+
+@dataclass(frozen=True)
+class AnalyzeOptions:
+    steps: StepSelection = field(default_factory=StepSelection)
+    jobs: int = 1
+    scheduler: str | None = None  # address of a Dask scheduler; None = run locally
+
+
+@dataclass(frozen=True)
+class Analysis:
+    """A report plus what produced it (for ``annotate`` and other views of the details)."""
+
+    report: Report
+    summaries: tuple[RankSummary, ...]
+    attributions: Mapping[int, Attribution]
+    cross: CrossRankResult
+
+
+def summarize_source(source: Any, selection: StepSelection) -> list[RankSummary]:
+    """Read one trace source and reduce each of its ranks to a summary (runs in workers)."""
+    return [summarize(trace, selection) for trace in source.load()]
+
+
+def _summaries(sources: Sequence[Any], options: AnalyzeOptions, progress: Progress | None) -> list[RankSummary]:
+    out: list[RankSummary] = []
+    n = len(sources)
+    if options.scheduler:
+        from gpuprof.distributed import summarize_on_cluster
+
+        return summarize_on_cluster(sources, options.steps, options.scheduler, progress)
+    jobs = max(1, min(options.jobs, n))
+    if jobs == 1:
+        for i, src in enumerate(sources, 1):
+            if progress:
+                progress(f"reading {src.path} ({i}/{n})")
+            out.extend(summarize_source(src, options.steps))
+        return out
+    with ProcessPoolExecutor(max_workers=jobs) as pool:
+        futures = [pool.submit(summarize_source, src, options.steps) for src in sources]
+        for i, (src, fut) in enumerate(zip(sources, futures), 1):
+            out.extend(fut.result())
+            if progress:
+                progress(f"read {src.path} ({i}/{n})")
+    return out
+
+
+def _check_unique_ranks(summaries: Sequence[RankSummary]) -> None:
+    seen: dict[int, str] = {}
+    for s in summaries:
+        if s.rank in seen and seen[s.rank] != s.source:
+            raise BadTraceError(f"rank {s.rank} is claimed by two files: {seen[s.rank]} and {s.source}", s.source)
+        seen.setdefault(s.rank, s.source)
+
+
+def _rank_report(s: RankSummary, att: Attribution, cross: CrossRankResult) -> RankReport:
+    step_times = tuple(st.duration_us for st in s.steps)
+    extra: dict[str, Any] = {}
+    if s.empty_reason:
+        extra["note"] = s.empty_reason
+    if s.parallel:
+        extra["parallel"] = dict(s.parallel)
+    per_rank = cross.findings.get("per_rank", {}).get(s.rank) if isinstance(cross.findings.get("per_rank"), dict) else None
+    if per_rank:
+        extra.update(per_rank)
+    return RankReport(
+        rank=s.rank,
+        device=s.device_name,
+        steps=len(s.steps),
+        window_us=s.window_us,
+        compute_us=float(sum(s.compute[1] - s.compute[0])) if s.compute[0].size else 0.0,
+        lost_us=dict(att.lost_us),
+        source=s.source,
+        step_times_us=step_times,
+        extra=extra,
+    )
+
+
+def _load_samples(paths: Sequence[str | Path]) -> Any:
+    """NVML sample findings when an input is a ``gpuprof run`` session, else ``None``."""
+    try:
+        from gpuprof.analysis.samples import summarize_samples
+        from gpuprof.session import is_session, read_session
+    except ModuleNotFoundError:
+        return None
+    for p in paths:
+        if is_session(Path(p)):
+            session = read_session(Path(p))
+            if session.samples is not None and len(session.samples):
+                return summarize_samples(session.samples)
+    return None
+
+
+def run_analysis(
+    paths: Sequence[str | Path],
+    options: AnalyzeOptions = AnalyzeOptions(),
+    progress: Progress | None = None,
+) -> Analysis:
+    from gpuprof.readers import discover
+
+    sources = discover(paths)
+    summaries = sorted(_summaries(sources, options, progress), key=lambda s: s.rank)
+    _check_unique_ranks(summaries)
+    if progress:
+        progress(f"analyzing {len(summaries)} rank(s)")
+    cross = analyze_job(summaries)
+    attributions: dict[int, Attribution] = {}
+    reports: list[RankReport] = []
+    for s in summaries:
+        att = attribute(s.lost, merge_claims(s.claims, cross.claims.get(s.rank, {})))
+        attributions[s.rank] = att
+        reports.append(_rank_report(s, att, cross))
+    samples = _load_samples(paths)
+    recs = advise(AdviceContext(summaries=summaries, reports=reports, cross=cross.findings, samples=samples))
+    warnings: list[str] = []
+    for s in summaries:
+        warnings.extend(f"rank {s.rank}: {w}" for w in s.warnings)
+        if s.empty_reason:
+            warnings.append(f"rank {s.rank}: {s.empty_reason}")
+    extra: dict[str, Any] = {"job": {k: v for k, v in cross.findings.items() if k != "per_rank"}}
+    if samples is not None and hasattr(samples, "to_dict"):
+        extra["samples"] = samples.to_dict()
+    report = Report(
+        inputs=tuple(str(p) for p in paths),
+        ranks=tuple(reports),
+        recommendations=recs,
+        warnings=tuple(warnings),
+        extra=extra,
+    )
+    return Analysis(report=report, summaries=tuple(summaries), attributions=attributions, cross=cross)
+
+
+def analyze_paths(
+    paths: Sequence[str | Path],
+    options: AnalyzeOptions = AnalyzeOptions(),
+    progress: Progress | None = None,
+) -> Report:
+    """Analyze trace files, folders of per-rank traces, or session folders into a Report."""
+    return run_analysis(paths, options, progress).report
+
+
+def default_jobs() -> int:
+    return max(1, (os.cpu_count() or 1))
+
+
+__all__ = ["AnalyzeOptions", "Analysis", "analyze_paths", "run_analysis", "CAUSES", "default_jobs"]

@@ -1,0 +1,13 @@
+"""The JSON report of SPEC.md (schema gpuprof.report/1)."""
+
+from __future__ import annotations
+
+import json
+
+from gpuprof.model.report import Report, report_to_dict
+from gpuprof.render import register
+
+
+@register("json", (".json",))
+def render_json(report: Report, width: int = 100) -> str:
+    return json.dumps(report_to_dict(report), indent=2, allow_nan=False) + "\n"
