@@ -218,6 +218,8 @@ class RankTrace:
     memory: tuple[MemorySample, ...] = ()
     parallel: Mapping[str, int] = field(default_factory=dict)
     warnings: tuple[str, ...] = ()
+    # Index of the GPU the device events came from (Kineto's device ``pid``); None if unknown.
+    device_index: int | None = None
 
     @property
     def has_device_activity(self) -> bool:

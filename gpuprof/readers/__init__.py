@@ -1,0 +1,152 @@
+"""Trace files -> :class:`~gpuprof.model.timeline.RankTrace`, whatever format they are in.
+
+Usage::
+
+    sources = discover(["traces/"])       # files and folders -> TraceSource per file
+    for src in sources:
+        for trace in src.load():          # a timeline file holds many workers
+            ...
+    traces = load_all(["traces/"])        # the same, plus the duplicate-rank check
+
+The format is told by content, not by file name: a Kineto trace has Kineto ``cat``
+values (``kernel``, ``cpu_op``, ``Kernel``, ``Operator``, ...) or Kineto top-level keys
+(``schemaVersion``, ``deviceProperties``); any other Chrome trace-event file with complete
+events is read as an op-level timeline of framework timer ops.
+
+Rank of a Kineto trace: ``distributedInfo.rank``, else the rank in the file name
+(``rank-3``, ``rank3``, ``_rank_3``, ``worker3``), else the file's position in the sorted
+folder listing (with a warning in ``RankTrace.warnings``).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, replace
+from pathlib import Path
+
+from gpuprof.errors import BadTraceError
+from gpuprof.model.timeline import RankTrace
+from gpuprof.readers.jsonio import decode_trace
+from gpuprof.readers.kineto import looks_like_kineto, read_kineto
+from gpuprof.readers.optimeline import looks_like_timeline, read_timeline
+from gpuprof.readers.ranks import check_ranks, rank_hint_from_name, resolve_rank
+
+__all__ = ["TraceSource", "check_ranks", "discover", "is_trace_name", "load_all", "load_file"]
+
+_TRACE_SUFFIXES = (".json", ".json.gz")
+# Files of a ``gpuprof run`` session folder that are not traces.
+_NOT_TRACES = ("session.json",)
+_NOT_TRACE_PREFIXES = ("samples",)
+
+
+@dataclass(frozen=True)
+class TraceSource:
+    """One trace file to read; picklable so that ranks can be read in worker processes."""
+
+    path: Path
+    rank_hint: int | None  # from the file name (rank-3, rank3, worker3, _rank_3 ...)
+    order: int  # position in the sorted folder listing (among all inputs, in order)
+
+    def load(self) -> list[RankTrace]:
+        """Read the file: one RankTrace (Kineto) or one per worker (op-level timeline)."""
+        return load_file(self.path, self.rank_hint, self.order)
+
+
+def load_file(path: Path, rank_hint: int | None = None, order: int = 0) -> list[RankTrace]:
+    """Read one trace file into its rank(s); raises :class:`BadTraceError` when unreadable."""
+    raw = decode_trace(path)
+    if looks_like_kineto(raw):
+        device, host, steps, memory, facts = read_kineto(raw)
+        rank, warning = resolve_rank(facts.rank, rank_hint, order)
+        warnings = list(facts.warnings)
+        if warning:
+            warnings.append(warning)
+        return [
+            RankTrace(
+                rank=rank,
+                source=str(path),
+                fmt="kineto",
+                device=device,
+                host=host,
+                steps=steps,
+                device_name=facts.device_name,
+                device_memory_bytes=facts.device_memory_bytes,
+                world_size=facts.world_size,
+                process_groups=facts.process_groups,
+                memory=memory,
+                warnings=tuple(warnings),
+                device_index=facts.device_index,
+            )
+        ]
+    if looks_like_timeline(raw):
+        return read_timeline(raw, path)
+    raise BadTraceError("JSON is not a trace (no complete 'X' events of a known kind)", path)
+
+
+def is_trace_name(path: Path) -> bool:
+    """True for file names a folder scan treats as traces (``*.json``, ``*.json.gz``)."""
+    name = path.name
+    if name in _NOT_TRACES or name.startswith(_NOT_TRACE_PREFIXES) or name.startswith("."):
+        return False
+    return name.endswith(_TRACE_SUFFIXES)
+
+
+def _scan_folder(folder: Path) -> list[Path]:
+    try:
+        entries = sorted(folder.iterdir(), key=lambda p: p.name)
+    except OSError as exc:
+        raise BadTraceError(f"cannot list folder: {exc.strerror or exc}", folder) from None
+    files = [p for p in entries if p.is_file() and is_trace_name(p)]
+    is_session = (folder / "session.json").is_file()
+    if files and not is_session:
+        return files
+    # A session folder keeps its traces under traces/; other folders may do the same.
+    for sub in (p for p in entries if p.is_dir() and not p.name.startswith(".")):
+        try:
+            files += sorted(
+                (p for p in sub.iterdir() if p.is_file() and is_trace_name(p)), key=lambda p: p.name
+            )
+        except OSError:
+            continue
+    return files
+
+
+def discover(paths: Sequence[str | Path]) -> list[TraceSource]:
+    """Trace sources for files and folders; raises :class:`BadTraceError` naming a bad path.
+
+    Files are taken as given (whatever their name); folders contribute their ``*.json`` and
+    ``*.json.gz`` files (``session.json``, ``samples*`` and non-JSON files are skipped),
+    and when they hold none at top level (or are a ``gpuprof run`` session), those one
+    level down, e.g. in ``traces/``.
+    """
+    if not paths:
+        raise BadTraceError("no trace path given")
+    sources: list[TraceSource] = []
+    for raw in paths:
+        p = Path(raw)
+        if p.is_dir():
+            files = _scan_folder(p)
+            if not files:
+                raise BadTraceError("folder holds no trace files (*.json, *.json.gz)", p)
+            sources.extend(
+                TraceSource(f, rank_hint_from_name(f), len(sources) + i) for i, f in enumerate(files)
+            )
+        elif p.exists():
+            sources.append(TraceSource(p, rank_hint_from_name(p), len(sources)))
+        else:
+            raise BadTraceError("no such file or folder", p)
+    return sources
+
+
+def load_all(paths: Sequence[str | Path]) -> list[RankTrace]:
+    """Discover, read and rank-check: every rank of every trace, sorted by rank."""
+    traces: list[RankTrace] = []
+    for src in discover(paths):
+        traces.extend(src.load())
+    check_ranks(traces)
+    return sorted(traces, key=lambda t: t.rank)
+
+
+def with_rank(trace: RankTrace, rank: int) -> RankTrace:
+    """A copy of ``trace`` with another rank (for callers that renumber)."""
+    return replace(trace, rank=rank)

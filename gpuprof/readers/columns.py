@@ -1,0 +1,45 @@
+"""Small helpers that turn lists of loosely typed trace values into numpy columns fast."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+import numpy as np
+import numpy.typing as npt
+
+_INT64_MIN = -(2**63)
+_INT64_MAX = 2**63 - 1
+
+
+def int_column(values: Sequence[Any]) -> npt.NDArray[np.int64]:
+    """int64 column; ``None``, strings, floats and integers beyond 64 bits become -1."""
+    n = len(values)
+    try:
+        return np.fromiter((v if type(v) is int else -1 for v in values), np.int64, n)
+    except OverflowError:
+        # Some producers write ids beyond a C long (see edge-large-integer); they are not
+        # usable as ids here, so they become "unknown" rather than failing the read.
+        return np.fromiter(
+            (v if type(v) is int and _INT64_MIN <= v <= _INT64_MAX else -1 for v in values), np.int64, n
+        )
+
+
+def str_column(values: Sequence[Any]) -> list[str]:
+    """Strings for a categorical column; anything that is not a string becomes ``""``."""
+    return [v if type(v) is str else ("" if v is None else str(v)) for v in values]
+
+
+def as_int(value: Any) -> int | None:
+    """An integer from a JSON value (int, integral float or digit string), else ``None``."""
+    if isinstance(value, bool):
+        return None
+    if isinstance(value, int):
+        return value
+    if isinstance(value, float) and value.is_integer():
+        return int(value)
+    if isinstance(value, str):
+        s = value.strip()
+        if s.lstrip("-").isdigit():
+            return int(s)
+    return None

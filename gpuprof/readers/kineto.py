@@ -1,0 +1,312 @@
+"""PyTorch profiler (Kineto) traces -> :class:`RankTrace`.
+
+Both schemas are read: the current one (``cat`` = ``kernel``, ``gpu_memcpy``,
+``gpu_memset``, ``cuda_runtime``, ``cuda_driver``, ``cpu_op``, ``user_annotation``,
+``python_function``) and the old one (``Kernel``, ``Memcpy``, ``Memset``, ``Runtime``,
+``Operator``; ``tid`` strings such as ``"stream 7"``), from CUDA and ROCm alike.
+
+Device events are the kernels, copies and memsets; their ``pid`` is the GPU index. Host
+events are framework ops, runtime/driver calls, annotations and Python frames of the CPU
+process(es). Kernels are tied to the runtime call that launched them by
+``args.correlation``. Communication kernels are tied to the host ops around their launch
+(see :mod:`gpuprof.readers.launch`), which gives them a collective name and process group
+where the kernel itself does not carry them, and decides whether an ambiguous
+``SendRecv``/``Generic`` kernel is a collective or point-to-point.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from collections.abc import Sequence
+from typing import Any
+
+import numpy as np
+import pandas as pd
+
+from gpuprof.model import classify as cl
+from gpuprof.model.timeline import (
+    DEVICE_COLUMNS,
+    HOST_COLUMNS,
+    Category,
+    CopyKind,
+    Kind,
+    MemorySample,
+    ProcessGroup,
+    Step,
+    make_table,
+)
+from gpuprof.readers.columns import as_int, int_column, str_column
+from gpuprof.readers.jsonio import Event, RawTrace
+from gpuprof.readers.launch import resolve_comm_kernels
+
+DEVICE_CATS: dict[str, Kind] = {
+    "kernel": Kind.KERNEL,
+    "Kernel": Kind.KERNEL,
+    "gpu_memcpy": Kind.MEMCPY,
+    "Memcpy": Kind.MEMCPY,
+    "gpu_memset": Kind.MEMSET,
+    "Memset": Kind.MEMSET,
+}
+HOST_CATS: dict[str, Kind] = {
+    "cuda_runtime": Kind.RUNTIME,
+    "Runtime": Kind.RUNTIME,
+    "cuda_driver": Kind.DRIVER,
+    "Driver": Kind.DRIVER,
+    "cpu_op": Kind.OP,
+    "Operator": Kind.OP,
+    "user_annotation": Kind.ANNOTATION,
+    "python_function": Kind.PYTHON,
+}
+# cat values that only Kineto writes: how a file is recognized as a Kineto trace.
+KINETO_CATS = (
+    frozenset(DEVICE_CATS) | frozenset(HOST_CATS) | {"gpu_user_annotation", "ac2g", "cpu_instant_event"}
+)
+
+
+class KinetoFacts:
+    """What a Kineto trace says about its rank, besides the event tables."""
+
+    __slots__ = (
+        "device_index",
+        "device_memory_bytes",
+        "device_name",
+        "process_groups",
+        "rank",
+        "warnings",
+        "world_size",
+    )
+
+    def __init__(self) -> None:
+        self.rank: int | None = None
+        self.device_index: int | None = None
+        self.device_name: str | None = None
+        self.device_memory_bytes: int | None = None
+        self.world_size: int | None = None
+        self.process_groups: tuple[ProcessGroup, ...] = ()
+        self.warnings: list[str] = []
+
+
+def looks_like_kineto(raw: RawTrace) -> bool:
+    """True when the content is a Kineto trace (by its keys and ``cat`` values)."""
+    if raw.device_properties is not None or raw.schema_version is not None:
+        return True
+    for e in raw.events[:2000]:
+        if e.cat in KINETO_CATS:
+            return True
+    return any(e.cat in KINETO_CATS for e in raw.events)
+
+
+def read_kineto(
+    raw: RawTrace,
+) -> tuple[pd.DataFrame, pd.DataFrame, tuple[Step, ...], tuple[MemorySample, ...], KinetoFacts]:
+    """Device table, host table, steps, memory samples and facts of one Kineto trace."""
+    facts = KinetoFacts()
+    facts.warnings.extend(raw.warnings)
+    dev: list[Event] = []
+    host: list[Event] = []
+    mem: list[Event] = []
+    dev_cats = DEVICE_CATS
+    host_cats = HOST_CATS
+    for e in raw.events:
+        if e.ph == "X":
+            c = e.cat
+            if c in dev_cats:
+                dev.append(e)
+            elif c in host_cats:
+                host.append(e)
+        elif e.name == "[memory]":
+            mem.append(e)
+    dev = _own_device(dev, facts)
+    _read_distributed(raw.distributed_info, facts)
+    _read_device_props(raw.device_properties, facts)
+    host_table = _host_table(host)
+    device_table = _device_table(dev, host_table)
+    steps = _steps(host_table)
+    memory = _memory(mem, facts.device_index)
+    return device_table, host_table, steps, memory, facts
+
+
+def _own_device(dev: list[Event], facts: KinetoFacts) -> list[Event]:
+    """Keep the events of the rank's own GPU (the ``pid`` with most device events)."""
+    if not dev:
+        return dev
+    counts = Counter(e.pid for e in dev)
+    pid, _ = counts.most_common(1)[0]
+    facts.device_index = as_int(pid)
+    if len(counts) > 1:
+        others = ", ".join(f"{p} ({n} events)" for p, n in counts.most_common()[1:])
+        facts.warnings.append(
+            f"the trace holds events of several GPUs; kept GPU {pid} ({counts[pid]} events), dropped {others}"
+        )
+        dev = [e for e in dev if e.pid == pid]
+    return dev
+
+
+def _read_distributed(info: Any, facts: KinetoFacts) -> None:
+    if not isinstance(info, dict):
+        return
+    facts.rank = as_int(info.get("rank"))
+    facts.world_size = as_int(info.get("world_size"))
+    groups: list[ProcessGroup] = []
+    for pg in info.get("pg_config") or ():
+        if not isinstance(pg, dict):
+            continue
+        ranks = pg.get("ranks")
+        ranks_t = (
+            tuple(r for r in (as_int(x) for x in ranks) if r is not None) if isinstance(ranks, list) else ()
+        )
+        desc = pg.get("pg_desc")
+        groups.append(ProcessGroup(str(pg.get("pg_name", "")), None if desc is None else str(desc), ranks_t))
+    facts.process_groups = tuple(groups)
+
+
+def _read_device_props(props: Any, facts: KinetoFacts) -> None:
+    if not isinstance(props, list) or not props:
+        return
+    entries = [p for p in props if isinstance(p, dict)]
+    chosen = None
+    if facts.device_index is not None:
+        chosen = next((p for p in entries if as_int(p.get("id")) == facts.device_index), None)
+    if chosen is None and len(entries) == 1:
+        chosen = entries[0]
+    if chosen is None:
+        return
+    name = chosen.get("name")
+    facts.device_name = name if isinstance(name, str) and name else None
+    facts.device_memory_bytes = as_int(chosen.get("totalGlobalMem"))
+
+
+def _tid_column(tids: list[Any]) -> np.ndarray:
+    """tids as int64; the old schema writes them as strings ("4093687616", "stream 7")."""
+    mapping: dict[Any, int] = {}
+    for t in set(tids):
+        v = as_int(t)
+        if v is None and isinstance(t, str):
+            v = as_int(t.rsplit(" ", 1)[-1])
+        mapping[t] = -1 if v is None or not -(2**63) <= v < 2**63 else v
+    return np.fromiter((mapping[t] for t in tids), np.int64, len(tids))
+
+
+def _codes_by_name(names: Sequence[str]) -> tuple[pd.Categorical, np.ndarray, list[str]]:
+    cat = pd.Categorical(names)
+    return cat, np.asarray(cat.codes), list(cat.categories)
+
+
+def _host_table(host: list[Event]) -> pd.DataFrame:
+    n = len(host)
+    start = np.fromiter((e.ts for e in host), np.float64, n)
+    end = start + np.fromiter((e.dur for e in host), np.float64, n)
+    kind = np.fromiter((HOST_CATS[e.cat] for e in host), np.int8, n)
+    names = [e.name for e in host]
+    args = [e.args for e in host]
+    name_cat, codes, uniq = _codes_by_name(names)
+    # Classify each unique (kind, name) pair once.
+    category = np.full(n, int(Category.OTHER), np.int8)
+    if n:
+        pair = codes.astype(np.int64) * 32 + kind
+        upairs, inverse = np.unique(pair, return_inverse=True)
+        cats = np.array([int(cl.classify(Kind(int(p % 32)), uniq[int(p // 32)])) for p in upairs], np.int8)
+        category = cats[inverse]
+    coll = str_column([a.coll_name for a in args])
+    pg = str_column([a.pg_name for a in args])
+    # record_param_comms wraps both collectives and send/recv: its args decide.
+    for i in np.flatnonzero(category == int(Category.COLLECTIVE)):
+        told = cl.collective_category(coll[i])
+        if told is not None:
+            category[i] = int(told)
+    return make_table(
+        {
+            "start_us": start,
+            "end_us": end,
+            "kind": kind,
+            "category": category,
+            "tid": _tid_column([e.tid for e in host]),
+            "correlation": int_column([a.correlation for a in args]),
+            "name": name_cat,
+            "pg": pg,
+            "coll_name": coll,
+        },
+        HOST_COLUMNS,
+    )
+
+
+def _device_table(dev: list[Event], host_table: pd.DataFrame) -> pd.DataFrame:
+    n = len(dev)
+    start = np.fromiter((e.ts for e in dev), np.float64, n)
+    end = start + np.fromiter((e.dur for e in dev), np.float64, n)
+    kind = np.fromiter((DEVICE_CATS[e.cat] for e in dev), np.int8, n)
+    names = [e.name for e in dev]
+    args = [e.args for e in dev]
+    name_cat, codes, uniq = _codes_by_name(names)
+    kernel_cat = np.array([int(cl.classify_kernel(s)) for s in uniq] or [0], np.int8)
+    copy_parsed = [cl.parse_copy(s) for s in uniq]
+    copy_kind_by_code = np.array([int(k) for k, _ in copy_parsed] or [0], np.int8)
+    pageable_by_code = np.array([p for _, p in copy_parsed] or [False], bool)
+    is_kernel = kind == int(Kind.KERNEL)
+    is_copy = kind == int(Kind.MEMCPY)
+    category = np.where(
+        is_kernel,
+        kernel_cat[codes] if n else kernel_cat[:0],
+        np.where(is_copy, int(Category.COPY), int(Category.MEMSET)),
+    ).astype(np.int8)
+    copy_kind = np.where(
+        is_copy, copy_kind_by_code[codes] if n else copy_kind_by_code[:0], int(CopyKind.NONE)
+    ).astype(np.int8)
+    pageable = is_copy & (pageable_by_code[codes] if n else pageable_by_code[:0])
+    stream = int_column([a.stream for a in args])
+    if n and (stream < 0).any():
+        # Old traces and some ROCm events carry the stream only as the row (tid).
+        tids = _tid_column([e.tid for e in dev])
+        stream = np.where(stream < 0, tids, stream)
+    correlation = int_column([a.correlation for a in args])
+    coll = str_column([a.coll_name for a in args])
+    pg = str_column([a.pg_name for a in args])
+    comm = np.flatnonzero((category == int(Category.COLLECTIVE)) | (category == int(Category.P2P)))
+    if comm.size:
+        resolve_comm_kernels(comm, names, correlation, category, coll, pg, host_table)
+    return make_table(
+        {
+            "start_us": start,
+            "end_us": end,
+            "kind": kind,
+            "category": category,
+            "stream": stream,
+            "correlation": correlation,
+            "name": name_cat,
+            "copy_kind": copy_kind,
+            "pageable": pageable,
+            "bytes": int_column([a.nbytes for a in args]),
+            "coll_name": coll,
+            "pg": pg,
+        },
+        DEVICE_COLUMNS,
+    )
+
+
+def _steps(host: pd.DataFrame) -> tuple[Step, ...]:
+    """``ProfilerStep#N`` ranges from host annotations (cpu-side, not the GPU duplicates)."""
+    rows = host[host["category"] == int(Category.STEP)]
+    spans: dict[int, tuple[float, float]] = {}
+    for name, s, e in zip(rows["name"].astype(str), rows["start_us"], rows["end_us"]):
+        m = cl.STEP_NUMBER.match(name)
+        if m is None:
+            continue
+        num = int(m.group(1))
+        old = spans.get(num)
+        spans[num] = (float(s), float(e)) if old is None else (min(old[0], s), max(old[1], e))
+    return tuple(Step(num, s, e) for num, (s, e) in sorted(spans.items(), key=lambda kv: kv[1][0]))
+
+
+def _memory(mem: list[Event], device_index: int | None) -> tuple[MemorySample, ...]:
+    """``[memory]`` instant events of the rank's GPU (allocated / reserved bytes)."""
+    out: list[MemorySample] = []
+    for e in mem:
+        a = e.args
+        dev_id = as_int(a.device_id)
+        if dev_id is None or dev_id < 0:
+            continue  # CPU memory
+        if device_index is not None and dev_id != device_index:
+            continue
+        out.append(MemorySample(e.ts, as_int(a.total_allocated), as_int(a.total_reserved)))
+    out.sort(key=lambda m: m.ts_us)
+    return tuple(out)

@@ -1,0 +1,113 @@
+"""Tie communication kernels to the host ops that launched them.
+
+A kernel's ``args.correlation`` equals that of the runtime/driver call that launched it
+(``cudaLaunchKernel``, ``cuLaunchKernelEx``, ``hipExtLaunchKernel``, ...). The host ops
+around that call on the same thread (innermost first) are its launch context, e.g.
+``record_param_comms`` < ``nccl:all_to_all`` < ``c10d::alltoall_base_``. From that context a
+communication kernel gets:
+
+* its category, when the kernel name is ambiguous: ``ncclKernel_SendRecv`` under an
+  all-to-all is a COLLECTIVE, under ``nccl:send``/``c10d::send`` it is P2P; ROCm's
+  ``ncclDevKernel_Generic`` likewise;
+* its collective name and process group, when the kernel's own ``args`` lack them: from
+  the enclosing ``record_param_comms`` args (``Collective name``, ``Process Group Name``),
+  else from an enclosing ``nccl:<collective>`` op name.
+
+Only communication kernels are resolved (a few per step), each by a bounded backwards
+walk over the sorted host ops of its thread, so this costs little on large traces.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import numpy as np
+import numpy.typing as npt
+import pandas as pd
+
+from gpuprof.model import classify as cl
+from gpuprof.model.timeline import Category, Kind
+
+# How far back (in host ops of the same thread) to look for enclosing ops. Comm ops sit a
+# few levels above the launch; the bound keeps a pathological trace from going quadratic.
+_MAX_WALK = 512
+_CONTEXT_KINDS = (int(Kind.OP), int(Kind.ANNOTATION))
+
+
+def resolve_comm_kernels(
+    comm_rows: npt.NDArray[np.intp],
+    names: Sequence[str],
+    correlation: npt.NDArray[np.int64],
+    category: npt.NDArray[np.int8],
+    coll: list[str],
+    pg: list[str],
+    host: pd.DataFrame,
+) -> None:
+    """Refine ``category`` and fill ``coll``/``pg`` of the communication kernels in place.
+
+    The arrays and lists are the reader's own, not yet wrapped in a table.
+    """
+    if host.empty:
+        return
+    h_corr = host["correlation"].to_numpy()
+    h_kind = host["kind"].to_numpy()
+    launch_mask = (h_kind == int(Kind.RUNTIME)) | (h_kind == int(Kind.DRIVER))
+    wanted = np.unique(correlation[comm_rows])
+    wanted = wanted[wanted >= 0]
+    hit = np.flatnonzero(launch_mask & np.isin(h_corr, wanted))
+    launch_of = {int(h_corr[i]): int(i) for i in hit}
+    if not launch_of:
+        return
+    h_start = host["start_us"].to_numpy()
+    h_end = host["end_us"].to_numpy()
+    h_tid = host["tid"].to_numpy()
+    h_name_codes = host["name"].cat.codes.to_numpy()
+    h_names = list(host["name"].cat.categories)
+    h_coll = host["coll_name"].astype(str).to_numpy()
+    h_pg = host["pg"].astype(str).to_numpy()
+    ctx_mask = np.isin(h_kind, _CONTEXT_KINDS)
+    per_tid: dict[int, npt.NDArray[np.intp]] = {}
+    for row in comm_rows:
+        launch = launch_of.get(int(correlation[row]))
+        if launch is None:
+            continue
+        tid = int(h_tid[launch])
+        rows = per_tid.get(tid)
+        if rows is None:
+            rows = np.flatnonzero(ctx_mask & (h_tid == tid))  # sorted by start already
+            per_tid[tid] = rows
+        t0, t1 = h_start[launch], h_end[launch]
+        pos = int(np.searchsorted(h_start[rows], t0, side="right"))
+        context: list[str] = []
+        ctx_coll = ""
+        ctx_pg = ""
+        for j in rows[max(0, pos - _MAX_WALK) : pos][::-1]:
+            if h_end[j] < t1:
+                continue
+            name = h_names[h_name_codes[j]]
+            context.append(name)
+            if not ctx_coll and h_coll[j]:
+                ctx_coll = h_coll[j]
+            if not ctx_pg and h_pg[j]:
+                ctx_pg = h_pg[j]
+            if name.startswith("ProfilerStep#"):
+                break
+        if not ctx_coll:
+            ctx_coll = _coll_from_op_names(context)
+        if ctx_coll:
+            context.insert(0, ctx_coll)
+        category[row] = int(cl.refine_comm_category(names[row], Category(int(category[row])), context))
+        if not coll[row] and ctx_coll:
+            coll[row] = ctx_coll
+        if not pg[row] and ctx_pg:
+            pg[row] = ctx_pg
+
+
+def _coll_from_op_names(context: Sequence[str]) -> str:
+    """``all_to_all`` from an enclosing ``nccl:all_to_all`` op (or ``rccl:``, ``gloo:``,
+    ``vllm::``, ``symm_mem::`` ops: ``symm_mem::multimem_all_reduce_`` -> ``multimem_all_reduce``)."""
+    for name in context:
+        for prefix in ("nccl:", "rccl:", "gloo:", "vllm::", "symm_mem::"):
+            if name.startswith(prefix):
+                return name[len(prefix) :].rstrip("_")
+    return ""

@@ -1,0 +1,50 @@
+"""Which global rank a trace belongs to, and checks that ranks are not claimed twice."""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Sequence
+from pathlib import Path
+
+from gpuprof.errors import BadTraceError
+from gpuprof.model.timeline import RankTrace
+
+# rank-3, rank3, rank_3, _rank_3, worker3, worker_3, worker-3 (case-insensitive). The
+# number must not run into more digits or letters of a longer word ("workers" is no hint).
+_RANK_IN_NAME = re.compile(r"(?:rank|worker)[-_]?(\d+)(?![0-9])", re.IGNORECASE)
+
+
+def rank_hint_from_name(path: Path) -> int | None:
+    """The rank a file name states (``trace_rank-3.json`` -> 3), else ``None``."""
+    matches = _RANK_IN_NAME.findall(path.name)
+    if not matches:
+        return None
+    return int(matches[-1])
+
+
+def resolve_rank(trace_rank: int | None, hint: int | None, order: int) -> tuple[int, str | None]:
+    """The rank to use and, when it had to be guessed, a warning saying so.
+
+    Precedence: the rank the trace records (``distributedInfo.rank``), then the rank in
+    the file name, then the file's position in the sorted listing of its folder.
+    """
+    if trace_rank is not None and trace_rank >= 0:
+        return trace_rank, None
+    if hint is not None:
+        return hint, None
+    return order, (
+        f"the trace does not record its rank and the file name gives none; "
+        f"using {order}, its position in the folder listing"
+    )
+
+
+def check_ranks(traces: Sequence[RankTrace]) -> None:
+    """Raise :class:`BadTraceError` when two traces claim the same rank (naming both files)."""
+    seen: dict[int, str] = {}
+    for t in traces:
+        other = seen.get(t.rank)
+        if other is not None and other != t.source:
+            raise BadTraceError(f"rank {t.rank} is claimed by two files: {other} and {t.source}", t.source)
+        if other is not None:
+            raise BadTraceError(f"rank {t.rank} appears twice in the same file", t.source)
+        seen[t.rank] = t.source
