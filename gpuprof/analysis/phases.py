@@ -1,0 +1,181 @@
+"""How long a rank spends per step in each training phase: forward, backward, optimizer, data.
+
+The job-level analysis compares these numbers across ranks to say *what* makes a slow rank
+slow ("rank 5's backward takes 1.6x the median"). :func:`phase_times` returns per-step
+means in microseconds under the keys ``forward``, ``backward``, ``optimizer`` and ``data``,
+plus, where the trace marks each microbatch's pass separately, ``forward_calls`` and
+``backward_calls`` (mean number of forward / backward passes per step; a pipeline stage
+runs one per microbatch). A phase the trace does not show is left out (unknown, not 0).
+
+Kineto traces
+    A phase is the host time spans of its markers: ``## forward ##``, ``*.forward``
+    annotations (``DistributedDataParallel.forward``) and ``Forward <i>`` ranges of
+    ``torch.distributed.pipelining`` for forward; ``## backward ##``,
+    ``autograd::engine::evaluate_function: ...`` and ``Backward <i>`` for backward;
+    ``Optimizer.step#...``, ``Optimizer.zero_grad#...`` and ``## optimizer ##`` for the
+    optimizer. The time of forward, backward and optimizer is *device* time: the summed
+    duration of the compute kernels launched while the host was inside the phase (what
+    the GPU spent on it, which is what makes a rank late), an optimizer span winning over
+    a backward span over a forward span where they nest. When the trace marks backward or
+    the optimizer but not forward, compute launched outside every marked phase counts as
+    forward. ``data`` is host time spent waiting for input batches (DataLoader ops).
+
+Op-level timelines
+    Timer ops name the phase: ``forward-compute``, ``backward-compute``, ``optimizer``
+    (and ``optimizer-*``), data timers (``batch-generator``). Their time is the union of
+    the ops' spans.
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Any, Mapping
+
+import numpy as np
+import pandas as pd
+
+from gpuprof.analysis import intervals as iv
+from gpuprof.model.timeline import Category, Kind, RankTrace
+
+PHASES: tuple[str, ...] = ("forward", "backward", "optimizer", "data")
+
+_FORWARD = re.compile(r"^## forward ##$|\.forward$|(?:^|[\s:_])Forward\s*\d+", re.IGNORECASE)
+_BACKWARD = re.compile(
+    r"^## backward ##$|^autograd::engine::evaluate_function|(?:^|[\s:_])Backward\s*\d+", re.IGNORECASE
+)
+_OPTIMIZER = re.compile(r"^Optimizer\.(?:step|zero_grad)#|^## optimizer ##$|^## zero_grad ##$", re.IGNORECASE)
+# Markers that stand for one pass (one microbatch) each, for the *_calls counts.
+_FORWARD_PASS = re.compile(r"^## forward ##$|(?:^|[\s:_])Forward\s*\d+", re.IGNORECASE)
+_BACKWARD_PASS = re.compile(r"^## backward ##$|(?:^|[\s:_])Backward\s*\d+", re.IGNORECASE)
+
+
+def _bounds(window: Any) -> tuple[float, float, int]:
+    """(start_us, end_us, number of steps) of a Window or a ``(start_us, end_us)`` pair."""
+    if hasattr(window, "start_us"):
+        steps = len(getattr(window, "steps", ()) or ())
+        return float(window.start_us), float(window.end_us), max(steps, 1)
+    lo, hi = window
+    return float(lo), float(hi), 1
+
+
+def _inside(times: np.ndarray, spans: iv.Intervals) -> np.ndarray:
+    """Which of ``times`` fall inside the normalized interval set ``spans``."""
+    s, e = spans
+    if s.size == 0 or times.size == 0:
+        return np.zeros(times.size, dtype=bool)
+    idx = np.searchsorted(s, times, side="right") - 1
+    ok = idx >= 0
+    idx_c = np.clip(idx, 0, s.size - 1)
+    return ok & (times < e[idx_c])
+
+
+def _names_matching(names: pd.Series, pattern: re.Pattern[str]) -> np.ndarray:
+    """Row mask of a categorical name column matching ``pattern`` (tested per unique name)."""
+    cats = names.cat.categories if hasattr(names, "cat") else pd.Index(names.unique())
+    hits = {str(c) for c in cats if pattern.search(str(c))}
+    return names.astype(str).isin(hits).to_numpy() if hits else np.zeros(len(names), dtype=bool)
+
+
+def _timeline_phases(trace: RankTrace, lo: float, hi: float, n_steps: int) -> dict[str, float]:
+    dev = trace.device
+    timer = dev["kind"].to_numpy() == int(Kind.TIMER)
+    rows = dev.loc[timer & (dev["end_us"].to_numpy() > lo) & (dev["start_us"].to_numpy() < hi)]
+    if len(rows) == 0:
+        return {}
+    names = rows["name"].astype(str).str.lower()
+    cat = rows["category"].to_numpy()
+    compute = cat == int(Category.COMPUTE)
+    masks = {
+        "forward": (names.str.contains("forward").to_numpy() & compute),
+        "backward": (names.str.contains("backward").to_numpy() & compute),
+        "optimizer": names.str.startswith("optimizer").to_numpy(),
+        "data": cat == int(Category.DATALOAD),
+    }
+    out: dict[str, float] = {}
+    s_all = rows["start_us"].to_numpy()
+    e_all = rows["end_us"].to_numpy()
+    for phase, mask in masks.items():
+        if mask.any():
+            out[phase] = iv.total(iv.clip(iv.union(s_all[mask], e_all[mask]), lo, hi)) / n_steps
+    for phase in ("forward", "backward"):
+        if masks[phase].any():
+            out[f"{phase}_calls"] = float(masks[phase].sum()) / n_steps
+    return out
+
+
+def _kineto_phases(trace: RankTrace, lo: float, hi: float, n_steps: int) -> dict[str, float]:
+    host = trace.host
+    dev = trace.device
+    if len(host) == 0:
+        return {}
+    in_window = (host["end_us"].to_numpy() > lo) & (host["start_us"].to_numpy() < hi)
+    h = host.loc[in_window]
+    hs = h["start_us"].to_numpy()
+    he = h["end_us"].to_numpy()
+    marked = {
+        "forward": _names_matching(h["name"], _FORWARD),
+        "backward": _names_matching(h["name"], _BACKWARD),
+        "optimizer": _names_matching(h["name"], _OPTIMIZER),
+    }
+    spans = {p: iv.union(hs[m], he[m]) for p, m in marked.items()}
+    out: dict[str, float] = {}
+
+    data = h["category"].to_numpy() == int(Category.DATALOAD)
+    if data.any():
+        out["data"] = iv.total(iv.clip(iv.union(hs[data], he[data]), lo, hi)) / n_steps
+
+    for phase, pattern in (("forward_calls", _FORWARD_PASS), ("backward_calls", _BACKWARD_PASS)):
+        count = int(_names_matching(h["name"], pattern).sum())
+        if count:
+            out[phase] = count / n_steps
+
+    if not any(m.any() for m in marked.values()) or len(dev) == 0:
+        return out
+    # Device time of each phase: compute kernels by the host time they were launched.
+    compute = (dev["category"].to_numpy() == int(Category.COMPUTE)) & (dev["correlation"].to_numpy() >= 0)
+    k = dev.loc[compute & (dev["end_us"].to_numpy() > lo) & (dev["start_us"].to_numpy() < hi)]
+    kind = host["kind"].to_numpy()
+    runtime = ((kind == int(Kind.RUNTIME)) | (kind == int(Kind.DRIVER))) & (host["correlation"].to_numpy() >= 0)
+    launches = pd.Series(host["start_us"].to_numpy()[runtime], index=host["correlation"].to_numpy()[runtime])
+    launches = launches[~launches.index.duplicated(keep="first")]
+    launch = launches.reindex(k["correlation"].to_numpy()).to_numpy(dtype=np.float64)
+    dur = np.clip(np.minimum(k["end_us"].to_numpy(), hi) - np.maximum(k["start_us"].to_numpy(), lo), 0.0, None)
+    known = ~np.isnan(launch)
+    launch, dur = launch[known], dur[known]
+    unassigned = np.ones(launch.size, dtype=bool)
+    # Most specific first: an optimizer step may run inside a marked forward region of a
+    # training loop, backward nodes inside a pipelining "Forward i" range never do.
+    for phase in ("optimizer", "backward", "forward"):
+        if not marked[phase].any():
+            continue
+        hit = unassigned & _inside(launch, spans[phase])
+        out[phase] = float(dur[hit].sum()) / n_steps
+        unassigned &= ~hit
+    if not marked["forward"].any() and launch.size:
+        out["forward"] = float(dur[unassigned].sum()) / n_steps
+    return out
+
+
+def phase_times(trace: RankTrace, window: Any) -> dict[str, float]:
+    """Per-step mean time in microseconds of each phase of ``trace`` inside ``window``.
+
+    ``window`` is a :class:`gpuprof.analysis.window.Window` (its step count divides the
+    totals) or a ``(start_us, end_us)`` pair (totals over the window, taken as one step).
+    Keys are those of :data:`PHASES` that the trace shows, plus ``forward_calls`` /
+    ``backward_calls`` where it marks each pass (see the module docstring).
+    """
+    lo, hi, n_steps = _bounds(window)
+    if hi <= lo:
+        return {}
+    if trace.fmt == "timeline" or (len(trace.device) and (trace.device["kind"] == int(Kind.TIMER)).all()):
+        return _timeline_phases(trace, lo, hi, n_steps)
+    return _kineto_phases(trace, lo, hi, n_steps)
+
+
+def phase_ratios(phases: Mapping[str, float], reference: Mapping[str, float]) -> dict[str, float]:
+    """``phases[p] / reference[p]`` for the phases both know with a positive reference."""
+    return {
+        p: float(phases[p]) / float(reference[p])
+        for p in PHASES
+        if p in phases and p in reference and float(reference[p]) > 0
+    }
