@@ -1,16 +1,35 @@
 """RankTrace -> RankSummary: the window, its compute/lost partition and the local claims.
 
-The local rules that claim lost time for a cause live in :mod:`gpuprof.analysis.rules`.
+Steps, in order:
+
+1. match every device event to the host call that launched it
+   (:mod:`gpuprof.analysis.launches`);
+2. choose the window and device-aligned step bounds (:mod:`gpuprof.analysis.window`);
+3. partition the window exactly: ``compute`` = union of COMPUTE device intervals clipped
+   to it, ``lost`` = the rest;
+4. run the local rules (:mod:`gpuprof.analysis.rules`), which claim lost time per cause;
+   attribution (precedence) happens later, together with the cross-rank claims;
+5. measure the facts for the advice (keys documented in :mod:`gpuprof.analysis.facts`);
+6. where the cross-rank helpers exist, build the ``comms`` table
+   (``gpuprof.analysis.comms.build_comms``) and the phase times
+   (``gpuprof.analysis.phases.phase_times``).
+
+Pure: the trace's tables are only read.
 """
 
 from __future__ import annotations
 
+import importlib
+from typing import Any, Callable
+
 import pandas as pd
 
 from gpuprof.analysis import intervals as iv
+from gpuprof.analysis.facts import rank_facts
+from gpuprof.analysis.launches import activity_mask, match_launches
+from gpuprof.analysis.rules import build_context, run_rules
 from gpuprof.analysis.summary import COMMS_COLUMNS, RankSummary
-from gpuprof.analysis.window import StepSelection, select_window
-from gpuprof.model.report import Cause
+from gpuprof.analysis.window import StepSelection, Window, select_window
 from gpuprof.model.timeline import Category, RankTrace
 
 
@@ -18,8 +37,26 @@ def _empty_comms() -> pd.DataFrame:
     return pd.DataFrame({c: pd.Series([], dtype="float64") for c in COMMS_COLUMNS})
 
 
+def _optional(module: str, name: str) -> Callable[..., Any] | None:
+    """A helper of another analysis module, or ``None`` while that module does not exist."""
+    try:
+        mod = importlib.import_module(module)
+    except ModuleNotFoundError as exc:
+        if exc.name != module:
+            raise
+        return None
+    fn = getattr(mod, name, None)
+    return fn if callable(fn) else None
+
+
+def _process_groups(trace: RankTrace) -> dict[str, tuple[int, ...]]:
+    return {pg.name: tuple(pg.ranks) for pg in trace.process_groups}
+
+
 def summarize(trace: RankTrace, selection: StepSelection = StepSelection()) -> RankSummary:
-    window = select_window(trace, selection)
+    """Reduce one rank's trace to its :class:`RankSummary` (see the module docstring)."""
+    launches = match_launches(trace)
+    window = select_window(trace, selection, launches)
     if window is None:
         return RankSummary(
             rank=trace.rank,
@@ -35,18 +72,22 @@ def summarize(trace: RankTrace, selection: StepSelection = StepSelection()) -> R
             comms=_empty_comms(),
             parallel=dict(trace.parallel),
             world_size=trace.world_size,
+            process_groups=_process_groups(trace),
             warnings=trace.warnings,
             empty_reason="no GPU activity in this trace (CPU-only?)",
         )
     lo, hi = window.start_us, window.end_us
     dev = trace.device
-    is_compute = dev["category"].to_numpy() == int(Category.COMPUTE)
-    compute = iv.clip(
-        iv.union(dev["start_us"].to_numpy()[is_compute], dev["end_us"].to_numpy()[is_compute]), lo, hi
+    is_compute = activity_mask(dev) & (dev["category"].to_numpy() == int(Category.COMPUTE))
+    compute = iv.normalize(
+        iv.clip((dev["start_us"].to_numpy()[is_compute], dev["end_us"].to_numpy()[is_compute]), lo, hi)
     )
-    compute = iv.normalize(compute)
     lost = iv.complement(compute, lo, hi)
-    claims: dict[Cause, iv.Intervals] = {}
+    ctx = build_context(trace, lo, hi, compute, lost, launches)
+    claims = run_rules(ctx)
+    facts = rank_facts(ctx, len(window.steps), [s.duration_us for s in window.steps])
+    facts["device_aligned_steps"] = window.device_aligned
+    facts["launch_matched_share"] = launches.matched_share
     warnings = trace.warnings + ((window.note,) if window.note else ())
     return RankSummary(
         rank=trace.rank,
@@ -59,9 +100,21 @@ def summarize(trace: RankTrace, selection: StepSelection = StepSelection()) -> R
         compute=compute,
         lost=lost,
         claims=claims,
-        comms=_empty_comms(),
+        comms=_comms(trace, lo, hi),
         parallel=dict(trace.parallel),
         world_size=trace.world_size,
+        process_groups=_process_groups(trace),
+        phases_us=_phases(trace, window),
+        facts=facts,
         warnings=warnings,
     )
 
+
+def _comms(trace: RankTrace, lo: float, hi: float) -> pd.DataFrame:
+    build = _optional("gpuprof.analysis.comms", "build_comms")
+    return build(trace, lo, hi) if build is not None else _empty_comms()
+
+
+def _phases(trace: RankTrace, window: Window) -> dict[str, float]:
+    fn = _optional("gpuprof.analysis.phases", "phase_times")
+    return dict(fn(trace, window)) if fn is not None else {}

@@ -1,23 +1,70 @@
-"""Choosing the analysis window of a rank.
+"""Choosing the analysis window of a rank, and where each step begins and ends on the device.
 
-With step markers the window is the profiled steps: by default every complete step (a first
-or last step that is cut off by the start or end of the trace's device activity is left
-out); ``--steps`` selects a subset. Without step markers it spans the first to the last
-device activity.
+With step markers (``ProfilerStep#N``, or a timeline's step numbers) the window is the
+profiled steps: by default every complete step; ``--steps`` selects a subset. Without step
+markers it spans the first to the last device activity.
+
+Step boundaries follow the device, not the host annotation
+-----------------------------------------------------------
+``ProfilerStep#N`` is a *host* range. The host usually runs ahead of the device: kernels it
+launches in step N run after the annotation has ended (in ``mi300-resnet-ckpt-rank0`` the
+device finishes each step's work 30-38 ms after the host step ends, and the first 30 ms of
+the recording are kernels launched before profiling began). Host boundaries would then count
+the previous step's kernels as this step's compute and cut off the last step's own work, and
+the per-step times would be the host's pace (16 ms there) instead of the job's (19 ms).
+
+So, for step N with host range ``[h0, h1)``:
+
+* the device events *launched* (matched by correlation id) while the host was in step N
+  belong to step N; events whose launch is not in the trace and that run before the first
+  step's own work were launched before profiling began and belong to no step;
+* step N starts on the device at ``max(h0, end of all device work launched before h0)``,
+  but no later than the start of its own first device event: the step begins when the host
+  has begun it *and* the device is free of earlier work. Idle device time after the earlier
+  work ended but before the host started step N belongs to the previous step (its host
+  tail: optimizer bookkeeping, logging); idle time after both belongs to step N (e.g. its
+  DataLoader wait, which happens at the top of the step);
+* step N ends where step N+1 starts; the last step ends at the later of its host end and
+  the end of all device work launched up to then.
+
+When the host is the bottleneck the device is idle at each ``h0`` and the boundaries fall
+on the host's; when the device is the bottleneck they fall between the device's kernels. In
+both cases the steps tile the window, and the per-step times add up to it.
+
+Without correlation ids (op-level timelines, stripped traces) the host ranges are used.
+
+Partial steps
+-------------
+A first or last step is left out when its device work is not all in the recording: most of
+its launches have no device event (the device recording began late or was cut off), or it
+launched no device work while the other steps did (Kineto's trailing ``ProfilerStep`` that
+only brackets ``profiler.stop()``). Without correlation ids, a last step that starts after
+the last device activity, or a first step that ends before the first, is left out.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 
+import numpy as np
+import numpy.typing as npt
+
+from gpuprof.analysis.launches import Launches, activity_mask, match_launches
 from gpuprof.errors import GpuprofError
-from gpuprof.model.timeline import RankTrace, Step
+from gpuprof.model.timeline import Category, Kind, RankTrace, Step
+
+# Below this share of device rows with a known launch, host step ranges are used.
+_MIN_MATCHED_SHARE = 0.5
+# A step whose launches miss their device event this often (and at least this many
+# times) has lost device work to the edge of the recording.
+_PARTIAL_MISSING_SHARE = 0.2
+_PARTIAL_MISSING_MIN = 5
 
 
 @dataclass(frozen=True)
 class StepSelection:
-    """Which steps to analyze: ``first``..``last`` inclusive (step numbers as in the trace),
-    or ``skip_first``/``count`` counted within the trace's complete steps. ``None`` = all."""
+    """Which steps to analyze: ``first``..``last`` inclusive (step numbers as in the trace).
+    ``None`` = unbounded."""
 
     first: int | None = None
     last: int | None = None
@@ -47,44 +94,161 @@ class StepSelection:
 
 @dataclass(frozen=True)
 class Window:
+    """The analysis window ``[start_us, end_us)`` and the steps tiling it (device-aligned)."""
+
     start_us: float
     end_us: float
     steps: tuple[Step, ...]
     note: str | None = None  # why the window is what it is, when not the obvious
+    device_aligned: bool = False  # step bounds follow device work (see module docstring)
 
 
-def complete_steps(trace: RankTrace) -> tuple[tuple[Step, ...], str | None]:
-    """Steps that are fully inside the trace's device activity, or the host span."""
-    steps = tuple(sorted(trace.steps, key=lambda s: s.start_us))
-    if not steps:
-        return (), None
+@dataclass(frozen=True)
+class _StepWork:
+    """Per host step (sorted): device work launched in it and its launches' coverage."""
+
+    first_dev_start_us: npt.NDArray[np.float64]  # NaN: the step launched no device work
+    dev_end_upto_us: npt.NDArray[np.float64]  # max end of work launched before step k (k=0..n)
+    launches: npt.NDArray[np.int64]  # launch API calls issued in the step
+    missing: npt.NDArray[np.int64]  # ... of which no device event was recorded
+    has_work: npt.NDArray[np.bool_]
+
+
+def _step_work(trace: RankTrace, steps: tuple[Step, ...], launches: Launches) -> _StepWork:
+    n = len(steps)
+    h0 = np.array([s.start_us for s in steps])
+    h1_last = steps[-1].end_us
     dev = trace.device
-    if len(dev) == 0:
-        return steps, None
-    note = None
-    # A step is partial when device activity it launched is cut off by the end of the trace:
-    # the last step is partial if the trace stops recording device work before it ends.
-    dev_end = float(dev["end_us"].max())
-    dev_start = float(dev["start_us"].min())
-    kept = [s for s in steps if s.end_us > s.start_us]
-    if kept and kept[-1].start_us >= dev_end:
-        kept = kept[:-1]
-        note = "last step has no device activity and was left out"
-    if kept and kept[0].end_us <= dev_start:
-        kept = kept[1:]
-        note = "first step has no device activity and was left out"
-    return tuple(kept), note
+    act = activity_mask(dev)
+    ds = dev["start_us"].to_numpy()[act]
+    de = dev["end_us"].to_numpy()[act]
+    ls = launches.start_us[act]
+    known = ~np.isnan(ls)
+    # Step index of each device row by its launch time: -1 before the first step, n after.
+    k = np.searchsorted(h0, np.where(known, ls, -np.inf), side="right") - 1
+    k[known & (ls >= h1_last)] = n
+    # Work launched before recording: unknown launch, running before step 0's first work.
+    first0 = ds[known & (k == 0)].min() if (known & (k == 0)).any() else np.inf
+    k[~known & (ds < first0)] = -1
+    k[~known & (ds >= first0)] = n + 1  # unknown and later: ignored for boundaries
+    first_start = np.full(n, np.inf)
+    max_end = np.full(n + 1, -np.inf)  # slot 0: before step 0; slot j+1: step j
+    counted = (k >= -1) & (k < n)
+    np.maximum.at(max_end, k[counted] + 1, de[counted])
+    own = (k >= 0) & (k < n)
+    np.minimum.at(first_start, k[own], ds[own])
+    first_start[np.isinf(first_start)] = np.nan
+    upto = np.maximum.accumulate(max_end)  # upto[j]: work launched before step j ends
+    # Launch API calls per step and how many have no device event.
+    host = trace.host
+    is_launch = (host["category"].to_numpy() == int(Category.LAUNCH)) & np.isin(
+        host["kind"].to_numpy(), (int(Kind.RUNTIME), int(Kind.DRIVER))
+    )
+    hc = host["correlation"].to_numpy()[is_launch]
+    hs = host["start_us"].to_numpy()[is_launch]
+    dev_corr = np.unique(dev["correlation"].to_numpy()[act])
+    has_dev = np.isin(hc, dev_corr)
+    hk = np.searchsorted(h0, hs, side="right") - 1
+    hk[hs >= h1_last] = n
+    in_step = (hk >= 0) & (hk < n)
+    launches_per = np.bincount(hk[in_step], minlength=n).astype(np.int64)
+    missing_per = np.bincount(hk[in_step & ~has_dev], minlength=n).astype(np.int64)
+    return _StepWork(first_start, upto, launches_per, missing_per, ~np.isnan(first_start))
 
 
-def select_window(trace: RankTrace, selection: StepSelection = StepSelection()) -> Window | None:
-    """The analysis window, or ``None`` when the rank has no device activity at all."""
-    steps, note = complete_steps(trace)
+def _is_partial(work: _StepWork, i: int) -> str | None:
+    if work.missing[i] >= _PARTIAL_MISSING_MIN and work.missing[i] > _PARTIAL_MISSING_SHARE * work.launches[i]:
+        return f"{work.missing[i]} of its {work.launches[i]} launches have no device event in the recording"
+    if not work.has_work[i] and work.has_work.any():
+        return "it launched no device work"
+    return None
+
+
+def _device_bounds(steps: tuple[Step, ...], work: _StepWork) -> list[Step]:
+    """Device-aligned ``Step`` ranges tiling the steps (see module docstring)."""
+    n = len(steps)
+    starts = np.empty(n)
+    prev = -np.inf
+    for j, s in enumerate(steps):
+        b = max(s.start_us, float(work.dev_end_upto_us[j]))
+        if not np.isnan(work.first_dev_start_us[j]):
+            b = min(b, float(work.first_dev_start_us[j]))
+        b = max(b, prev)
+        starts[j] = prev = b
+    last_end = max(steps[-1].end_us, float(work.dev_end_upto_us[n]), float(starts[-1]))
+    ends = np.append(starts[1:], last_end)
+    return [Step(s.number, float(a), float(b)) for s, a, b in zip(steps, starts, ends)]
+
+
+def _edge_trim(steps: list[Step], reasons: list[str | None]) -> tuple[list[Step], list[str]]:
+    notes: list[str] = []
+    lo, hi = 0, len(steps)
+    while lo < hi and reasons[lo] is not None:
+        notes.append(f"step {steps[lo].number} left out as partial: {reasons[lo]}")
+        lo += 1
+    while hi > lo and reasons[hi - 1] is not None:
+        notes.append(f"step {steps[hi - 1].number} left out as partial: {reasons[hi - 1]}")
+        hi -= 1
+    return steps[lo:hi], notes
+
+
+def complete_steps(trace: RankTrace, launches: Launches | None = None) -> tuple[tuple[Step, ...], str | None, bool]:
+    """The complete steps of a trace with their (device-aligned where possible) bounds.
+
+    Returns ``(steps, note, device_aligned)``; ``note`` says which steps were left out.
+    """
+    steps = tuple(sorted((s for s in trace.steps if s.end_us > s.start_us), key=lambda s: s.start_us))
+    if not steps:
+        return (), None, False
+    act = activity_mask(trace.device)
+    if not act.any():
+        return steps, None, False
+    if launches is None:
+        launches = match_launches(trace)
+    if launches.matched_share is not None and launches.matched_share >= _MIN_MATCHED_SHARE:
+        work = _step_work(trace, steps, launches)
+        bounds = _device_bounds(steps, work)
+        kept, notes = _edge_trim(bounds, [_is_partial(work, i) for i in range(len(steps))])
+        return tuple(kept), "; ".join(notes) or None, True
+    # Host ranges: only the cheap edge checks are possible.
+    dev = trace.device
+    dev_end = float(dev["end_us"].to_numpy()[act].max())
+    dev_start = float(dev["start_us"].to_numpy()[act].min())
+    reasons: list[str | None] = []
+    for s in steps:
+        if s.start_us >= dev_end or s.end_us <= dev_start:
+            reasons.append("it is outside the recorded device activity")
+        else:
+            reasons.append(None)
+    kept, notes = _edge_trim(list(steps), reasons)
+    return tuple(kept), "; ".join(notes) or None, False
+
+
+def select_window(
+    trace: RankTrace, selection: StepSelection = StepSelection(), launches: Launches | None = None
+) -> Window | None:
+    """The analysis window, or ``None`` when the rank has no device activity at all.
+
+    Raises :class:`GpuprofError` when ``selection`` selects none of the complete steps.
+    """
+    act = activity_mask(trace.device)
+    steps, note, aligned = complete_steps(trace, launches)
     if steps:
         chosen = tuple(s for s in steps if selection.accepts(s.number))
         if not chosen:
             nums = ", ".join(str(s.number) for s in steps)
-            raise GpuprofError(f"--steps selects no step of rank {trace.rank}; the trace has steps {nums}", trace.source)
-        return Window(chosen[0].start_us, chosen[-1].end_us, chosen, note)
-    if len(trace.device) == 0:
+            raise GpuprofError(
+                f"--steps selects no complete step of rank {trace.rank}; its complete steps are {nums}", trace.source
+            )
+        return Window(chosen[0].start_us, chosen[-1].end_us, chosen, note, aligned)
+    if not act.any():
         return None
-    return Window(float(trace.device["start_us"].min()), float(trace.device["end_us"].max()), (), "no step markers: first to last device activity")
+    if trace.steps and (selection.first is not None or selection.last is not None):
+        raise GpuprofError(f"--steps: rank {trace.rank} has no complete step to select", trace.source)
+    dev = trace.device
+    why = "no step markers: first to last device activity"
+    if trace.steps:
+        why = (note + "; " if note else "") + "no complete step: first to last device activity"
+    return Window(
+        float(dev["start_us"].to_numpy()[act].min()), float(dev["end_us"].to_numpy()[act].max()), (), why, False
+    )

@@ -1,0 +1,182 @@
+"""Measured numbers per rank for the advice (``RankSummary.facts``).
+
+All values are plain JSON types; ``None`` means unknown (never 0). Times in microseconds,
+sizes in bytes, restricted to the analysis window unless the key says otherwise.
+
+Keys:
+
+``steps`` (int), ``step_time_us_median`` (float | None)
+    complete steps in the window and their median duration.
+``kernels`` (int), ``kernel_median_us`` (float | None)
+    compute kernels that start in the window and their median duration.
+``launch_median_us`` (float | None)
+    median duration of the host calls that launched those kernels.
+``kernels_shorter_than_launch_share`` (float | None)
+    share of those kernels that ran for less time than their own launch call took: the
+    device cannot be kept busy by one host thread issuing them one by one.
+``launches_per_ms`` (float | None)
+    compute kernels launched per millisecond of window.
+``host_wait_us`` (float)
+    lost time during which the device waited for a late launch (any host activity).
+``queued_gap_us`` (float)
+    lost time during which the next kernel was already launched (device waited for
+    something else, e.g. another stream's event).
+``sync_calls`` (int), ``sync_wait_us`` (float), ``sync_calls_by_name`` (dict str -> int)
+    host calls that block on the device (runtime syncs, blocking copies, ``aten::item``);
+    wait = union of those calls' host time.
+``scalar_reads`` (int), ``scalar_reads_per_step`` (float | None)
+    ``aten::item`` / ``aten::_local_scalar_dense`` calls (``.item()``, ``float(t)``, ...;
+    the outermost one is counted when both appear).
+``dataloader_calls`` (int), ``dataloader_wait_us`` (float), ``dataloader_wait_per_step_us`` (float | None)
+    host time in DataLoader ``__next__`` (union over threads).
+``copy_us_by_kind`` / ``exposed_copy_us_by_kind`` (dict str -> float)
+    device time in copies per direction (``HtoD``, ``DtoH``, ``DtoD``, ``HtoH``, ``PtoP``,
+    ``unknown``), and the part of it no compute overlaps; ``memset_us``, ``exposed_memset_us``.
+``pageable_copies`` (int), ``pageable_copy_bytes`` (int | None), ``pageable_copy_us`` (float)
+    copies from or to pageable host memory (bytes ``None`` when the trace has no sizes).
+``alloc_calls_by_name`` (dict str -> int), ``alloc_calls`` (int), ``alloc_time_us`` (float)
+    device allocator calls (``cudaMalloc``, ``cudaFree``, ``hipMalloc``, ...).
+``mem_peak_allocated_bytes``, ``mem_peak_reserved_bytes``, ``mem_capacity_bytes`` (int | None),
+``mem_peak_share`` (float | None)
+    from ``[memory]`` samples over the whole trace; share = peak (reserved if known, else
+    allocated) / capacity.
+``comm_us``, ``comm_exposed_us`` (float)
+    device time in collective / P2P kernels, and the part no compute overlaps.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+import pandas as pd
+
+from gpuprof.analysis import intervals as iv
+from gpuprof.analysis.rules.context import RuleContext
+from gpuprof.model.timeline import Category, CopyKind
+
+_SCALAR_READS = ("aten::item", "aten::_local_scalar_dense")
+_COPY_LABEL = {
+    int(CopyKind.HTOD): "HtoD",
+    int(CopyKind.DTOH): "DtoH",
+    int(CopyKind.DTOD): "DtoD",
+    int(CopyKind.HTOH): "HtoH",
+    int(CopyKind.PTOP): "PtoP",
+}
+
+
+def _median(x: np.ndarray) -> float | None:
+    return float(np.median(x)) if x.size else None
+
+
+def _count_by_name(names: pd.Series) -> dict[str, int]:
+    counts = names.astype(str).value_counts()
+    return {str(k): int(v) for k, v in counts.items() if v}
+
+
+def _in_window(df: pd.DataFrame, lo: float, hi: float) -> np.ndarray:
+    return (df["end_us"].to_numpy() > lo) & (df["start_us"].to_numpy() < hi)
+
+
+def _outermost(s: np.ndarray, e: np.ndarray) -> np.ndarray:
+    """Mask of intervals (sorted by start) not nested inside an earlier one."""
+    if s.size == 0:
+        return np.zeros(0, dtype=bool)
+    prev_end = np.maximum.accumulate(np.r_[-np.inf, e[:-1]])
+    return s >= prev_end
+
+
+def rank_facts(ctx: RuleContext, n_steps: int, step_times_us: list[float]) -> dict[str, Any]:
+    """The facts of one rank (keys in the module docstring)."""
+    lo, hi = ctx.lo_us, ctx.hi_us
+    dev, host = ctx.trace.device, ctx.trace.host
+    per_step = n_steps if n_steps > 0 else None
+    f: dict[str, Any] = {
+        "steps": n_steps,
+        "step_time_us_median": _median(np.asarray(step_times_us, dtype=float)),
+    }
+    # Kernels and their launches.
+    ds, de = dev["start_us"].to_numpy(), dev["end_us"].to_numpy()
+    cat = dev["category"].to_numpy()
+    kern = ctx.act & (cat == int(Category.COMPUTE)) & (ds >= lo) & (ds < hi)
+    dur = (de - ds)[kern]
+    ls, le = ctx.launches.start_us[kern], ctx.launches.end_us[kern]
+    known = ~np.isnan(ls)
+    launch_dur = (le - ls)[known]
+    f["kernels"] = int(kern.sum())
+    f["kernel_median_us"] = _median(dur)
+    f["launch_median_us"] = _median(launch_dur)
+    f["kernels_shorter_than_launch_share"] = float(np.mean(dur[known] < launch_dur)) if known.any() else None
+    f["launches_per_ms"] = float(known.sum() / ((hi - lo) / 1000.0)) if known.any() and hi > lo else None
+    f["host_wait_us"] = iv.total(iv.normalize(ctx.host_wait))
+    f["queued_gap_us"] = iv.total(iv.normalize(ctx.queued))
+    # Host calls.
+    win = _in_window(host, lo, hi)
+    hcat = host["category"].to_numpy()
+    hs, he = host["start_us"].to_numpy(), host["end_us"].to_numpy()
+    sync = win & (hcat == int(Category.SYNC))
+    f["sync_calls"] = int(sync.sum())
+    f["sync_calls_by_name"] = _count_by_name(host["name"][sync])
+    f["sync_wait_us"] = iv.total(iv.union(hs[sync], he[sync]))
+    names = host["name"]
+    scalar = sync & names.isin(_SCALAR_READS).to_numpy()
+    n_scalar = int(_outermost(hs[scalar], he[scalar]).sum())
+    f["scalar_reads"] = n_scalar
+    f["scalar_reads_per_step"] = n_scalar / per_step if per_step else None
+    dl = win & (hcat == int(Category.DATALOAD))
+    dl_iv = iv.clip(iv.union(hs[dl], he[dl]), lo, hi)
+    f["dataloader_calls"] = int(_outermost(hs[dl], he[dl]).sum())
+    f["dataloader_wait_us"] = iv.total(dl_iv)
+    f["dataloader_wait_per_step_us"] = f["dataloader_wait_us"] / per_step if per_step else None
+    alloc = win & (hcat == int(Category.ALLOC))
+    f["alloc_calls_by_name"] = _count_by_name(names[alloc])
+    f["alloc_calls"] = int(alloc.sum())
+    f["alloc_time_us"] = iv.total(iv.clip(iv.union(hs[alloc], he[alloc]), lo, hi))
+    # Copies and memsets on the device.
+    copy_kind = dev["copy_kind"].to_numpy()
+    copies = ctx.act & (cat == int(Category.COPY)) & (de > lo) & (ds < hi)
+    by_kind: dict[str, float] = {}
+    exposed_by_kind: dict[str, float] = {}
+    for code in np.unique(copy_kind[copies]):
+        sel = copies & (copy_kind == code)
+        ivs = iv.clip(iv.union(ds[sel], de[sel]), lo, hi)
+        label = _COPY_LABEL.get(int(code), "unknown")
+        by_kind[label] = by_kind.get(label, 0.0) + iv.total(ivs)
+        exposed_by_kind[label] = exposed_by_kind.get(label, 0.0) + iv.total(iv.subtract(ivs, ctx.compute))
+    f["copy_us_by_kind"] = by_kind
+    f["exposed_copy_us_by_kind"] = exposed_by_kind
+    memset = ctx.act & (cat == int(Category.MEMSET)) & (de > lo) & (ds < hi)
+    ms_iv = iv.clip(iv.union(ds[memset], de[memset]), lo, hi)
+    f["memset_us"] = iv.total(ms_iv)
+    f["exposed_memset_us"] = iv.total(iv.subtract(ms_iv, ctx.compute))
+    pageable = copies & dev["pageable"].to_numpy()
+    nbytes = dev["bytes"].to_numpy()[pageable]
+    f["pageable_copies"] = int(pageable.sum())
+    f["pageable_copy_bytes"] = int(nbytes[nbytes >= 0].sum()) if (nbytes >= 0).any() else None
+    f["pageable_copy_us"] = iv.total(iv.clip(iv.union(ds[pageable], de[pageable]), lo, hi))
+    # Communication.
+    comm = ctx.act & np.isin(cat, (int(Category.COLLECTIVE), int(Category.P2P)))
+    comm_iv = iv.clip(iv.union(ds[comm], de[comm]), lo, hi)
+    f["comm_us"] = iv.total(comm_iv)
+    f["comm_exposed_us"] = iv.total(iv.subtract(comm_iv, ctx.compute))
+    f.update(_memory_facts(ctx))
+    return f
+
+
+def _memory_facts(ctx: RuleContext) -> dict[str, Any]:
+    samples = ctx.trace.memory
+    alloc = [m.allocated_bytes for m in samples if m.allocated_bytes is not None]
+    reserved = [m.reserved_bytes for m in samples if m.reserved_bytes is not None]
+    cap = ctx.trace.device_memory_bytes
+    peak_alloc = max(alloc) if alloc else None
+    peak_res = max(reserved) if reserved else None
+    peak = peak_res if peak_res is not None else peak_alloc
+    return {
+        "mem_peak_allocated_bytes": peak_alloc,
+        "mem_peak_reserved_bytes": peak_res,
+        "mem_capacity_bytes": cap,
+        "mem_peak_share": (peak / cap) if (peak is not None and cap) else None,
+    }
+
+
+__all__ = ["rank_facts"]

@@ -1,0 +1,132 @@
+"""What every local rule gets: the window, its compute/lost partition and the gap analysis.
+
+The gap analysis is what lets the host-side rules tell *why* the device idled. A *gap* is a
+maximal lost interval ``[g0, g1)`` (no compute kernel running). The compute kernel that ends
+it was launched by a host call; matched by correlation id (:mod:`gpuprof.analysis.launches`):
+
+* launched after the gap began (``launch > g0``): the device was **waiting for the host**
+  from ``g0`` until the launch call returned (plus :data:`LAUNCH_SLACK_US` for the launch to
+  reach the device). That part is :attr:`RuleContext.host_wait`; what the host was doing in
+  it (DataLoader, a sync, an allocator call, or plain Python) decides the cause;
+* launched before the gap began: the kernel was already queued, so the device waited for
+  something else (an event on another stream, a copy, a collective, the device's own
+  scheduling). That is :attr:`RuleContext.queued`, never claimed as host;
+* no compute follows in the trace: the host issued no more compute, so it is host-wait;
+* launch unknown (no correlation ids, or the call is not in the trace): the gap is in
+  :attr:`RuleContext.unknown_launch`; host-activity rules may still claim it, ``host`` not.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+import numpy.typing as npt
+
+from gpuprof.analysis import intervals as iv
+from gpuprof.analysis.intervals import Intervals
+from gpuprof.analysis.launches import Launches, activity_mask
+from gpuprof.model.timeline import Category, RankTrace
+
+# A kernel starts on the device a few microseconds after its launch call returns; the gap
+# up to that point still counts as waiting for the host. Beyond this, the kernel was held
+# back by something else after it was launched.
+LAUNCH_SLACK_US = 50.0
+
+
+@dataclass(frozen=True)
+class RuleContext:
+    """Inputs of every local rule (read-only). Times in microseconds on the trace's clock.
+
+    ``act`` marks the rows of ``trace.device`` that are device work; ``gaps`` is ``lost``
+    itself (normalized); ``host_wait``, ``queued`` and ``unknown_launch`` split the gaps as
+    described in the module docstring (``host_wait`` and ``queued`` do not overlap);
+    ``gap_host_wait_end_us[i]`` is where the host-wait part of gap ``i`` ends (NaN: none).
+    """
+
+    trace: RankTrace
+    lo_us: float
+    hi_us: float
+    compute: Intervals
+    lost: Intervals
+    launches: Launches
+    act: npt.NDArray[np.bool_]
+    host_wait: Intervals
+    queued: Intervals
+    unknown_launch: Intervals
+    gap_host_wait_end_us: npt.NDArray[np.float64]  # per gap: end of its host-wait part (NaN none)
+
+    @property
+    def gaps(self) -> Intervals:
+        return self.lost
+
+    def device_rows(self, *categories: Category) -> Intervals:
+        """Device work intervals of the given categories (unclipped, not normalized)."""
+        dev = self.trace.device
+        sel = self.act & np.isin(dev["category"].to_numpy(), [int(c) for c in categories])
+        return dev["start_us"].to_numpy()[sel], dev["end_us"].to_numpy()[sel]
+
+    def host_rows(self, *categories: Category) -> Intervals:
+        """Host call intervals of the given categories overlapping the window (any thread)."""
+        host = self.trace.host
+        s = host["start_us"].to_numpy()
+        e = host["end_us"].to_numpy()
+        sel = np.isin(host["category"].to_numpy(), [int(c) for c in categories]) & (e > self.lo_us) & (s < self.hi_us)
+        return s[sel], e[sel]
+
+    def host_parts_of_gaps(self) -> Intervals:
+        """Where host activity may explain a gap: host-wait parts plus gaps of unknown launch."""
+        return iv.union(
+            np.concatenate((self.host_wait[0], self.unknown_launch[0])),
+            np.concatenate((self.host_wait[1], self.unknown_launch[1])),
+        )
+
+
+def build_context(
+    trace: RankTrace, lo_us: float, hi_us: float, compute: Intervals, lost: Intervals, launches: Launches
+) -> RuleContext:
+    dev = trace.device
+    act = activity_mask(dev)
+    g0, g1 = iv.normalize(lost)
+    is_comp = act & (dev["category"].to_numpy() == int(Category.COMPUTE))
+    cs = dev["start_us"].to_numpy()[is_comp]
+    ls = launches.start_us[is_comp]
+    le = launches.end_us[is_comp]
+    correlated = launches.matched_share is not None and launches.matched_share >= 0.5
+    hw_end = np.full(g0.size, np.nan)
+    unknown = np.zeros(g0.size, dtype=bool)
+    if not correlated:
+        unknown[:] = True
+    elif g0.size:
+        # Kernels by start, and among equal starts the earliest launch first.
+        order = np.lexsort((np.where(np.isnan(ls), np.inf, ls), cs))
+        cs_o, ls_o, le_o = cs[order], ls[order], le[order]
+        nxt = np.searchsorted(cs_o, g1, side="left")
+        has_next = nxt < cs_o.size
+        nxt_c = np.minimum(nxt, max(cs_o.size - 1, 0))
+        lstart = np.where(has_next, ls_o[nxt_c] if cs_o.size else np.nan, np.nan)
+        lend = np.where(has_next, le_o[nxt_c] if cs_o.size else np.nan, np.nan)
+        unknown = has_next & np.isnan(lstart)
+        late = has_next & ~unknown & (lstart > g0)
+        hw_end[late] = np.minimum(g1[late], np.maximum(lend[late], lstart[late]) + LAUNCH_SLACK_US)
+        hw_end[~has_next] = g1[~has_next]
+    has_hw = ~np.isnan(hw_end) & (hw_end > g0)
+    host_wait = iv.make(g0[has_hw], hw_end[has_hw])
+    # The rest of each known gap is time the device spent with work already queued.
+    q_start = np.where(has_hw, np.nan_to_num(hw_end, nan=0.0), g0)
+    known = ~unknown
+    queued = iv.make(q_start[known], g1[known])
+    unknown_launch = iv.make(g0[unknown], g1[unknown])
+    return RuleContext(
+        trace=trace,
+        lo_us=lo_us,
+        hi_us=hi_us,
+        compute=compute,
+        lost=(g0, g1),
+        launches=launches,
+        act=act,
+        host_wait=host_wait,
+        queued=queued,
+        unknown_launch=unknown_launch,
+        gap_host_wait_end_us=hw_end,
+    )
