@@ -1,0 +1,222 @@
+"""``gpuprof check`` (the CI gate) and ``gpuprof diff`` (what changed between two runs).
+
+Both accept traces (files, folders, session folders) or a report that ``gpuprof analyze
+--format json`` wrote; a report is recognized by its content (``"schema":
+"gpuprof.report/1"``), not by its name. Thresholds come from options and from
+``[tool.gpuprof.check]`` in the nearest ``pyproject.toml`` (options win).
+"""
+
+from __future__ import annotations
+
+import gzip
+import json
+import os
+import sys
+from pathlib import Path
+from typing import List, Optional
+
+import typer
+
+from gpuprof.cli import app
+from gpuprof.cli.analyze import StderrProgress, terminal_width, write_output
+from gpuprof.cli.check_config import CheckSettings, find_pyproject, load_settings, parse_cause_limits
+from gpuprof.errors import GpuprofError
+from gpuprof.model.report import Report, ReportFormatError, report_from_dict
+
+# A report written by `analyze --format json` starts with its schema; a trace never
+# contains this string near its start, so a short peek decides without parsing a 1 GB trace.
+_REPORT_MARK = b'"gpuprof.report/'
+_PEEK_BYTES = 4096
+
+
+def is_report_file(path: Path) -> bool:
+    """True when ``path`` is a file whose first bytes name a gpuprof report schema."""
+    if not path.is_file():
+        return False
+    try:
+        if path.name.lower().endswith(".gz"):
+            with gzip.open(path, "rb") as fh:
+                head = fh.read(_PEEK_BYTES)
+        else:
+            with open(path, "rb") as fh:
+                head = fh.read(_PEEK_BYTES)
+    except (OSError, EOFError):
+        return False  # not ours to explain: the trace readers report unreadable files
+    return _REPORT_MARK in head
+
+
+def read_report(path: Path) -> Report:
+    """Load a JSON report; any problem becomes one :class:`GpuprofError` naming the file."""
+    try:
+        if path.name.lower().endswith(".gz"):
+            with gzip.open(path, "rb") as fh:
+                raw = fh.read()
+        else:
+            raw = path.read_bytes()
+        data = json.loads(raw)
+    except FileNotFoundError:
+        raise GpuprofError("no such file", path) from None
+    except (OSError, EOFError) as exc:
+        raise GpuprofError(f"cannot read report: {exc}", path) from None
+    except (UnicodeDecodeError, json.JSONDecodeError) as exc:
+        raise GpuprofError(f"not a JSON report: {exc}", path) from None
+    try:
+        return report_from_dict(data)
+    except ReportFormatError as exc:
+        hint = "" if isinstance(data, dict) and "schema" in data else " (make one with: gpuprof analyze TRACE --format json -o FILE)"
+        raise GpuprofError(f"{exc}{hint}", path) from None
+
+
+def load_or_analyze(paths: List[Path], steps: Optional[str] = None) -> Report:
+    """A report from a saved report file, or by analyzing traces."""
+    reports = [p for p in paths if is_report_file(p)]
+    if reports:
+        if len(paths) > 1:
+            raise GpuprofError("a saved report cannot be combined with other inputs; give it alone", reports[0])
+        return read_report(reports[0])
+    from gpuprof.analysis.window import StepSelection
+    from gpuprof.pipeline import AnalyzeOptions, analyze_paths
+
+    return analyze_paths(paths, AnalyzeOptions(steps=StepSelection.parse(steps)), progress=StderrProgress())
+
+
+def _append_step_summary(markdown: str) -> None:
+    """Add to the GitHub Actions job summary when running there (best effort, never fatal)."""
+    target = os.environ.get("GITHUB_STEP_SUMMARY")
+    if not target:
+        return
+    try:
+        with open(target, "a", encoding="utf-8") as fh:
+            fh.write(markdown + "\n")
+    except OSError as exc:
+        print(f"gpuprof: could not write the job summary {target}: {exc}", file=sys.stderr)
+
+
+CHECK_HELP = """CI gate: analyze, compare with thresholds and/or a baseline report, exit 1 on failure.
+
+PATH is a trace file, a folder of per-rank traces, a `gpuprof run` session folder, or a
+report saved by `gpuprof analyze --format json`.
+
+Every check is listed with its measured and allowed value. Shares are % of the analysis
+window summed over ranks; step time is the slowest rank's median step.
+
+Thresholds can also live in the project's pyproject.toml (searched from the current folder
+upwards; options override it):
+
+    [tool.gpuprof.check]
+    min_compute_pct = 60
+    max_step_ms = 250
+    max_lost_pct = { dataloader = 10, communication = 25 }
+    baseline = "ci/baseline.json"  # relative to pyproject.toml
+    tolerance_pct = 5       # pp a share may worsen vs baseline
+    step_tolerance_pct = 5  # % the step may slow vs baseline
+
+With no threshold and no baseline there is nothing to check: that is a usage error
+(exit 2), so a misconfigured CI job never passes silently.
+
+Exit codes: 0 all checks passed, 1 a check failed, 2 bad usage or unreadable input.
+"""
+
+
+@app.command(help=CHECK_HELP)
+def check(
+    paths: List[Path] = typer.Argument(..., help="Traces, folders, session folders, or one saved JSON report.", show_default=False),
+    min_compute_pct: Optional[float] = typer.Option(
+        None, "--min-compute-pct", min=0, max=100, help="Fail when compute is less than PCT % of the window."
+    ),
+    max_lost_pct: Optional[List[str]] = typer.Option(
+        None, "--max-lost-pct", metavar="CAUSE=PCT", help="Fail when CAUSE loses more than PCT % of the window (repeatable)."
+    ),
+    max_step_ms: Optional[float] = typer.Option(None, "--max-step-ms", min=0, help="Fail when the step time exceeds MS."),
+    baseline: Optional[Path] = typer.Option(None, "--baseline", help="A report from `gpuprof analyze --format json` to compare with."),
+    tolerance_pct: Optional[float] = typer.Option(
+        None, "--tolerance-pct", min=0, help="Against the baseline: percentage points a share may worsen by. [default: 5]"
+    ),
+    step_tolerance_pct: Optional[float] = typer.Option(
+        None, "--step-tolerance-pct", min=0, help="Against the baseline: % the step time may grow by. [default: 5]"
+    ),
+    junit: Optional[Path] = typer.Option(None, "--junit", help="Also write the checks as JUnit XML to FILE."),
+    save_report: Optional[Path] = typer.Option(
+        None, "--save-report", help="Also write the analyzed report to FILE (format from its extension: .json, .md, .html, .txt)."
+    ),
+    config: Optional[Path] = typer.Option(None, "--config", help="Read [tool.gpuprof.check] from this pyproject.toml."),
+    no_config: bool = typer.Option(False, "--no-config", help="Ignore pyproject.toml."),
+    steps: Optional[str] = typer.Option(None, "--steps", help="Steps to analyze: N, N:M, N: or :M (inclusive)."),
+) -> None:
+    from gpuprof import gate
+    from gpuprof.render import format_for_path, render
+    from gpuprof.render.checks import checks_junit, checks_markdown, checks_text
+
+    file_settings = CheckSettings()
+    if not no_config:
+        pyproject = config if config is not None else find_pyproject(Path.cwd())
+        if pyproject is not None:
+            file_settings = load_settings(pyproject)
+    limits = gate.Thresholds(
+        min_compute_pct=min_compute_pct if min_compute_pct is not None else file_settings.thresholds.min_compute_pct,
+        max_lost_pct={**file_settings.thresholds.max_lost_pct, **parse_cause_limits(max_lost_pct or [], "--max-lost-pct")},
+        max_step_ms=max_step_ms if max_step_ms is not None else file_settings.thresholds.max_step_ms,
+    )
+    base_path = baseline if baseline is not None else file_settings.baseline
+    if limits.empty and base_path is None:
+        raise GpuprofError(
+            "nothing to check: give thresholds (--min-compute-pct, --max-lost-pct CAUSE=PCT, --max-step-ms), "
+            "--baseline REPORT.json, or set them in [tool.gpuprof.check] of pyproject.toml"
+        )
+    base_report = read_report(base_path) if base_path is not None else None  # bad baseline: fail before analyzing
+    report = load_or_analyze(paths, steps)
+
+    results = gate.check_thresholds(report, limits)
+    if base_report is not None:
+        tol = tolerance_pct if tolerance_pct is not None else file_settings.tolerance_pct
+        step_tol = step_tolerance_pct if step_tolerance_pct is not None else file_settings.step_tolerance_pct
+        results += gate.check_baseline(
+            report,
+            base_report,
+            gate.DEFAULT_TOLERANCE_PP if tol is None else tol,
+            gate.DEFAULT_STEP_TOLERANCE_PCT if step_tol is None else step_tol,
+        )
+
+    if save_report is not None:
+        write_output(render(report, format_for_path(str(save_report)) or "json"), save_report)
+    if junit is not None:
+        write_output(checks_junit(results, subject=", ".join(str(p) for p in paths)), junit)
+    _append_step_summary(checks_markdown(results) + "\n" + render(report, "markdown"))
+    sys.stdout.write(checks_text(results, terminal_width()))
+    sys.stdout.flush()
+    if gate.failed(results):
+        # SystemExit, not typer.Exit: in non-standalone mode click returns Exit's code
+        # instead of exiting, and the gate must fail the CI step.
+        raise SystemExit(1)
+
+
+@app.command()
+def diff(
+    base: Path = typer.Argument(..., help="The earlier run: a saved JSON report, a trace, a folder or a session folder.", show_default=False),
+    current: Path = typer.Argument(..., help="The run to compare with it (same kinds of input).", show_default=False),
+    fmt: str = typer.Option("text", "--format", "-f", help="text, json or markdown."),
+    output: Optional[Path] = typer.Option(None, "--output", "-o", help="Write to FILE instead of stdout."),
+    steps: Optional[str] = typer.Option(None, "--steps", help="Steps to analyze in traces: N, N:M, N: or :M."),
+) -> None:
+    """What got better or worse between two runs: step time, compute and each cause's share,
+    job-wide and per rank (changes in percentage points of the window)."""
+    from gpuprof.diff import diff_reports
+    from gpuprof.render.diffs import diff_json, diff_markdown, diff_text
+
+    if fmt not in ("text", "json", "markdown"):
+        raise GpuprofError(f"unknown format {fmt!r}; choose one of: text, json, markdown")
+    b = load_or_analyze([base], steps)
+    c = load_or_analyze([current], steps)
+    d = diff_reports(b, c)
+    if fmt == "json":
+        text = diff_json(d, b.inputs, c.inputs)
+    elif fmt == "markdown":
+        text = diff_markdown(d)
+    else:
+        text = diff_text(d, terminal_width() if output is None else 100)
+    if output is None:
+        sys.stdout.write(text)
+        sys.stdout.flush()
+    else:
+        write_output(text, output)
+        print(f"gpuprof: diff written to {output}", file=sys.stderr)

@@ -1,0 +1,97 @@
+"""``gpuprof check`` results as terminal text, Markdown (job summaries) and JUnit XML.
+
+JUnit is built with :mod:`xml.etree.ElementTree`, which escapes text and attributes; the
+characters XML 1.0 cannot carry at all (most control characters) are removed first, since a
+trace-derived path could contain them and a CI server would reject the whole file.
+"""
+
+from __future__ import annotations
+
+import io
+import re
+import xml.etree.ElementTree as ET
+from collections.abc import Sequence
+
+from rich import box
+from rich.console import Console
+from rich.table import Table
+from rich.text import Text
+
+from gpuprof.gate import CheckResult
+from gpuprof.render import figures as fg
+from gpuprof.render.markdown import md_escape
+
+_XML_BAD = re.compile("[\x00-\x08\x0b\x0c\x0e-\x1f\ufffe\uffff]")
+
+
+def _val(value: float | None, unit: str) -> str:
+    if value is None:
+        return fg.NA
+    return f"{value:.1f}%" if unit == "%" else f"{value:.1f} ms"
+
+
+def summary_line(results: Sequence[CheckResult]) -> str:
+    bad = [r for r in results if not r.passed]
+    if not bad:
+        return f"gpuprof check: all {len(results)} checks passed"
+    return f"gpuprof check: {len(bad)} of {len(results)} checks failed\n" + "\n".join(f"  FAIL {r.name}: {r.message}" for r in bad)
+
+
+def checks_text(results: Sequence[CheckResult], width: int = 100) -> str:
+    """A table of every check, then one line that says what failed."""
+    table = Table(box=box.SIMPLE_HEAD, show_edge=False, pad_edge=False)
+    table.add_column("check")
+    table.add_column("measured", justify="right", no_wrap=True)
+    table.add_column("allowed", justify="right", no_wrap=True)
+    table.add_column("result", no_wrap=True)
+    for r in results:
+        bound = ">= " if r.name.endswith("compute_pct") else "<= "
+        table.add_row(Text(r.name), _val(r.measured, r.unit), bound + _val(r.allowed, r.unit), "ok" if r.passed else "FAIL")
+    buf = io.StringIO()
+    console = Console(file=buf, width=max(40, width), force_terminal=False, no_color=True, markup=False, highlight=False)
+    console.print(table)
+    console.print(Text(summary_line(results)))
+    return "\n".join(line.rstrip() for line in buf.getvalue().splitlines()) + "\n"
+
+
+def checks_markdown(results: Sequence[CheckResult], title: str = "gpuprof check") -> str:
+    """A Markdown table for ``$GITHUB_STEP_SUMMARY``."""
+    bad = sum(1 for r in results if not r.passed)
+    head = f"### {md_escape(title)}: " + (f"{bad} of {len(results)} checks failed" if bad else f"all {len(results)} checks passed")
+    lines = [head, "", "| check | measured | allowed | result |", "|---|---:|---:|---|"]
+    for r in results:
+        lines.append(
+            f"| {md_escape(r.name)} | {_val(r.measured, r.unit)} | {_val(r.allowed, r.unit)} | "
+            + ("ok" if r.passed else f"**FAIL**: {md_escape(r.message)}")
+            + " |"
+        )
+    return "\n".join(lines) + "\n"
+
+
+def _clean(text: str) -> str:
+    return _XML_BAD.sub("\ufffd", text)
+
+
+def checks_junit(results: Sequence[CheckResult], suite: str = "gpuprof check", subject: str = "") -> str:
+    """JUnit XML: one ``testcase`` per check, a ``failure`` element for each failed one."""
+    failures = sum(1 for r in results if not r.passed)
+    root = ET.Element("testsuites", {"name": "gpuprof", "tests": str(len(results)), "failures": str(failures)})
+    ts = ET.SubElement(
+        root,
+        "testsuite",
+        {"name": _clean(suite), "tests": str(len(results)), "failures": str(failures), "errors": "0", "skipped": "0"},
+    )
+    if subject:
+        props = ET.SubElement(ts, "properties")
+        ET.SubElement(props, "property", {"name": "inputs", "value": _clean(subject)})
+    for r in results:
+        case = ET.SubElement(ts, "testcase", {"classname": "gpuprof.check", "name": _clean(r.name), "time": "0"})
+        out = ET.SubElement(case, "system-out")
+        out.text = _clean(r.message)
+        if not r.passed:
+            fail = ET.SubElement(case, "failure", {"message": _clean(r.message), "type": "threshold"})
+            fail.text = _clean(
+                f"{r.message}\nmeasured: {_val(r.measured, r.unit)}\nallowed: {_val(r.allowed, r.unit)}"
+            )
+    ET.indent(root)
+    return '<?xml version="1.0" encoding="utf-8"?>\n' + ET.tostring(root, encoding="unicode") + "\n"

@@ -1,0 +1,256 @@
+"""Figures every human-facing renderer shows, computed once so text, Markdown and HTML agree.
+
+All inputs are :class:`~gpuprof.model.report.Report` objects; nothing here formats for one
+medium. Shares are percentages of the analysis window (0-100); times are microseconds unless
+the name says ``_ms``. Unknown values are ``None`` and render as "N/A", never as 0.
+"""
+
+from __future__ import annotations
+
+import math
+import statistics
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from gpuprof.model.report import CAUSES, Cause, RankReport, Report
+
+NA = "N/A"
+
+# Short labels for narrow tables; the full cause names appear in the totals.
+CAUSE_SHORT: Mapping[Cause, str] = {
+    Cause.PIPELINE_BUBBLE: "bubble",
+    Cause.COMMUNICATION: "comm",
+    Cause.STRAGGLER: "straggler",
+    Cause.MEMORY: "memory",
+    Cause.DATALOADER: "data",
+    Cause.SYNC: "sync",
+    Cause.HOST: "host",
+    Cause.OTHER: "other",
+}
+
+# One colour per cause for charts (compute first); chosen to stay distinguishable in print.
+CAUSE_COLORS: Mapping[str, str] = {
+    "compute": "#2e7d32",
+    Cause.PIPELINE_BUBBLE.value: "#6a1b9a",
+    Cause.COMMUNICATION.value: "#1565c0",
+    Cause.STRAGGLER.value: "#c62828",
+    Cause.MEMORY.value: "#ef6c00",
+    Cause.DATALOADER.value: "#f9a825",
+    Cause.SYNC.value: "#00838f",
+    Cause.HOST.value: "#8d6e63",
+    Cause.OTHER.value: "#9e9e9e",
+}
+
+# Above this many ranks, tables summarize (lowest and highest compute share) instead of
+# printing one row per rank.
+MANY_RANKS = 16
+
+
+def pct(part: float | None, whole: float | None) -> float | None:
+    """``part`` as a percentage of ``whole``; ``None`` when either is unknown or whole is 0."""
+    if part is None or whole is None or whole <= 0 or not math.isfinite(whole):
+        return None
+    return 100.0 * part / whole
+
+
+def fmt_pct(value: float | None, digits: int = 1) -> str:
+    return NA if value is None else f"{value:.{digits}f}%"
+
+
+def fmt_ms(value_us: float | None, digits: int = 1) -> str:
+    """Microseconds shown as milliseconds."""
+    return NA if value_us is None else f"{value_us / 1000.0:,.{digits}f}"
+
+
+def has_data(rank: RankReport) -> bool:
+    """A rank with a window to analyze. A CPU-only trace has none: the analysis says so with
+    an empty window or a ``note`` (the summarizer's ``empty_reason``)."""
+    return rank.window_us > 0 and not rank.extra.get("note")
+
+
+def step_time_us(rank: RankReport) -> float | None:
+    """Median step duration in microseconds (robust to a slow first step); ``None`` without steps."""
+    if rank.step_times_us:
+        return float(statistics.median(rank.step_times_us))
+    if rank.steps > 0 and rank.window_us > 0:
+        return rank.window_us / rank.steps
+    return None
+
+
+def job_step_time_us(report: Report) -> float | None:
+    """The job's step time: the slowest rank's median step (synchronous ranks wait for it)."""
+    times = [t for t in (step_time_us(r) for r in report.ranks if has_data(r)) if t is not None]
+    return max(times) if times else None
+
+
+def compute_pct(rank: RankReport) -> float | None:
+    return pct(rank.compute_us, rank.window_us)
+
+
+def lost_pct(rank: RankReport, cause: Cause) -> float | None:
+    return pct(float(rank.lost_us.get(cause, 0.0)), rank.window_us)
+
+
+@dataclass(frozen=True)
+class JobShares:
+    """Job totals: compute and each cause as a share of all ranks' windows summed."""
+
+    window_us: float
+    compute_us: float
+    lost_us: Mapping[Cause, float]
+    compute_pct: float | None
+    lost_pct: Mapping[Cause, float | None]
+
+
+def job_shares(report: Report) -> JobShares:
+    """Totals over the ranks that have data, so a CPU-only rank does not dilute the shares."""
+    ranks = [r for r in report.ranks if has_data(r)]
+    window = float(sum(r.window_us for r in ranks))
+    compute = float(sum(r.compute_us for r in ranks))
+    lost = {c: float(sum(float(r.lost_us.get(c, 0.0)) for r in ranks)) for c in CAUSES}
+    return JobShares(
+        window_us=window,
+        compute_us=compute,
+        lost_us=lost,
+        compute_pct=pct(compute, window),
+        lost_pct={c: pct(lost[c], window) for c in CAUSES},
+    )
+
+
+def nothing_to_analyze(report: Report) -> str | None:
+    """Why the report has nothing to show (no ranks, or only CPU-only ranks), else ``None``."""
+    if not report.ranks:
+        return "no rank with device activity was found in the input"
+    if any(has_data(r) for r in report.ranks):
+        return None
+    notes = sorted({str(r.extra.get("note")) for r in report.ranks if r.extra.get("note")})
+    why = "; ".join(notes) if notes else "the trace has no GPU activity (a CPU-only trace?)"
+    return f"nothing to analyze: {why}"
+
+
+def ranks_to_show(report: Report, limit: int = MANY_RANKS) -> tuple[list[RankReport], str | None]:
+    """All ranks when there are few; otherwise the lowest and highest compute shares and a note."""
+    ranks = list(report.ranks)
+    if len(ranks) <= limit:
+        return ranks, None
+    keyed = sorted(ranks, key=lambda r: (compute_pct(r) if compute_pct(r) is not None else -1.0, r.rank))
+    half = max(1, limit // 4)
+    chosen = {r.rank: r for r in keyed[:half] + keyed[-half:]}
+    shares = [c for c in (compute_pct(r) for r in ranks) if c is not None]
+    spread = ""
+    if shares:
+        spread = (
+            f"; compute share min {min(shares):.1f}%, median {statistics.median(shares):.1f}%, "
+            f"max {max(shares):.1f}%"
+        )
+    note = (
+        f"showing the {half} ranks with the lowest and the {half} with the highest compute share "
+        f"of {len(ranks)} ranks{spread}; every rank is in --format json or html"
+    )
+    return sorted(chosen.values(), key=lambda r: r.rank), note
+
+
+def top_causes(rank: RankReport, n: int = 2) -> list[tuple[Cause, float]]:
+    """The ``n`` causes with the most lost time on this rank, as (cause, % of window), non-zero only."""
+    out = [(c, lost_pct(rank, c) or 0.0) for c in CAUSES]
+    out = [x for x in out if x[1] > 0.05]
+    return sorted(out, key=lambda x: -x[1])[:n]
+
+
+@dataclass(frozen=True)
+class UtilPoint:
+    """One NVML sample: time in seconds since the session start, GPU index, utilization %."""
+
+    t_s: float
+    gpu: str
+    util_pct: float | None
+
+
+def _num(value: Any) -> float | None:
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        return None
+    v = float(value)
+    return v if math.isfinite(v) else None
+
+
+def utilization_points(report: Report) -> list[UtilPoint]:
+    """Per-time GPU utilization points from ``extra["samples"]``, read defensively.
+
+    The sample findings' layout is owned elsewhere and may grow; any list of mappings with a
+    time (``t_s``) and a GPU utilization (``gpu_util_pct`` or ``util_pct``) is used. Rows
+    without a time are skipped; a missing utilization stays ``None`` (shown as N/A).
+    """
+    samples = report.extra.get("samples")
+    if not isinstance(samples, Mapping):
+        return []
+    rows: Sequence[Any] = ()
+    for key in ("timeline", "utilization", "points"):
+        cand = samples.get(key)
+        if isinstance(cand, list):
+            rows = cand
+            break
+    out: list[UtilPoint] = []
+    for row in rows:
+        if not isinstance(row, Mapping):
+            continue
+        t = _num(row.get("t_s"))
+        if t is None:
+            continue
+        util = _num(row.get("gpu_util_pct", row.get("util_pct")))
+        gpu = row.get("gpu", row.get("index", 0))
+        out.append(UtilPoint(t_s=t, gpu=str(gpu), util_pct=util))
+    return out
+
+
+@dataclass(frozen=True)
+class UtilSummary:
+    gpu: str
+    samples: int
+    mean_pct: float | None
+    min_pct: float | None
+    max_pct: float | None
+
+
+def utilization_summary(points: Sequence[UtilPoint]) -> list[UtilSummary]:
+    """Mean/min/max utilization per GPU; ``None`` where no sample had a value."""
+    by_gpu: dict[str, list[UtilPoint]] = {}
+    for p in points:
+        by_gpu.setdefault(p.gpu, []).append(p)
+    out = []
+    for gpu in sorted(by_gpu, key=lambda g: (len(g), g)):
+        vals = [p.util_pct for p in by_gpu[gpu] if p.util_pct is not None]
+        out.append(
+            UtilSummary(
+                gpu=gpu,
+                samples=len(by_gpu[gpu]),
+                mean_pct=statistics.fmean(vals) if vals else None,
+                min_pct=min(vals) if vals else None,
+                max_pct=max(vals) if vals else None,
+            )
+        )
+    return out
+
+
+def scalar_findings(report: Report, limit: int = 12) -> list[tuple[str, str]]:
+    """Job-level findings (``extra["job"]``) that are plain values, as (key, text) pairs.
+
+    Nested findings are left to the JSON and HTML reports; this keeps terminals readable.
+    """
+    job = report.extra.get("job")
+    if not isinstance(job, Mapping):
+        return []
+    out: list[tuple[str, str]] = []
+    for key, value in job.items():
+        if isinstance(value, bool) or value is None:
+            text = NA if value is None else str(value).lower()
+        elif isinstance(value, float):
+            text = f"{value:.4g}"
+        elif isinstance(value, (int, str)):
+            text = str(value)
+        else:
+            continue
+        out.append((str(key), text))
+        if len(out) >= limit:
+            break
+    return out

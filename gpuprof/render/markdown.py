@@ -1,0 +1,126 @@
+"""The Markdown report: sized for a pull-request comment or a CI job summary.
+
+Compact tables, the top recommendations with their evidence folded into ``<details>``.
+Every string from a trace is escaped for both HTML (GitHub renders inline HTML) and
+Markdown table syntax, so a kernel name can neither inject markup nor break a table.
+"""
+
+from __future__ import annotations
+
+import html
+
+from gpuprof.model.report import CAUSES, Report
+from gpuprof.render import figures as fg
+from gpuprof.render import register
+
+TOP_RECOMMENDATIONS = 3  # with evidence; the rest as one line each
+MAX_WARNINGS = 10
+
+
+def md_escape(text: object) -> str:
+    """Plain text safe inside Markdown paragraphs, lists and table cells."""
+    s = html.escape(str(text), quote=True)
+    for ch in ("\\", "`", "*", "_", "[", "]", "|"):
+        s = s.replace(ch, "\\" + ch)
+    # A newline would end a table row or a list item.
+    return " ".join(s.splitlines())
+
+
+def _recommendations(report: Report) -> list[str]:
+    out = ["#### What to change", ""]
+    if not report.recommendations:
+        return out + ["No recommendation: no cause of lost time stands out.", ""]
+    for i, rec in enumerate(report.recommendations, 1):
+        ranks = ", ".join(str(r) for r in rec.ranks) if rec.ranks else "all"
+        out.append(
+            f"{i}. **{md_escape(rec.title)}** — saves ~{rec.estimated_savings_pct:.1f}% of step time "
+            f"(`{rec.category.value}`, ranks {md_escape(ranks)})"
+        )
+        if i <= TOP_RECOMMENDATIONS and (rec.evidence or rec.actions):
+            out.append("   <details><summary>Evidence and what to try</summary>")
+            out.append("")
+            out.extend(f"   - {md_escape(e)}" for e in rec.evidence)
+            if rec.actions:
+                out.append("")
+                out.append("   **Try:**")
+                out.append("")
+                out.extend(f"   - {md_escape(a)}" for a in rec.actions)
+            out.append("")
+            out.append("   </details>")
+    out.append("")
+    return out
+
+
+def _totals(report: Report) -> list[str]:
+    s = fg.job_shares(report)
+    head = "| | " + " | ".join(["compute"] + [c.value for c in CAUSES]) + " |"
+    sep = "|---|" + "---:|" * (1 + len(CAUSES))
+    ms = "| ms | " + " | ".join([fg.fmt_ms(s.compute_us)] + [fg.fmt_ms(s.lost_us[c]) for c in CAUSES]) + " |"
+    pct = "| % | " + " | ".join([fg.fmt_pct(s.compute_pct)] + [fg.fmt_pct(s.lost_pct[c]) for c in CAUSES]) + " |"
+    return ["#### Where the time went (all ranks)", "", head, sep, ms, pct, ""]
+
+
+def _ranks(report: Report) -> list[str]:
+    ranks, note = fg.ranks_to_show(report)
+    out = ["<details><summary>Per rank</summary>", ""]
+    out.append("| rank | steps | step ms | compute | " + " | ".join(fg.CAUSE_SHORT[c] for c in CAUSES) + " |")
+    out.append("|---:|---:|---:|---:|" + "---:|" * len(CAUSES))
+    for r in ranks:
+        if not fg.has_data(r):
+            cells = [fg.NA] * (2 + len(CAUSES))
+        else:
+            cells = [fg.fmt_ms(fg.step_time_us(r)), fg.fmt_pct(fg.compute_pct(r))]
+            cells += [fg.fmt_pct(fg.lost_pct(r, c)) for c in CAUSES]
+        out.append(f"| {r.rank} | {r.steps} | " + " | ".join(cells) + " |")
+    if note:
+        out += ["", md_escape(note)]
+    out += ["", "</details>", ""]
+    return out
+
+
+def _samples(report: Report) -> list[str]:
+    summary = fg.utilization_summary(fg.utilization_points(report))
+    if not summary:
+        return []
+    out = ["#### GPU utilization (NVML samples)", "", "| GPU | samples | mean | min | max |", "|---|---:|---:|---:|---:|"]
+    for s in summary:
+        out.append(
+            f"| {md_escape(s.gpu)} | {s.samples} | {fg.fmt_pct(s.mean_pct, 0)} | "
+            f"{fg.fmt_pct(s.min_pct, 0)} | {fg.fmt_pct(s.max_pct, 0)} |"
+        )
+    return out + [""]
+
+
+def render_markdown(report: Report, width: int = 100) -> str:
+    """The report as GitHub-flavoured Markdown (``width`` is unused: Markdown reflows)."""
+    lines: list[str] = []
+    empty = fg.nothing_to_analyze(report)
+    if empty is not None:
+        lines += [f"### gpuprof: {md_escape(empty)}", ""]
+    else:
+        s = fg.job_shares(report)
+        n = len(report.ranks)
+        steps = max((r.steps for r in report.ranks), default=0)
+        step = fg.job_step_time_us(report)
+        step_txt = f", step {fg.fmt_ms(step)} ms" if step is not None else ""
+        lines += [
+            (f"### gpuprof: {fg.fmt_pct(s.compute_pct)} of GPU time is compute "
+            f"({n} rank{'s' if n != 1 else ''}, {steps} step{'s' if steps != 1 else ''}{step_txt})"),
+            "",
+        ]
+        lines += _recommendations(report)
+        lines += _totals(report)
+        lines += _ranks(report)
+        lines += _samples(report)
+    if report.warnings:
+        lines += ["<details><summary>Warnings</summary>", ""]
+        lines += [f"- {md_escape(w)}" for w in report.warnings[:MAX_WARNINGS]]
+        if len(report.warnings) > MAX_WARNINGS:
+            lines.append(f"- ... and {len(report.warnings) - MAX_WARNINGS} more (see the JSON report)")
+        lines += ["", "</details>", ""]
+    return "\n".join(lines).rstrip() + "\n"
+
+
+@register("markdown", (".md", ".markdown"))
+def _render(report: Report, width: int = 100) -> str:
+    return render_markdown(report, width)

@@ -1,0 +1,180 @@
+"""The terminal report: what to change first, then where each rank's time went.
+
+Rendered with rich onto a string console, so the same code lays out at any width; colour is
+only used when the caller says the output is a terminal (:func:`render_text` ``color=``).
+Every string taken from a trace is passed to rich as plain :class:`~rich.text.Text`, never
+as markup, so a kernel named ``[bold]`` prints as written.
+"""
+
+from __future__ import annotations
+
+import io
+
+from rich import box
+from rich.console import Console, Group, RenderableType
+from rich.padding import Padding
+from rich.table import Table
+from rich.text import Text
+
+from gpuprof.model.report import CAUSES, Report
+from gpuprof.render import figures as fg
+from gpuprof.render import register
+
+TOP_RECOMMENDATIONS = 5  # shown with evidence and actions; the rest as one line each
+MAX_WARNINGS = 10
+WIDE_COLUMNS = 110  # from this width on, the per-rank table has a column per cause
+
+
+def _recommendations(report: Report) -> list[RenderableType]:
+    out: list[RenderableType] = [Text("What to change", style="bold underline")]
+    if not report.recommendations:
+        out.append(Text("No recommendation: no cause of lost time stands out.", style="dim"))
+        return out
+    for i, rec in enumerate(report.recommendations, 1):
+        ranks = ", ".join(str(r) for r in rec.ranks) if rec.ranks else "all"
+        head = Text(f"{i}. ", style="bold")
+        head.append(rec.title, style="bold")
+        head.append(f"  [{rec.category.value}] saves ~{rec.estimated_savings_pct:.1f}% of step time; ranks {ranks}")
+        out.append(head)
+        if i > TOP_RECOMMENDATIONS:
+            continue
+        for ev in rec.evidence:
+            out.append(Padding(Text("- ", style="dim").append(ev), (0, 0, 0, 3)))
+        for act in rec.actions:
+            out.append(Padding(Text("> ", style="green").append(act), (0, 0, 0, 3)))
+    return out
+
+
+def _table(title: str) -> Table:
+    return Table(title=title, box=box.SIMPLE_HEAD, title_justify="left", pad_edge=False, show_edge=False)
+
+
+def _rank_table(report: Report, width: int) -> tuple[Table, str | None]:
+    """One row per rank; every cause gets a column when the width allows (else the largest)."""
+    ranks, note = fg.ranks_to_show(report)
+    wide = width >= WIDE_COLUMNS
+    table = _table("Per rank (lost time as % of window)")
+    for name in ("rank", "steps", "step ms", "window ms", "compute"):
+        table.add_column(name, justify="right", no_wrap=True)
+    if wide:
+        for c in CAUSES:
+            table.add_column(fg.CAUSE_SHORT[c], justify="right", no_wrap=True)
+    else:
+        table.add_column("largest lost causes", justify="left")
+    for r in ranks:
+        head = [str(r.rank), str(r.steps)]
+        if not fg.has_data(r):
+            table.add_row(*head, fg.NA, fg.NA, fg.NA, *([fg.NA] * (len(CAUSES) if wide else 1)))
+            continue
+        head += [fg.fmt_ms(fg.step_time_us(r)), fg.fmt_ms(r.window_us), fg.fmt_pct(fg.compute_pct(r))]
+        if wide:
+            table.add_row(*head, *[fg.fmt_pct(fg.lost_pct(r, c)) for c in CAUSES])
+        else:
+            largest = ", ".join(f"{c.value} {v:.1f}%" for c, v in fg.top_causes(r, 3)) or "none"
+            table.add_row(*head, largest)
+    return table, note
+
+
+def _totals_table(report: Report) -> Table:
+    shares = fg.job_shares(report)
+    n = len(report.ranks)
+    title = "Totals" + (f" over {n} ranks" if n > 1 else "")
+    table = _table(title)
+    table.add_column("")
+    table.add_column("ms", justify="right")
+    table.add_column("% of window", justify="right")
+    table.add_row("window", fg.fmt_ms(shares.window_us), fg.fmt_pct(100.0 if shares.window_us > 0 else None))
+    table.add_row("compute", fg.fmt_ms(shares.compute_us), fg.fmt_pct(shares.compute_pct))
+    for c in CAUSES:
+        table.add_row(f"lost: {c.value}", fg.fmt_ms(shares.lost_us[c]), fg.fmt_pct(shares.lost_pct[c]))
+    return table
+
+
+def _samples(report: Report) -> list[RenderableType]:
+    summary = fg.utilization_summary(fg.utilization_points(report))
+    if not summary:
+        return []
+    out: list[RenderableType] = [Text("GPU utilization (NVML samples)", style="bold underline")]
+    for s in summary:
+        out.append(
+            Text(
+                f"GPU {s.gpu}: mean {fg.fmt_pct(s.mean_pct, 0)}, min {fg.fmt_pct(s.min_pct, 0)}, "
+                f"max {fg.fmt_pct(s.max_pct, 0)} over {s.samples} samples"
+            )
+        )
+    return out
+
+
+def _header(report: Report) -> Text:
+    shares = fg.job_shares(report)
+    n = len(report.ranks)
+    steps = max((r.steps for r in report.ranks), default=0)
+    head = Text("gpuprof: ", style="bold")
+    head.append(f"{fg.fmt_pct(shares.compute_pct)} of GPU time is compute", style="bold")
+    head.append(f"  ({n} rank{'s' if n != 1 else ''}, {steps} step{'s' if steps != 1 else ''}")
+    step = fg.job_step_time_us(report)
+    if step is not None:
+        head.append(f", step {fg.fmt_ms(step)} ms")
+    head.append(")")
+    return head
+
+
+def _renderables(report: Report, width: int) -> list[RenderableType]:
+    parts: list[RenderableType] = []
+    empty = fg.nothing_to_analyze(report)
+    if empty is not None:
+        parts.append(Text("gpuprof: " + empty, style="bold yellow"))
+        if report.inputs:
+            parts.append(Text("inputs: " + ", ".join(report.inputs), style="dim"))
+    else:
+        parts.append(_header(report))
+        parts.append(Text(""))
+        parts.extend(_recommendations(report))
+        parts.append(Text(""))
+        table, note = _rank_table(report, width)
+        parts.append(table)
+        if note:
+            parts.append(Text(note, style="dim"))
+        parts.append(Text(""))
+        parts.append(_totals_table(report))
+        findings = fg.scalar_findings(report)
+        if findings:
+            parts.append(Text("Job findings", style="bold underline"))
+            parts.extend(Text(f"{k}: ").append(v) for k, v in findings)
+        samples = _samples(report)
+        if samples:
+            parts.append(Text(""))
+            parts.extend(samples)
+    if report.warnings:
+        parts.append(Text(""))
+        parts.append(Text("Warnings", style="bold yellow"))
+        for w in report.warnings[:MAX_WARNINGS]:
+            parts.append(Text("  ! ", style="yellow").append(w))
+        if len(report.warnings) > MAX_WARNINGS:
+            parts.append(Text(f"  ... and {len(report.warnings) - MAX_WARNINGS} more (see --format json)", style="dim"))
+    return parts
+
+
+def render_text(report: Report, width: int = 100, color: bool = False) -> str:
+    """The report as terminal text ``width`` columns wide; ANSI colour only if ``color``."""
+    buf = io.StringIO()
+    console = Console(
+        file=buf,
+        width=max(40, width),
+        force_terminal=color,
+        color_system="standard" if color else None,
+        no_color=not color,
+        highlight=False,
+        emoji=False,
+        markup=False,
+        soft_wrap=False,
+    )
+    console.print(Group(*_renderables(report, console.width)))
+    # Padding and tables pad lines to the full width; trailing blanks only get in the way
+    # of diffs and copy-paste.
+    return "\n".join(line.rstrip() for line in buf.getvalue().splitlines()) + "\n"
+
+
+@register("text", (".txt",))
+def render_text_plain(report: Report, width: int = 100) -> str:
+    return render_text(report, width, color=False)
