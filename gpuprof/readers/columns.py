@@ -7,6 +7,7 @@ from typing import Any
 
 import numpy as np
 import numpy.typing as npt
+import pandas as pd
 
 _INT64_MIN = -(2**63)
 _INT64_MAX = 2**63 - 1
@@ -14,20 +15,29 @@ _INT64_MAX = 2**63 - 1
 
 def int_column(values: Sequence[Any]) -> npt.NDArray[np.int64]:
     """int64 column; ``None``, strings, floats and integers beyond 64 bits become -1."""
-    n = len(values)
     try:
-        return np.fromiter((v if type(v) is int else -1 for v in values), np.int64, n)
+        return np.array([v if v.__class__ is int else -1 for v in values], np.int64)
     except OverflowError:
         # Some producers write ids beyond a C long (see edge-large-integer); they are not
         # usable as ids here, so they become "unknown" rather than failing the read.
-        return np.fromiter(
-            (v if type(v) is int and _INT64_MIN <= v <= _INT64_MAX else -1 for v in values), np.int64, n
+        return np.array(
+            [v if v.__class__ is int and _INT64_MIN <= v <= _INT64_MAX else -1 for v in values], np.int64
         )
 
 
 def str_column(values: Sequence[Any]) -> list[str]:
     """Strings for a categorical column; anything that is not a string becomes ``""``."""
-    return [v if type(v) is str else ("" if v is None else str(v)) for v in values]
+    if None in values and len(set(values)) == 1:
+        return [""] * len(values)  # the common case: no event carries the key
+    return [v if v.__class__ is str else ("" if v is None else str(v)) for v in values]
+
+
+def str_categorical(values: Sequence[Any]) -> pd.Categorical:
+    """A categorical column of strings, ``""`` for missing; fast when no value is present."""
+    n = len(values)
+    if n == 0 or (values[0] is None and len(set(values)) == 1):
+        return pd.Categorical.from_codes(np.zeros(n, np.int8), [""])
+    return pd.Categorical(str_column(values))
 
 
 def as_int(value: Any) -> int | None:

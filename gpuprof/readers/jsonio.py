@@ -28,7 +28,7 @@ _CHUNK_BYTES = 1 << 24
 _MAX_RECOVERY_TRIES = 32
 
 
-class Args(msgspec.Struct, frozen=True):
+class Args(msgspec.Struct, frozen=True, gc=False):
     """The ``args`` keys any reader uses; everything else in ``args`` is skipped."""
 
     correlation: Any = None
@@ -50,7 +50,7 @@ class Args(msgspec.Struct, frozen=True):
 NO_ARGS = Args()
 
 
-class Event(msgspec.Struct):
+class Event(msgspec.Struct, gc=False):
     """One trace event; times are microseconds as in the Chrome trace-event format."""
 
     ph: str = ""

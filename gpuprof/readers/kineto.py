@@ -17,6 +17,7 @@ where the kernel itself does not carry them, and decides whether an ambiguous
 from __future__ import annotations
 
 from collections import Counter
+from operator import attrgetter
 from collections.abc import Sequence
 from typing import Any
 
@@ -35,7 +36,7 @@ from gpuprof.model.timeline import (
     Step,
     make_table,
 )
-from gpuprof.readers.columns import as_int, int_column, str_column
+from gpuprof.readers.columns import as_int, int_column, str_categorical, str_column
 from gpuprof.readers.jsonio import Event, RawTrace
 from gpuprof.readers.launch import resolve_comm_kernels
 
@@ -184,7 +185,23 @@ def _tid_column(tids: list[Any]) -> np.ndarray:
         if v is None and isinstance(t, str):
             v = as_int(t.rsplit(" ", 1)[-1])
         mapping[t] = -1 if v is None or not -(2**63) <= v < 2**63 else v
-    return np.fromiter((mapping[t] for t in tids), np.int64, len(tids))
+    return np.array(list(map(mapping.__getitem__, tids)), np.int64)
+
+
+_CAT = attrgetter("cat")
+_NAME = attrgetter("name")
+_ARGS = attrgetter("args")
+_HOST_KIND_CODES = {k: int(v) for k, v in HOST_CATS.items()}
+_DEVICE_KIND_CODES = {k: int(v) for k, v in DEVICE_CATS.items()}
+
+
+def _values(items: Sequence[Any], field: str) -> list[Any]:
+    """One attribute of every item (``map`` + ``attrgetter`` runs at C speed)."""
+    return list(map(attrgetter(field), items))
+
+
+def _floats(items: Sequence[Any], field: str) -> np.ndarray:
+    return np.fromiter(map(attrgetter(field), items), np.float64, len(items))
 
 
 def _codes_by_name(names: Sequence[str]) -> tuple[pd.Categorical, np.ndarray, list[str]]:
@@ -194,24 +211,26 @@ def _codes_by_name(names: Sequence[str]) -> tuple[pd.Categorical, np.ndarray, li
 
 def _host_table(host: list[Event]) -> pd.DataFrame:
     n = len(host)
-    start = np.fromiter((e.ts for e in host), np.float64, n)
-    end = start + np.fromiter((e.dur for e in host), np.float64, n)
-    kind = np.fromiter((HOST_CATS[e.cat] for e in host), np.int8, n)
-    names = [e.name for e in host]
-    args = [e.args for e in host]
+    start = _floats(host, "ts")
+    end = start + _floats(host, "dur")
+    kind = np.array(list(map(_HOST_KIND_CODES.__getitem__, map(_CAT, host))), np.int8)
+    names = list(map(_NAME, host))
+    args = list(map(_ARGS, host))
     name_cat, codes, uniq = _codes_by_name(names)
     # Classify each unique (kind, name) pair once.
     category = np.full(n, int(Category.OTHER), np.int8)
     if n:
         pair = codes.astype(np.int64) * 32 + kind
-        upairs, inverse = np.unique(pair, return_inverse=True)
+        inverse, upairs = pd.factorize(pair)
         cats = np.array([int(cl.classify(Kind(int(p % 32)), uniq[int(p // 32)])) for p in upairs], np.int8)
         category = cats[inverse]
-    coll = str_column([a.coll_name for a in args])
-    pg = str_column([a.pg_name for a in args])
+    coll = str_categorical(_values(args, "coll_name"))
+    pg = str_categorical(_values(args, "pg_name"))
     # record_param_comms wraps both collectives and send/recv: its args decide.
+    coll_codes = np.asarray(coll.codes)
+    coll_names = list(coll.categories)
     for i in np.flatnonzero(category == int(Category.COLLECTIVE)):
-        told = cl.collective_category(coll[i])
+        told = cl.collective_category(coll_names[coll_codes[i]])
         if told is not None:
             category[i] = int(told)
     return make_table(
@@ -220,8 +239,8 @@ def _host_table(host: list[Event]) -> pd.DataFrame:
             "end_us": end,
             "kind": kind,
             "category": category,
-            "tid": _tid_column([e.tid for e in host]),
-            "correlation": int_column([a.correlation for a in args]),
+            "tid": _tid_column(_values(host, "tid")),
+            "correlation": int_column(_values(args, "correlation")),
             "name": name_cat,
             "pg": pg,
             "coll_name": coll,
@@ -232,11 +251,11 @@ def _host_table(host: list[Event]) -> pd.DataFrame:
 
 def _device_table(dev: list[Event], host_table: pd.DataFrame) -> pd.DataFrame:
     n = len(dev)
-    start = np.fromiter((e.ts for e in dev), np.float64, n)
-    end = start + np.fromiter((e.dur for e in dev), np.float64, n)
-    kind = np.fromiter((DEVICE_CATS[e.cat] for e in dev), np.int8, n)
-    names = [e.name for e in dev]
-    args = [e.args for e in dev]
+    start = _floats(dev, "ts")
+    end = start + _floats(dev, "dur")
+    kind = np.array(list(map(_DEVICE_KIND_CODES.__getitem__, map(_CAT, dev))), np.int8)
+    names = list(map(_NAME, dev))
+    args = list(map(_ARGS, dev))
     name_cat, codes, uniq = _codes_by_name(names)
     kernel_cat = np.array([int(cl.classify_kernel(s)) for s in uniq] or [0], np.int8)
     copy_parsed = [cl.parse_copy(s) for s in uniq]
@@ -253,14 +272,14 @@ def _device_table(dev: list[Event], host_table: pd.DataFrame) -> pd.DataFrame:
         is_copy, copy_kind_by_code[codes] if n else copy_kind_by_code[:0], int(CopyKind.NONE)
     ).astype(np.int8)
     pageable = is_copy & (pageable_by_code[codes] if n else pageable_by_code[:0])
-    stream = int_column([a.stream for a in args])
+    stream = int_column(_values(args, "stream"))
     if n and (stream < 0).any():
         # Old traces and some ROCm events carry the stream only as the row (tid).
-        tids = _tid_column([e.tid for e in dev])
+        tids = _tid_column(_values(dev, "tid"))
         stream = np.where(stream < 0, tids, stream)
-    correlation = int_column([a.correlation for a in args])
-    coll = str_column([a.coll_name for a in args])
-    pg = str_column([a.pg_name for a in args])
+    correlation = int_column(_values(args, "correlation"))
+    coll = str_column(_values(args, "coll_name"))
+    pg = str_column(_values(args, "pg_name"))
     comm = np.flatnonzero((category == int(Category.COLLECTIVE)) | (category == int(Category.P2P)))
     if comm.size:
         resolve_comm_kernels(comm, names, correlation, category, coll, pg, host_table)
@@ -275,9 +294,9 @@ def _device_table(dev: list[Event], host_table: pd.DataFrame) -> pd.DataFrame:
             "name": name_cat,
             "copy_kind": copy_kind,
             "pageable": pageable,
-            "bytes": int_column([a.nbytes for a in args]),
-            "coll_name": coll,
-            "pg": pg,
+            "bytes": int_column(_values(args, "nbytes")),
+            "coll_name": pd.Categorical(coll),
+            "pg": pd.Categorical(pg),
         },
         DEVICE_COLUMNS,
     )

@@ -123,6 +123,7 @@ def read_timeline(raw: RawTrace, path: Path) -> list[RankTrace]:
         tp_size if structured else 1,
         dp_size if structured else 1,
     )
+    no_host = empty_host_table()  # shared: tables are never mutated
     out: list[RankTrace] = []
     for wk, evs in groups.items():
         parallel: dict[str, int] = {}
@@ -145,7 +146,7 @@ def read_timeline(raw: RawTrace, path: Path) -> list[RankTrace]:
                 source=str(path),
                 fmt="timeline",
                 device=device,
-                host=empty_host_table(),
+                host=no_host,
                 steps=steps,
                 world_size=world if world else (len(groups) if structured else None),
                 parallel=parallel,
@@ -216,9 +217,13 @@ def _timer_steps(start: np.ndarray, end: np.ndarray, step: np.ndarray) -> tuple[
     if not known.any():
         return ()
     s, e, st = start[known], end[known], step[known]
-    numbers = np.unique(st)
-    firsts = np.array([s[st == k].min() for k in numbers])
-    lasts = np.array([e[st == k].max() for k in numbers])
+    # Per step: first op start and last op end, grouped by a sort (no per-step scans).
+    by_step = np.argsort(st, kind="stable")
+    s, e, st = s[by_step], e[by_step], st[by_step]
+    bounds = np.flatnonzero(np.r_[True, st[1:] != st[:-1]])
+    numbers = st[bounds]
+    firsts = np.minimum.reduceat(s, bounds)
+    lasts = np.maximum.reduceat(e, bounds)
     order = np.argsort(firsts, kind="stable")
     numbers, firsts, lasts = numbers[order], firsts[order], lasts[order]
     out: list[Step] = []
