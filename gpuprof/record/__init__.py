@@ -1,0 +1,1 @@
+"""Recording a run: NVML backend, sampler, runner and torch hooks (``gpuprof run``)."""

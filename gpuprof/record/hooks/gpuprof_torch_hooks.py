@@ -1,0 +1,269 @@
+"""Torch hooks injected by ``gpuprof run`` into Python children (no change to user code).
+
+:func:`arm` (called from gpuprof's ``sitecustomize``) watches for ``import torch``; once
+torch is loaded it registers one global optimizer-step post hook. That hook is the step
+clock: it counts steps of the first optimizer that steps (a second optimizer in the same
+job does not double-count), logs the step boundary, reads ``torch.cuda.memory_stats()``
+when CUDA is in use, and drives a ``torch.profiler`` schedule (wait, warm-up, active) whose
+trace is written to ``<session>/traces/rank<R>.pt.trace.json.gz``.
+
+Outside the profiler's active window a step costs a counter increment, one clock read
+and one buffered line. Any error in here is logged to the session's hook log and the
+failing part switches itself off; the user's job never sees an exception from gpuprof.
+
+Configuration (set by ``gpuprof run``): ``GPUPROF_SESSION_DIR``, ``GPUPROF_HOOKS``
+(``0`` = off), ``GPUPROF_PROFILE`` (``wait,warmup,active`` in steps; active ``0`` = no
+profiler). Standard library and a lazily imported torch only: this file must load in any
+interpreter the user runs.
+"""
+
+from __future__ import annotations
+
+import atexit
+import json
+import os
+import sys
+import time
+import traceback
+from typing import Any
+
+# torch.cuda.memory_stats() key -> session column (kept in sync with gpuprof.session.layout).
+_MEMORY_STAT_KEYS = {
+    "allocated_bytes.all.current": "allocated_bytes",
+    "allocated_bytes.all.peak": "allocated_peak_bytes",
+    "reserved_bytes.all.current": "reserved_bytes",
+    "reserved_bytes.all.peak": "reserved_peak_bytes",
+    "num_alloc_retries": "alloc_retries",
+    "num_ooms": "ooms",
+    "num_device_alloc": "device_allocs",
+    "num_device_free": "device_frees",
+}
+_FLUSH_INTERVAL_S = 1.0
+_DEFAULT_SCHEDULE = (5, 2, 3)
+
+
+def _parse_schedule(text: str | None) -> tuple[int, int, int]:
+    if not text:
+        return _DEFAULT_SCHEDULE
+    try:
+        wait, warmup, active = (max(0, int(x)) for x in text.split(","))
+    except ValueError:
+        return _DEFAULT_SCHEDULE
+    return wait, warmup, active
+
+
+class _Hooks:
+    """All hook state of one process."""
+
+    def __init__(self, session_dir: str, schedule: tuple[int, int, int]) -> None:
+        self.session_dir = session_dir
+        self.schedule = schedule
+        self.rank = int(os.environ.get("RANK", "0") or 0)
+        self.pid = os.getpid()
+        self.step = 0
+        self.clock_opt_id: int | None = None
+        self.torch: Any = None
+        self.prof: Any = None
+        self.profile_end_step = 0
+        self.profiler_done = schedule[2] == 0
+        self.cuda_checked = False
+        self.memory_on = False
+        self.log: Any = None
+        self.last_flush = time.monotonic()
+        self.disabled = False
+        # The hot path formats step lines by hand: json.dumps per step costs more than the step.
+        self._step_line = '{"time_unix_s":%.6f,"kind":"step","rank":' + str(self.rank) + ',"pid":' + str(
+            self.pid
+        ) + ',"step":%d}\n'
+
+    # -- the log ------------------------------------------------------------------------
+    def _open_log(self) -> None:
+        hooks_dir = os.path.join(self.session_dir, "hooks")
+        os.makedirs(hooks_dir, exist_ok=True)
+        self.log = open(os.path.join(hooks_dir, f"rank{self.rank}-{self.pid}.jsonl"), "a",
+                        encoding="utf-8", buffering=1 << 16)
+
+    def record(self, kind: str, **fields: Any) -> None:
+        if self.log is None:
+            return
+        rec = {"time_unix_s": time.time(), "kind": kind, "rank": self.rank, "pid": self.pid}
+        rec.update(fields)
+        self.log.write(json.dumps(rec, default=str) + "\n")
+
+    def error(self, where: str, exc: BaseException) -> None:
+        """Log a hook failure in the session; never re-raise into the user's code."""
+        try:
+            tb = "".join(traceback.format_exception(type(exc), exc, exc.__traceback__, limit=6))
+            self.record("error", where=where, message=f"{where}: {exc!r}", traceback=tb)
+            self.flush()
+        except Exception:
+            pass
+
+    def flush(self) -> None:
+        if self.log is not None:
+            self.log.flush()
+        self.last_flush = time.monotonic()
+
+    # -- installation -------------------------------------------------------------------
+    def on_torch_imported(self, torch: Any) -> None:
+        self.torch = torch
+        self._open_log()
+        self.record("start", argv=sys.argv, torch_version=getattr(torch, "__version__", None),
+                    schedule={"wait": self.schedule[0], "warmup": self.schedule[1], "active": self.schedule[2]})
+        self.flush()
+        from torch.optim.optimizer import register_optimizer_step_post_hook
+
+        register_optimizer_step_post_hook(self.post_step)
+        atexit.register(self.at_exit)
+
+    # -- the per-step hook --------------------------------------------------------------
+    def post_step(self, optimizer: Any, args: Any, kwargs: Any) -> None:
+        if self.disabled:
+            return
+        try:
+            if self.clock_opt_id is None:
+                self.clock_opt_id = id(optimizer)
+            elif id(optimizer) != self.clock_opt_id:
+                return
+            self.step += 1
+            now = time.time()
+            if self.memory_on or not self.cuda_checked:
+                self._memory_step(now)
+            else:
+                self.log.write(self._step_line % (now, self.step))
+            if not self.profiler_done:
+                self._profiler_step()
+            if time.monotonic() - self.last_flush >= _FLUSH_INTERVAL_S:
+                self.flush()
+        except Exception as exc:
+            self.disabled = True  # one failure: stop hooking steps, keep the job running
+            self.error("step hook", exc)
+
+    def _memory_step(self, now: float) -> None:
+        cuda = self.torch.cuda
+        stats: dict[str, Any] = {}
+        if not self.cuda_checked:
+            # Only once CUDA is initialized by the job: never initialize it ourselves.
+            self.memory_on = bool(cuda.is_available() and cuda.is_initialized())
+            self.cuda_checked = self.memory_on or self.step >= 3
+        if self.memory_on:
+            try:
+                raw = cuda.memory_stats()
+                stats = {ours: raw.get(key) for key, ours in _MEMORY_STAT_KEYS.items()}
+            except Exception as exc:
+                self.memory_on = False
+                self.error("memory_stats", exc)
+        self.record("step", step=self.step, **stats)
+
+    def _profiler_step(self) -> None:
+        try:
+            if self.prof is None:
+                self._start_profiler()
+                return
+            self.prof.step()
+            if self.step >= self.profile_end_step:
+                self._stop_profiler()
+        except Exception as exc:
+            self.profiler_done = True
+            self.prof = None
+            self.error("profiler", exc)
+
+    def _start_profiler(self) -> None:
+        profiler = self.torch.profiler
+        wait, warmup, active = self.schedule
+        activities = [profiler.ProfilerActivity.CPU]
+        if self.torch.cuda.is_available():
+            activities.append(profiler.ProfilerActivity.CUDA)
+        self.prof = profiler.profile(
+            activities=activities,
+            schedule=profiler.schedule(wait=wait, warmup=warmup, active=active, repeat=1),
+            on_trace_ready=self._trace_ready,
+        )
+        self.prof.start()
+        # prof.step() is called at the end of each later step: ProfilerStep#k spans one
+        # optimizer step to the next. One extra step lets the schedule hand the trace over.
+        self.profile_end_step = self.step + wait + warmup + active + 1
+        self.record("profiler_start", step=self.step)
+
+    def _stop_profiler(self) -> None:
+        prof, self.prof = self.prof, None
+        self.profiler_done = True
+        if prof is not None:
+            prof.stop()
+
+    def _trace_ready(self, prof: Any) -> None:
+        try:
+            rank = self.rank
+            dist = getattr(self.torch, "distributed", None)
+            if dist is not None and dist.is_available() and dist.is_initialized():
+                rank = int(dist.get_rank())
+            traces = os.path.join(self.session_dir, "traces")
+            os.makedirs(traces, exist_ok=True)
+            name = f"rank{rank}.pt.trace.json.gz"
+            if os.path.exists(os.path.join(traces, name)):
+                name = f"rank{rank}-{self.pid}.pt.trace.json.gz"
+            tmp = os.path.join(traces, f".{self.pid}.tmp.pt.trace.json.gz")
+            prof.export_chrome_trace(tmp)
+            os.replace(tmp, os.path.join(traces, name))  # readers never see half a trace
+            self.record("trace", path=os.path.join("traces", name), step=self.step)
+            self.flush()
+        except Exception as exc:
+            self.error("trace export", exc)
+
+    def at_exit(self) -> None:
+        try:
+            if self.prof is not None:
+                self._stop_profiler()
+            self.record("exit", steps=self.step)
+            self.flush()
+        except Exception as exc:
+            self.error("exit", exc)
+
+
+_HOOKS: _Hooks | None = None
+
+
+class _TorchWatcher:
+    """A one-shot meta-path finder: lets ``import torch`` proceed, then installs the hooks."""
+
+    def find_spec(self, fullname: str, path: Any, target: Any = None) -> Any:
+        if fullname != "torch":
+            return None
+        sys.meta_path.remove(self)
+        import importlib.util
+
+        spec = importlib.util.find_spec("torch")
+        if spec is None or spec.loader is None or not hasattr(spec.loader, "exec_module"):
+            return spec
+        loader = spec.loader
+        original = loader.exec_module
+
+        def exec_module(module: Any) -> None:
+            original(module)
+            _on_torch(module)
+
+        # Patch this loader instance only (one per module): torch keeps its real loader.
+        loader.exec_module = exec_module  # type: ignore[method-assign]
+        return spec
+
+
+def _on_torch(torch: Any) -> None:
+    if _HOOKS is None:
+        return
+    try:
+        _HOOKS.on_torch_imported(torch)
+    except Exception as exc:
+        _HOOKS.error("install", exc)
+
+
+def arm() -> None:
+    """Install the hooks now if torch is loaded, else when it gets imported."""
+    global _HOOKS
+    session = os.environ.get("GPUPROF_SESSION_DIR")
+    if not session or _HOOKS is not None:
+        return
+    _HOOKS = _Hooks(session, _parse_schedule(os.environ.get("GPUPROF_PROFILE")))
+    if "torch" in sys.modules:
+        _on_torch(sys.modules["torch"])
+    else:
+        sys.meta_path.insert(0, _TorchWatcher())  # type: ignore[arg-type]

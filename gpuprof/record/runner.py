@@ -1,0 +1,285 @@
+"""Running the user's command under gpuprof: child process, signals, sampler, metadata.
+
+The child gets the user's environment (plus gpuprof's hook variables), stdin, stdout and
+stderr untouched, and its own process group so that gpuprof can forward signals to the
+whole group (the job and the workers it starts).
+
+Terminal signals. When gpuprof runs in the foreground of a terminal, the child's process
+group is made the terminal's foreground group for the duration of the run, exactly as a
+shell does for a job: Ctrl-C, Ctrl-\\ and Ctrl-Z reach the job once (not gpuprof and the
+job twice), and the job can read the terminal (``breakpoint()`` works). gpuprof takes the
+terminal back when the job ends or stops. SIGINT, SIGTERM, SIGHUP and SIGQUIT sent to
+gpuprof itself (``kill``, a scheduler) are forwarded to the job's group; gpuprof keeps
+running to close the session and print the report.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import platform
+import signal
+import socket
+import sys
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Callable, Sequence
+
+from gpuprof.record.backend import BackendUnavailable, GpuBackend
+from gpuprof.record.sampler import DEFAULT_INTERVAL_MS, Sampler, process_tree_pids
+from gpuprof.session.layout import SESSION_SCHEMA
+from gpuprof.session.writer import SessionWriter
+
+HOOKS_DIR = Path(__file__).resolve().parent / "hooks"
+FORWARDED_SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP, signal.SIGQUIT)
+
+
+@dataclass(frozen=True)
+class RunOptions:
+    """What ``gpuprof run`` was asked to do. Profile schedule values are optimizer steps."""
+
+    interval_ms: int = DEFAULT_INTERVAL_MS
+    hooks: bool = True
+    profile_wait: int = 5
+    profile_warmup: int = 2
+    profile_active: int = 3
+
+
+@dataclass(frozen=True)
+class RunResult:
+    exit_code: int  # the child's code, or 128 + N when signal N ended it
+    signal: int | None
+    session_dir: Path
+    warnings: tuple[str, ...] = field(default=())
+
+
+def exit_code_of(returncode: int) -> tuple[int, int | None]:
+    """Shell convention: a child killed by signal N exits gpuprof with 128 + N."""
+    if returncode < 0:
+        return 128 - returncode, -returncode
+    return returncode, None
+
+
+def child_env(base: dict[str, str], session_dir: Path, opts: RunOptions) -> dict[str, str]:
+    """The user's environment plus gpuprof's hook variables (PYTHONPATH gets the hook dir first)."""
+    env = dict(base)
+    env["GPUPROF_SESSION_DIR"] = str(session_dir.resolve())
+    if opts.hooks:
+        env["GPUPROF_HOOKS"] = "1"
+        env["GPUPROF_PROFILE"] = f"{opts.profile_wait},{opts.profile_warmup},{opts.profile_active}"
+        old = env.get("PYTHONPATH")
+        env["PYTHONPATH"] = str(HOOKS_DIR) + (os.pathsep + old if old else "")
+    else:
+        env["GPUPROF_HOOKS"] = "0"
+    return env
+
+
+def _versions() -> dict[str, Any]:
+    from gpuprof import __version__
+
+    return {"gpuprof": __version__, "python": platform.python_version()}
+
+
+class _Forwarder:
+    """Forwards signals sent to gpuprof to the child's process group.
+
+    Installed before the child starts, so a signal in that window is not lost: it is
+    delivered as soon as the group exists.
+    """
+
+    def __init__(self) -> None:
+        self.pgid: int | None = None
+        self.seen: list[int] = []
+        self._old: dict[int, Any] = {}
+
+    def _handler(self, signum: int, frame: Any) -> None:
+        self.seen.append(signum)
+        if self.pgid is not None:
+            with contextlib.suppress(ProcessLookupError, PermissionError):
+                os.killpg(self.pgid, signum)
+
+    def attach(self, pgid: int) -> None:
+        self.pgid = pgid
+        for signum in self.seen:
+            with contextlib.suppress(ProcessLookupError, PermissionError):
+                os.killpg(pgid, signum)
+
+    def __enter__(self) -> "_Forwarder":
+        self._old = {s: signal.signal(s, self._handler) for s in FORWARDED_SIGNALS}
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        for s, h in self._old.items():
+            signal.signal(s, h)
+
+
+class _Terminal:
+    """Hands the controlling terminal to the child's group while it runs, if we own it."""
+
+    def __init__(self) -> None:
+        self.fd: int | None = None
+        try:
+            fd = sys.stdin.fileno()
+            if os.isatty(fd) and os.tcgetpgrp(fd) == os.getpgrp():
+                self.fd = fd
+        except (OSError, ValueError, AttributeError):
+            self.fd = None
+
+    def child_setup(self) -> None:
+        """Runs in the child between fork and exec: own group, and the terminal if we have it.
+
+        Doing it in the child (as shells do) closes the race where the job reads the
+        terminal before the parent handed it over.
+        """
+        os.setpgid(0, 0)
+        if self.fd is not None:
+            signal.signal(signal.SIGTTOU, signal.SIG_IGN)
+            try:
+                os.tcsetpgrp(self.fd, os.getpgrp())
+            except OSError:
+                pass
+            signal.signal(signal.SIGTTOU, signal.SIG_DFL)
+
+    def give(self, pgid: int) -> None:
+        self._set(pgid)
+
+    def take_back(self) -> None:
+        self._set(os.getpgrp())
+
+    def _set(self, pgid: int) -> None:
+        if self.fd is None:
+            return
+        # A background process calling tcsetpgrp gets SIGTTOU: ignore it for the call.
+        old = signal.signal(signal.SIGTTOU, signal.SIG_IGN)
+        try:
+            os.tcsetpgrp(self.fd, pgid)
+        except OSError:
+            pass
+        finally:
+            signal.signal(signal.SIGTTOU, old)
+
+
+def _wait_child(pid: int, pgid: int, terminal: _Terminal) -> int:
+    """Wait for the child; mirror a job-control stop (Ctrl-Z) onto gpuprof. Returns a Popen-style code."""
+    flags = os.WUNTRACED if terminal.fd is not None else 0
+    while True:
+        try:
+            _, status = os.waitpid(pid, flags)
+        except ChildProcessError:
+            return 0
+        if os.WIFSTOPPED(status):
+            # The job was stopped (Ctrl-Z): take the terminal back and stop ourselves so the
+            # shell sees the job stopped; on `fg`/`bg` (SIGCONT) resume the job.
+            terminal.take_back()
+            os.kill(os.getpid(), signal.SIGSTOP)
+            terminal.give(pgid)
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(pgid, signal.SIGCONT)
+            continue
+        if os.WIFSIGNALED(status):
+            return -os.WTERMSIG(status)
+        return os.WEXITSTATUS(status)
+
+
+def run_command(
+    argv: Sequence[str],
+    session_dir: Path,
+    opts: RunOptions = RunOptions(),
+    backend_factory: Callable[[], GpuBackend] | None = None,
+    warn: Callable[[str], None] = lambda msg: print(f"gpuprof: {msg}", file=sys.stderr, flush=True),
+) -> RunResult:
+    """Run ``argv`` to completion under gpuprof and close the session. Never raises for the job's failure."""
+    import subprocess
+
+    if not argv:
+        raise ValueError("no command to run")
+    writer = SessionWriter(session_dir)
+    warnings: list[str] = []
+    backend: GpuBackend | None = None
+    factory = backend_factory
+    if factory is None:
+        from gpuprof.record.nvml import open_backend
+
+        factory = open_backend
+    try:
+        backend = factory()
+    except BackendUnavailable as exc:
+        msg = f"no GPU sampling: {exc}; the command runs and traces are still collected"
+        warnings.append(msg)
+        warn(msg)
+    gpus = [g.to_meta() for g in backend.devices()] if backend is not None else []
+    if backend is not None and not gpus:
+        msg = "no GPU visible to the job (CUDA_VISIBLE_DEVICES); no GPU samples"
+        warnings.append(msg)
+        warn(msg)
+    versions = _versions()
+    if backend is not None:
+        versions.update(backend.versions())
+    meta: dict[str, Any] = {
+        "schema": SESSION_SCHEMA,
+        "status": "running",
+        "command": list(argv),
+        "cwd": os.getcwd(),
+        "host": socket.gethostname(),
+        "start_time_unix_s": time.time(),
+        "end_time_unix_s": None,
+        "exit_code": None,
+        "signal": None,
+        "sample_interval_ms": opts.interval_ms,
+        "hooks_enabled": opts.hooks,
+        "profile_schedule": {"wait": opts.profile_wait, "warmup": opts.profile_warmup, "active": opts.profile_active},
+        "gpus": gpus,
+        "versions": versions,
+        "warnings": warnings,
+    }
+    writer.write_meta(meta)
+    for w in warnings:
+        writer.event("warning", w)
+
+    env = child_env(dict(os.environ), session_dir, opts)
+    terminal = _Terminal()
+    sampler: Sampler | None = None
+    with _Forwarder() as forwarder:
+        try:
+            # preexec_fn is safe here: gpuprof has no other thread yet (the sampler starts after).
+            proc = subprocess.Popen(list(argv), env=env, preexec_fn=terminal.child_setup)
+        except OSError as exc:
+            # Like a shell: 127 for a command that is not found, 126 for one that cannot run.
+            code = 127 if isinstance(exc, FileNotFoundError) else 126
+            msg = f"cannot run {argv[0]!r}: {exc.strerror or exc}"
+            warn(msg)
+            warnings.append(msg)
+            meta.update(status="finished", end_time_unix_s=time.time(), exit_code=code, warnings=warnings)
+            writer.write_meta(meta)
+            writer.close()
+            if backend is not None:
+                backend.close()
+            return RunResult(code, None, session_dir, tuple(warnings))
+        pgid = proc.pid
+        forwarder.attach(pgid)
+        if backend is not None and gpus:
+            sampler = Sampler(backend, writer, interval_s=opts.interval_ms / 1000.0,
+                              pids=lambda: process_tree_pids(proc.pid))
+            sampler.start()
+        terminal.give(pgid)
+        try:
+            returncode = _wait_child(proc.pid, pgid, terminal)
+        finally:
+            terminal.take_back()
+        seen = list(forwarder.seen)
+    proc.returncode = returncode  # we reaped it ourselves
+    if sampler is not None:
+        sampler.stop()
+    if backend is not None:
+        with contextlib.suppress(Exception):
+            backend.close()
+    exit_code, sig = exit_code_of(returncode)
+    if seen:
+        names = ", ".join(signal.Signals(s).name for s in seen)
+        writer.event("warning", f"forwarded {names} to the job")
+    meta.update(status="finished", end_time_unix_s=time.time(), exit_code=exit_code, signal=sig,
+                warnings=warnings)
+    writer.write_meta(meta)
+    writer.close()
+    return RunResult(exit_code, sig, session_dir, tuple(warnings))

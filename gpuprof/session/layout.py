@@ -1,0 +1,107 @@
+"""Session folder format, version 1 (``gpuprof.session/1``).
+
+One folder per ``gpuprof run``. Every file is either written atomically (temp file +
+rename) or appended line by line and flushed at least once a second, so a SIGKILL of
+gpuprof, of the job, or of the machine loses at most about a second of data, and the
+folder stays readable by ``gpuprof analyze`` whatever moment the run stopped at::
+
+    <session>/
+      session.json              metadata, atomic; rewritten at start and at end
+      samples.jsonl             NVML samples: one JSON object per GPU per poll (append-only)
+      processes.jsonl           per-process GPU memory / utilization of the job's processes
+      events.jsonl              gpuprof's own events: warnings, GPU lost, sampler errors
+      hooks/rank<R>-<pid>.jsonl torch hook records: steps, memory stats, hook errors
+      traces/rank<R>.pt.trace.json.gz   one Kineto (PyTorch profiler) trace per rank
+
+``session.json`` keys: ``schema`` (``"gpuprof.session/1"``), ``status``
+(``"running"`` until the run ends, then ``"finished"``; a session still ``"running"`` with
+no gpuprof process was killed), ``command`` (argv list), ``cwd``, ``host``,
+``start_time_unix_s``, ``end_time_unix_s`` (null while running), ``exit_code`` (the code
+gpuprof returned, 128+N for signal N; null while running), ``signal`` (N or null),
+``sample_interval_ms``, ``hooks_enabled``, ``profile_schedule`` (``{"wait", "warmup",
+"active"}`` in optimizer steps), ``gpus`` (list of ``{"index", "uuid", "name",
+"mem_total_bytes", "mig"}``), ``versions`` (``gpuprof``, ``python``, ``driver``, ``nvml``),
+``warnings`` (list of strings).
+
+``samples.jsonl`` keys, one line per GPU per poll; ``null`` means the metric is
+unsupported or could not be read -- never 0. :data:`SAMPLE_COLUMNS` lists them with units.
+A line with ``"lost": true`` marks the poll at which NVML reported the GPU lost; that GPU
+has no later lines.
+
+``processes.jsonl``: ``time_unix_s``, ``gpu``, ``pid``, ``mem_used_bytes``,
+``util_sm_pct``, ``util_mem_pct`` (null when unknown).
+
+``events.jsonl``: ``time_unix_s``, ``kind`` (``warning``, ``gpu_lost``, ``error``),
+``message``, optional ``gpu``.
+
+``hooks/*.jsonl``: ``time_unix_s``, ``kind`` (``start``, ``step``, ``trace``, ``error``),
+``rank``, ``pid``; ``step`` records carry ``step`` and, when CUDA is in use, the
+:data:`MEMORY_STAT_KEYS` of ``torch.cuda.memory_stats()`` under their own names with units
+(``allocated_bytes``, ``reserved_bytes``, ``alloc_retries``, ``ooms``, ...).
+
+Every ``*.jsonl`` file is readable with ``pandas.read_json(path, lines=True)`` once the
+run has finished; a run killed mid-write may leave a torn last line, which
+:func:`gpuprof.session.read_session` drops.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+SESSION_SCHEMA = "gpuprof.session/1"
+
+META_FILE = "session.json"
+SAMPLES_FILE = "samples.jsonl"
+PROCESSES_FILE = "processes.jsonl"
+EVENTS_FILE = "events.jsonl"
+HOOKS_DIR = "hooks"
+TRACES_DIR = "traces"
+
+# Column -> meaning and unit, in the order the samples table uses.
+SAMPLE_COLUMNS: dict[str, str] = {
+    "time_unix_s": "poll time, seconds since the Unix epoch",
+    "gpu": "GPU index in the job's visible order (CUDA_VISIBLE_DEVICES order)",
+    "uuid": "GPU (or MIG device) UUID",
+    "lost": "true on the poll where NVML reported the GPU lost",
+    "util_gpu_pct": "share of the last sample period a kernel was running, percent",
+    "util_mem_pct": "share of the last sample period device memory was read/written, percent",
+    "mem_used_bytes": "device memory in use, bytes",
+    "mem_total_bytes": "device memory capacity, bytes",
+    "power_w": "board power draw, watts",
+    "energy_mj": "energy counter since driver load, millijoules (cumulative)",
+    "clock_sm_mhz": "SM clock, MHz",
+    "clock_mem_mhz": "memory clock, MHz",
+    "clock_event_reasons": "bitmask of NVML clock-event (throttle) reasons",
+    "temperature_c": "GPU temperature, degrees Celsius",
+    "pcie_tx_bytes_per_s": "PCIe transmit throughput, bytes per second",
+    "pcie_rx_bytes_per_s": "PCIe receive throughput, bytes per second",
+    "nvlink_tx_kib": "NVLink data transmitted since counter reset, KiB (cumulative)",
+    "nvlink_rx_kib": "NVLink data received since counter reset, KiB (cumulative)",
+    "gpm_sm_active_pct": "GPM: share of SMs busy, percent (Hopper and newer)",
+    "gpm_sm_occupancy_pct": "GPM: active warps vs theoretical maximum, percent",
+    "gpm_tensor_active_pct": "GPM: share of time SMs ran any tensor op, percent",
+    "gpm_dram_bw_pct": "GPM: DRAM bandwidth used vs peak, percent",
+}
+
+# torch.cuda.memory_stats() key -> our column name (units in the name).
+MEMORY_STAT_KEYS: dict[str, str] = {
+    "allocated_bytes.all.current": "allocated_bytes",
+    "allocated_bytes.all.peak": "allocated_peak_bytes",
+    "reserved_bytes.all.current": "reserved_bytes",
+    "reserved_bytes.all.peak": "reserved_peak_bytes",
+    "num_alloc_retries": "alloc_retries",
+    "num_ooms": "ooms",
+    "num_device_alloc": "device_allocs",
+    "num_device_free": "device_frees",
+}
+
+
+def is_session(path: str | Path) -> bool:
+    """True when ``path`` is a folder written by ``gpuprof run``."""
+    p = Path(path)
+    return p.is_dir() and (p / META_FILE).is_file()
+
+
+def trace_file_name(rank: int, pid: int | None = None) -> str:
+    """Kineto trace name for a rank; ``pid`` disambiguates two processes with one rank."""
+    return f"rank{rank}.pt.trace.json.gz" if pid is None else f"rank{rank}-{pid}.pt.trace.json.gz"

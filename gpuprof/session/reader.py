@@ -1,0 +1,174 @@
+"""Reading a session folder (see :mod:`gpuprof.session.layout`).
+
+Tolerant of the ways a run can end: a torn last line (killed mid-write) is dropped, a
+session whose metadata still says ``running`` is reported as interrupted, missing optional
+files are empty. A folder that is not a session, or metadata that is not JSON, is a
+:class:`~gpuprof.errors.GpuprofError` naming the file.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Mapping
+
+import pandas as pd
+
+from gpuprof.errors import GpuprofError
+from gpuprof.session.layout import (
+    EVENTS_FILE,
+    HOOKS_DIR,
+    META_FILE,
+    PROCESSES_FILE,
+    SAMPLE_COLUMNS,
+    SAMPLES_FILE,
+    SESSION_SCHEMA,
+    TRACES_DIR,
+)
+
+
+@dataclass(frozen=True)
+class Session:
+    """A session as read back.
+
+    ``samples`` is the wide NVML table: one row per GPU per poll, the columns of
+    :data:`gpuprof.session.layout.SAMPLE_COLUMNS` (units in the names), NaN where a metric
+    was unsupported or unreadable -- never 0; ``None`` when no sample was recorded (no GPU,
+    no driver). ``hook_events`` has one row per hook record (``kind`` = start / step /
+    trace / error) with the memory-stat columns where CUDA was in use.
+    """
+
+    path: Path
+    meta: Mapping[str, Any]
+    samples: pd.DataFrame | None
+    processes: pd.DataFrame | None
+    events: tuple[Mapping[str, Any], ...]
+    hook_events: pd.DataFrame | None
+    trace_paths: tuple[Path, ...]
+    warnings: tuple[str, ...] = field(default=())
+
+    @property
+    def interrupted(self) -> bool:
+        """True when gpuprof never wrote the end of the run (it was killed)."""
+        return self.meta.get("status") != "finished"
+
+    @property
+    def hook_errors(self) -> tuple[str, ...]:
+        if self.hook_events is None or "kind" not in self.hook_events:
+            return ()
+        errs = self.hook_events[self.hook_events["kind"] == "error"]
+        col = errs["message"] if "message" in errs else pd.Series([], dtype=object)
+        return tuple(str(m) for m in col)
+
+
+def read_jsonl(path: Path) -> tuple[list[dict[str, Any]], int]:
+    """Records of a JSON-lines file and the number of unreadable lines that were skipped.
+
+    Only a torn *last* line is expected (a kill mid-write); a bad line elsewhere is also
+    skipped and counted so that one corrupt line never hides a whole run.
+    """
+    records: list[dict[str, Any]] = []
+    bad = 0
+    try:
+        with open(path, "rb") as fh:
+            for raw in fh:
+                line = raw.strip()
+                if not line:
+                    continue
+                try:
+                    rec = json.loads(line)
+                except ValueError:
+                    bad += 1
+                    continue
+                if isinstance(rec, dict):
+                    records.append(rec)
+                else:
+                    bad += 1
+    except FileNotFoundError:
+        return [], 0
+    except OSError as exc:
+        raise GpuprofError(f"cannot read session file: {exc.strerror}", path) from None
+    return records, bad
+
+
+def _read_meta(root: Path) -> dict[str, Any]:
+    meta_path = root / META_FILE
+    try:
+        meta = json.loads(meta_path.read_text(encoding="utf-8"))
+    except FileNotFoundError:
+        raise GpuprofError(f"not a gpuprof session folder (no {META_FILE})", root) from None
+    except (OSError, ValueError, UnicodeDecodeError) as exc:
+        raise GpuprofError(f"session metadata is not readable JSON: {exc}", meta_path) from None
+    if not isinstance(meta, dict):
+        raise GpuprofError("session metadata is not a JSON object", meta_path)
+    schema = meta.get("schema")
+    if not isinstance(schema, str) or not schema.startswith("gpuprof.session/"):
+        raise GpuprofError(f"not a gpuprof session (schema {schema!r})", meta_path)
+    if schema != SESSION_SCHEMA:
+        raise GpuprofError(f"session schema {schema!r} is not one this gpuprof reads ({SESSION_SCHEMA})", meta_path)
+    return meta
+
+
+def _samples_frame(records: list[dict[str, Any]]) -> pd.DataFrame | None:
+    if not records:
+        return None
+    df = pd.DataFrame.from_records(records)
+    for col in SAMPLE_COLUMNS:
+        if col not in df:
+            df[col] = None
+    numeric = [c for c in SAMPLE_COLUMNS if c not in ("uuid", "lost", "gpu")]
+    for col in numeric:
+        # None -> NaN: unknown stays unknown in arithmetic, never turns into 0.
+        df[col] = pd.to_numeric(df[col], errors="coerce").astype("float64")
+    df["gpu"] = pd.to_numeric(df["gpu"], errors="coerce").fillna(-1).astype("int64")
+    df["lost"] = df["lost"].map(lambda v: v is True).astype(bool)
+    ordered = list(SAMPLE_COLUMNS) + [c for c in df.columns if c not in SAMPLE_COLUMNS]
+    return df[ordered].sort_values(["time_unix_s", "gpu"], kind="stable").reset_index(drop=True)
+
+
+def read_session(path: str | Path) -> Session:
+    """Read a session folder written by ``gpuprof run``, complete or killed at any point."""
+    root = Path(path)
+    if not root.is_dir():
+        raise GpuprofError("not a gpuprof session folder", root)
+    meta = _read_meta(root)
+    warnings: list[str] = [str(w) for w in meta.get("warnings", []) if isinstance(w, str)]
+    if meta.get("status") != "finished":
+        warnings.append(
+            "the run did not finish cleanly (gpuprof was killed); data up to the last flush is used"
+        )
+
+    sample_recs, bad_samples = read_jsonl(root / SAMPLES_FILE)
+    proc_recs, _ = read_jsonl(root / PROCESSES_FILE)
+    event_recs, _ = read_jsonl(root / EVENTS_FILE)
+    hook_recs: list[dict[str, Any]] = []
+    hooks_dir = root / HOOKS_DIR
+    if hooks_dir.is_dir():
+        for hp in sorted(hooks_dir.glob("*.jsonl")):
+            recs, _ = read_jsonl(hp)
+            hook_recs.extend(recs)
+    if bad_samples > 1:
+        warnings.append(f"{bad_samples} unreadable lines skipped in {SAMPLES_FILE}")
+
+    traces_dir = root / TRACES_DIR
+    traces: tuple[Path, ...] = ()
+    if traces_dir.is_dir():
+        traces = tuple(
+            sorted(p for p in traces_dir.iterdir() if p.is_file() and ".json" in p.name and not p.name.startswith("."))
+        )
+    hook_df = None
+    if hook_recs:
+        hook_df = pd.DataFrame.from_records(hook_recs)
+        if "time_unix_s" in hook_df:
+            hook_df = hook_df.sort_values("time_unix_s", kind="stable").reset_index(drop=True)
+    return Session(
+        path=root,
+        meta=meta,
+        samples=_samples_frame(sample_recs),
+        processes=pd.DataFrame.from_records(proc_recs) if proc_recs else None,
+        events=tuple(event_recs),
+        hook_events=hook_df,
+        trace_paths=traces,
+        warnings=tuple(warnings),
+    )
