@@ -34,6 +34,14 @@ Keys:
     ``unknown``), and the part of it no compute overlaps; ``memset_us``, ``exposed_memset_us``.
 ``pageable_copies`` (int), ``pageable_copy_bytes`` (int | None), ``pageable_copy_us`` (float)
     copies from or to pageable host memory (bytes ``None`` when the trace has no sizes).
+``dataloader_single_process`` (bool | None)
+    the DataLoader iterator is ``_SingleProcessDataLoaderIter`` (``num_workers=0``).
+``pageable_exposed_copy_us`` (float)
+    the part of pageable copies no compute overlaps.
+``local_lost_us_by_rule`` (dict str -> float)
+    lost time each local rule gets when only the local claims are attributed (precedence
+    as in :mod:`gpuprof.analysis.attribution`; within one cause, in :data:`RULES` order). The
+    cross-rank claims can only take time away from these.
 ``alloc_calls_by_name`` (dict str -> int), ``alloc_calls`` (int), ``alloc_time_us`` (float)
     device allocator calls (``cudaMalloc``, ``cudaFree``, ``hipMalloc``, ...).
 ``mem_peak_allocated_bytes``, ``mem_peak_reserved_bytes``, ``mem_capacity_bytes`` (int | None),
@@ -52,7 +60,10 @@ import numpy as np
 import pandas as pd
 
 from gpuprof.analysis import intervals as iv
+from gpuprof.analysis.attribution import PRECEDENCE
+from gpuprof.analysis.rules import RULES, claims_by_rule
 from gpuprof.analysis.rules.context import RuleContext
+from gpuprof.model.report import Cause
 from gpuprof.model.timeline import Category, CopyKind
 
 _SCALAR_READS = ("aten::item", "aten::_local_scalar_dense")
@@ -128,6 +139,10 @@ def rank_facts(ctx: RuleContext, n_steps: int, step_times_us: list[float]) -> di
     f["dataloader_calls"] = int(_outermost(hs[dl], he[dl]).sum())
     f["dataloader_wait_us"] = iv.total(dl_iv)
     f["dataloader_wait_per_step_us"] = f["dataloader_wait_us"] / per_step if per_step else None
+    dl_names = names[dl].astype(str)
+    f["dataloader_single_process"] = (
+        bool(dl_names.str.contains("SingleProcessDataLoaderIter", regex=False).any()) if dl.any() else None
+    )
     alloc = win & (hcat == int(Category.ALLOC))
     f["alloc_calls_by_name"] = _count_by_name(names[alloc])
     f["alloc_calls"] = int(alloc.sum())
@@ -153,14 +168,35 @@ def rank_facts(ctx: RuleContext, n_steps: int, step_times_us: list[float]) -> di
     nbytes = dev["bytes"].to_numpy()[pageable]
     f["pageable_copies"] = int(pageable.sum())
     f["pageable_copy_bytes"] = int(nbytes[nbytes >= 0].sum()) if (nbytes >= 0).any() else None
-    f["pageable_copy_us"] = iv.total(iv.clip(iv.union(ds[pageable], de[pageable]), lo, hi))
+    pg_iv = iv.clip(iv.union(ds[pageable], de[pageable]), lo, hi)
+    f["pageable_copy_us"] = iv.total(pg_iv)
+    f["pageable_exposed_copy_us"] = iv.total(iv.subtract(pg_iv, ctx.compute))
     # Communication.
     comm = ctx.act & np.isin(cat, (int(Category.COLLECTIVE), int(Category.P2P)))
     comm_iv = iv.clip(iv.union(ds[comm], de[comm]), lo, hi)
     f["comm_us"] = iv.total(comm_iv)
     f["comm_exposed_us"] = iv.total(iv.subtract(comm_iv, ctx.compute))
     f.update(_memory_facts(ctx))
+    f["local_lost_us_by_rule"] = _lost_by_rule(ctx)
     return f
+
+
+def _lost_by_rule(ctx: RuleContext) -> dict[str, float]:
+    """Local-only attribution, split further by rule inside each cause."""
+    remaining = ctx.lost
+    out: dict[str, float] = {}
+    by_cause: dict[Cause, list[tuple[str, iv.Intervals]]] = {}
+    for name, claim in claims_by_rule(ctx).items():
+        rule = next(r for r in RULES if r.name == name)
+        by_cause.setdefault(rule.cause, []).append((name, claim))
+    for cause in PRECEDENCE:
+        for name, claim in by_cause.get(cause, []):
+            got = iv.intersect(remaining, claim)
+            out[name] = iv.total(got)
+            if got[0].size:
+                remaining = iv.subtract(remaining, got)
+    out["unclaimed"] = iv.total(remaining)
+    return out
 
 
 def _memory_facts(ctx: RuleContext) -> dict[str, Any]:

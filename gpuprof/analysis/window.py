@@ -232,6 +232,8 @@ def select_window(
     Raises :class:`GpuprofError` when ``selection`` selects none of the complete steps.
     """
     act = activity_mask(trace.device)
+    if not act.any():
+        return None
     steps, note, aligned = complete_steps(trace, launches)
     if steps:
         chosen = tuple(s for s in steps if selection.accepts(s.number))
@@ -241,8 +243,6 @@ def select_window(
                 f"--steps selects no complete step of rank {trace.rank}; its complete steps are {nums}", trace.source
             )
         return Window(chosen[0].start_us, chosen[-1].end_us, chosen, note, aligned)
-    if not act.any():
-        return None
     if trace.steps and (selection.first is not None or selection.last is not None):
         raise GpuprofError(f"--steps: rank {trace.rank} has no complete step to select", trace.source)
     dev = trace.device
