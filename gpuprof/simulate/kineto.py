@@ -1,0 +1,136 @@
+"""Streaming writer of new-schema Kineto (PyTorch profiler) JSON traces.
+
+The output has the layout of the traces ``torch.profiler`` writes with CUPTI on a GPU
+job: the header keys (``schemaVersion``, ``deviceProperties``, ``distributedInfo``,
+``record_shapes``) come first, then ``traceEvents``, then the trailer keys
+(``traceName``, ``displayTimeUnit``, ``baseTimeNanoseconds``). Events are encoded and
+written one at a time as the simulator produces them, so a trace of a gigabyte never has
+to fit in memory as Python objects.
+
+Times handed to the writer are microseconds on the simulated clock; the writer adds
+:data:`CLOCK_ORIGIN_US` so that timestamps look like the large monotonic-clock values of
+real traces, and rounds to nanoseconds as Kineto does.
+"""
+
+from __future__ import annotations
+
+import gzip
+import io
+import os
+from pathlib import Path
+from typing import Any, Mapping, Sequence
+
+import msgspec
+
+# Real Kineto timestamps are microseconds on the host's monotonic clock (large numbers);
+# a fixed origin keeps the simulated ones in the same range.
+CLOCK_ORIGIN_US = 4_458_000_000_000.0
+BASE_TIME_NS = 1_711_964_646_000_000_000
+
+# Kineto puts GPU events of device N under pid N; the host process has its own pid.
+_ENC = msgspec.json.Encoder()
+
+
+def _ts(t_us: float) -> float:
+    return round(CLOCK_ORIGIN_US + t_us, 3)
+
+
+def _dur(d_us: float) -> float:
+    return round(max(d_us, 0.0), 3)
+
+
+class KinetoWriter:
+    """Writes one rank's trace to ``path`` (``.json.gz`` or ``.json``).
+
+    The file is written under a temporary name and renamed into place by :meth:`close`,
+    so an interrupted simulation never leaves a half-written trace behind.
+    """
+
+    def __init__(
+        self,
+        path: Path,
+        *,
+        pid: int,
+        device: int,
+        device_properties: Sequence[Mapping[str, Any]],
+        distributed_info: Mapping[str, Any] | None,
+        compresslevel: int = 6,
+    ) -> None:
+        self.path = path
+        self.pid = pid
+        self.device = device
+        self._tmp = path.with_name(path.name + ".part")
+        raw: io.BufferedWriter = open(self._tmp, "wb")  # noqa: SIM115 - closed in close()
+        self._raw = raw
+        self._out: Any = gzip.GzipFile(fileobj=raw, mode="wb", compresslevel=compresslevel, mtime=0) if path.name.endswith(".gz") else raw
+        self._first = True
+        self._threads: dict[tuple[int, int], str] = {}
+        head: dict[str, Any] = {"schemaVersion": 1, "deviceProperties": list(device_properties)}
+        if distributed_info is not None:
+            head["distributedInfo"] = dict(distributed_info)
+        head["record_shapes"] = 1
+        text = _ENC.encode(head)
+        self._out.write(text[:-1] + b', "traceEvents": [\n')
+        self.events_written = 0
+
+    # -- raw events -------------------------------------------------------------------
+    def event(self, ev: Mapping[str, Any]) -> None:
+        if not self._first:
+            self._out.write(b",\n")
+        self._first = False
+        self._out.write(_ENC.encode(ev))
+        self.events_written += 1
+
+    def name_thread(self, pid: int, tid: int, name: str) -> None:
+        self._threads[(pid, tid)] = name
+
+    # -- host side --------------------------------------------------------------------
+    def host_x(self, cat: str, name: str, tid: int, start_us: float, end_us: float, args: Mapping[str, Any]) -> None:
+        self.event(
+            {"ph": "X", "cat": cat, "name": name, "pid": self.pid, "tid": tid, "ts": _ts(start_us), "dur": _dur(end_us - start_us), "args": args}
+        )
+
+    def flow(self, ph: str, corr: int, pid: int, tid: int, t_us: float) -> None:
+        ev: dict[str, Any] = {"ph": ph, "id": corr, "pid": pid, "tid": tid, "ts": _ts(t_us), "cat": "ac2g", "name": "ac2g"}
+        if ph == "f":
+            ev["bp"] = "e"
+        self.event(ev)
+
+    # -- device side ------------------------------------------------------------------
+    def device_x(self, cat: str, name: str, stream: int, start_us: float, end_us: float, args: Mapping[str, Any]) -> None:
+        self.event(
+            {"ph": "X", "cat": cat, "name": name, "pid": self.device, "tid": stream, "ts": _ts(start_us), "dur": _dur(end_us - start_us), "args": args}
+        )
+        self._threads.setdefault((self.device, stream), f"stream {stream} ")
+
+    # -- closing ----------------------------------------------------------------------
+    def close(self, *, start_us: float, end_us: float, trace_name: str) -> None:
+        """Write metadata events and the trailer keys, then move the file into place."""
+        meta_ts = _ts(start_us)
+        self.event({"name": "process_name", "ph": "M", "ts": meta_ts, "pid": self.pid, "tid": 0, "args": {"name": "python3"}})
+        self.event({"name": "process_labels", "ph": "M", "ts": meta_ts, "pid": self.pid, "tid": 0, "args": {"labels": "CPU"}})
+        self.event({"name": "process_name", "ph": "M", "ts": meta_ts, "pid": self.device, "tid": 0, "args": {"name": "python3"}})
+        self.event({"name": "process_labels", "ph": "M", "ts": meta_ts, "pid": self.device, "tid": 0, "args": {"labels": f"GPU {self.device}"}})
+        for (pid, tid), name in sorted(self._threads.items()):
+            self.event({"name": "thread_name", "ph": "M", "ts": meta_ts, "pid": pid, "tid": tid, "args": {"name": name}})
+            self.event({"name": "thread_sort_index", "ph": "M", "ts": meta_ts, "pid": pid, "tid": tid, "args": {"sort_index": tid}})
+        self.event(
+            {"ph": "X", "cat": "Trace", "ts": meta_ts, "dur": _dur(end_us - start_us), "pid": "Spans", "tid": "PyTorch Profiler", "name": "PyTorch Profiler (0)", "args": {"Op count": 0}}
+        )
+        self.event({"name": "Iteration Start: PyTorch Profiler", "ph": "i", "s": "g", "pid": "Traces", "tid": "Trace PyTorch Profiler", "ts": meta_ts})
+        self.event({"name": "Record Window End", "ph": "i", "s": "g", "pid": "", "tid": "", "ts": _ts(end_us)})
+        tail = {"traceName": trace_name, "displayTimeUnit": "ms", "baseTimeNanoseconds": BASE_TIME_NS}
+        self._out.write(b"\n], " + _ENC.encode(tail)[1:])
+        if self._out is not self._raw:
+            self._out.close()
+        self._raw.close()
+        os.replace(self._tmp, self.path)
+
+    def abort(self) -> None:
+        """Close and delete the partial file (used when the simulation fails)."""
+        try:
+            if self._out is not self._raw:
+                self._out.close()
+            self._raw.close()
+        finally:
+            self._tmp.unlink(missing_ok=True)

@@ -1,0 +1,138 @@
+"""Ground truth of a simulated job, from the simulator's own bookkeeping.
+
+While it runs, the simulator records for each rank the compute kernels and, for every
+stretch of the compute stream that holds no compute, the reason it knows for it: the host
+was late because it waited for data, blocked on a synchronization, freed memory, or was
+simply slow to launch; the stream waited for a point-to-point transfer or a collective; a
+copy or memset ran. A collective kernel is split into the wait for the last rank and the
+transfer itself.
+
+The truth per rank is then the same accounting that SPEC.md asks of the analysis: the
+window (the span of the ``ProfilerStep`` ranges) splits into compute and lost time, and
+each lost microsecond goes to the first cause, in the documented precedence order, whose
+reason covers it. Nothing here reads a trace or calls the analyzer.
+
+``ground_truth.json`` (written beside the traces, never inside a trace)::
+
+    {
+      "schema": "gpuprof.simulate.truth/1",
+      "scenario": "pipeline", "knobs": {...}, "seed": 0,
+      "files": {"0": "rank0.pt.trace.json.gz", ...},
+      "ranks": [{"rank": 0, "window_us": ..., "compute_us": ...,
+                 "lost_us": {"pipeline_bubble": ..., ... all eight causes}}, ...],
+      "expected": {"top_category": "pipeline_bubble" | null, "culprit_ranks": [..],
+                   "theoretical_bubble_fraction": 0.27 | null,
+                   "measured_bubble_fraction": 0.27 | null,
+                   "notes": "..."}
+    }
+
+``top_category`` is ``null`` for a run with nothing worth fixing (every cause under
+:data:`MINOR_SHARE` of the window on every rank).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Mapping, Sequence
+
+import numpy as np
+
+from gpuprof.analysis import intervals as iv
+from gpuprof.model.report import CAUSES, Cause
+from gpuprof.simulate.engine import RankSim
+
+TRUTH_SCHEMA = "gpuprof.simulate.truth/1"
+TRUTH_FILE = "ground_truth.json"
+
+# The SPEC's precedence: the first cause whose reason covers a lost microsecond gets it.
+PRECEDENCE: tuple[Cause, ...] = (
+    Cause.PIPELINE_BUBBLE,
+    Cause.STRAGGLER,
+    Cause.COMMUNICATION,
+    Cause.MEMORY,
+    Cause.DATALOADER,
+    Cause.SYNC,
+    Cause.HOST,
+)
+
+# A cause below this share of the window is not worth a recommendation.
+MINOR_SHARE = 0.05
+
+
+@dataclass(frozen=True)
+class RankTruth:
+    rank: int
+    window_us: float
+    compute_us: float
+    lost_us: Mapping[Cause, float]
+    phase_compute_us: Mapping[str, float]
+
+
+def rank_truth(sim: RankSim) -> RankTruth:
+    """The exact split of one simulated rank's window into compute and lost-by-cause."""
+    assert sim.window is not None
+    lo, hi = sim.window
+    compute = iv.clip(iv.union(np.frombuffer(sim.compute_s), np.frombuffer(sim.compute_e)), lo, hi)
+    remaining = iv.complement(compute, lo, hi)
+    lost: dict[Cause, float] = {c: 0.0 for c in CAUSES}
+    for cause in PRECEDENCE:
+        s, e = sim.claims[cause]
+        if not len(s) or remaining[0].size == 0:
+            continue
+        got = iv.intersect(remaining, iv.union(np.frombuffer(s), np.frombuffer(e)))
+        lost[cause] = iv.total(got)
+        remaining = iv.subtract(remaining, got)
+    # OTHER's own claims and whatever nothing explains
+    lost[Cause.OTHER] = iv.total(remaining)
+    return RankTruth(sim.rank, hi - lo, iv.total(compute), lost, dict(sim.phase_compute_us))
+
+
+def top_category(truths: Sequence[RankTruth]) -> Cause | None:
+    """The cause with the most lost time over all ranks, or ``None`` when all are minor."""
+    window = sum(t.window_us for t in truths)
+    totals = {c: sum(t.lost_us[c] for t in truths) for c in CAUSES if c is not Cause.OTHER}
+    best = max(totals, key=lambda c: totals[c])
+    return best if window > 0 and totals[best] / window >= MINOR_SHARE else None
+
+
+def truth_document(
+    scenario: str, knobs: Mapping[str, Any], seed: int, files: Mapping[int, str], truths: Sequence[RankTruth], expected: Mapping[str, Any]
+) -> dict[str, Any]:
+    top = top_category(truths)
+    exp = {"top_category": None if top is None else top.value, "culprit_ranks": [], "theoretical_bubble_fraction": None, "measured_bubble_fraction": None}
+    exp.update(expected)
+    return {
+        "schema": TRUTH_SCHEMA,
+        "scenario": scenario,
+        "knobs": dict(knobs),
+        "seed": seed,
+        "files": {str(r): f for r, f in sorted(files.items())},
+        "ranks": [
+            {
+                "rank": t.rank,
+                "window_us": round(t.window_us, 3),
+                "compute_us": round(t.compute_us, 3),
+                "lost_us": {c.value: round(t.lost_us[c], 3) for c in CAUSES},
+                "compute_by_phase_us": {k: round(v, 3) for k, v in sorted(t.phase_compute_us.items())},
+            }
+            for t in truths
+        ],
+        "expected": exp,
+    }
+
+
+def write_truth(out_dir: Path, doc: Mapping[str, Any]) -> Path:
+    """Write ``ground_truth.json`` atomically beside the traces."""
+    path = out_dir / TRUTH_FILE
+    tmp = path.with_name(path.name + ".part")
+    tmp.write_text(json.dumps(doc, indent=1) + "\n")
+    os.replace(tmp, path)
+    return path
+
+
+def read_truth(out_dir: str | Path) -> dict[str, Any]:
+    data: dict[str, Any] = json.loads((Path(out_dir) / TRUTH_FILE).read_text())
+    return data

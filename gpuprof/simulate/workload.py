@@ -1,0 +1,115 @@
+"""The simulated model: a stack of transformer layers, as the kernels a real one launches.
+
+Each helper issues the framework operators and kernels of one piece of a training step on
+a :class:`RankSim` (names as PyTorch 2.x with cuBLAS and flash attention print them on an
+H100). Durations are in microseconds: ``layer_us`` is the forward time of one layer and
+the backward takes twice as long, as for a matmul-dominated layer.
+"""
+
+from __future__ import annotations
+
+from gpuprof.simulate.engine import RankSim
+
+GEMM = "sm90_xmma_gemm_bf16bf16_bf16f32_f32_tn_n_tilesize128x128x64_warpgroupsize1x1x1_execute_segment_k_off_kernel__5x_cublas"
+GEMM_NT = "sm90_xmma_gemm_bf16bf16_bf16f32_f32_nt_n_tilesize128x128x64_warpgroupsize1x1x1_execute_segment_k_off_kernel__5x_cublas"
+FLASH_FWD = (
+    "void pytorch_flash::flash_fwd_kernel<Flash_fwd_kernel_traits<128, 128, 64, 4, false, false, cutlass::bfloat16_t, "
+    "Flash_kernel_traits<128, 128, 64, 4, cutlass::bfloat16_t> >, false, true, false, false, true, true, false, false>(pytorch_flash::Flash_fwd_params)"
+)
+FLASH_BWD = (
+    "void pytorch_flash::flash_bwd_dq_dk_dv_loop_seqk_parallel_kernel<Flash_bwd_kernel_traits<128, 64, 128, 8, 2, 4, 2, false, false, "
+    "cutlass::bfloat16_t, Flash_kernel_traits<128, 64, 128, 8, cutlass::bfloat16_t> >, false, true, false, false, true, true, false, false>(pytorch_flash::Flash_bwd_params)"
+)
+LAYER_NORM = (
+    "void at::native::(anonymous namespace)::vectorized_layer_norm_kernel<c10::BFloat16, float>(int, float, c10::BFloat16 const*, "
+    "c10::BFloat16 const*, c10::BFloat16 const*, float*, float*, c10::BFloat16*)"
+)
+LAYER_NORM_BWD = (
+    "void at::native::(anonymous namespace)::layer_norm_grad_input_kernel_vectorized<c10::BFloat16, float>(c10::BFloat16 const*, "
+    "c10::BFloat16 const*, float const*, float const*, c10::BFloat16 const*, c10::BFloat16*, int)"
+)
+GELU = (
+    "void at::native::vectorized_elementwise_kernel<4, at::native::GeluCUDAKernelImpl(at::TensorIteratorBase&, at::native::GeluType)"
+    "::{lambda()#2}::operator()() const::{lambda()#4}::operator()() const::{lambda(c10::BFloat16)#1}, at::detail::Array<char*, 2> >"
+    "(int, at::native::GeluCUDAKernelImpl(at::TensorIteratorBase&, at::native::GeluType)::{lambda()#2}::operator()() const::{lambda()#4}"
+    "::operator()() const::{lambda(c10::BFloat16)#1}, at::detail::Array<char*, 2>)"
+)
+ADD = (
+    "void at::native::vectorized_elementwise_kernel<4, at::native::CUDAFunctor_add<c10::BFloat16>, at::detail::Array<char*, 3> >"
+    "(int, at::native::CUDAFunctor_add<c10::BFloat16>, at::detail::Array<char*, 3>)"
+)
+ADAM = (
+    "void at::native::(anonymous namespace)::multi_tensor_apply_kernel<at::native::(anonymous namespace)::TensorListMetadata<4>, "
+    "at::native::(anonymous namespace)::FusedAdamMathFunctor<float, 4, (at::native::ADAM_MODE)1, false>, float*, double, double, "
+    "double, double, double, double, bool>(at::native::(anonymous namespace)::TensorListMetadata<4>, "
+    "at::native::(anonymous namespace)::FusedAdamMathFunctor<float, 4, (at::native::ADAM_MODE)1, false>, float*, double, double, "
+    "double, double, double, double, bool)"
+)
+CROSS_ENTROPY = (
+    "void at::native::(anonymous namespace)::cunn_SoftMaxForward<4, c10::BFloat16, float, c10::BFloat16, "
+    "at::native::(anonymous namespace)::LogSoftMaxForwardEpilogue>(c10::BFloat16*, c10::BFloat16 const*, int)"
+)
+TINY = (
+    "void at::native::vectorized_elementwise_kernel<4, at::native::AUnaryFunctor<float, float, float, "
+    "at::native::binary_internal::MulFunctor<float> >, at::detail::Array<char*, 2> >(int, at::native::AUnaryFunctor<float, float, "
+    "float, at::native::binary_internal::MulFunctor<float> >, at::detail::Array<char*, 2>)"
+)
+
+# (operator, kernel, share of the layer's forward time)
+_FORWARD: tuple[tuple[str, str, float], ...] = (
+    ("aten::layer_norm", LAYER_NORM, 0.04),
+    ("aten::linear", GEMM, 0.20),
+    ("aten::_scaled_dot_product_flash_attention", FLASH_FWD, 0.22),
+    ("aten::linear", GEMM, 0.10),
+    ("aten::add", ADD, 0.02),
+    ("aten::layer_norm", LAYER_NORM, 0.04),
+    ("aten::linear", GEMM, 0.18),
+    ("aten::gelu", GELU, 0.03),
+    ("aten::linear", GEMM, 0.15),
+    ("aten::add", ADD, 0.02),
+)
+_BACKWARD: tuple[tuple[str, str, float], ...] = (
+    ("autograd::engine::evaluate_function: AddmmBackward0", GEMM_NT, 0.30),
+    ("autograd::engine::evaluate_function: GeluBackward0", GELU, 0.06),
+    ("autograd::engine::evaluate_function: AddmmBackward0", GEMM_NT, 0.36),
+    ("autograd::engine::evaluate_function: NativeLayerNormBackward0", LAYER_NORM_BWD, 0.08),
+    ("autograd::engine::evaluate_function: AddmmBackward0", GEMM_NT, 0.20),
+    ("autograd::engine::evaluate_function: ScaledDotProductFlashAttentionBackward0", FLASH_BWD, 0.56),
+    ("autograd::engine::evaluate_function: AddmmBackward0", GEMM_NT, 0.40),
+    ("autograd::engine::evaluate_function: NativeLayerNormBackward0", LAYER_NORM_BWD, 0.08),
+)  # shares sum to 2.04: backward is about twice the forward
+
+
+def forward_layer(sim: RankSim, layer_us: float) -> None:
+    for op, kernel, share in _FORWARD:
+        sim.aten(op, kernel, layer_us * share)
+
+
+def backward_layer(sim: RankSim, layer_us: float) -> None:
+    for op, kernel, share in _BACKWARD:
+        sim.aten(op, kernel, layer_us * share / 1.02)
+
+
+def loss(sim: RankSim, us: float = 40.0) -> None:
+    sim.aten("aten::cross_entropy_loss", CROSS_ENTROPY, us)
+
+
+def optimizer_step(sim: RankSim, us: float, groups: int = 4) -> None:
+    """``optimizer.step()`` of fused Adam: a few multi-tensor kernels."""
+    with sim.op("Optimizer.step#AdamW.step", cat="user_annotation"):
+        for _ in range(groups):
+            sim.aten("aten::_fused_adamw_", ADAM, us / groups)
+
+
+def zero_grad(sim: RankSim) -> None:
+    with sim.op("Optimizer.zero_grad#AdamW.zero_grad", cat="user_annotation"):
+        sim.idle(sim.jit(30.0))
+
+
+def input_batch(sim: RankSim, nbytes: int, *, wait_us: float = 40.0, pinned: bool = True) -> None:
+    """Fetch the next batch from the DataLoader and copy it to the device."""
+    sim.dataloader_next(wait_us)
+    with sim.op("aten::to"):
+        with sim.op("aten::_to_copy"):
+            with sim.op("aten::copy_"):
+                sim.memcpy("HtoD", nbytes, pinned=pinned, bw_gbps=24.0 if pinned else 8.0)
