@@ -35,7 +35,7 @@ __all__ = ["TraceSource", "check_ranks", "discover", "is_trace_name", "load_all"
 
 _TRACE_SUFFIXES = (".json", ".json.gz")
 # Files of a ``gpuprof run`` session folder that are not traces.
-_NOT_TRACES = ("session.json",)
+_NOT_TRACES = ("session.json", "gpuprof-session.json", "ground_truth.json")  # metadata beside traces
 _NOT_TRACE_PREFIXES = ("samples",)
 
 
