@@ -20,7 +20,8 @@ Pure: the trace's tables are only read.
 from __future__ import annotations
 
 import importlib
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 import pandas as pd
 
@@ -31,6 +32,8 @@ from gpuprof.analysis.rules import build_context, run_rules
 from gpuprof.analysis.summary import COMMS_COLUMNS, RankSummary
 from gpuprof.analysis.window import StepSelection, Window, select_window
 from gpuprof.model.timeline import Category, RankTrace
+
+_ALL_STEPS = StepSelection()
 
 
 def _empty_comms() -> pd.DataFrame:
@@ -53,7 +56,7 @@ def _process_groups(trace: RankTrace) -> dict[str, tuple[int, ...]]:
     return {pg.name: tuple(pg.ranks) for pg in trace.process_groups}
 
 
-def summarize(trace: RankTrace, selection: StepSelection = StepSelection()) -> RankSummary:
+def summarize(trace: RankTrace, selection: StepSelection = _ALL_STEPS) -> RankSummary:
     """Reduce one rank's trace to its :class:`RankSummary` (see the module docstring)."""
     launches = match_launches(trace)
     window = select_window(trace, selection, launches)

@@ -70,7 +70,7 @@ class StepSelection:
     last: int | None = None
 
     @staticmethod
-    def parse(text: str | None) -> "StepSelection":
+    def parse(text: str | None) -> StepSelection:
         """Parse ``N``, ``N:M``, ``N:`` or ``:M`` (inclusive step numbers)."""
         if text is None or text.strip() == "":
             return StepSelection()
@@ -83,7 +83,9 @@ class StepSelection:
             else:
                 first = last = int(t)
         except ValueError:
-            raise GpuprofError(f"--steps: expected N, N:M, N: or :M with step numbers, got {text!r}") from None
+            raise GpuprofError(
+                f"--steps: expected N, N:M, N: or :M with step numbers, got {text!r}"
+            ) from None
         if first is not None and last is not None and last < first:
             raise GpuprofError(f"--steps: last step {last} is before first step {first}")
         return StepSelection(first, last)
@@ -157,7 +159,10 @@ def _step_work(trace: RankTrace, steps: tuple[Step, ...], launches: Launches) ->
 
 
 def _is_partial(work: _StepWork, i: int) -> str | None:
-    if work.missing[i] >= _PARTIAL_MISSING_MIN and work.missing[i] > _PARTIAL_MISSING_SHARE * work.launches[i]:
+    if (
+        work.missing[i] >= _PARTIAL_MISSING_MIN
+        and work.missing[i] > _PARTIAL_MISSING_SHARE * work.launches[i]
+    ):
         return f"{work.missing[i]} of its {work.launches[i]} launches have no device event in the recording"
     if not work.has_work[i] and work.has_work.any():
         return "it launched no device work"
@@ -192,7 +197,9 @@ def _edge_trim(steps: list[Step], reasons: list[str | None]) -> tuple[list[Step]
     return steps[lo:hi], notes
 
 
-def complete_steps(trace: RankTrace, launches: Launches | None = None) -> tuple[tuple[Step, ...], str | None, bool]:
+def complete_steps(
+    trace: RankTrace, launches: Launches | None = None
+) -> tuple[tuple[Step, ...], str | None, bool]:
     """The complete steps of a trace with their (device-aligned where possible) bounds.
 
     Returns ``(steps, note, device_aligned)``; ``note`` says which steps were left out.
@@ -240,7 +247,8 @@ def select_window(
         if not chosen:
             nums = ", ".join(str(s.number) for s in steps)
             raise GpuprofError(
-                f"--steps selects no complete step of rank {trace.rank}; its complete steps are {nums}", trace.source
+                f"--steps selects no complete step of rank {trace.rank}; its complete steps are {nums}",
+                trace.source,
             )
         return Window(chosen[0].start_us, chosen[-1].end_us, chosen, note, aligned)
     if trace.steps and (selection.first is not None or selection.last is not None):
@@ -250,5 +258,9 @@ def select_window(
     if trace.steps:
         why = (note + "; " if note else "") + "no complete step: first to last device activity"
     return Window(
-        float(dev["start_us"].to_numpy()[act].min()), float(dev["end_us"].to_numpy()[act].max()), (), why, False
+        float(dev["start_us"].to_numpy()[act].min()),
+        float(dev["end_us"].to_numpy()[act].max()),
+        (),
+        why,
+        False,
     )

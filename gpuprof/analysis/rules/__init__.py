@@ -24,8 +24,8 @@ What no rule claims is ``other``: chiefly gaps where the next kernel was already
 
 from __future__ import annotations
 
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
-from typing import Callable, Mapping
 
 import numpy as np
 
@@ -74,4 +74,4 @@ def claims_by_rule(ctx: RuleContext, rules: tuple[LocalRule, ...] = RULES) -> Ma
     return {r.name: iv.normalize(iv.clip(r.claim(ctx), ctx.lo_us, ctx.hi_us)) for r in rules}
 
 
-__all__ = ["LocalRule", "RULES", "Rule", "RuleContext", "build_context", "run_rules", "claims_by_rule"]
+__all__ = ["RULES", "LocalRule", "Rule", "RuleContext", "build_context", "claims_by_rule", "run_rules"]

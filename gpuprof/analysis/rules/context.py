@@ -71,7 +71,11 @@ class RuleContext:
         host = self.trace.host
         s = host["start_us"].to_numpy()
         e = host["end_us"].to_numpy()
-        sel = np.isin(host["category"].to_numpy(), [int(c) for c in categories]) & (e > self.lo_us) & (s < self.hi_us)
+        sel = (
+            np.isin(host["category"].to_numpy(), [int(c) for c in categories])
+            & (e > self.lo_us)
+            & (s < self.hi_us)
+        )
         return s[sel], e[sel]
 
     def host_parts_of_gaps(self) -> Intervals:

@@ -35,7 +35,7 @@ def _during(ctx: RuleContext, calls: Intervals) -> Intervals:
 
 def _drained_by(ctx: RuleContext, calls: Intervals) -> Intervals:
     """Host-wait parts of the gaps that began while the host was inside one of ``calls``."""
-    g0, g1 = ctx.gaps
+    g0, _g1 = ctx.gaps
     hw_end = ctx.gap_host_wait_end_us
     if g0.size == 0 or calls[0].size == 0:
         return iv.empty()

@@ -1,0 +1,429 @@
+"""Advice from what each rank does on its own: input pipeline, syncs, memory, launches.
+
+One advisor per finding; ids are prefixed by their cause so that the cross-rank advisors
+(:mod:`gpuprof.advice.distributed`) can use their own without clashing:
+
+| id | cause | when |
+|---|---|---|
+| ``dataloader-starvation`` | dataloader | the GPU idles while the host is in DataLoader ``__next__`` |
+| ``sync-host-blocking`` | sync | the GPU idles after the host blocked on it (``.item()``, syncs) |
+| ``memory-pageable-copies`` | memory | exposed copies from/to pageable host memory |
+| ``memory-exposed-copies`` | memory | other copies / memsets nothing overlaps |
+| ``memory-allocator`` | memory | the GPU waits on ``cudaMalloc`` / ``cudaFree`` (often near capacity) |
+| ``host-launch-bound`` | host | launches arrive late and most kernels are shorter than their launch |
+| ``host-overhead`` | host | launches arrive late, kernels are not tiny: Python / CPU work in the loop |
+| ``communication-exposed`` | communication | collectives nothing overlaps (single-rank view) |
+
+A finding is reported for the ranks where it costs at least :data:`MIN_SHARE` of the window;
+``estimated_savings_pct`` comes from :mod:`gpuprof.advice.savings` (job step time is set by
+the slowest rank), ``ranks`` are the ranks where the cause originates.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from gpuprof.advice import AdviceContext, advisor
+from gpuprof.advice.savings import savings_pct
+from gpuprof.analysis.rules import RULES
+from gpuprof.analysis.summary import RankSummary
+from gpuprof.model.report import Cause, RankReport, Recommendation
+
+# Below this share of a rank's window a finding is not worth the user's attention.
+MIN_SHARE = 0.02
+
+
+@dataclass(frozen=True)
+class _Hit:
+    """One rank's measure of a finding: ``lost_us`` of its window it costs."""
+
+    summary: RankSummary
+    report: RankReport
+    lost_us: float
+
+    @property
+    def share(self) -> float:
+        return self.lost_us / self.report.window_us if self.report.window_us > 0 else 0.0
+
+    @property
+    def per_step_us(self) -> float:
+        return self.lost_us / self.report.steps if self.report.steps > 0 else self.lost_us
+
+    @property
+    def fact(self) -> Mapping[str, Any]:
+        return self.summary.facts
+
+
+def _pairs(ctx: AdviceContext) -> list[tuple[RankSummary, RankReport]]:
+    by_rank = {r.rank: r for r in ctx.reports}
+    return [(s, by_rank[s.rank]) for s in ctx.summaries if s.rank in by_rank and s.empty_reason is None]
+
+
+def _rule_share(s: RankSummary, r: RankReport, cause: Cause, rules: Sequence[str]) -> float:
+    """Lost time of ``rules`` on one rank, scaled to what the cause kept after the
+    cross-rank claims (they can only take time away from the local rules)."""
+    by_rule: Mapping[str, float] = s.facts.get("local_lost_us_by_rule", {})
+    cause_rules = [x.name for x in RULES if x.cause is cause]
+    local_total = sum(float(by_rule.get(n, 0.0)) for n in cause_rules)
+    mine = sum(float(by_rule.get(n, 0.0)) for n in rules)
+    kept = float(r.lost_us.get(cause, 0.0))
+    if local_total <= 0:
+        return 0.0
+    return mine * min(1.0, kept / local_total)
+
+
+def _hits(ctx: AdviceContext, cause: Cause, rules: Sequence[str] | None = None) -> list[_Hit]:
+    out = []
+    for s, r in _pairs(ctx):
+        lost = float(r.lost_us.get(cause, 0.0)) if rules is None else _rule_share(s, r, cause, rules)
+        hit = _Hit(s, r, lost)
+        if hit.share >= MIN_SHARE:
+            out.append(hit)
+    return out
+
+
+def _ms(us: float) -> str:
+    return f"{us / 1000:.1f} ms" if us >= 100 else f"{us:.0f} µs"
+
+
+def _where(hits: Sequence[_Hit]) -> str:
+    if len(hits) == 1:
+        return f"rank {hits[0].report.rank}"
+    return f"{len(hits)} ranks (worst: rank {max(hits, key=lambda h: h.share).report.rank})"
+
+
+def _worst(hits: Sequence[_Hit]) -> _Hit:
+    return max(hits, key=lambda h: h.share)
+
+
+def _idle_line(hits: Sequence[_Hit], what: str) -> str:
+    w = _worst(hits)
+    unit = "per step" if w.report.steps > 0 else "in the window"
+    line = f"On {_where(hits)} the GPU idled {_ms(w.per_step_us)} {unit} ({100 * w.share:.1f}% of the "
+    line += "step" if w.report.steps > 0 else "window"
+    line += f") {what}"
+    if len(hits) > 1:
+        lo, hi = min(h.share for h in hits), max(h.share for h in hits)
+        line += f"; {100 * lo:.1f}-{100 * hi:.1f}% across those ranks"
+    return line + "."
+
+
+def _recommend(
+    ctx: AdviceContext,
+    hits: Sequence[_Hit],
+    rec_id: str,
+    cause: Cause,
+    title: str,
+    evidence: Sequence[str],
+    actions: Sequence[str],
+) -> list[Recommendation]:
+    removed = {h.report.rank: h.lost_us for h in hits}
+    return [
+        Recommendation(
+            id=rec_id,
+            category=cause,
+            title=title,
+            estimated_savings_pct=savings_pct(ctx.reports, removed),
+            ranks=tuple(sorted(removed)),
+            evidence=tuple(evidence),
+            actions=tuple(actions),
+        )
+    ]
+
+
+@advisor
+def dataloader_starvation(ctx: AdviceContext) -> list[Recommendation]:
+    hits = _hits(ctx, Cause.DATALOADER)
+    if not hits:
+        return []
+    w = _worst(hits)
+    evidence = [_idle_line(hits, "while the host waited for the next batch in DataLoader.__next__")]
+    wait = w.fact.get("dataloader_wait_per_step_us")
+    if wait is not None:
+        evidence.append(f"Rank {w.report.rank} spent {_ms(wait)} per step in DataLoader.__next__ in total.")
+    single = any(h.fact.get("dataloader_single_process") for h in hits)
+    actions = []
+    if single:
+        evidence.append(
+            "The DataLoader runs in the training process (num_workers=0: _SingleProcessDataLoaderIter)."
+        )
+        actions.append(
+            "Load in worker processes: DataLoader(..., num_workers=N) with N up to the CPU cores per GPU."
+        )
+    else:
+        actions.append(
+            "Raise DataLoader num_workers (up to the CPU cores per GPU) and prefetch_factor (default 2)."
+        )
+    actions += [
+        "Keep workers alive across epochs: persistent_workers=True.",
+        "Use pin_memory=True and .to(device, non_blocking=True) so the copy overlaps compute.",
+        (
+            "If workers are already saturated, move decoding/augmentation to the GPU (e.g. NVIDIA DALI, "
+            "torchvision.transforms.v2 on CUDA tensors) or pre-process the data set offline."
+        ),
+    ]
+    return _recommend(
+        ctx,
+        hits,
+        "dataloader-starvation",
+        Cause.DATALOADER,
+        "The GPU waits for input data: speed up the DataLoader",
+        evidence,
+        actions,
+    )
+
+
+@advisor
+def sync_host_blocking(ctx: AdviceContext) -> list[Recommendation]:
+    hits = _hits(ctx, Cause.SYNC)
+    if not hits:
+        return []
+    w = _worst(hits)
+    evidence = [_idle_line(hits, "after the host blocked waiting for it")]
+    by_name: Mapping[str, int] = w.fact.get("sync_calls_by_name", {})
+    steps = w.report.steps
+    if by_name:
+        top = sorted(by_name.items(), key=lambda kv: -kv[1])[:4]
+        per = (lambda n: f"{n / steps:.1f}/step") if steps > 0 else (lambda n: f"{n}")
+        evidence.append(
+            f"Rank {w.report.rank} blocking calls: " + ", ".join(f"{k} {per(n)}" for k, n in top) + "."
+        )
+    actions = []
+    if (w.fact.get("scalar_reads") or 0) > 0:
+        actions.append(
+            "Remove .item() / .cpu() / float(tensor) / print(loss) from the training loop: accumulate "
+            "metrics on the GPU (e.g. running_loss += loss.detach()) and read them every N steps."
+        )
+    actions += [
+        "Drop explicit torch.cuda.synchronize() calls outside of timing code.",
+        (
+            "Avoid data-dependent host decisions on GPU values (if loss > x, torch.nonzero, masked indexing); "
+            "find them with torch.cuda.set_sync_debug_mode('warn')."
+        ),
+        "Make device-to-host copies non_blocking=True into pinned memory and consume them a step later.",
+    ]
+    return _recommend(
+        ctx,
+        hits,
+        "sync-host-blocking",
+        Cause.SYNC,
+        "The host blocks on the GPU inside the loop: remove the syncs",
+        evidence,
+        actions,
+    )
+
+
+@advisor
+def memory_pageable_copies(ctx: AdviceContext) -> list[Recommendation]:
+    hits = []
+    for s, r in _pairs(ctx):
+        exposed = min(
+            float(s.facts.get("pageable_exposed_copy_us") or 0.0),
+            _rule_share(s, r, Cause.MEMORY, ["exposed_copies"]),
+        )
+        h = _Hit(s, r, exposed)
+        if h.share >= MIN_SHARE:
+            hits.append(h)
+    if not hits:
+        return []
+    w = _worst(hits)
+    evidence = [_idle_line(hits, "in copies from or to pageable (not pinned) host memory")]
+    n, nbytes = w.fact.get("pageable_copies"), w.fact.get("pageable_copy_bytes")
+    if n:
+        size = f", {nbytes / 2**20:.0f} MiB" if nbytes is not None else ""
+        evidence.append(
+            f"Rank {w.report.rank}: {n} pageable copies{size} in the window; they cannot overlap compute."
+        )
+    actions = [
+        "Pin host buffers: DataLoader(..., pin_memory=True), or tensor.pin_memory() for buffers you reuse.",
+        "Copy with .to(device, non_blocking=True) so the transfer runs beside compute.",
+        "Prefetch the next batch to the GPU on a side stream while the current step runs.",
+    ]
+    return _recommend(
+        ctx,
+        hits,
+        "memory-pageable-copies",
+        Cause.MEMORY,
+        "Host-device copies use pageable memory and stall the GPU: pin memory",
+        evidence,
+        actions,
+    )
+
+
+@advisor
+def memory_exposed_copies(ctx: AdviceContext) -> list[Recommendation]:
+    hits = []
+    for s, r in _pairs(ctx):
+        copies = _rule_share(s, r, Cause.MEMORY, ["exposed_copies"])
+        h = _Hit(s, r, max(0.0, copies - float(s.facts.get("pageable_exposed_copy_us") or 0.0)))
+        if h.share >= MIN_SHARE:
+            hits.append(h)
+    if not hits:
+        return []
+    w = _worst(hits)
+    evidence = [_idle_line(hits, "in copies and memsets that no compute overlapped")]
+    by_kind: Mapping[str, float] = w.fact.get("exposed_copy_us_by_kind", {})
+    parts = [f"{k} {_ms(v)}" for k, v in sorted(by_kind.items(), key=lambda kv: -kv[1]) if v > 0]
+    if w.fact.get("exposed_memset_us"):
+        parts.append(f"memset {_ms(float(w.fact['exposed_memset_us']))}")
+    if parts:
+        evidence.append(f"Rank {w.report.rank} exposed transfer time by direction: " + ", ".join(parts) + ".")
+    actions = [
+        (
+            "Overlap transfers with compute: issue them non_blocking=True from pinned memory on a side stream, "
+            "one step ahead."
+        ),
+        (
+            "Keep tensors on the GPU across steps instead of moving them back and forth (CPU offload, "
+            "metrics, masks built on the CPU)."
+        ),
+        (
+            "For device-to-device copies, avoid needless .contiguous(), torch.cat of large buffers, or "
+            "dtype conversions in the hot loop."
+        ),
+    ]
+    return _recommend(
+        ctx,
+        hits,
+        "memory-exposed-copies",
+        Cause.MEMORY,
+        "Memory transfers run with nothing beside them: overlap or remove them",
+        evidence,
+        actions,
+    )
+
+
+@advisor
+def memory_allocator(ctx: AdviceContext) -> list[Recommendation]:
+    hits = []
+    for s, r in _pairs(ctx):
+        h = _Hit(s, r, _rule_share(s, r, Cause.MEMORY, ["allocator"]))
+        if h.share >= MIN_SHARE:
+            hits.append(h)
+    if not hits:
+        return []
+    w = _worst(hits)
+    evidence = [
+        _idle_line(hits, "while the host was in device allocator calls (cudaMalloc/cudaFree and kin)")
+    ]
+    calls: Mapping[str, int] = w.fact.get("alloc_calls_by_name", {})
+    if calls:
+        evidence.append(
+            f"Rank {w.report.rank} allocator calls: "
+            + ", ".join(f"{k} x{n}" for k, n in sorted(calls.items(), key=lambda kv: -kv[1])[:4])
+            + f", {_ms(float(w.fact.get('alloc_time_us') or 0.0))} in total."
+        )
+    share = w.fact.get("mem_peak_share")
+    near = share is not None and float(share) >= 0.9
+    if near and share is not None:
+        peak = w.fact.get("mem_peak_reserved_bytes") or w.fact.get("mem_peak_allocated_bytes") or 0
+        cap = w.fact.get("mem_capacity_bytes") or 0
+        evidence.append(
+            f"Memory peaked at {peak / 2**30:.1f} GiB of {cap / 2**30:.1f} GiB ({100 * float(share):.0f}%): "
+            "the caching allocator frees and retries when it runs out."
+        )
+    actions = [
+        "Set PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True to cut fragmentation and cudaMalloc retries.",
+        "Remove torch.cuda.empty_cache() from the training loop (cudaFree synchronizes the device).",
+        "Keep tensor shapes stable (pad or bucket variable sequence lengths) so cached blocks get reused.",
+    ]
+    if near:
+        actions.append(
+            "Lower peak memory: activation checkpointing, a smaller micro-batch with gradient accumulation, "
+            "bf16/fp16 autocast, or sharding optimizer state (FSDP/ZeRO)."
+        )
+    return _recommend(
+        ctx,
+        hits,
+        "memory-allocator",
+        Cause.MEMORY,
+        "The GPU waits on memory allocation and release: stop allocator churn",
+        evidence,
+        actions,
+    )
+
+
+@advisor
+def host_launch(ctx: AdviceContext) -> list[Recommendation]:
+    hits = _hits(ctx, Cause.HOST)
+    if not hits:
+        return []
+    w = _worst(hits)
+    tiny = w.fact.get("kernels_shorter_than_launch_share")
+    evidence = [_idle_line(hits, "waiting for the host to launch the next kernel")]
+    kmed, lmed = w.fact.get("kernel_median_us"), w.fact.get("launch_median_us")
+    if tiny is not None and kmed is not None and lmed is not None:
+        evidence.append(
+            f"Rank {w.report.rank}: {100 * tiny:.0f}% of {w.fact.get('kernels')} kernels ran shorter than "
+            f"their own launch call (median kernel {kmed:.1f} µs, median launch {lmed:.1f} µs)."
+        )
+    if tiny is not None and tiny >= 0.3:
+        return _recommend(
+            ctx,
+            hits,
+            "host-launch-bound",
+            Cause.HOST,
+            "Kernel launches cannot keep up with many tiny kernels: fuse them or capture CUDA graphs",
+            evidence,
+            [
+                (
+                    "Compile the model: torch.compile(model) fuses elementwise kernels; "
+                    "mode='reduce-overhead' also captures CUDA graphs."
+                ),
+                "Capture the static part of the step in a CUDA graph (torch.cuda.graphs / make_graphed_callables).",
+                (
+                    "Use fused/foreach optimizers (torch.optim.AdamW(..., fused=True)) and "
+                    "zero_grad(set_to_none=True)."
+                ),
+                "Give each kernel more work: a larger batch per GPU, or fewer, bigger layers.",
+            ],
+        )
+    return _recommend(
+        ctx,
+        hits,
+        "host-overhead",
+        Cause.HOST,
+        "The host issues GPU work too slowly: take Python and CPU work off the step's critical path",
+        evidence,
+        [
+            "Profile the host side (py-spy record --native, or the torch profiler's CPU view) to find the slow Python.",
+            "Move CPU pre-processing, logging and metric code out of the step or into background threads.",
+            "torch.compile(model) removes most per-op Python and framework overhead.",
+        ],
+    )
+
+
+@advisor
+def communication_exposed(ctx: AdviceContext) -> list[Recommendation]:
+    hits = _hits(ctx, Cause.COMMUNICATION)
+    if not hits:
+        return []
+    w = _worst(hits)
+    evidence = [_idle_line(hits, "in collective communication that no compute overlapped")]
+    comm, exposed = w.fact.get("comm_us"), w.fact.get("comm_exposed_us")
+    if comm:
+        evidence.append(
+            f"Rank {w.report.rank}: {100 * float(exposed or 0.0) / float(comm):.0f}% of its "
+            f"{_ms(float(comm))} of communication kernels ran with no compute beside them."
+        )
+    return _recommend(
+        ctx,
+        hits,
+        "communication-exposed",
+        Cause.COMMUNICATION,
+        "Communication is not overlapped with compute: overlap or shrink it",
+        evidence,
+        [
+            (
+                "DDP: tune bucket_cap_mb so gradient all-reduces start during backward; keep "
+                "gradient_as_bucket_view=True."
+            ),
+            "FSDP: enable forward/backward prefetch (backward_prefetch=BACKWARD_PRE, forward_prefetch=True).",
+            (
+                "Reduce the volume: bf16 gradients / communication hooks (fp16_compress_hook), or gradient "
+                "accumulation with no_sync() so only every N-th step communicates."
+            ),
+        ],
+    )
