@@ -1,6 +1,31 @@
 """Job-level analysis across ranks: from compact per-rank summaries to claims and findings.
 
-Placeholder until the cross-rank rules land: no claims, no findings.
+Steps, each in its own module:
+
+1. :mod:`gpuprof.analysis.collectives` matches every collective across ranks, aligns the
+   ranks' clocks on them, and measures how long each rank waited in each one for the last
+   member: those waits are claimed as ``straggler`` on the waiting rank's own clock.
+2. :mod:`gpuprof.analysis.pipeline_parallel` finds pipeline stages and claims the time a
+   stage waits for a neighbour as ``pipeline_bubble``.
+3. Here: naming the stragglers (the ranks others wait for) and the phase that makes them
+   slow, the critical rank of each step, and the compute imbalance across ranks and stages.
+
+Findings (all JSON-serializable), keys of :attr:`CrossRankResult.findings`:
+
+``per_rank``           ``{rank: {...}}`` merged into each rank's JSON row: ``straggler_wait_us``,
+                       ``straggler_wait_us_per_step``, ``is_straggler``, ``clock_offset_us``,
+                       and for pipeline stages ``stage``, ``bubble_fraction``.
+``stragglers``         list of ``{rank, caused_wait_us_per_step, last_arrivals, collectives,
+                       phase, phase_ratio, phase_excess_us_per_step, late_start_us}``; a
+                       straggler is a rank that arrives last at collectives and whose lateness
+                       accounts for a fair share of everyone else's waiting.
+``straggler_analysis`` how the waits were measured: collectives matched, clock offsets,
+                       incomplete groups and why no straggler could be named.
+``critical_rank_per_step`` list of ``{step, rank, waited_us}``: the rank that waited least
+                       (in collectives and pipeline bubbles) in that step, i.e. set the pace.
+``compute_imbalance``  ``{across_ranks: {...}, across_stages: {...}}``: max over median of
+                       compute per step (per microbatch for stages) and who is the max.
+``pipeline``           see :func:`gpuprof.analysis.pipeline_parallel.analyze_pipeline`.
 """
 
 from __future__ import annotations
@@ -8,9 +33,25 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, Mapping, Sequence
 
+import numpy as np
+
+from gpuprof.analysis import intervals as iv
+from gpuprof.analysis.collectives import MatchedCollectives, match_collectives, per_rank_waits, wait_claims
 from gpuprof.analysis.intervals import Intervals
+from gpuprof.analysis.phases import PHASES
+from gpuprof.analysis.pipeline_parallel import PipelineResult, analyze_pipeline
 from gpuprof.analysis.summary import RankSummary
 from gpuprof.model.report import Cause
+
+# A rank is named a straggler when it caused at least this share of all the waiting
+# measured in complete groups ...
+STRAGGLER_SHARE = 0.2
+# ... and the waiting it caused is at least this share of the median step time: below
+# that, arrival jitter is normal and naming a rank would be noise.
+STRAGGLER_MIN_STEP_SHARE = 0.01
+# A phase is named as the reason only when its excess over the other ranks' median
+# explains at least this share of the waiting the straggler causes per step.
+PHASE_MIN_SHARE = 0.25
 
 
 @dataclass(frozen=True)
@@ -22,5 +63,214 @@ class CrossRankResult:
     findings: Mapping[str, Any] = field(default_factory=dict)
 
 
+def _steps(s: RankSummary) -> int:
+    return max(len(s.steps), 1)
+
+
+def _median_step_us(summaries: Sequence[RankSummary]) -> float:
+    return float(np.median([s.window_us / _steps(s) for s in summaries])) if summaries else 0.0
+
+
+def _caused_waits(matched: MatchedCollectives) -> dict[int, tuple[float, int]]:
+    """Per rank: waiting it caused in complete groups (sum over the collectives it arrived
+    last at, of the median wait of the other members) and how many such collectives."""
+    calls = matched.calls
+    full = calls.loc[calls["complete"] & (calls["n_present"] >= 2)]
+    if len(full) == 0:
+        return {}
+    key = ["pg", "coll_name", "step", "k"]
+    others = full.loc[~full["is_last"]].groupby(key)["wait_us"].median()
+    last = full.loc[full["is_last"]].drop_duplicates(key)
+    caused = last.set_index(key).join(others.rename("caused"), how="left")["caused"].fillna(0.0)
+    ranks = last.set_index(key)["rank"]
+    out: dict[int, tuple[float, int]] = {}
+    for rank, total in caused.groupby(ranks.to_numpy()).sum().items():
+        out[int(rank)] = (float(total), int((ranks == rank).sum()))
+    return out
+
+
+def _phase_of(s: RankSummary, others: Sequence[RankSummary]) -> tuple[str | None, float | None, float | None]:
+    """The phase where ``s`` spends most more time per step than the median of ``others``."""
+    best: tuple[str | None, float | None, float | None] = (None, None, None)
+    best_excess = 0.0
+    for p in PHASES:
+        mine = s.phases_us.get(p)
+        ref = [float(o.phases_us[p]) for o in others if p in o.phases_us]
+        if mine is None or not ref:
+            continue
+        med = float(np.median(ref))
+        excess = float(mine) - med
+        if excess > best_excess:
+            best_excess = excess
+            best = (p, (float(mine) / med) if med > 0 else None, excess)
+    return best
+
+
+def _late_start_us(s: RankSummary, summaries: Sequence[RankSummary], offsets: Mapping[int, float]) -> float | None:
+    """How much later than the median rank ``s`` began its first step (aligned clocks)."""
+    starts = [x.window[0] - offsets.get(x.rank, 0.0) for x in summaries if x.steps]
+    if not s.steps or len(starts) < 2:
+        return None
+    return float(s.window[0] - offsets.get(s.rank, 0.0) - float(np.median(starts)))
+
+
+def _stragglers(
+    summaries: Sequence[RankSummary], matched: MatchedCollectives
+) -> tuple[list[dict[str, Any]], dict[str, Any]]:
+    info: dict[str, Any] = {
+        "collectives_matched": int(matched.calls.groupby(["pg", "coll_name", "step", "k"]).ngroups)
+        if len(matched.calls)
+        else 0,
+        "clock_offsets_us": {str(r): round(o, 3) for r, o in matched.offsets_us.items()},
+        "unmatched_calls": matched.unmatched,
+    }
+    world = max((s.world_size or 0) for s in summaries) if summaries else 0
+    if len(summaries) < 2:
+        info["note"] = (
+            f"only {len(summaries)} of {world or 'an unknown number of'} ranks in the input: "
+            "waiting for other ranks cannot be measured"
+        )
+        return [], info
+    if matched.incomplete_groups:
+        info["incomplete_groups"] = {pg or "(unnamed)": {"present": a, "expected": b} for pg, a, b in
+                                     ((pg, a, b) for pg, (a, b) in matched.incomplete_groups.items())}
+        info["note"] = (
+            "some process groups are only partly in the input: waits measured among the ranks "
+            "present are lower bounds, and the slowest member may be one of the absent ranks, "
+            "so no straggler is named for those groups"
+        )
+    caused = _caused_waits(matched)
+    total = sum(c for c, _ in caused.values())
+    steps = float(np.median([_steps(s) for s in summaries]))
+    floor = STRAGGLER_MIN_STEP_SHARE * _median_step_us(summaries) * steps
+    by_rank = {s.rank: s for s in summaries}
+    calls_per_rank = per_rank_waits(matched)
+    out: list[dict[str, Any]] = []
+    names = [r for r, (c, _) in caused.items() if total > 0 and c >= STRAGGLER_SHARE * total and c >= floor]
+    for rank in sorted(names, key=lambda r: -caused[r][0]):
+        s = by_rank[rank]
+        others = [x for x in summaries if x.rank not in names]
+        phase, ratio, excess = _phase_of(s, others)
+        if excess is not None and excess < PHASE_MIN_SHARE * caused[rank][0] / _steps(s):
+            # A phase a little slower than the others does not explain the wait it causes.
+            phase, ratio, excess = None, None, None
+        late = _late_start_us(s, summaries, matched.offsets_us)
+        out.append(
+            {
+                "rank": rank,
+                "caused_wait_us_per_step": round(caused[rank][0] / _steps(s), 3),
+                "last_arrivals": caused[rank][1],
+                "collectives": int(calls_per_rank["complete_calls"].get(rank, 0)) if rank in calls_per_rank.index else 0,
+                "phase": phase,
+                "phase_ratio": None if ratio is None else round(ratio, 3),
+                "phase_excess_us_per_step": None if excess is None else round(excess, 3),
+                "late_start_us": None if late is None else round(late, 3),
+            }
+        )
+    return out, info
+
+
+def _per_step_lost(s: RankSummary, claim: Intervals) -> dict[int, float]:
+    if not s.steps:
+        return {-1: iv.total(claim)}
+    st = np.array([x.start_us for x in s.steps])
+    en = np.array([x.end_us for x in s.steps])
+    got = iv.overlap_with_each((st, en), claim)
+    return {x.number: float(g) for x, g in zip(s.steps, got)}
+
+
+def _critical(summaries: Sequence[RankSummary], waited: Mapping[int, Intervals]) -> list[dict[str, Any]]:
+    table: dict[int, dict[int, float]] = {}
+    for s in summaries:
+        for step, us in _per_step_lost(s, waited.get(s.rank, iv.empty())).items():
+            table.setdefault(step, {})[s.rank] = us
+    out = []
+    for step in sorted(table):
+        row = table[step]
+        if len(row) < 2:
+            continue
+        rank = min(row, key=lambda r: (row[r], r))
+        out.append({"step": step, "rank": rank, "waited_us": round(row[rank], 3),
+                    "others_median_waited_us": round(float(np.median([v for r, v in row.items() if r != rank])), 3)})
+    return out
+
+
+def _imbalance(summaries: Sequence[RankSummary], pipe: PipelineResult | None) -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    per = {s.rank: iv.total(s.compute) / _steps(s) for s in summaries if s.window_us > 0}
+    if len(per) >= 2:
+        med = float(np.median(list(per.values())))
+        top = max(per, key=lambda r: per[r])
+        out["across_ranks"] = {
+            "max_over_median": round(per[top] / med, 4) if med > 0 else None,
+            "max_rank": top,
+            "max_compute_us_per_step": round(per[top], 3),
+            "median_compute_us_per_step": round(med, 3),
+        }
+    if pipe is not None:
+        rows = [r for r in pipe.findings.get("per_stage", []) if "compute_per_microbatch_us" in r]
+        if len(rows) >= 2:
+            vals = [float(r["compute_per_microbatch_us"]) for r in rows]
+            med = float(np.median(vals))
+            top = rows[int(np.argmax(vals))]
+            out["across_stages"] = {
+                "max_over_median": round(max(vals) / med, 4) if med > 0 else None,
+                "max_stage": top["stage"],
+                "max_compute_per_microbatch_us": round(max(vals), 3),
+                "median_compute_per_microbatch_us": round(med, 3),
+            }
+    return out
+
+
 def analyze_job(summaries: Sequence[RankSummary]) -> CrossRankResult:
-    return CrossRankResult()
+    """Claims (``straggler``, ``pipeline_bubble``) and job-level findings for a job."""
+    active = [s for s in summaries if s.empty_reason is None and s.window_us > 0]
+    if not active:
+        return CrossRankResult()
+    matched = match_collectives(active)
+    waits = wait_claims(matched)
+    pipe = analyze_pipeline(active, matched.offsets_us) if len(active) >= 2 else None
+
+    claims: dict[int, dict[Cause, Intervals]] = {}
+    for rank, w in waits.items():
+        claims.setdefault(rank, {})[Cause.STRAGGLER] = w
+    if pipe is not None:
+        for rank, b in pipe.claims.items():
+            if b[0].size:
+                claims.setdefault(rank, {})[Cause.PIPELINE_BUBBLE] = b
+
+    stragglers, info = _stragglers(active, matched)
+    slow = {x["rank"] for x in stragglers}
+    waits_by_rank = per_rank_waits(matched)
+    per_rank: dict[int, dict[str, Any]] = {}
+    for s in active:
+        wait = float(waits_by_rank["wait_us"].get(s.rank, 0.0)) if len(waits_by_rank) else 0.0
+        row: dict[str, Any] = {
+            "straggler_wait_us": round(wait, 3),
+            "straggler_wait_us_per_step": round(wait / _steps(s), 3),
+            "is_straggler": s.rank in slow,
+            "clock_offset_us": round(float(matched.offsets_us.get(s.rank, 0.0)), 3),
+        }
+        if pipe is not None and s.rank in pipe.stage_of:
+            row["stage"] = pipe.stage_of[s.rank]
+            stage_row = next((r for r in pipe.findings.get("per_stage", []) if r["stage"] == row["stage"]), None)
+            if stage_row is not None:
+                row["bubble_fraction"] = stage_row["bubble_fraction"]
+        per_rank[s.rank] = row
+
+    waited: dict[int, Intervals] = {}
+    for s in active:
+        parts = [c for c in (waits.get(s.rank), pipe.claims.get(s.rank) if pipe else None) if c is not None]
+        if parts:
+            waited[s.rank] = iv.union(np.concatenate([p[0] for p in parts]), np.concatenate([p[1] for p in parts]))
+
+    findings: dict[str, Any] = {
+        "per_rank": per_rank,
+        "stragglers": stragglers,
+        "straggler_analysis": info,
+        "critical_rank_per_step": _critical(active, waited) if len(active) >= 2 else [],
+        "compute_imbalance": _imbalance(active, pipe),
+    }
+    if pipe is not None:
+        findings["pipeline"] = dict(pipe.findings)
+    return CrossRankResult(claims=claims, findings=findings)

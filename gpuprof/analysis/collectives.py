@@ -1,0 +1,215 @@
+"""Matching collectives across ranks, aligning clocks on them, and measuring straggler waits.
+
+Matching
+    The same collective on different ranks is the call with the same process group, the
+    same collective name, the same step and the same position among the rank's calls of
+    that group and name in that step. NCCL requires every member to issue a group's
+    collectives in the same order, so the order is also the same within each name; keying
+    by name as well keeps the match right when the trace does not name process groups and
+    the job interleaves collectives of different groups differently on different ranks
+    (all-to-all on one group, all-reduce on another).
+
+Clock alignment
+    Ranks recorded on different hosts have skewed clocks, so raw timestamps cannot be
+    compared. A collective cannot finish on any member before the last member has arrived,
+    and it finishes on all of them within microseconds, so END times of a matched
+    collective are (nearly) simultaneous. Each trace file's clock offset is the median,
+    over its matched collectives, of its end time minus the median end time of that
+    collective across ranks; two rounds make it robust to a few badly matched calls.
+    Ranks from the same file share one clock and are not shifted against each other.
+
+Waits
+    With clocks aligned, a rank's arrival at a collective is the device start of its call.
+    The time from its arrival to the last member's arrival (at most the call's duration)
+    is spent waiting for a slower rank: the ``straggler`` cause. When a group is not
+    complete in the input (2 of 128 ranks sampled), the last member may be absent: the
+    waits measured among the ranks present are lower bounds, and the slow rank is not
+    named.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Mapping, Sequence
+
+import numpy as np
+import pandas as pd
+
+from gpuprof.analysis import intervals as iv
+from gpuprof.analysis.summary import RankSummary
+from gpuprof.model.timeline import Category
+
+KEY = ["pg", "coll_name", "step", "k"]
+
+
+@dataclass(frozen=True)
+class MatchedCollectives:
+    """The result of matching, one row per (rank, collective call) in ``calls``.
+
+    Columns of ``calls``: ``rank``; ``pg``, ``step``, ``k`` (the match key); ``coll_name``;
+    ``start_us``, ``end_us`` (rank's own clock); ``arrival_us`` (start on the aligned
+    clock); ``duration_us``; ``wait_us`` (time waiting for the last member present);
+    ``lateness_us`` (arrival minus the median arrival of the members present);
+    ``is_last`` (arrived last among those present); ``n_present``, ``n_expected``
+    (members in the input / in the group, -1 unknown); ``complete`` (all members present).
+
+    ``offsets_us[rank]`` is subtracted from that rank's times to align clocks.
+    ``unmatched`` counts calls that no other rank of their group has a partner for
+    (a rank issued more calls of a group in a step than the others present).
+    """
+
+    calls: pd.DataFrame
+    offsets_us: Mapping[int, float]
+    unmatched: int
+    incomplete_groups: Mapping[str, tuple[int, int]]  # pg -> (present, expected)
+
+
+def _empty_calls() -> pd.DataFrame:
+    cols = {
+        "rank": "int64", "pg": "object", "step": "int64", "k": "int64", "coll_name": "object",
+        "start_us": "float64", "end_us": "float64", "arrival_us": "float64", "duration_us": "float64",
+        "wait_us": "float64", "lateness_us": "float64", "is_last": "bool", "n_present": "int64",
+        "n_expected": "int64", "complete": "bool",
+    }
+    return pd.DataFrame({c: pd.Series([], dtype=t) for c, t in cols.items()})
+
+
+def _gather(summaries: Sequence[RankSummary]) -> pd.DataFrame:
+    frames = []
+    for s in summaries:
+        c = s.comms
+        if c is None or len(c) == 0:
+            continue
+        c = c.loc[c["category"].to_numpy() == int(Category.COLLECTIVE), ["start_us", "end_us", "coll_name", "pg", "seq", "step"]]
+        if len(c) == 0:
+            continue
+        c = c.assign(rank=s.rank, source=s.source)
+        frames.append(c)
+    if not frames:
+        return pd.DataFrame()
+    df = pd.concat(frames, ignore_index=True)
+    df["pg"] = df["pg"].astype(str)
+    df["coll_name"] = df["coll_name"].astype(str)
+    df["step"] = df["step"].astype(np.int64)
+    # Position within (rank, pg, step) in issue order: robust to windows that differ by
+    # a partial step, since counting restarts every step.
+    df = df.sort_values(["rank", "pg", "coll_name", "step", "seq"], kind="stable", ignore_index=True)
+    df["k"] = df.groupby(["rank", "pg", "coll_name", "step"], sort=False).cumcount().astype(np.int64)
+    return df
+
+
+def _expected_sizes(summaries: Sequence[RankSummary], pgs: Sequence[str], present: Mapping[str, int]) -> dict[str, int]:
+    """Members each process group should have; -1 when the input does not say."""
+    declared: dict[str, int] = {}
+    for s in summaries:
+        for name, ranks in (s.process_groups or {}).items():
+            declared[str(name)] = max(declared.get(str(name), 0), len(ranks))
+    world = max((s.world_size or 0) for s in summaries) if summaries else 0
+    timeline = all(s.fmt == "timeline" for s in summaries)
+    out: dict[str, int] = {}
+    for pg in pgs:
+        if pg in declared:
+            out[pg] = declared[pg]
+        elif timeline:
+            # Groups of a timeline are derived from its layout and the file holds every
+            # worker it recorded: the members present are the group.
+            out[pg] = present[pg]
+        elif pg == "" and world > 0:
+            out[pg] = world  # unnamed: NCCL's default group spans the world
+        else:
+            out[pg] = -1
+    return out
+
+
+def _clock_offsets(df: pd.DataFrame) -> pd.Series:
+    """Offset per source (us) so that matched collectives end together; see module doc."""
+    sources = df["source"].unique()
+    offsets = pd.Series(0.0, index=sources)
+    if len(sources) < 2:
+        return offsets
+    multi = df.groupby(KEY, sort=False)["source"].transform("nunique") >= 2
+    d = df.loc[multi, KEY + ["source", "end_us"]]
+    if len(d) == 0:
+        return offsets
+    for _ in range(2):
+        aligned = d["end_us"] - d["source"].map(offsets).to_numpy()
+        ref = aligned.groupby([d[c] for c in KEY], sort=False).transform("median")
+        resid = aligned - ref
+        delta = resid.groupby(d["source"]).median()
+        offsets = offsets.add(delta.reindex(offsets.index).fillna(0.0))
+    # Fix the gauge: only differences between clocks are meaningful.
+    return offsets - float(offsets.median())
+
+
+def match_collectives(summaries: Sequence[RankSummary]) -> MatchedCollectives:
+    """Match collective calls across ranks, align clocks, and measure each call's wait."""
+    df = _gather(summaries)
+    if len(df) == 0:
+        return MatchedCollectives(_empty_calls(), {s.rank: 0.0 for s in summaries}, 0, {})
+    offsets_by_source = _clock_offsets(df)
+    offsets = {s.rank: float(offsets_by_source.get(s.source, 0.0)) for s in summaries}
+
+    df["arrival_us"] = df["start_us"] - df["rank"].map(offsets).to_numpy()
+    df["duration_us"] = df["end_us"] - df["start_us"]
+    groups = df.groupby(KEY, sort=False)
+    df["n_present"] = groups["rank"].transform("nunique").astype(np.int64)
+    last = groups["arrival_us"].transform("max")
+    median = groups["arrival_us"].transform("median")
+    df["wait_us"] = np.clip(last - df["arrival_us"], 0.0, df["duration_us"].clip(lower=0.0))
+    df.loc[df["n_present"] < 2, "wait_us"] = 0.0
+    df["lateness_us"] = df["arrival_us"] - median
+    df["is_last"] = (df["arrival_us"] >= last) & (df["n_present"] >= 2)
+
+    present: dict[str, int] = {str(k): int(v) for k, v in df.groupby("pg")["rank"].nunique().items()}
+    expected = _expected_sizes(summaries, list(present), present)
+    df["n_expected"] = df["pg"].map(expected).astype(np.int64)
+    df["complete"] = (df["n_expected"] > 0) & (df["n_present"] >= df["n_expected"])
+    incomplete = {
+        pg: (int(present[pg]), int(expected[pg]))
+        for pg in present
+        if expected[pg] < 0 or present[pg] < expected[pg]
+    }
+    cols = list(_empty_calls().columns)
+    pg_ranks = df.groupby("pg")["rank"].transform("nunique")
+    unmatched = int(((df["n_present"] < 2) & (pg_ranks >= 2)).sum())
+    return MatchedCollectives(df[cols], offsets, unmatched, incomplete)
+
+
+def wait_claims(matched: MatchedCollectives) -> dict[int, iv.Intervals]:
+    """Per rank, the intervals (own clock) spent waiting for a later rank in collectives."""
+    calls = matched.calls
+    waiting = calls.loc[calls["wait_us"] > 0]
+    out: dict[int, iv.Intervals] = {}
+    for rank, rows in waiting.groupby("rank", sort=False):
+        start = rows["start_us"].to_numpy()
+        out[int(rank)] = iv.union(start, start + rows["wait_us"].to_numpy())  # type: ignore[call-overload]
+    return out
+
+
+def per_rank_waits(matched: MatchedCollectives) -> pd.DataFrame:
+    """Per rank: total wait, total positive lateness, calls matched, calls arrived last.
+
+    Columns: ``wait_us``, ``late_us`` (sum of positive lateness: how far behind the median
+    member it arrived, summed), ``calls``, ``last_calls``, ``complete_calls``; indexed by rank.
+    """
+    calls = matched.calls
+    if len(calls) == 0:
+        return pd.DataFrame(columns=["wait_us", "late_us", "calls", "last_calls", "complete_calls"])
+    g = calls.assign(late=calls["lateness_us"].clip(lower=0.0)).groupby("rank")
+    return pd.DataFrame(
+        {
+            "wait_us": g["wait_us"].sum(),
+            "late_us": g["late"].sum(),
+            "calls": g["k"].size(),
+            "last_calls": g["is_last"].sum(),
+            "complete_calls": g["complete"].sum(),
+        }
+    )
+
+
+def waits_per_step(matched: MatchedCollectives) -> pd.DataFrame:
+    """Straggler wait per (step, rank) in microseconds (steps -1 where unknown)."""
+    calls = matched.calls
+    if len(calls) == 0:
+        return pd.DataFrame(columns=["step", "rank", "wait_us"])
+    return calls.groupby(["step", "rank"])["wait_us"].sum().reset_index()

@@ -1,0 +1,278 @@
+"""Pipeline parallelism: stages, microbatches, schedule, and the bubble each stage sits in.
+
+Detection and stage order
+    From the parallel layout a reader found (``pp_rank``/``pp_size``, e.g. the thread names
+    of a Megatron timeline); otherwise, when two or more ranks run point-to-point calls, each
+    such rank is taken as a stage, ordered by when it starts computing in the first step
+    (the first stage starts first: every later stage waits for its activations).
+
+Microbatches and schedule
+    The microbatch count ``m`` is the number of forward passes a stage runs per step (the
+    ``forward_calls`` of its phases), divided by the number of model chunks ``v`` of an
+    interleaved schedule (``vpp_size`` of the layout, 1 otherwise). The schedule is GPipe
+    when the first stage sends all its forward activations before it receives the first
+    gradient, 1F1B when it receives a gradient earlier, interleaved 1F1B when ``v > 1``.
+    Both GPipe and 1F1B leave a theoretical bubble of ``(p-1)/(m+p-1)`` of the pipeline's
+    span with ``p`` balanced stages; interleaving shrinks it to ``(p-1)/(v*m+p-1)``.
+
+Pipeline span of a step
+    From the first stage's first compute of the step (fill starts) to the end of the
+    compute that follows its last point-to-point transfer of the step (its last backward:
+    drain ends), on the aligned clock. The first stage opens and closes the pipeline in
+    GPipe and 1F1B alike.
+
+Bubble (the ``pipeline_bubble`` claim)
+    On a stage, each idle gap inside the span during which the stage sends or receives
+    activations or gradients is time spent waiting for a neighbour -- fill, drain and the
+    waits of the steady state. A gap with no transfer in it is left to the other rules
+    (host overhead, memory, ...), and the stage's own collectives (data-parallel gradient
+    reduction) stay communication. The measured bubble fraction of a stage is its claimed
+    time over the span, averaged over steps, to be set beside the theoretical one.
+
+Imbalance
+    A stage's compute per microbatch is its forward plus backward time per step over ``m``.
+    With per-microbatch times ``t_k``, a pipeline step lasts about
+    ``sum(t_k) + (m-1) * max(t_k)`` (each microbatch crosses every stage once; the slowest
+    stage sets the pace of the other ``m-1``), which is how the slowest stage inflates every
+    other stage's bubble beyond the theoretical one.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Mapping, Sequence
+
+import numpy as np
+import pandas as pd
+
+from gpuprof.analysis import intervals as iv
+from gpuprof.analysis.summary import RankSummary
+from gpuprof.model.timeline import Category
+
+
+@dataclass(frozen=True)
+class PipelineResult:
+    """``claims[rank]``: bubble intervals on the rank's own clock; ``findings``: JSON-ready
+    facts (see :func:`analyze_pipeline`); ``stage_of[rank]``: stage index of each rank."""
+
+    claims: Mapping[int, iv.Intervals] = field(default_factory=dict)
+    findings: Mapping[str, Any] = field(default_factory=dict)
+    stage_of: Mapping[int, int] = field(default_factory=dict)
+    bubble_us_per_step: Mapping[int, float] = field(default_factory=dict)
+
+
+def theoretical_bubble_fraction(stages: int, microbatches: int, chunks: int = 1) -> float:
+    """Idle share of the pipeline span with balanced stages: ``(p-1)/(v*m+p-1)``."""
+    if stages < 1 or microbatches < 1 or chunks < 1:
+        raise ValueError("stages, microbatches and chunks must be positive")
+    return (stages - 1) / (chunks * microbatches + stages - 1)
+
+
+def modelled_span_us(per_microbatch_us: Sequence[float], microbatches: int) -> float:
+    """Pipeline span with per-stage microbatch times ``t_k``: ``sum(t) + (m-1) max(t)``."""
+    if not per_microbatch_us:
+        return 0.0
+    return float(sum(per_microbatch_us)) + (microbatches - 1) * float(max(per_microbatch_us))
+
+
+def _p2p(s: RankSummary) -> pd.DataFrame:
+    c = s.comms
+    if c is None or len(c) == 0:
+        return pd.DataFrame(columns=["start_us", "end_us", "name", "step"])
+    return c.loc[c["category"].to_numpy() == int(Category.P2P)]
+
+
+def _stages(summaries: Sequence[RankSummary], offsets: Mapping[int, float]) -> tuple[dict[int, int], str] | None:
+    layout = {s.rank: int(s.parallel["pp_rank"]) for s in summaries if "pp_rank" in s.parallel}
+    sizes = [int(s.parallel.get("pp_size", 0)) for s in summaries if "pp_rank" in s.parallel]
+    if layout and (max(sizes, default=0) > 1 or len(set(layout.values())) > 1):
+        return layout, "layout"
+    with_p2p = [s for s in summaries if len(_p2p(s)) and s.compute[0].size]
+    if len(with_p2p) < 2:
+        return None
+    first = sorted(with_p2p, key=lambda s: float(s.compute[0][0]) - offsets.get(s.rank, 0.0))
+    return {s.rank: k for k, s in enumerate(first)}, "p2p timing"
+
+
+def _microbatches(members: Mapping[int, list[RankSummary]], chunks: int) -> int | None:
+    calls = [s.phases_us.get("forward_calls") for ss in members.values() for s in ss]
+    known = [float(c) for c in calls if c is not None and c > 0]
+    if known:
+        return max(1, int(round(float(np.median(known)) / chunks)))
+    # Op-level timelines without phase counts: forward sends of the first stage per step.
+    first = members[min(members)]
+    counts = []
+    for s in first:
+        p = _p2p(s)
+        fwd = p.loc[p["name"].astype(str).str.contains("forward-send")]
+        if len(fwd) and s.steps:
+            counts.append(len(fwd) / len(s.steps))
+    return max(1, int(round(float(np.median(counts)) / chunks))) if counts else None
+
+
+def _schedule(first_stage: Sequence[RankSummary], m: int | None, chunks: int) -> str:
+    if chunks > 1:
+        return "interleaved-1f1b"
+    for s in first_stage:
+        p = _p2p(s)
+        names = p["name"].astype(str)
+        fwd = p.loc[names.str.contains("forward-send")]
+        bwd = p.loc[names.str.contains("backward-recv")]
+        if len(fwd) == 0 or len(bwd) == 0 or m is None:
+            continue
+        early = []
+        for step, f in fwd.groupby("step"):
+            b = bwd.loc[bwd["step"] == step]
+            if len(b):
+                early.append(int((f["start_us"] < b["start_us"].min()).sum()))
+        if early:
+            return "gpipe" if float(np.median(early)) >= m else "1f1b"
+    return "unknown"
+
+
+def _step_spans(s: RankSummary) -> dict[int, tuple[float, float]]:
+    return {st.number: (st.start_us, st.end_us) for st in s.steps}
+
+
+def _span_of_step(s: RankSummary, lo: float, hi: float, p2p: pd.DataFrame) -> tuple[float, float] | None:
+    """The pipeline span of one step on a first-stage rank, on its own clock."""
+    cs, ce = s.compute
+    inside = (ce > lo) & (cs < hi)
+    if not inside.any() or len(p2p) == 0:
+        return None
+    start = float(cs[inside][0])
+    last_p2p = float(p2p["end_us"].max())
+    # Timer ops overlap by microseconds: the last backward may start just before the
+    # receive's timer ends.
+    after = np.flatnonzero(inside & (ce > last_p2p))
+    if after.size == 0:
+        return start, last_p2p
+    # The compute chain right after the last transfer: the last backward. Stop at the
+    # first gap that is long against the step (the optimizer or next-step work).
+    gap_limit = max(50.0, 0.002 * (hi - lo))
+    end_idx = after[0]
+    for j in after[1:]:
+        if cs[j] - ce[end_idx] > gap_limit:
+            break
+        end_idx = j
+    return start, float(ce[end_idx])
+
+
+def _claim(s: RankSummary, span: tuple[float, float], p2p: pd.DataFrame) -> iv.Intervals:
+    """Idle gaps of ``s`` inside ``span`` that hold one of its point-to-point transfers."""
+    lost = iv.clip(s.lost, span[0], span[1])
+    if lost[0].size == 0 or len(p2p) == 0:
+        return iv.empty()
+    ps = p2p["start_us"].to_numpy(dtype=np.float64)
+    pe = p2p["end_us"].to_numpy(dtype=np.float64)
+    # A gap holds a transfer when they overlap (a zero-length timer op counts if inside).
+    covered = iv.overlap_with_each(lost, iv.make(ps, np.maximum(pe, ps + 1e-3)))
+    gaps = (lost[0][covered > 0], lost[1][covered > 0])
+    c = s.comms
+    coll = c.loc[c["category"].to_numpy() == int(Category.COLLECTIVE)] if len(c) else c
+    if len(coll):
+        gaps = iv.subtract(gaps, iv.make(coll["start_us"].to_numpy(), coll["end_us"].to_numpy()))
+    return gaps
+
+
+def analyze_pipeline(summaries: Sequence[RankSummary], offsets: Mapping[int, float]) -> PipelineResult | None:
+    """Pipeline-parallel analysis of a job, or ``None`` when it is not pipeline parallel."""
+    found = _stages(summaries, offsets)
+    if found is None:
+        return None
+    stage_of, source = found
+    by_rank = {s.rank: s for s in summaries}
+    members: dict[int, list[RankSummary]] = {}
+    for rank, st in sorted(stage_of.items()):
+        members.setdefault(st, []).append(by_rank[rank])
+    p = max(max(members) + 1, max((int(s.parallel.get("pp_size", 0)) for s in summaries), default=0))
+    chunks = max(1, max((int(s.parallel.get("vpp_size", 1) or 1) for s in summaries), default=1))
+    m = _microbatches(members, chunks)
+    schedule = _schedule(members[min(members)], m, chunks)
+
+    # Pipeline span per step: from the first-stage ranks, on the aligned clock.
+    spans: dict[int, tuple[float, float]] = {}
+    for s in members[min(members)]:
+        p2p_all = _p2p(s)
+        off = offsets.get(s.rank, 0.0)
+        for number, (lo, hi) in _step_spans(s).items():
+            p2p = p2p_all.loc[(p2p_all["end_us"] > lo) & (p2p_all["start_us"] < hi)]
+            sp = _span_of_step(s, lo, hi, p2p)
+            if sp is None:
+                continue
+            a = (sp[0] - off, sp[1] - off)
+            old = spans.get(number)
+            spans[number] = a if old is None else (min(old[0], a[0]), max(old[1], a[1]))
+
+    claims: dict[int, iv.Intervals] = {}
+    fraction: dict[int, float] = {}
+    bubble_per_step: dict[int, float] = {}
+    for s in summaries:
+        if s.rank not in stage_of:
+            continue
+        off = offsets.get(s.rank, 0.0)
+        p2p_all = _p2p(s)
+        parts_s: list[np.ndarray] = []
+        parts_e: list[np.ndarray] = []
+        fracs: list[float] = []
+        for number, (a0, a1) in spans.items():
+            lo, hi = a0 + off, a1 + off
+            p2p = p2p_all.loc[(p2p_all["end_us"] > lo) & (p2p_all["start_us"] < hi)]
+            got = _claim(s, (lo, hi), p2p)
+            parts_s.append(got[0])
+            parts_e.append(got[1])
+            fracs.append(iv.total(got) / (hi - lo) if hi > lo else 0.0)
+        claim = iv.union(np.concatenate(parts_s), np.concatenate(parts_e)) if parts_s else iv.empty()
+        claims[s.rank] = claim
+        fraction[s.rank] = float(np.mean(fracs)) if fracs else 0.0
+        bubble_per_step[s.rank] = iv.total(claim) / max(len(spans), 1)
+
+    span_us = float(np.median([b - a for a, b in spans.values()])) if spans else None
+    per_stage = []
+    t_mb: dict[int, float] = {}
+    for st, ss in sorted(members.items()):
+        fwd = [s.phases_us.get("forward") for s in ss]
+        bwd = [s.phases_us.get("backward") for s in ss]
+        row: dict[str, Any] = {"stage": st, "ranks": [s.rank for s in ss]}
+        if m and all(f is not None for f in fwd) and all(b is not None for b in bwd):
+            f_mb = float(np.mean([float(f) for f in fwd if f is not None])) / (m * chunks)
+            b_mb = float(np.mean([float(b) for b in bwd if b is not None])) / (m * chunks)
+            row["forward_per_microbatch_us"] = round(f_mb, 3)
+            row["backward_per_microbatch_us"] = round(b_mb, 3)
+            t_mb[st] = f_mb + b_mb
+            row["compute_per_microbatch_us"] = round(f_mb + b_mb, 3)
+        row["bubble_fraction"] = round(float(np.mean([fraction[s.rank] for s in ss])), 4)
+        row["bubble_us_per_step"] = round(float(np.mean([bubble_per_step[s.rank] for s in ss])), 3)
+        per_stage.append(row)
+
+    theory = theoretical_bubble_fraction(p, m, chunks) if m else None
+    findings: dict[str, Any] = {
+        "stages": p,
+        "stage_source": source,
+        "microbatches": m,
+        "chunks": chunks,
+        "schedule": schedule,
+        "theoretical_bubble_fraction": None if theory is None else round(theory, 4),
+        "span_us": None if span_us is None else round(span_us, 3),
+        "steps_measured": len(spans),
+        "per_stage": per_stage,
+    }
+    if len(t_mb) >= 2 and m:
+        slowest = max(t_mb, key=lambda k: t_mb[k])
+        others = [t for k, t in t_mb.items() if k != slowest]
+        ratio = t_mb[slowest] / float(np.median(others)) if float(np.median(others)) > 0 else None
+        times = [t_mb[k] for k in sorted(t_mb)]
+        balanced = [float(np.mean(times))] * len(times)
+        findings["slowest_stage"] = slowest
+        findings["slowest_stage_ranks"] = [s.rank for s in members[slowest]]
+        findings["slowest_stage_ratio"] = None if ratio is None else round(ratio, 3)
+        findings["modelled_span_us"] = round(modelled_span_us(times, m * chunks), 3)
+        findings["modelled_balanced_span_us"] = round(modelled_span_us(balanced, m * chunks), 3)
+        for row in per_stage:
+            k = row["stage"]
+            if k in t_mb:
+                # What the bottleneck model predicts for this stage's bubble.
+                row["modelled_bubble_fraction"] = round(
+                    1.0 - m * chunks * t_mb[k] / modelled_span_us(times, m * chunks), 4
+                )
+    return PipelineResult(claims=claims, findings=findings, stage_of=stage_of, bubble_us_per_step=bubble_per_step)
