@@ -21,7 +21,7 @@ from gpuprof.simulate.scenarios import KNOB_HELP, SCENARIOS, Plan
 from gpuprof.simulate.session import write_session
 from gpuprof.simulate.truth import TRUTH_FILE, rank_truth, read_truth, truth_document, write_truth
 
-__all__ = ["SCENARIOS", "KNOB_HELP", "TRUTH_FILE", "generate", "knobs_of", "read_truth"]
+__all__ = ["SCENARIOS", "KNOB_HELP", "TRUTH_FILE", "generate", "knobs_of", "read_truth", "resolve_knobs"]
 
 # Scenarios that are another one with different defaults.
 _VARIANTS: dict[str, tuple[str, dict[str, Any]]] = {

@@ -374,12 +374,17 @@ def rl_post_training(*, ranks: int = 2, steps: int = 3, layers: int = 4, tokens_
                             for _ in range(layers):
                                 sim.aten("aten::linear", wl.GEMM, decode_us * 0.6, op_us=4.0)
                                 sim.aten("aten::_scaled_dot_product_flash_attention", wl.FLASH_FWD, decode_us * 0.4, op_us=4.0)
-                    yield from sim.collective(
+                    _, end = yield from sim.collective(
                         ("experience", s), coll="allgather", op_name="c10d::_allgather_base_", annotation="nccl:_all_gather_base",
                         kernel_name=ALLGATHER_KERNEL, nelems=1 << 20, dtype="BFloat16", ranks=list(range(ranks)), transfer_us=60.0,
                     )
+                    sim.deps.append((end, Cause.COMMUNICATION))
+                    sim.item()  # the rollouts go to the host for scoring
                 with sim.op("compute_reward", cat="user_annotation"):
                     sim.idle(sim.jit(reward_ms * 1e3))
+                    # The sync above returned at once; what starves the device now is
+                    # Python scoring rewards, which is host time, not synchronization.
+                    sim.label = Cause.HOST
                 with sim.op("train", cat="user_annotation"):
                     yield from _dp_step(sim, s, ranks=ranks, layers=layers, layer_us=layer_ms * 1e3, grad_mb=grad_mb, buckets=2, link_gbs=link_gbs)
 

@@ -26,8 +26,8 @@ MEM_TOTAL_BYTES = 85045346304
 
 
 def _unix_s(t_us: float) -> float:
-    # Kineto's clock origin maps to baseTimeNanoseconds on the wall clock.
-    return BASE_TIME_NS / 1e9 + t_us / 1e6
+    """Wall-clock time of simulated time ``t_us``: Kineto's ``ts`` plus ``baseTimeNanoseconds``."""
+    return BASE_TIME_NS / 1e9 + (CLOCK_ORIGIN_US + t_us) / 1e6
 
 
 def write_session(root: Path, sims: Sequence[RankSim], scenario: str) -> None:
@@ -45,7 +45,7 @@ def write_session(root: Path, sims: Sequence[RankSim], scenario: str) -> None:
             for t in polls:
                 share = iv.total(iv.clip(busy, t - POLL_S * 1e6, t)) / (POLL_S * 1e6)
                 w.samples.append({
-                    "time_unix_s": round(_unix_s(CLOCK_ORIGIN_US + t) - CLOCK_ORIGIN_US / 1e6, 6), "gpu": sim.rank, "uuid": f"GPU-sim-{sim.rank:04d}",
+                    "time_unix_s": round(_unix_s(t), 6), "gpu": sim.rank, "uuid": f"GPU-sim-{sim.rank:04d}",
                     "util_gpu_pct": round(100.0 * share), "util_mem_pct": round(60.0 * share), "mem_used_bytes": 61 << 30,
                     "mem_total_bytes": MEM_TOTAL_BYTES, "power_w": round(120.0 + 560.0 * share, 1), "energy_mj": None,
                     "clock_sm_mhz": 1980, "clock_mem_mhz": 2619, "clock_event_reasons": 0, "temperature_c": 55,
