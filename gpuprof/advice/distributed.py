@@ -1,0 +1,330 @@
+"""Advice for distributed jobs: stragglers, pipeline bubbles and imbalance, communication.
+
+Every estimate follows :mod:`gpuprof.advice.savings`: the job's step time is the slowest
+rank's, and a fix saves what it takes off that. Recommendation ids are stable:
+
+``straggler-rank``        named slow ranks that the others wait for in collectives
+``straggler-absent-rank`` ranks wait in collectives for a rank that is not in the input
+``pipeline-imbalance``    one pipeline stage computes much longer per microbatch
+``pipeline-bubble``       the schedule's own fill/drain bubble (few microbatches)
+``comm-overlap``          exposed collectives that hardly overlap compute
+``exposed-communication`` exposed collectives that already overlap but still cost time
+"""
+
+from __future__ import annotations
+
+from typing import Any, Mapping, Sequence
+
+import numpy as np
+
+from gpuprof.advice import AdviceContext, advisor
+from gpuprof.advice.savings import cause_savings_pct, job_step_time_us, savings_pct, step_time_us
+from gpuprof.analysis import intervals as iv
+from gpuprof.model.report import Cause, RankReport, Recommendation
+from gpuprof.model.timeline import Category
+
+# Below this share of the job step time a finding is not worth a recommendation.
+MIN_SAVINGS_PCT = 1.0
+# A pipeline stage this much slower than the median stage is worth rebalancing.
+IMBALANCE_RATIO = 1.15
+# Exposed collectives whose device time overlaps compute less than this are not overlapped.
+LOW_OVERLAP = 0.3
+
+
+def _ms(us: float) -> str:
+    return f"{us / 1000.0:.1f} ms" if abs(us) >= 1000 else f"{us:.0f} us"
+
+
+def _ranks_text(ranks: Sequence[int]) -> str:
+    return ", ".join(str(r) for r in ranks)
+
+
+_PHASE_ACTIONS: Mapping[str | None, tuple[str, ...]] = {
+    "data": (
+        "Feed the slow rank faster: more DataLoader workers (num_workers), pin_memory=True, "
+        "prefetch_factor, or pre-tokenized / pre-decoded data on local disk.",
+        "If its batches are heavier (longer sequences), balance work per rank: length "
+        "bucketing or sequence packing so that every rank gets the same number of tokens.",
+    ),
+    "forward": (
+        "Give the slow rank the same work as the others: for data-dependent work use length "
+        "bucketing or sequence packing; for sharded models (embedding tables, experts) "
+        "rebalance the shard placement.",
+        "Check the slow rank's GPU for throttling or a different clock "
+        "(nvidia-smi -q -d PERFORMANCE,CLOCK) and its PCIe/NVLink health.",
+    ),
+    "backward": (
+        "Give the slow rank the same work as the others: for data-dependent work use length "
+        "bucketing or sequence packing; for sharded models (embedding tables, experts) "
+        "rebalance the shard placement.",
+        "Check the slow rank's GPU for throttling or a different clock "
+        "(nvidia-smi -q -d PERFORMANCE,CLOCK) and its PCIe/NVLink health.",
+    ),
+    "optimizer": (
+        "Balance optimizer state across ranks (ZeRO / FSDP sharding evenly, or a fused / "
+        "foreach optimizer) so the slow rank does not update more parameters than the others.",
+    ),
+    None: (
+        "The slow rank starts its steps late: look at what it does between steps (logging, "
+        "checkpointing, metrics, garbage collection, input preparation on rank-specific data) "
+        "and move that off the critical path or onto every rank alike.",
+        "Check the slow rank's GPU and host for throttling or contention "
+        "(nvidia-smi -q -d PERFORMANCE, other processes on that host).",
+    ),
+}
+
+
+@advisor
+def straggler_advice(ctx: AdviceContext) -> list[Recommendation]:
+    stragglers: list[Mapping[str, Any]] = list(ctx.cross.get("stragglers") or [])
+    reports = list(ctx.reports)
+    if not reports:
+        return []
+    wait = {r.rank: float(r.lost_us.get(Cause.STRAGGLER, 0.0)) for r in reports}
+    out: list[Recommendation] = []
+    if stragglers:
+        slow = [int(x["rank"]) for x in stragglers]
+        others = [r for r in reports if r.rank not in slow]
+        if not others:
+            return []
+        median_wait = float(np.median([wait[r.rank] for r in others]))
+        # If the slow ranks ran at the median pace nobody would wait for them: the others
+        # lose their waits, and the slow ranks lose the lead they made the others wait.
+        removed = {r.rank: wait[r.rank] for r in others}
+        removed.update({r: median_wait for r in slow})
+        pct = savings_pct(reports, removed)
+        if pct < MIN_SAVINGS_PCT:
+            return []
+        steps = max(1, int(np.median([max(r.steps, 1) for r in others])))
+        evidence = []
+        for x in stragglers:
+            evidence.append(
+                f"rank {x['rank']} arrived last at {x['last_arrivals']} of {x['collectives']} collectives; "
+                f"the other ranks waited {_ms(float(x['caused_wait_us_per_step']))} per step for it (median per collective summed)"
+            )
+            if x.get("phase"):
+                evidence.append(
+                    f"rank {x['rank']}'s {x['phase']} takes {float(x['phase_ratio']):.2f}x the median of the other "
+                    f"{len(others)} ranks ({_ms(float(x['phase_excess_us_per_step']))} more per step)"
+                )
+            elif x.get("late_start_us") is not None and float(x["late_start_us"]) > 0:
+                evidence.append(
+                    f"rank {x['rank']} begins its step {_ms(float(x['late_start_us']))} after the median rank; "
+                    "no phase inside the step is markedly slower"
+                )
+        evidence.append(
+            f"the waiting ranks lose a median {_ms(median_wait / steps)} per step in collectives "
+            f"({100.0 * median_wait / steps / max(job_step_time_us(reports), 1e-9):.1f}% of the step)"
+        )
+        phase = stragglers[0].get("phase")
+        out.append(
+            Recommendation(
+                id="straggler-rank",
+                category=Cause.STRAGGLER,
+                title=f"Rank{'s' if len(slow) > 1 else ''} {_ranks_text(slow)} hold{'' if len(slow) > 1 else 's'} up "
+                f"every collective: make {'them' if len(slow) > 1 else 'it'} as fast as the others",
+                estimated_savings_pct=pct,
+                ranks=tuple(slow),
+                evidence=tuple(evidence),
+                actions=_PHASE_ACTIONS.get(phase, _PHASE_ACTIONS[None]),
+            )
+        )
+        return out
+    info = ctx.cross.get("straggler_analysis") or {}
+    if info.get("incomplete_groups") and sum(wait.values()) > 0:
+        pct = cause_savings_pct(reports, Cause.STRAGGLER)
+        if pct >= MIN_SAVINGS_PCT:
+            groups = info["incomplete_groups"]
+            desc = "; ".join(f"{g}: {v['present']} of {v['expected']} ranks" for g, v in groups.items())
+            out.append(
+                Recommendation(
+                    id="straggler-absent-rank",
+                    category=Cause.STRAGGLER,
+                    title="Ranks wait in collectives for a slower rank that is not in these traces: profile every rank",
+                    estimated_savings_pct=pct,
+                    ranks=(),
+                    evidence=(
+                        f"process groups only partly in the input ({desc})",
+                        "measured waits among the ranks present: "
+                        + ", ".join(f"rank {r.rank} {_ms(wait[r.rank] / max(r.steps, 1))}/step" for r in reports),
+                    ),
+                    actions=(
+                        "Collect traces from all ranks of the job (or at least whole process groups) so the slow "
+                        "rank can be named, then rerun gpuprof analyze on the folder.",
+                    ),
+                )
+            )
+    return out
+
+
+def _pipeline_removed(reports: Sequence[RankReport], saved_us_per_step: float) -> dict[int, float]:
+    return {r.rank: saved_us_per_step * max(r.steps, 1) for r in reports}
+
+
+@advisor
+def pipeline_advice(ctx: AdviceContext) -> list[Recommendation]:
+    pipe: Mapping[str, Any] | None = ctx.cross.get("pipeline")
+    reports = list(ctx.reports)
+    if not pipe or not reports:
+        return []
+    out: list[Recommendation] = []
+    p = int(pipe.get("stages") or 0)
+    m = pipe.get("microbatches")
+    theory = pipe.get("theoretical_bubble_fraction")
+    rows = [r for r in pipe.get("per_stage", []) if "compute_per_microbatch_us" in r]
+    span = pipe.get("span_us")
+    schedule = pipe.get("schedule", "unknown")
+    ratio = pipe.get("slowest_stage_ratio")
+    if rows and ratio is not None and float(ratio) >= IMBALANCE_RATIO and span:
+        slow = int(pipe["slowest_stage"])
+        slow_row = next(r for r in rows if r["stage"] == slow)
+        others = [r for r in rows if r["stage"] != slow]
+        modelled = float(pipe["modelled_span_us"])
+        balanced = float(pipe["modelled_balanced_span_us"])
+        saved = float(span) * (1.0 - balanced / modelled) if modelled > 0 else 0.0
+        pct = savings_pct(reports, _pipeline_removed(reports, saved))
+        if pct >= MIN_SAVINGS_PCT:
+            o_f = float(np.median([r["forward_per_microbatch_us"] for r in others]))
+            o_b = float(np.median([r["backward_per_microbatch_us"] for r in others]))
+            o_bubble = [float(r["bubble_fraction"]) for r in others]
+            evidence = [
+                f"stage {slow}'s compute per microbatch is {_ms(float(slow_row['compute_per_microbatch_us']))}, "
+                f"{float(ratio):.2f}x the median of the other stages (forward {_ms(float(slow_row['forward_per_microbatch_us']))} "
+                f"vs {_ms(o_f)}, backward {_ms(float(slow_row['backward_per_microbatch_us']))} vs {_ms(o_b)})",
+                f"the other stages sit idle {100 * min(o_bubble):.0f}-{100 * max(o_bubble):.0f}% of the pipeline span "
+                f"waiting for it, against {100 * float(theory):.0f}% that a balanced {schedule} schedule with "
+                f"p={p}, m={m} leaves; stage {slow} itself idles {100 * float(slow_row['bubble_fraction']):.0f}%"
+                if theory is not None
+                else f"the other stages sit idle {100 * min(o_bubble):.0f}-{100 * max(o_bubble):.0f}% of the pipeline span",
+                f"with the same total compute spread evenly the pipeline span would drop from about {_ms(float(span))} "
+                f"to {_ms(float(span) - saved)} per step",
+            ]
+            out.append(
+                Recommendation(
+                    id="pipeline-imbalance",
+                    category=Cause.PIPELINE_BUBBLE,
+                    title=f"Pipeline stage {slow} is {float(ratio):.1f}x slower than the others: move layers off it",
+                    estimated_savings_pct=pct,
+                    ranks=tuple(int(r) for r in pipe.get("slowest_stage_ranks", ())),
+                    evidence=tuple(evidence),
+                    actions=(
+                        f"Rebalance layers across stages: give stage {slow} fewer transformer layers to pay for what "
+                        "only it runs (embedding, output head, loss) -- e.g. Megatron's "
+                        "--decoder-first-pipeline-num-layers / --decoder-last-pipeline-num-layers, or an uneven "
+                        "split_spec in torch.distributed.pipelining.",
+                        "Re-profile after the change: the stages' compute per microbatch should be within ~10% of each other.",
+                    ),
+                )
+            )
+    if theory is not None and m and p > 1 and rows:
+        t_mb = float(np.median([float(r["compute_per_microbatch_us"]) for r in rows]))
+        chunks = int(pipe.get("chunks") or 1)
+        # Doubling the microbatches (half the size) or interleaving 2 chunks halves the
+        # fill/drain: the span shrinks by (p-1) * t_mb / 2 (t_mb: per-microbatch compute).
+        saved = (p - 1) * t_mb / (2.0 * chunks)
+        pct = savings_pct(reports, _pipeline_removed(reports, saved))
+        if pct >= MIN_SAVINGS_PCT and float(theory) >= 0.1:
+            out.append(
+                Recommendation(
+                    id="pipeline-bubble",
+                    category=Cause.PIPELINE_BUBBLE,
+                    title=f"Only {m} microbatches for {p} pipeline stages: use more microbatches or an interleaved schedule",
+                    estimated_savings_pct=pct,
+                    ranks=tuple(sorted(int(r) for row in pipe.get("per_stage", []) for r in row["ranks"])),
+                    evidence=(
+                        f"{schedule} schedule with p={p} stages, m={m} microbatches"
+                        + (f", v={chunks} chunks" if chunks > 1 else "")
+                        + f": even with balanced stages {100 * float(theory):.0f}% of the pipeline span is fill and drain",
+                        f"measured bubble per stage: "
+                        + ", ".join(f"stage {r['stage']} {100 * float(r['bubble_fraction']):.0f}%" for r in pipe["per_stage"]),
+                        f"halving the bubble saves about {_ms(saved)} per step ({p - 1} x {_ms(t_mb)} / 2)",
+                    ),
+                    actions=(
+                        f"Raise the number of microbatches to at least {4 * p} (smaller micro-batch size or more "
+                        "gradient-accumulation steps at the same global batch).",
+                        "Use an interleaved schedule (virtual pipeline stages: Megatron "
+                        "--num-layers-per-virtual-pipeline-stage, torch.distributed.pipelining "
+                        "ScheduleInterleaved1F1B) or a zero-bubble schedule (ScheduleInterleavedZeroBubble).",
+                    ),
+                )
+            )
+    return out
+
+
+def _overlap_share(ctx: AdviceContext) -> float | None:
+    """Share of collective device time that runs beside compute, over all ranks."""
+    total = 0.0
+    hidden = 0.0
+    for s in ctx.summaries:
+        c = s.comms
+        if c is None or len(c) == 0:
+            continue
+        coll = c.loc[c["category"].to_numpy() == int(Category.COLLECTIVE)]
+        if len(coll) == 0:
+            continue
+        ivs = iv.clip(iv.union(coll["start_us"].to_numpy(), coll["end_us"].to_numpy()), s.window[0], s.window[1])
+        total += iv.total(ivs)
+        hidden += iv.total(iv.intersect(ivs, s.compute))
+    return hidden / total if total > 0 else None
+
+
+@advisor
+def communication_advice(ctx: AdviceContext) -> list[Recommendation]:
+    reports = list(ctx.reports)
+    if not reports:
+        return []
+    comm = {r.rank: float(r.lost_us.get(Cause.COMMUNICATION, 0.0)) for r in reports}
+    if sum(comm.values()) <= 0:
+        return []
+    # Assume half of the exposed time can be hidden or removed: overlap is rarely perfect.
+    pct = cause_savings_pct(reports, Cause.COMMUNICATION, fraction=0.5)
+    if pct < MIN_SAVINGS_PCT:
+        return []
+    share = _overlap_share(ctx)
+    top = sorted(reports, key=lambda r: -comm[r.rank] / max(r.steps, 1))
+    worst = top[0]
+    per_step = comm[worst.rank] / max(worst.steps, 1)
+    evidence = [
+        f"rank {worst.rank} loses {_ms(per_step)} per step ({100 * per_step / max(step_time_us(worst), 1e-9):.1f}% "
+        "of its step) to collectives with no compute beside them (waiting for late ranks excluded)",
+    ]
+    if share is not None:
+        evidence.append(f"{100 * share:.0f}% of collective device time overlaps compute")
+    evidence.append("estimate assumes half of the exposed time can be hidden")
+    ranks = tuple(r.rank for r in reports if comm[r.rank] > 0)
+    if share is not None and share < LOW_OVERLAP:
+        return [
+            Recommendation(
+                id="comm-overlap",
+                category=Cause.COMMUNICATION,
+                title="Collectives run after compute instead of beside it: overlap them with backward",
+                estimated_savings_pct=pct,
+                ranks=ranks,
+                evidence=tuple(evidence),
+                actions=(
+                    "DDP: let gradient buckets all-reduce during backward (do not call all-reduce by hand after "
+                    "backward; tune bucket_cap_mb, e.g. 25 -> 50-100 MB for fewer, larger transfers; "
+                    "gradient_as_bucket_view=True).",
+                    "FSDP: enable backward_prefetch=BACKWARD_PRE and forward_prefetch=True (FSDP2: "
+                    "set_modules_to_forward_prefetch / reshard_after_forward) so all-gathers run ahead of compute.",
+                    "Put communication on its own stream and avoid synchronizing on it before it is needed.",
+                ),
+            )
+        ]
+    return [
+        Recommendation(
+            id="exposed-communication",
+            category=Cause.COMMUNICATION,
+            title="Collectives take longer than the compute that hides them: send less or send faster",
+            estimated_savings_pct=pct,
+            ranks=ranks,
+            evidence=tuple(evidence),
+            actions=(
+                "Reduce the volume: gradient compression (PowerSGD / bf16 or fp16 compression hooks for DDP), "
+                "reduce-scatter instead of all-reduce with sharded optimizers.",
+                "Use the topology: hierarchical all-reduce (intra-node NVLink first, then inter-node), check "
+                "NCCL_ALGO/NCCL_PROTO and that inter-node traffic uses RDMA (NCCL_DEBUG=INFO shows the transport).",
+                "Larger buckets (DDP bucket_cap_mb) for fewer, bandwidth-bound transfers.",
+            ),
+        )
+    ]
