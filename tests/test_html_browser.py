@@ -1,0 +1,143 @@
+"""The HTML report in a real browser (headless Chromium): it renders, logs nothing to the
+console, and a trace string full of markup shows as text and never runs.
+
+Skips where Chromium is not installed (``apt-get install chromium``; CI's .ci/run installs it).
+A control page with the same payload left unescaped proves the detectors would notice.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import shutil
+import subprocess
+from html.parser import HTMLParser
+from pathlib import Path
+from typing import Any, Callable
+
+import pytest
+from reportfactory import rank, rec, report
+
+from gpuprof.model.report import Cause, Recommendation
+from gpuprof.render import render
+
+CHROMIUM = Path("/usr/bin/chromium")
+
+pytestmark = pytest.mark.skipif(
+    not CHROMIUM.exists(), reason=f"{CHROMIUM} not found: install Debian's chromium package to run the browser test"
+)
+
+# If any of this ran, the title would change or an element would appear in the DOM.
+PAYLOAD = (
+    "<script>document.title='PWNED';document.body.setAttribute('data-pwned','1')</script>"
+    "<img src=x id=injected onerror=\"document.title='PWNED'\">"
+)
+
+
+class _Dom(HTMLParser):
+    def __init__(self) -> None:
+        super().__init__()
+        self.title = ""
+        self.text: list[str] = []
+        self.tags: list[tuple[str, dict[str, str | None]]] = []
+        self._stack: list[str] = []
+
+    def handle_starttag(self, tag: str, attrs: list[tuple[str, str | None]]) -> None:
+        self.tags.append((tag, dict(attrs)))
+        self._stack.append(tag)
+
+    def handle_endtag(self, tag: str) -> None:
+        while self._stack and self._stack.pop() != tag:
+            pass
+
+    def handle_data(self, data: str) -> None:
+        current = self._stack[-1] if self._stack else ""
+        if current == "title" and "head" in self._stack:  # not the tooltips of SVG shapes
+            self.title += data
+        elif current != "script":
+            self.text.append(data)
+
+
+def _chromium(page: Path, profile: Path) -> tuple[_Dom, list[str]]:
+    """The DOM after load (scripts had their chance to run) and the console lines."""
+    cmd = [
+        str(CHROMIUM), "--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking",
+        "--disable-component-update", "--disable-sync", "--no-first-run", "--disable-extensions",
+        f"--user-data-dir={profile}", "--enable-logging=stderr", "--v=0", "--virtual-time-budget=2000",
+        "--dump-dom", page.resolve().as_uri(),
+    ]  # fmt: skip
+    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=120, check=False)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    dom = _Dom()
+    dom.feed(proc.stdout)
+    console = [line for line in proc.stderr.splitlines() if ":CONSOLE" in line or "Uncaught" in line]
+    return dom, console
+
+
+@pytest.fixture
+def browse(tmp_path: Path) -> Callable[[str], tuple[_Dom, list[str]]]:
+    counter = iter(range(100))
+
+    def run(html: str) -> tuple[_Dom, list[str]]:
+        n = next(counter)
+        page = tmp_path / f"page{n}.html"
+        page.write_text(html, encoding="utf-8")
+        return _chromium(page, tmp_path / f"profile{n}")
+
+    return run
+
+
+def _attack_report(shared: Path | None) -> Any:
+    """A report whose kernel names, devices, findings and warnings all carry the payload."""
+    evidence = (f"kernel {PAYLOAD} took 40% of the step", "</script>" + PAYLOAD)
+    attack = Recommendation(
+        id="xss", category=Cause.HOST, title="Fuse " + PAYLOAD, estimated_savings_pct=99.0,
+        ranks=(0,), evidence=evidence, actions=(PAYLOAD,),
+    )  # fmt: skip
+    base = report(
+        [rank(0, lost_ms={"dataloader": 30, "host": 10}, device=PAYLOAD), rank(1, lost_ms={"communication": 12})],
+        [rec("dataloader", 25.0)],
+        warnings=(PAYLOAD,),
+        extra={"job": {"note": PAYLOAD}, "samples": {"timeline": [{"t_s": 0.0, "gpu": PAYLOAD, "gpu_util_pct": 10.0},
+                                                                   {"t_s": 1.0, "gpu": PAYLOAD, "gpu_util_pct": 90.0}]}},
+    )  # fmt: skip
+    return dataclasses.replace(base, recommendations=(attack, *base.recommendations))
+
+
+def test_control_page_proves_the_detectors_work(browse: Callable[[str], tuple[_Dom, list[str]]]) -> None:
+    unsafe = f"<!DOCTYPE html><html><head><title>gpuprof report</title></head><body>{PAYLOAD}" \
+             "<script>throw new Error('boom')</script></body></html>"  # fmt: skip
+    dom, console = browse(unsafe)
+    assert dom.title == "PWNED"
+    assert any(t == "img" and a.get("id") == "injected" for t, a in dom.tags)
+    assert any("boom" in line for line in console)
+
+
+def test_report_renders_without_console_errors_and_payload_stays_text(
+    browse: Callable[[str], tuple[_Dom, list[str]]],
+) -> None:
+    dom, console = browse(render(_attack_report(None), "html"))
+    assert console == []  # not even a CSP refusal: nothing tried to run
+    assert dom.title == "gpuprof report"
+    assert not any(t == "img" for t, _ in dom.tags)
+    assert not any("data-pwned" in a for _, a in dom.tags)
+    assert [a for t, a in dom.tags if t == "script"] == [{"type": "application/json", "id": "gpuprof-report"}]
+    text = "".join(dom.text)
+    assert f"kernel {PAYLOAD} took 40% of the step" in text  # shown, as text, exactly
+    assert "Fuse " + PAYLOAD in text
+    # The page really rendered: headings, the per-rank chart and both ranks' rows.
+    assert "What to change" in text and "Where each rank" in text
+    assert sum(1 for t, _ in dom.tags if t == "rect") >= 5
+    assert sum(1 for t, _ in dom.tags if t == "polyline") == 1
+
+
+def test_real_trace_report_in_browser(browse: Callable[[str], tuple[_Dom, list[str]]], shared_traces: Path) -> None:
+    from gpuprof.pipeline import analyze_paths
+
+    rep = analyze_paths([shared_traces / "resnet50-nw0"])
+    dom, console = browse(render(rep, "html"))
+    assert console == []
+    assert dom.title == "gpuprof report"
+    text = "".join(dom.text)
+    assert "lost: dataloader" in text
+    for r in rep.recommendations:
+        assert r.title in text
