@@ -1,0 +1,109 @@
+"""Attribution precedence, the exact partition of each window, and what real traces say."""
+
+from __future__ import annotations
+
+from functools import lru_cache
+from pathlib import Path
+
+import pytest
+
+from gpuprof.analysis import intervals as iv
+from gpuprof.analysis.attribution import PRECEDENCE, attribute, merge_claims
+from gpuprof.model.report import CAUSES, Cause
+from gpuprof.pipeline import Analysis, run_analysis
+from conftest import SHARED_TRACES
+
+
+def test_first_cause_in_precedence_wins_and_rest_is_other() -> None:
+    lost = iv.make([0, 100], [50, 200])
+    claims = {
+        Cause.HOST: iv.make([0], [200]),
+        Cause.SYNC: iv.make([10], [30]),
+        Cause.MEMORY: iv.make([20], [40]),
+        Cause.STRAGGLER: iv.make([120], [150]),
+        Cause.COMMUNICATION: iv.make([100], [160]),
+    }
+    att = attribute(lost, claims)
+    assert att.lost_us[Cause.MEMORY] == 20  # 20..40
+    assert att.lost_us[Cause.SYNC] == 10  # 10..20 (memory took 20..30)
+    assert att.lost_us[Cause.STRAGGLER] == 30
+    assert att.lost_us[Cause.COMMUNICATION] == 30  # 100..120 and 150..160
+    assert att.lost_us[Cause.HOST] == 150 - 20 - 10 - 30 - 30
+    assert att.lost_us[Cause.OTHER] == 0
+    assert sum(att.lost_us.values()) == 150
+
+
+def test_claims_outside_lost_time_are_ignored_and_unclaimed_is_other() -> None:
+    att = attribute(iv.make([0], [100]), {Cause.DATALOADER: iv.make([50], [500])})
+    assert att.lost_us[Cause.DATALOADER] == 50
+    assert att.lost_us[Cause.OTHER] == 50
+
+
+def test_merge_claims_unions_per_cause() -> None:
+    merged = merge_claims({Cause.HOST: iv.make([0], [10])}, {Cause.HOST: iv.make([5], [20])})
+    assert iv.total(merged[Cause.HOST]) == 20
+    assert PRECEDENCE[0] is Cause.PIPELINE_BUBBLE and PRECEDENCE[-1] is Cause.OTHER
+
+
+def _folders() -> list[str]:
+    if not SHARED_TRACES.is_dir():
+        return []
+    return sorted(p.name for p in SHARED_TRACES.iterdir() if p.is_dir() and p.name != "LICENSES")
+
+
+@lru_cache(maxsize=None)
+def _analysis(name: str) -> Analysis:
+    return run_analysis([SHARED_TRACES / name])
+
+
+@pytest.mark.parametrize("name", _folders() or ["<no shared traces>"])
+def test_partition_is_exact_on_every_real_trace(name: str, shared_traces: Path) -> None:
+    a = _analysis(name)
+    assert a.report.ranks
+    for r in a.report.ranks:
+        assert set(r.lost_us) == set(CAUSES)
+        assert all(v >= 0 for v in r.lost_us.values())
+        total = r.compute_us + sum(r.lost_us.values())
+        assert total == pytest.approx(r.window_us, rel=1e-3, abs=1e-6)
+        if r.steps:
+            assert sum(r.step_times_us) == pytest.approx(r.window_us, rel=1e-6)
+
+
+def _share(a: Analysis, cause: Cause, rank: int = 0) -> float:
+    r = next(x for x in a.report.ranks if x.rank == rank)
+    return r.lost_us[cause] / r.window_us
+
+
+def test_dataloader_workers_remove_the_input_stall(shared_traces: Path) -> None:
+    # The same ResNet-50 job with num_workers=0 and num_workers=4.
+    nw0, nw4 = _analysis("resnet50-nw0"), _analysis("resnet50-nw4")
+    assert _share(nw0, Cause.DATALOADER) > 0.10
+    assert _share(nw4, Cause.DATALOADER) < 0.02
+    step0 = nw0.report.ranks[0].window_us / nw0.report.ranks[0].steps
+    step4 = nw4.report.ranks[0].window_us / nw4.report.ranks[0].steps
+    assert step0 > 1.4 * step4
+    # The DataLoader wait per step on the host is about what the device lost to it.
+    f0 = nw0.summaries[0].facts
+    assert nw0.report.ranks[0].lost_us[Cause.DATALOADER] / 6 <= f0["dataloader_wait_per_step_us"]
+    assert f0["dataloader_single_process"] is True
+    assert nw4.summaries[0].facts["dataloader_single_process"] is False
+
+
+def test_complete_kineto_traces_leave_little_unexplained(shared_traces: Path) -> None:
+    for name in ("resnet50-nw0", "resnet50-nw4", "a100-2rank-nccl", "mi300-resnet-ckpt-rank0"):
+        assert _share(_analysis(name), Cause.OTHER) < 0.05, name
+
+
+def test_exposed_collectives_show_as_communication(shared_traces: Path) -> None:
+    a = _analysis("mi300-resnet-ckpt-rank0")
+    r = a.report.ranks[0]
+    assert max(r.lost_us, key=lambda c: r.lost_us[c]) is Cause.COMMUNICATION
+    dlrm = _analysis("dlrm-8rank")
+    assert len(dlrm.report.ranks) == 8
+    assert all(x.lost_us[Cause.COMMUNICATION] + x.lost_us[Cause.STRAGGLER] > 0 for x in dlrm.report.ranks)
+
+
+def test_cpu_only_trace_has_an_empty_window(shared_traces: Path) -> None:
+    a = _analysis("edge-cpu-only-gloo")
+    assert a.summaries[0].empty_reason is not None
+    assert a.report.ranks[0].window_us == 0

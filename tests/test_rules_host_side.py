@@ -1,0 +1,122 @@
+"""Host-side rules: dataloader, sync, late launches (host), and what stays ``other``.
+
+Every trace here is built so that the answer is known: a kernel ends, the device idles
+for a known time, and the next kernel's launch and the host's activity are placed around
+that gap on purpose.
+"""
+
+from __future__ import annotations
+
+import pytest
+
+from gpuprof.model.timeline import Kind
+from rankbuilder import RankBuilder, lost_by_cause
+
+DL = "enumerate(DataLoader)#_SingleProcessDataLoaderIter.__next__"
+
+
+def test_gap_while_host_in_dataloader_is_dataloader() -> None:
+    b = RankBuilder()
+    b.kernel(0, 100, launch_at=-20)
+    b.host(90, 400, DL)  # the device waits from 100 to 400 in DataLoader
+    b.kernel(410, 500, launch_at=400)  # launched right after: 10 us launch latency
+    got = lost_by_cause(b.build())
+    assert got["dataloader"] == 300
+    assert got["host"] == 10
+    assert got["other"] == 0
+    assert got["compute"] + 310 == got["window"]
+
+
+def test_late_launch_without_specific_cause_is_host() -> None:
+    b = RankBuilder()
+    b.kernel(0, 100, launch_at=-20)
+    b.host(100, 350, "aten::relu")  # plain Python/framework work
+    b.kernel(360, 500, launch_at=355)
+    got = lost_by_cause(b.build())
+    assert got["host"] == 260
+    assert got["other"] == 0
+
+
+def test_kernel_already_queued_is_not_host() -> None:
+    # The next kernel was launched before the gap began: the device waited for something
+    # else (an event on another stream), even though the host was in DataLoader meanwhile.
+    b = RankBuilder()
+    b.kernel(0, 100, launch_at=-20)
+    b.kernel(400, 500, launch_at=50)
+    b.host(100, 390, DL)
+    got = lost_by_cause(b.build())
+    assert got["other"] == 300
+    assert got["host"] == 0 and got["dataloader"] == 0
+
+
+def test_kernel_held_back_after_its_launch_splits_host_and_other() -> None:
+    # Launched 100 us into a 600 us gap, but it only starts 500 us after its launch: the
+    # first 100 us + launch + slack are the host's, the rest is waiting on something else.
+    b = RankBuilder()
+    b.kernel(0, 100, launch_at=-20)
+    b.kernel(700, 800, launch_at=200)  # launch call 200..205
+    got = lost_by_cause(b.build())
+    assert got["host"] == pytest.approx(205 + 50 - 100)
+    assert got["other"] == pytest.approx(700 - 255)
+
+
+def test_unknown_launch_is_not_blamed_on_the_host() -> None:
+    b = RankBuilder()
+    b.kernel(0, 100)
+    b.kernel(400, 500)  # no launch recorded (correlation not in the trace)
+    got = lost_by_cause(b.build())
+    assert got["other"] == 300 and got["host"] == 0
+
+
+def test_unknown_launch_with_dataloader_still_counts_as_dataloader() -> None:
+    b = RankBuilder()
+    b.kernel(0, 100)
+    b.host(150, 350, DL)
+    b.kernel(400, 500)
+    got = lost_by_cause(b.build())
+    assert got["dataloader"] == 200
+    assert got["other"] == 100
+
+
+def test_sync_drains_the_queue_and_the_whole_wait_is_sync() -> None:
+    b = RankBuilder()
+    b.kernel(0, 1000, launch_at=-20)
+    b.host(10, 1005, "aten::item")
+    b.host(12, 1004, "cudaStreamSynchronize", kind=Kind.RUNTIME)
+    b.host(1005, 1200, "aten::add")  # the host has to issue work again
+    b.kernel(1210, 1300, launch_at=1200)
+    got = lost_by_cause(b.build())
+    assert got["sync"] == 210
+    assert got["host"] == 0
+
+
+def test_sync_called_on_an_idle_device_claims_only_its_own_duration() -> None:
+    b = RankBuilder()
+    b.kernel(0, 100, launch_at=-20)
+    b.host(200, 220, "cudaDeviceSynchronize", kind=Kind.RUNTIME)  # device already idle
+    b.kernel(410, 500, launch_at=400)
+    got = lost_by_cause(b.build())
+    assert got["sync"] == 20
+    assert got["host"] == 290
+
+
+def test_dataloader_beats_sync_inside_a_drained_gap() -> None:
+    b = RankBuilder()
+    b.kernel(0, 1000, launch_at=-20)
+    b.host(10, 1005, "cudaStreamSynchronize", kind=Kind.RUNTIME)  # loss.item() at step end
+    b.host(1100, 1500, DL)  # next step fetches its batch
+    b.kernel(1610, 1700, launch_at=1600)
+    got = lost_by_cause(b.build())
+    assert got["dataloader"] == 400
+    assert got["sync"] == 1610 - 1000 - 400
+    assert got["host"] == 0
+
+
+def test_gap_at_window_end_with_no_more_kernels_is_host() -> None:
+    b = RankBuilder()
+    b.step(1, 0, 1000)
+    b.kernel(10, 600, launch_at=5)
+    b.host(600, 1000, "aten::add")
+    got = lost_by_cause(b.build())
+    assert got["window"] == 1000
+    assert got["host"] == 10 + 400  # 10 us before the first kernel, 400 us at the end
