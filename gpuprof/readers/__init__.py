@@ -53,7 +53,12 @@ class TraceSource:
 
 
 def load_file(path: Path, rank_hint: int | None = None, order: int = 0) -> list[RankTrace]:
-    """Read one trace file into its rank(s); raises :class:`BadTraceError` when unreadable."""
+    """Read one trace file into its rank(s); raises :class:`BadTraceError` when unreadable.
+
+    ``rank_hint`` defaults to the rank stated in the file name.
+    """
+    if rank_hint is None:
+        rank_hint = rank_hint_from_name(path)
     raw = decode_trace(path)
     if looks_like_kineto(raw):
         device, host, steps, memory, facts = read_kineto(raw)
@@ -128,9 +133,8 @@ def discover(paths: Sequence[str | Path]) -> list[TraceSource]:
             files = _scan_folder(p)
             if not files:
                 raise BadTraceError("folder holds no trace files (*.json, *.json.gz)", p)
-            sources.extend(
-                TraceSource(f, rank_hint_from_name(f), len(sources) + i) for i, f in enumerate(files)
-            )
+            base = len(sources)
+            sources.extend(TraceSource(f, rank_hint_from_name(f), base + i) for i, f in enumerate(files))
         elif p.exists():
             sources.append(TraceSource(p, rank_hint_from_name(p), len(sources)))
         else:

@@ -36,7 +36,7 @@ def str_categorical(values: Sequence[Any]) -> pd.Categorical:
     """A categorical column of strings, ``""`` for missing; fast when no value is present."""
     n = len(values)
     if n == 0 or (values[0] is None and len(set(values)) == 1):
-        return pd.Categorical.from_codes(np.zeros(n, np.int8), [""])
+        return pd.Categorical.from_codes(np.zeros(n, np.int8), pd.Index([""]))
     return pd.Categorical(str_column(values))
 
 

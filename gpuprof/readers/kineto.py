@@ -17,8 +17,8 @@ where the kernel itself does not carry them, and decides whether an ambiguous
 from __future__ import annotations
 
 from collections import Counter
-from operator import attrgetter
 from collections.abc import Sequence
+from operator import attrgetter
 from typing import Any
 
 import numpy as np
