@@ -1,0 +1,171 @@
+"""Matching collectives across ranks, clock alignment and straggler waits."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from gpuprof.analysis import intervals as iv
+from gpuprof.analysis.collectives import match_collectives, per_rank_waits, wait_claims
+from gpuprof.analysis.summarize import summarize
+from gpuprof.analysis.summary import RankSummary
+from gpuprof.model.classify import classify
+from gpuprof.model.timeline import (
+    DEVICE_COLUMNS,
+    Kind,
+    ProcessGroup,
+    RankTrace,
+    Step,
+    empty_host_table,
+    make_table,
+)
+
+ALLREDUCE = "ncclKernel_AllReduce_RING_LL_Sum_float(ncclDevComm*, unsigned long, ncclWork*)"
+GEMM = "ampere_sgemm_128x64_tn"
+
+
+def allreduce_job(
+    compute_us: dict[int, float],
+    rounds: int = 10,
+    skew_us: dict[int, float] | None = None,
+    world_size: int | None = None,
+    transfer_us: float = 1000.0,
+) -> list[RankTrace]:
+    """Ranks that compute ``compute_us[rank]`` then all-reduce, ``rounds`` times.
+
+    Every all-reduce ends on all ranks when the slowest has arrived plus ``transfer_us``:
+    rank r waits ``max(compute) - compute[r]`` in each, by construction. Each round is a
+    step. ``skew_us[rank]`` shifts that rank's whole clock (a different host).
+    """
+    skew_us = skew_us or {}
+    slowest = max(compute_us.values())
+    period = slowest + transfer_us + 500.0
+    ranks = sorted(compute_us)
+    traces = []
+    for r in ranks:
+        off = skew_us.get(r, 0.0)
+        start, end, kind, name, coll, pg = [], [], [], [], [], []
+        steps = []
+        for c in range(rounds):
+            base = c * period + off
+            start += [base, base + compute_us[r]]
+            end += [base + compute_us[r], base + slowest + transfer_us]
+            kind += [int(Kind.KERNEL)] * 2
+            name += [GEMM, ALLREDUCE]
+            coll += ["", "allreduce"]
+            pg += ["", "0"]
+            steps.append(Step(c, base, base + period))
+        cols = {
+            "start_us": start,
+            "end_us": end,
+            "kind": kind,
+            "category": [int(classify(Kind.KERNEL, n)) for n in name],
+            "name": name,
+            "coll_name": coll,
+            "pg": pg,
+        }
+        traces.append(
+            RankTrace(
+                rank=r,
+                source=f"rank{r}.json",
+                fmt="kineto",
+                device=make_table(cols, DEVICE_COLUMNS),
+                host=empty_host_table(),
+                steps=tuple(steps),
+                world_size=world_size or len(ranks),
+                process_groups=(ProcessGroup("0", "default_pg", tuple(range(world_size or len(ranks)))),),
+            )
+        )
+    return traces
+
+
+def summaries(traces: list[RankTrace]) -> list[RankSummary]:
+    return [summarize(t) for t in traces]
+
+
+def test_late_rank_makes_every_other_rank_wait_by_its_lateness() -> None:
+    job = summaries(allreduce_job({0: 20_000.0, 1: 20_000.0, 2: 25_000.0, 3: 20_000.0}))
+    m = match_collectives(job)
+    waits = per_rank_waits(m)
+    assert list(waits["calls"]) == [10, 10, 10, 10]
+    for r in (0, 1, 3):
+        assert waits.loc[r, "wait_us"] == pytest.approx(10 * 5_000.0)
+    assert waits.loc[2, "wait_us"] == pytest.approx(0.0)
+    assert int(waits.loc[2, "last_calls"]) == 10
+    claims = wait_claims(m)
+    assert 2 not in claims
+    # Claims start where the waiting rank's all-reduce starts (its own clock).
+    first = job[0].comms.sort_values("start_us").iloc[0]
+    assert claims[0][0][0] == pytest.approx(first["start_us"])
+    assert iv.total(claims[0]) == pytest.approx(50_000.0)
+
+
+def test_clock_skew_of_one_second_does_not_change_the_answer() -> None:
+    plain = match_collectives(summaries(allreduce_job({0: 20_000.0, 1: 20_000.0, 2: 25_000.0, 3: 20_000.0})))
+    skewed = match_collectives(
+        summaries(allreduce_job({0: 20_000.0, 1: 20_000.0, 2: 25_000.0, 3: 20_000.0}, skew_us={1: 1_000_000.0}))
+    )
+    a = per_rank_waits(plain)["wait_us"]
+    b = per_rank_waits(skewed)["wait_us"]
+    assert np.allclose(a.to_numpy(), b.to_numpy())
+    # The skewed rank's offset is found, relative to the others.
+    offs = skewed.offsets_us
+    assert offs[1] - offs[0] == pytest.approx(1_000_000.0)
+    # Its claims stay on its own clock.
+    c1 = wait_claims(skewed)[1]
+    assert c1[0][0] >= 1_000_000.0
+
+
+def test_skew_on_the_late_rank_itself_is_not_mistaken_for_lateness() -> None:
+    job = allreduce_job({0: 20_000.0, 1: 20_000.0, 2: 25_000.0, 3: 20_000.0}, skew_us={2: -3_000_000.0})
+    waits = per_rank_waits(match_collectives(summaries(job)))
+    assert waits.loc[2, "wait_us"] == pytest.approx(0.0)
+    assert waits.loc[0, "wait_us"] == pytest.approx(50_000.0)
+
+
+def test_partial_group_measures_lower_bounds_and_marks_the_group_incomplete() -> None:
+    job = summaries(allreduce_job({0: 20_000.0, 1: 22_000.0}, world_size=8))
+    m = match_collectives(job)
+    assert m.incomplete_groups == {"0": (2, 8)}
+    assert not m.calls["complete"].any()
+    assert per_rank_waits(m).loc[0, "wait_us"] == pytest.approx(10 * 2_000.0)
+
+
+def test_single_rank_has_nothing_to_wait_for() -> None:
+    job = summaries(allreduce_job({0: 20_000.0}, world_size=2))
+    m = match_collectives(job)
+    assert wait_claims(m) == {}
+    assert (m.calls["wait_us"] == 0).all()
+
+
+def test_hta_sampled_ranks_match_although_they_interleave_groups_differently(shared_traces: Path) -> None:
+    # In step 552 rank 1 issues an all-reduce before its second all-to-all, rank 0 after:
+    # matching by (group, name, order) pairs every call; by order alone it would not.
+    from gpuprof.readers import load_all
+
+    job = [summarize(t) for t in load_all([shared_traces / "hta-sampled-2rank"])]
+    m = match_collectives(job)
+    assert m.unmatched == 0
+    assert m.calls.groupby(["pg", "coll_name", "step", "k"])["rank"].nunique().eq(2).all()
+    # 2 of 128 ranks: the group is incomplete and said to be.
+    assert m.incomplete_groups == {"": (2, 128)}
+
+
+def test_dlrm_all_ranks_match_and_the_last_arriver_waits_least(shared_traces: Path) -> None:
+    from gpuprof.readers import load_all
+
+    job = [summarize(t) for t in load_all([shared_traces / "dlrm-8rank"])]
+    m = match_collectives(job)
+    assert m.unmatched == 0 and not m.incomplete_groups
+    assert m.calls["complete"].all()
+    waits = per_rank_waits(m)
+    # The 8 ranks ran on one host: aligned clocks barely move.
+    assert max(abs(v) for v in m.offsets_us.values()) < 100.0
+    last = int(waits["last_calls"].idxmax())
+    # The rank that most often arrives last waits least; everyone else waits longer.
+    assert waits["wait_us"].idxmin() == last
+    assert (waits.drop(index=last)["wait_us"] > 2 * waits.loc[last, "wait_us"]).all()
+    # A wait never exceeds the collective it is inside.
+    assert (m.calls["wait_us"] <= m.calls["duration_us"] + 1e-6).all()
