@@ -115,7 +115,7 @@ def generate(scenario: str, out_dir: str | Path, *, seed: int = 0, compresslevel
         run_job(sims, [plan.program] * n)
         for w, sim in zip(writers, sims):
             assert sim.window is not None
-            w.close(start_us=sim.window[0] - 50.0, end_us=sim.window[1] + 50.0, trace_name=str(w.path))
+            w.close(start_us=sim.window[0] - 50.0, end_us=sim.window[1] + 50.0, trace_name=w.path.name)
     except BaseException:
         for w in writers:
             w.abort()

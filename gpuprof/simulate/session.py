@@ -21,7 +21,7 @@ from gpuprof.session.writer import SessionWriter
 from gpuprof.simulate.engine import RankSim
 from gpuprof.simulate.kineto import BASE_TIME_NS, CLOCK_ORIGIN_US
 
-POLL_S = 0.1
+POLL_S = 0.02  # a fast monitor; NVML's own utilization counters average over ~1/6 s
 MEM_TOTAL_BYTES = 85045346304
 
 
@@ -53,7 +53,7 @@ def write_session(root: Path, sims: Sequence[RankSim], scenario: str) -> None:
                     "gpm_sm_active_pct": None, "gpm_sm_occupancy_pct": None, "gpm_tensor_active_pct": None, "gpm_dram_bw_pct": None,
                 })
         w.write_meta({
-            "schema": SESSION_SCHEMA, "status": "finished", "command": ["python", f"{scenario}.py"], "cwd": str(root), "host": "simulated",
+            "schema": SESSION_SCHEMA, "status": "finished", "command": ["python", f"{scenario}.py"], "cwd": None, "host": "simulated",
             "start_time_unix_s": _unix_s(lo), "end_time_unix_s": _unix_s(hi), "exit_code": 0, "signal": None,
             "sample_interval_ms": int(POLL_S * 1000), "hooks_enabled": False, "profile_schedule": None,
             "gpus": [{"index": s.rank, "uuid": f"GPU-sim-{s.rank:04d}", "name": "NVIDIA H100 80GB HBM3", "mem_total_bytes": MEM_TOTAL_BYTES, "mig": False} for s in sims],
