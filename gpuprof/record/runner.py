@@ -226,6 +226,7 @@ def run_command(
         "end_time_unix_s": None,
         "exit_code": None,
         "signal": None,
+        "pid": None,
         "sample_interval_ms": opts.interval_ms,
         "hooks_enabled": opts.hooks,
         "profile_schedule": {"wait": opts.profile_wait, "warmup": opts.profile_warmup, "active": opts.profile_active},
@@ -258,6 +259,8 @@ def run_command(
             return RunResult(code, None, session_dir, tuple(warnings))
         pgid = proc.pid
         forwarder.attach(pgid)
+        meta["pid"] = proc.pid  # also the job's process group id
+        writer.write_meta(meta)
         if backend is not None and gpus:
             sampler = Sampler(backend, writer, interval_s=opts.interval_ms / 1000.0,
                               pids=lambda: process_tree_pids(proc.pid))

@@ -18,6 +18,7 @@ folder stays readable by ``gpuprof analyze`` whatever moment the run stopped at:
 no gpuprof process was killed), ``command`` (argv list), ``cwd``, ``host``,
 ``start_time_unix_s``, ``end_time_unix_s`` (null while running), ``exit_code`` (the code
 gpuprof returned, 128+N for signal N; null while running), ``signal`` (N or null),
+``pid`` (the job's process id, also its process group id),
 ``sample_interval_ms``, ``hooks_enabled``, ``profile_schedule`` (``{"wait", "warmup",
 "active"}`` in optimizer steps), ``gpus`` (list of ``{"index", "uuid", "name",
 "mem_total_bytes", "mig"}``), ``versions`` (``gpuprof``, ``python``, ``driver``, ``nvml``),

@@ -1,0 +1,130 @@
+"""Torch hooks on a real tiny CPU training script run under ``gpuprof run``."""
+
+from __future__ import annotations
+
+import gzip
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from gpuprof.session import read_session
+
+pytest.importorskip("torch")
+pytestmark = pytest.mark.torch
+
+TINY = Path(__file__).resolve().parent / "data" / "tiny_train.py"
+HOOKS = Path(__file__).resolve().parents[1] / "gpuprof" / "record" / "hooks"
+GPUPROF = [sys.executable, "-m", "gpuprof", "run"]
+SCHEDULE = ["--profile-wait", "2", "--profile-warmup", "1", "--profile-active", "3"]
+
+
+def profiler_steps(trace: Path) -> list[str]:
+    with gzip.open(trace, "rt") as fh:
+        doc = json.load(fh)
+    return sorted({e["name"] for e in doc["traceEvents"] if str(e.get("name", "")).startswith("ProfilerStep#")})
+
+
+def test_tiny_training_under_gpuprof_run(tmp_path: Path) -> None:
+    plain = subprocess.run([sys.executable, str(TINY), "--exit-code", "5"], capture_output=True, text=True, timeout=120)
+    out = tmp_path / "s"
+    p = subprocess.run([*GPUPROF, "--out", str(out), *SCHEDULE, "--", sys.executable, str(TINY), "--exit-code", "5"],
+                       capture_output=True, text=True, timeout=120)
+    assert p.returncode == 5 == plain.returncode
+    assert p.stdout == plain.stdout  # the script ran unchanged: same output, same loss
+    assert "session saved in" in p.stderr  # the report was printed (on stderr)
+    s = read_session(out)
+    assert [t.name for t in s.trace_paths] == ["rank0.pt.trace.json.gz"]
+    assert profiler_steps(s.trace_paths[0]) == ["ProfilerStep#3", "ProfilerStep#4", "ProfilerStep#5"]
+    h = s.hook_events
+    assert h is not None
+    steps = h[h["kind"] == "step"]
+    assert list(steps["step"]) == list(range(1, 41))  # one record per optimizer step
+    assert (steps["time_unix_s"].diff().dropna() >= 0).all()
+    assert set(h["kind"]) >= {"start", "step", "trace", "exit"}
+    assert s.hook_errors == ()
+    assert s.meta["exit_code"] == 5
+
+
+def test_no_hooks_means_no_trace_and_a_clear_note(tmp_path: Path) -> None:
+    out = tmp_path / "s"
+    p = subprocess.run([*GPUPROF, "--out", str(out), "--no-hooks", "--", sys.executable, str(TINY), "--steps", "3"],
+                       capture_output=True, text=True, timeout=120)
+    assert p.returncode == 0
+    s = read_session(out)
+    assert s.trace_paths == () and s.hook_events is None
+    assert "hooks were switched off" in p.stderr
+
+
+def test_existing_sitecustomize_runs_and_python_m_and_rank_work(tmp_path: Path) -> None:
+    site = tmp_path / "site"
+    site.mkdir()
+    marker = tmp_path / "marker"
+    (site / "sitecustomize.py").write_text(f"open({str(marker)!r}, 'w').write('ran')\n")
+    env = dict(os.environ, PYTHONPATH=str(site), RANK="1")
+    out = tmp_path / "s"
+    p = subprocess.run([*GPUPROF, "--out", str(out), "--no-report", *SCHEDULE, "--",
+                        sys.executable, "-m", "tiny_train", "--steps", "12"],
+                       capture_output=True, text=True, timeout=120, env=env, cwd=TINY.parent)
+    assert p.returncode == 0, p.stderr
+    assert marker.read_text() == "ran"  # the user's own sitecustomize still ran
+    assert [t.name for t in read_session(out).trace_paths] == ["rank1.pt.trace.json.gz"]
+
+
+def test_python_without_torch_gets_no_hook_files(tmp_path: Path) -> None:
+    out = tmp_path / "s"
+    p = subprocess.run([*GPUPROF, "--out", str(out), "--", sys.executable, "-c", "print('hi')"],
+                       capture_output=True, text=True, timeout=60)
+    assert p.stdout == "hi\n"
+    assert not list((out / "hooks").iterdir())
+    assert "no Python process of the job imported torch" in p.stderr
+
+
+def test_hook_error_is_logged_and_the_job_goes_on(tmp_path: Path) -> None:
+    session = tmp_path / "s"
+    session.mkdir()
+    (session / "traces").write_text("a file where the traces folder should be")
+    env = dict(os.environ, PYTHONPATH=str(HOOKS), GPUPROF_SESSION_DIR=str(session), GPUPROF_PROFILE="1,0,1")
+    p = subprocess.run([sys.executable, str(TINY), "--steps", "10", "--exit-code", "4"],
+                       capture_output=True, text=True, timeout=120, env=env)
+    assert p.returncode == 4
+    assert "final loss" in p.stdout
+    recs = [json.loads(line) for f in (session / "hooks").glob("*.jsonl") for line in f.read_text().splitlines()]
+    errors = [r for r in recs if r["kind"] == "error"]
+    assert errors and errors[0]["where"] == "trace export"
+    assert max(r.get("step", 0) for r in recs if r["kind"] == "step") == 10  # steps kept being recorded
+
+
+def test_sigkill_of_gpuprof_after_the_trace_leaves_a_session_analyze_reads(tmp_path: Path) -> None:
+    out = tmp_path / "s"
+    proc = subprocess.Popen([*GPUPROF, "--out", str(out), *SCHEDULE, "--",
+                             sys.executable, str(TINY), "--steps", "100000000"],
+                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    trace = out / "traces" / "rank0.pt.trace.json.gz"
+    try:
+        deadline = time.monotonic() + 60
+        while not trace.exists() and time.monotonic() < deadline:
+            time.sleep(0.1)
+        assert trace.exists()
+        proc.kill()
+        proc.wait(timeout=10)
+    finally:
+        job = json.loads((out / "session.json").read_text()).get("pid")
+        if job:
+            try:
+                os.killpg(int(job), signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+    s = read_session(out)
+    assert s.interrupted and s.hook_events is not None
+    a = subprocess.run([sys.executable, "-m", "gpuprof", "analyze", str(out), "--format", "json"],
+                       capture_output=True, text=True, timeout=120)
+    assert a.returncode == 0, a.stderr
+    doc = json.loads(a.stdout)
+    assert [r["rank"] for r in doc["ranks"]] == [0]
+    assert doc["ranks"][0]["source"].endswith("rank0.pt.trace.json.gz")
