@@ -56,8 +56,15 @@ class RankBuilder:
         corr = self._launch(launch_at, "cudaLaunchKernel", tid)
         cat = category if category is not None else classify(Kind.KERNEL, name)
         self.dev.append(
-            dict(start_us=start, end_us=end, kind=int(Kind.KERNEL), category=int(cat), stream=stream,
-                 correlation=corr, name=name)
+            {
+                "start_us": start,
+                "end_us": end,
+                "kind": int(Kind.KERNEL),
+                "category": int(cat),
+                "stream": stream,
+                "correlation": corr,
+                "name": name,
+            }
         )
         return corr
 
@@ -73,16 +80,34 @@ class RankBuilder:
         corr = self._launch(launch_at, "cudaMemcpyAsync", 1)
         ck, pageable = parse_copy(name)
         self.dev.append(
-            dict(start_us=start, end_us=end, kind=int(Kind.MEMCPY), category=int(Category.COPY), stream=stream,
-                 correlation=corr, name=name, copy_kind=int(ck), pageable=pageable, bytes=nbytes)
+            {
+                "start_us": start,
+                "end_us": end,
+                "kind": int(Kind.MEMCPY),
+                "category": int(Category.COPY),
+                "stream": stream,
+                "correlation": corr,
+                "name": name,
+                "copy_kind": int(ck),
+                "pageable": pageable,
+                "bytes": nbytes,
+            }
         )
         return corr
 
     def memset(self, start: float, end: float, launch_at: float | None = None) -> int:
         corr = self._launch(launch_at, "cudaMemsetAsync", 1)
         self.dev.append(
-            dict(start_us=start, end_us=end, kind=int(Kind.MEMSET), category=int(Category.MEMSET), stream=7,
-                 correlation=corr, name="Memset (Device)", copy_kind=int(CopyKind.NONE))
+            {
+                "start_us": start,
+                "end_us": end,
+                "kind": int(Kind.MEMSET),
+                "category": int(Category.MEMSET),
+                "stream": 7,
+                "correlation": corr,
+                "name": "Memset (Device)",
+                "copy_kind": int(CopyKind.NONE),
+            }
         )
         return corr
 
@@ -96,8 +121,15 @@ class RankBuilder:
         correlation: int = -1,
     ) -> None:
         self.hst.append(
-            dict(start_us=start, end_us=end, kind=int(kind), category=int(classify(kind, name)), tid=tid,
-                 correlation=correlation, name=name)
+            {
+                "start_us": start,
+                "end_us": end,
+                "kind": int(kind),
+                "category": int(classify(kind, name)),
+                "tid": tid,
+                "correlation": correlation,
+                "name": name,
+            }
         )
 
     def step(self, number: int, start: float, end: float) -> None:

@@ -2,16 +2,16 @@
 
 from __future__ import annotations
 
-from functools import lru_cache
+from functools import cache
 from pathlib import Path
 
 import pytest
+from conftest import SHARED_TRACES
 
 from gpuprof.analysis import intervals as iv
 from gpuprof.analysis.attribution import PRECEDENCE, attribute, merge_claims
 from gpuprof.model.report import CAUSES, Cause
 from gpuprof.pipeline import Analysis, run_analysis
-from conftest import SHARED_TRACES
 
 
 def test_first_cause_in_precedence_wins_and_rest_is_other() -> None:
@@ -51,7 +51,7 @@ def _folders() -> list[str]:
     return sorted(p.name for p in SHARED_TRACES.iterdir() if p.is_dir() and p.name != "LICENSES")
 
 
-@lru_cache(maxsize=None)
+@cache
 def _analysis(name: str) -> Analysis:
     return run_analysis([SHARED_TRACES / name])
 

@@ -2,8 +2,9 @@
 
 from __future__ import annotations
 
-from gpuprof.model.timeline import Kind, MemorySample
 from rankbuilder import RankBuilder, lost_by_cause
+
+from gpuprof.model.timeline import Kind, MemorySample
 
 
 def test_collective_overlapped_by_compute_is_only_partly_exposed() -> None:

@@ -8,9 +8,9 @@ that gap on purpose.
 from __future__ import annotations
 
 import pytest
+from rankbuilder import RankBuilder, lost_by_cause
 
 from gpuprof.model.timeline import Kind
-from rankbuilder import RankBuilder, lost_by_cause
 
 DL = "enumerate(DataLoader)#_SingleProcessDataLoaderIter.__next__"
 

@@ -5,12 +5,12 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
+from rankbuilder import RankBuilder
 
 from gpuprof.analysis.window import StepSelection, select_window
 from gpuprof.errors import GpuprofError
 from gpuprof.model.timeline import Kind
 from gpuprof.readers import discover
-from rankbuilder import RankBuilder
 
 
 def _bounds(window: object) -> list[tuple[int, float, float]]:

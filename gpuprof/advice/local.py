@@ -85,7 +85,7 @@ def _hits(ctx: AdviceContext, cause: Cause, rules: Sequence[str] | None = None) 
 
 
 def _ms(us: float) -> str:
-    return f"{us / 1000:.1f} ms" if us >= 100 else f"{us:.0f} µs"
+    return f"{us / 1000:.1f} ms" if us >= 1000 else f"{us:.0f} µs"
 
 
 def _where(hits: Sequence[_Hit]) -> str:

@@ -1,0 +1,179 @@
+"""Local advisors: each fires on a constructed trace with a known share, and stays quiet
+below the threshold; real traces get the advice their job calls for."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from pathlib import Path
+
+import pytest
+from rankbuilder import RankBuilder
+
+from gpuprof.advice import AdviceContext, advise, local
+from gpuprof.analysis.attribution import attribute
+from gpuprof.analysis.summarize import summarize
+from gpuprof.model.report import Cause, RankReport, Recommendation
+from gpuprof.model.timeline import Kind, MemorySample, RankTrace
+from gpuprof.pipeline import analyze_paths
+
+DL = "enumerate(DataLoader)#_SingleProcessDataLoaderIter.__next__"
+
+
+def _ctx(*traces: RankTrace) -> AdviceContext:
+    summaries, reports = [], []
+    for t in traces:
+        s = summarize(t)
+        att = attribute(s.lost, s.claims)
+        summaries.append(s)
+        reports.append(
+            RankReport(
+                rank=s.rank,
+                device=None,
+                steps=len(s.steps),
+                window_us=s.window_us,
+                compute_us=float(sum(s.compute[1] - s.compute[0])),
+                lost_us=dict(att.lost_us),
+                step_times_us=tuple(x.duration_us for x in s.steps),
+            )
+        )
+    return AdviceContext(summaries=summaries, reports=reports)
+
+
+def _one(fn: Callable[[AdviceContext], list[Recommendation]], ctx: AdviceContext) -> Recommendation:
+    recs = fn(ctx)
+    assert len(recs) == 1
+    return recs[0]
+
+
+def _steps(
+    b: RankBuilder,
+    n: int,
+    step_us: float,
+    stall_us: float,
+    stall: Callable[[float, float], None],
+    rank_shift: float = 0,
+) -> None:
+    """``n`` steps of ``step_us``: the host stalls ``stall_us`` at the top of each step (the
+    device idles), then one compute kernel fills the rest."""
+    for i in range(n):
+        h0 = rank_shift + i * step_us
+        b.step(i + 1, h0, h0 + step_us)
+        stall(h0, h0 + stall_us)
+        b.kernel(h0 + stall_us, h0 + step_us, launch_at=h0 + stall_us - 10)
+
+
+def test_dataloader_starvation_with_measured_numbers() -> None:
+    b = RankBuilder()
+    _steps(b, 3, 1000, 300, lambda s, e: b.host(s, e - 10, DL))
+    rec = _one(local.dataloader_starvation, _ctx(b.build()))
+    assert rec.id == "dataloader-starvation" and rec.category is Cause.DATALOADER
+    assert rec.ranks == (0,)
+    assert rec.estimated_savings_pct == pytest.approx(29.0)  # 290 of 1000 us per step
+    assert "290 µs per step (29.0% of the step)" in rec.evidence[0]
+    assert any("num_workers" in a for a in rec.actions)
+    assert any("_SingleProcessDataLoaderIter" in e for e in rec.evidence)
+
+
+def test_small_shares_are_not_recommended() -> None:
+    b = RankBuilder()
+    _steps(b, 3, 1000, 20, lambda s, e: b.host(s, e - 10, DL))  # 1% of each step
+    assert local.dataloader_starvation(_ctx(b.build())) == []
+
+
+def test_savings_follow_the_critical_rank() -> None:
+    # Rank 0 loses 300 us per 1000 us step to the DataLoader; rank 1 steps take 1200 us of
+    # pure compute. Fixing rank 0 cannot make the job faster than rank 1.
+    b0 = RankBuilder()
+    _steps(b0, 2, 1000, 300, lambda s, e: b0.host(s, e - 10, DL))
+    b1 = RankBuilder()
+    for i in range(2):
+        b1.step(i + 1, i * 1200, (i + 1) * 1200)
+        b1.kernel(i * 1200, (i + 1) * 1200, launch_at=i * 1200 - 5)
+    rec = _one(local.dataloader_starvation, _ctx(b0.build(rank=0), b1.build(rank=1)))
+    assert rec.ranks == (0,)
+    assert rec.estimated_savings_pct == 0.0
+
+
+def test_host_sync_in_loop_names_the_calls() -> None:
+    b = RankBuilder()
+
+    def item(s: float, e: float) -> None:
+        b.host(s - 50, e - 20, "aten::item")
+        b.host(s - 40, e - 25, "cudaStreamSynchronize", kind=Kind.RUNTIME)
+
+    _steps(b, 4, 1000, 200, item)
+    rec = _one(local.sync_host_blocking, _ctx(b.build()))
+    assert rec.id == "sync-host-blocking" and rec.category is Cause.SYNC
+    assert any("aten::item 1.0/step" in e for e in rec.evidence)
+    assert any(".item()" in a for a in rec.actions)
+
+
+def _tiny_kernels(b: RankBuilder, kernel_us: float, launch_gap_us: float, n: int) -> None:
+    b.step(1, 0, n * launch_gap_us + 10)
+    for i in range(n):
+        t = i * launch_gap_us
+        b.kernel(t + 6, t + 6 + kernel_us, launch_at=t)
+
+
+def test_tiny_kernels_are_launch_bound() -> None:
+    b = RankBuilder(launch_us=8)
+    _tiny_kernels(b, kernel_us=2, launch_gap_us=10, n=200)
+    rec = _one(local.host_launch, _ctx(b.build()))
+    assert rec.id == "host-launch-bound" and rec.category is Cause.HOST
+    assert any("CUDA graph" in a for a in rec.actions)
+    assert "100% of 200 kernels ran shorter than their own launch call" in rec.evidence[1]
+
+
+def test_slow_host_with_long_kernels_is_host_overhead() -> None:
+    b = RankBuilder()
+    _steps(b, 3, 1000, 300, lambda s, e: b.host(s, e - 10, "aten::nonzero_numpy_preprocess"))
+    rec = _one(local.host_launch, _ctx(b.build()))
+    assert rec.id == "host-overhead"
+
+
+def test_pageable_and_pinned_copies_get_different_advice() -> None:
+    b = RankBuilder()
+    _steps(
+        b,
+        2,
+        1000,
+        100,
+        lambda s, e: b.copy(s, e, "Memcpy HtoD (Pageable -> Device)", launch_at=s - 5, nbytes=1 << 24),
+    )
+    recs = local.memory_pageable_copies(_ctx(b.build()))
+    assert [r.id for r in recs] == ["memory-pageable-copies"]
+    assert any("pin_memory=True" in a for a in recs[0].actions)
+    assert local.memory_exposed_copies(_ctx(b.build())) == []
+    p = RankBuilder()
+    _steps(p, 2, 1000, 100, lambda s, e: p.copy(s, e, "Memcpy DtoH (Device -> Pinned)", launch_at=s - 5))
+    assert local.memory_pageable_copies(_ctx(p.build())) == []
+    rec = _one(local.memory_exposed_copies, _ctx(p.build()))
+    assert any("DtoH" in e for e in rec.evidence)
+
+
+def test_allocator_near_capacity_suggests_lowering_peak_memory() -> None:
+    b = RankBuilder()
+    _steps(b, 2, 1000, 150, lambda s, e: b.host(s, e - 10, "cudaMalloc", kind=Kind.RUNTIME))
+    t = b.build(memory=(MemorySample(0, 70 << 30, 78 << 30),), device_memory_bytes=80 << 30)
+    rec = _one(local.memory_allocator, _ctx(t))
+    assert rec.category is Cause.MEMORY
+    assert any("expandable_segments:True" in a for a in rec.actions)
+    assert any("activation checkpointing" in a for a in rec.actions)
+    assert any("78.0 GiB of 80.0 GiB" in e for e in rec.evidence)
+
+
+def test_advisors_are_registered() -> None:
+    b = RankBuilder()
+    _steps(b, 3, 1000, 300, lambda s, e: b.host(s, e - 10, DL))
+    ids = [r.id for r in advise(_ctx(b.build()))]
+    assert "dataloader-starvation" in ids
+
+
+def test_real_resnet_advice_matches_num_workers(shared_traces: Path) -> None:
+    nw0 = {r.id: r for r in analyze_paths([shared_traces / "resnet50-nw0"]).recommendations}
+    nw4 = {r.id: r for r in analyze_paths([shared_traces / "resnet50-nw4"]).recommendations}
+    assert "dataloader-starvation" in nw0 and "dataloader-starvation" not in nw4
+    assert nw0["dataloader-starvation"].estimated_savings_pct > 10
+    assert any("num_workers" in a for a in nw0["dataloader-starvation"].actions)
+    # nw4 copies its batches from pageable memory (pin_memory=False).
+    assert "memory-pageable-copies" in nw4
