@@ -117,7 +117,9 @@ class RankWriter:
         self.written_bytes += len(text)
         self.events += 1
 
-    def x(self, cat: str, name: str, pid: int | str, tid: int | str, ts: float, dur: float, args: str) -> None:
+    def x(
+        self, cat: str, name: str, pid: int | str, tid: int | str, ts: float, dur: float, args: str
+    ) -> None:
         self.emit(
             f'{{"ph": "X", "cat": "{cat}", "name": {json.dumps(name)}, "pid": {pid}, "tid": {tid}, '
             f'"ts": {ts:.3f}, "dur": {dur:.3f}, "args": {{{args}}}}}'
@@ -128,17 +130,44 @@ class RankWriter:
         return self.ext
 
     def cpu_op(self, name: str, tid: int, ts: float, dur: float, ext: int, extra: str = "") -> None:
-        self.x("cpu_op", name, self.pid, tid, ts, dur, f'"External id": {ext}, "Record function id": {ext}{extra}')
+        self.x(
+            "cpu_op",
+            name,
+            self.pid,
+            tid,
+            ts,
+            dur,
+            f'"External id": {ext}, "Record function id": {ext}{extra}',
+        )
 
     def launch(
-        self, tid: int, ts: float, ext: int, gpu_cat: str, gpu_name: str, stream: int, start: float, dur: float,
-        api: str = "cudaLaunchKernel", gpu_args: str = "",
+        self,
+        tid: int,
+        ts: float,
+        ext: int,
+        gpu_cat: str,
+        gpu_name: str,
+        stream: int,
+        start: float,
+        dur: float,
+        api: str = "cudaLaunchKernel",
+        gpu_args: str = "",
     ) -> None:
         """A runtime call on ``tid`` at ``ts`` and the device activity it starts at ``start``."""
         self.corr += 1
         c = self.corr
-        self.x("cuda_runtime", api, self.pid, tid, ts, self.shape.launch_us, f'"External id": {ext}, "cbid": 211, "correlation": {c}')
-        self.emit(f'{{"ph": "s", "id": {c}, "pid": {self.pid}, "tid": {tid}, "ts": {ts:.3f}, "cat": "ac2g", "name": "ac2g"}}')
+        self.x(
+            "cuda_runtime",
+            api,
+            self.pid,
+            tid,
+            ts,
+            self.shape.launch_us,
+            f'"External id": {ext}, "cbid": 211, "correlation": {c}',
+        )
+        self.emit(
+            f'{{"ph": "s", "id": {c}, "pid": {self.pid}, "tid": {tid}, "ts": {ts:.3f}, "cat": "ac2g", "name": "ac2g"}}'
+        )
         common = f'"External id": {ext}, "queued": 0, "device": {self.device}, "context": 1, "stream": {stream}, "correlation": {c}'
         self.x(gpu_cat, gpu_name, self.device, stream, start, dur, common + gpu_args)
         self.emit(
@@ -150,16 +179,37 @@ class RankWriter:
     def header(self) -> None:
         ranks = list(range(self.world))
         dist = {
-            "backend": "nccl", "rank": self.rank, "world_size": self.world, "pg_count": 1,
-            "pg_config": [{"pg_name": "0", "pg_desc": "default_pg", "backend_config": "cuda:nccl",
-                           "pg_size": self.world, "ranks": ranks}],
+            "backend": "nccl",
+            "rank": self.rank,
+            "world_size": self.world,
+            "pg_count": 1,
+            "pg_config": [
+                {
+                    "pg_name": "0",
+                    "pg_desc": "default_pg",
+                    "backend_config": "cuda:nccl",
+                    "pg_size": self.world,
+                    "ranks": ranks,
+                }
+            ],
             "nccl_version": "2.21.5",
         }
-        props = [{"id": self.device, "name": "NVIDIA H100 80GB HBM3", "totalGlobalMem": 85_045_231_616,
-                  "computeMajor": 9, "computeMinor": 0, "numSms": 132, "warpSize": 32}]
+        props = [
+            {
+                "id": self.device,
+                "name": "NVIDIA H100 80GB HBM3",
+                "totalGlobalMem": 85_045_231_616,
+                "computeMajor": 9,
+                "computeMinor": 0,
+                "numSms": 132,
+                "warpSize": 32,
+            }
+        ]
         self.fh.write(
-            '{\n  "schemaVersion": 1,\n  "deviceProperties": ' + json.dumps(props)
-            + ',\n  "distributedInfo": ' + json.dumps(dist)
+            '{\n  "schemaVersion": 1,\n  "deviceProperties": '
+            + json.dumps(props)
+            + ',\n  "distributedInfo": '
+            + json.dumps(dist)
             + ',\n  "record_shapes": 1,\n  "with_stack": 0,\n  "traceEvents": [\n'
         )
         meta = [
@@ -173,7 +223,9 @@ class RankWriter:
             (self.pid, self.bwd_tid, "thread_name", f'"name": "thread {self.bwd_tid} (pt_autograd_0)"'),
         ]
         for pid, tid, name, args in meta:
-            self.emit(f'{{"name": "{name}", "ph": "M", "ts": {BASE_TS_US:.3f}, "pid": {pid}, "tid": {tid}, "args": {{{args}}}}}')
+            self.emit(
+                f'{{"name": "{name}", "ph": "M", "ts": {BASE_TS_US:.3f}, "pid": {pid}, "tid": {tid}, "args": {{{args}}}}}'
+            )
 
     def footer(self, start_us: float, end_us: float) -> None:
         self.emit(
@@ -239,14 +291,26 @@ def write_step(w: RankWriter, step: int, t0: float, fs: list[float], ds: list[fl
     w.cpu_op("aten::copy_", main, host + 2.0, copy_host, w.next_ext())
     start = max(gpu, host + 4.0 + sh.launch_latency_us)
     dur = sh.input_copy_us * f
-    w.launch(main, host + 4.0, ext, "gpu_memcpy", "Memcpy HtoD (Pageable -> Device)", COMPUTE_STREAM, start, dur,
-             api="cudaMemcpyAsync", gpu_args=f', "bytes": {sh.input_copy_bytes}, "memory bandwidth (GB/s)": 25.8')
+    w.launch(
+        main,
+        host + 4.0,
+        ext,
+        "gpu_memcpy",
+        "Memcpy HtoD (Pageable -> Device)",
+        COMPUTE_STREAM,
+        start,
+        dur,
+        api="cudaMemcpyAsync",
+        gpu_args=f', "bytes": {sh.input_copy_bytes}, "memory bandwidth (GB/s)": 25.8',
+    )
     gpu = start + dur
     host += copy_host + 6.0
     # forward
-    fwd_kernels = ((("aten::linear", "aten::addmm"), GEMM, sh.gemm_us),
-                   (("aten::layer_norm", "aten::native_layer_norm"), LAYER_NORM, sh.elementwise_us),
-                   (("aten::gelu", "aten::gelu"), GELU, sh.elementwise_us))
+    fwd_kernels = (
+        (("aten::linear", "aten::addmm"), GEMM, sh.gemm_us),
+        (("aten::layer_norm", "aten::native_layer_norm"), LAYER_NORM, sh.elementwise_us),
+        (("aten::gelu", "aten::gelu"), GELU, sh.elementwise_us),
+    )
     for _layer in range(sh.layers):
         for (outer, inner), kname, kus in fwd_kernels:
             ext = w.next_ext()
@@ -256,8 +320,17 @@ def write_step(w: RankWriter, step: int, t0: float, fs: list[float], ds: list[fl
             ts = host + 1.0 + hd
             dur = kus * f * rng.uniform(0.95, 1.05)
             start = max(gpu, ts + sh.launch_latency_us)
-            w.launch(main, ts, ext, "kernel", kname, COMPUTE_STREAM, start, dur,
-                     gpu_args=', "registers per thread": 128, "shared memory": 16384, "grid": [1024, 1, 1], "block": [256, 1, 1]')
+            w.launch(
+                main,
+                ts,
+                ext,
+                "kernel",
+                kname,
+                COMPUTE_STREAM,
+                start,
+                dur,
+                gpu_args=', "registers per thread": 128, "shared memory": 16384, "grid": [1024, 1, 1], "block": [256, 1, 1]',
+            )
             gpu = start + dur
             host += hd + sh.launch_us + 4.0
     # backward on the autograd thread; DDP all-reduces each bucket as it becomes ready
@@ -265,48 +338,104 @@ def write_step(w: RankWriter, step: int, t0: float, fs: list[float], ds: list[fl
     w.cpu_op("autograd::engine::evaluate_function: torch::autograd::AccumulateGrad", main, host, 8.0, ext)
     host += 10.0
     layers_per_bucket = max(1, sh.layers // sh.buckets)
-    bwd_kernels = (("AddmmBackward0", "aten::mm", GEMM_BWD, sh.gemm_us),
-                   ("AddmmBackward0", "aten::mm", GEMM_BWD, sh.gemm_us),
-                   ("NativeLayerNormBackward0", "aten::native_layer_norm_backward", LN_BWD, sh.elementwise_us),
-                   ("GeluBackward0", "aten::gelu_backward", GELU, sh.elementwise_us))
+    bwd_kernels = (
+        ("AddmmBackward0", "aten::mm", GEMM_BWD, sh.gemm_us),
+        ("AddmmBackward0", "aten::mm", GEMM_BWD, sh.gemm_us),
+        ("NativeLayerNormBackward0", "aten::native_layer_norm_backward", LN_BWD, sh.elementwise_us),
+        ("GeluBackward0", "aten::gelu_backward", GELU, sh.elementwise_us),
+    )
     nccl_gpu = 0.0
     for layer in range(sh.layers):
         for fn, op, kname, kus in bwd_kernels:
             ext = w.next_ext()
             hd = sh.host_op_us * f * rng.uniform(0.8, 1.2)
-            w.cpu_op(f"autograd::engine::evaluate_function: {fn}", bwd, host, hd + sh.launch_us + 6.0, ext,
-                     ', "Sequence number": ' + str(layer))
+            w.cpu_op(
+                f"autograd::engine::evaluate_function: {fn}",
+                bwd,
+                host,
+                hd + sh.launch_us + 6.0,
+                ext,
+                ', "Sequence number": ' + str(layer),
+            )
             w.cpu_op(fn, bwd, host + 1.0, hd + sh.launch_us + 4.0, w.next_ext())
             w.cpu_op(op, bwd, host + 2.0, hd + sh.launch_us, w.next_ext())
             ts = host + 2.0 + hd
             dur = kus * f * rng.uniform(0.95, 1.05)
             start = max(gpu, ts + sh.launch_latency_us)
-            w.launch(bwd, ts, ext, "kernel", kname, COMPUTE_STREAM, start, dur,
-                     gpu_args=', "registers per thread": 128, "shared memory": 32768, "grid": [2048, 1, 1], "block": [256, 1, 1]')
+            w.launch(
+                bwd,
+                ts,
+                ext,
+                "kernel",
+                kname,
+                COMPUTE_STREAM,
+                start,
+                dur,
+                gpu_args=', "registers per thread": 128, "shared memory": 32768, "grid": [2048, 1, 1], "block": [256, 1, 1]',
+            )
             gpu = start + dur
             host += hd + sh.launch_us + 8.0
         b = (layer + 1) // layers_per_bucket - 1
         if (layer + 1) % layers_per_bucket == 0 and b < sh.buckets:
             ext = w.next_ext()
             nelems = sh.allreduce_bytes // 4
-            coll = (f', "Collective name": "allreduce", "In msg nelems": {nelems}, "Out msg nelems": {nelems}, '
-                    f'"Group size": {w.world}, "dtype": "Float", "In split size": "[]", "Out split size": "[]", '
-                    f'"Process Group Name": "0", "Process Group Description": "default_pg", '
-                    f'"Process Group Ranks": "{list(range(w.world))}"')
-            w.cpu_op("record_param_comms", bwd, host, 40.0, ext, coll.replace('"Process Group Ranks"', '"Global rank start": 0, "Global rank stride": 1, "Process Group Ranks"'))
-            w.x("user_annotation", "nccl:all_reduce", w.pid, bwd, host + 2.0, 36.0, f'"External id": {w.next_ext()}')
+            coll = (
+                f', "Collective name": "allreduce", "In msg nelems": {nelems}, "Out msg nelems": {nelems}, '
+                f'"Group size": {w.world}, "dtype": "Float", "In split size": "[]", "Out split size": "[]", '
+                f'"Process Group Name": "0", "Process Group Description": "default_pg", '
+                f'"Process Group Ranks": "{list(range(w.world))}"'
+            )
+            w.cpu_op(
+                "record_param_comms",
+                bwd,
+                host,
+                40.0,
+                ext,
+                coll.replace(
+                    '"Process Group Ranks"',
+                    '"Global rank start": 0, "Global rank stride": 1, "Process Group Ranks"',
+                ),
+            )
+            w.x(
+                "user_annotation",
+                "nccl:all_reduce",
+                w.pid,
+                bwd,
+                host + 2.0,
+                36.0,
+                f'"External id": {w.next_ext()}',
+            )
             ts = host + 20.0
             end = t0 + comm_end[b]
             # the kernel starts when this rank joins (its gradients are ready) and ends with the last rank
             own_join = t0 + ds[r] + f * ready[b]
             start = max(nccl_gpu, ts + sh.launch_latency_us, min(own_join, end - 1.0))
-            w.launch(bwd, ts, ext, "kernel", ALLREDUCE, NCCL_STREAM, start, max(end - start, 1.0),
-                     api="cudaLaunchKernelExC", gpu_args=', "registers per thread": 96, "shared memory": 87568, "grid": [8, 1, 1], "block": [544, 1, 1]' + coll)
+            w.launch(
+                bwd,
+                ts,
+                ext,
+                "kernel",
+                ALLREDUCE,
+                NCCL_STREAM,
+                start,
+                max(end - start, 1.0),
+                api="cudaLaunchKernelExC",
+                gpu_args=', "registers per thread": 96, "shared memory": 87568, "grid": [8, 1, 1], "block": [544, 1, 1]'
+                + coll,
+            )
             nccl_gpu = end
             host += 44.0
     # optimizer: waits for the last all-reduce (DDP's finalize), then a few fused kernels
     ext = w.next_ext()
-    w.x("cuda_runtime", "cudaStreamWaitEvent", w.pid, main, host, 3.0, f'"External id": {ext}, "cbid": 147, "correlation": 0')
+    w.x(
+        "cuda_runtime",
+        "cudaStreamWaitEvent",
+        w.pid,
+        main,
+        host,
+        3.0,
+        f'"External id": {ext}, "cbid": 147, "correlation": 0',
+    )
     host = max(host + 4.0, t0 + comm_end[-1] - 200.0)
     gpu = max(gpu, t0 + comm_end[-1])
     opt_ext = w.next_ext()
@@ -314,8 +443,18 @@ def write_step(w: RankWriter, step: int, t0: float, fs: list[float], ds: list[fl
     ext = w.next_ext()
     w.cpu_op("aten::zero_", main, host, sh.host_op_us + sh.launch_us, ext)
     start = max(gpu, host + sh.launch_latency_us)
-    w.launch(main, host + 2.0, ext, "gpu_memset", "Memset (Device)", COMPUTE_STREAM, start, 30.0 * f,
-             api="cudaMemsetAsync", gpu_args=', "bytes": 104857600, "memory bandwidth (GB/s)": 2100.0')
+    w.launch(
+        main,
+        host + 2.0,
+        ext,
+        "gpu_memset",
+        "Memset (Device)",
+        COMPUTE_STREAM,
+        start,
+        30.0 * f,
+        api="cudaMemsetAsync",
+        gpu_args=', "bytes": 104857600, "memory bandwidth (GB/s)": 2100.0',
+    )
     gpu = start + 30.0 * f
     host += sh.host_op_us + sh.launch_us + 3.0
     for _ in range(4):
@@ -323,36 +462,83 @@ def write_step(w: RankWriter, step: int, t0: float, fs: list[float], ds: list[fl
         w.cpu_op("aten::_fused_adam_", main, host, sh.host_op_us + sh.launch_us, ext)
         start = max(gpu, host + 2.0 + sh.launch_latency_us)
         dur = 300.0 * f
-        w.launch(main, host + 2.0, ext, "kernel", ADAM, COMPUTE_STREAM, start, dur,
-                 gpu_args=', "registers per thread": 64, "shared memory": 0, "grid": [320, 1, 1], "block": [512, 1, 1]')
+        w.launch(
+            main,
+            host + 2.0,
+            ext,
+            "kernel",
+            ADAM,
+            COMPUTE_STREAM,
+            start,
+            dur,
+            gpu_args=', "registers per thread": 64, "shared memory": 0, "grid": [320, 1, 1], "block": [512, 1, 1]',
+        )
         gpu = start + dur
         host += sh.host_op_us + sh.launch_us + 3.0
     w.cpu_op("Optimizer.step#FusedAdam.step", main, opt_start, host - opt_start, opt_ext)
     # loss.item(): a device-to-host copy and a synchronize that blocks the host
     ext = w.next_ext()
     start = max(gpu, host + 2.0 + sh.launch_latency_us)
-    w.launch(main, host + 2.0, ext, "gpu_memcpy", "Memcpy DtoH (Device -> Pageable)", COMPUTE_STREAM, start, 3.0,
-             api="cudaMemcpyAsync", gpu_args=', "bytes": 4, "memory bandwidth (GB/s)": 0.002')
+    w.launch(
+        main,
+        host + 2.0,
+        ext,
+        "gpu_memcpy",
+        "Memcpy DtoH (Device -> Pageable)",
+        COMPUTE_STREAM,
+        start,
+        3.0,
+        api="cudaMemcpyAsync",
+        gpu_args=', "bytes": 4, "memory bandwidth (GB/s)": 0.002',
+    )
     gpu = start + 3.0
     sync_dur = max(gpu - (host + 9.0), 1.0)
-    w.x("cuda_runtime", "cudaStreamSynchronize", w.pid, main, host + 9.0, sync_dur, f'"External id": {ext}, "cbid": 131, "correlation": {w.corr + 1}')
+    w.x(
+        "cuda_runtime",
+        "cudaStreamSynchronize",
+        w.pid,
+        main,
+        host + 9.0,
+        sync_dur,
+        f'"External id": {ext}, "cbid": 131, "correlation": {w.corr + 1}',
+    )
     w.corr += 1
     w.cpu_op("aten::item", main, host, sync_dur + 12.0, ext)
     host += sync_dur + 14.0
     own_end = max(host, gpu)
-    w.x("user_annotation", f"ProfilerStep#{step}", w.pid, main, t0, own_end - t0, f'"External id": {step_ext}, "Record function id": {step_ext}')
-    w.x("gpu_user_annotation", f"ProfilerStep#{step}", w.device, COMPUTE_STREAM, t0 + 20.0, own_end - t0 - 20.0, f'"External id": {step_ext}')
+    w.x(
+        "user_annotation",
+        f"ProfilerStep#{step}",
+        w.pid,
+        main,
+        t0,
+        own_end - t0,
+        f'"External id": {step_ext}, "Record function id": {step_ext}',
+    )
+    w.x(
+        "gpu_user_annotation",
+        f"ProfilerStep#{step}",
+        w.device,
+        COMPUTE_STREAM,
+        t0 + 20.0,
+        own_end - t0 - 20.0,
+        f'"External id": {step_ext}',
+    )
     # the next step starts on every rank once the slowest rank's step is over
     opt_tail = 4 * 300.0 + 100.0
     return t0 + comm_end[-1] + max(fs) * opt_tail + STEP_GAP_US
 
 
-def write_rank(path: Path, rank: int, world: int, target_bytes: int, seed: int, shape: Shape, compress: bool) -> tuple[int, int, int]:
+def write_rank(
+    path: Path, rank: int, world: int, target_bytes: int, seed: int, shape: Shape, compress: bool
+) -> tuple[int, int, int]:
     """Write one rank's trace of about ``target_bytes`` (uncompressed); returns (steps, events, bytes)."""
-    opener = (lambda p: gzip.open(p, "wt", compresslevel=1, encoding="utf-8")) if compress else (
-        lambda p: open(p, "w", encoding="utf-8", buffering=1 << 20))
     tmp = path.with_name(path.name + ".part")
-    with opener(tmp) as fh:
+    with (
+        gzip.open(tmp, "wt", compresslevel=1, encoding="utf-8")
+        if compress
+        else open(tmp, "w", encoding="utf-8", buffering=1 << 20)
+    ) as fh:
         w = RankWriter(fh, rank, world, seed, shape)
         w.header()
         t = BASE_TS_US + 20_000.0
@@ -378,7 +564,12 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("out", type=Path, help="folder to write rank<N>.pt.trace.json[.gz] into (created)")
     p.add_argument("--ranks", type=int, default=1)
-    p.add_argument("--mb-per-rank", type=float, default=100.0, help="uncompressed size of each rank's file, in MB (1e6 bytes)")
+    p.add_argument(
+        "--mb-per-rank",
+        type=float,
+        default=100.0,
+        help="uncompressed size of each rank's file, in MB (1e6 bytes)",
+    )
     p.add_argument("--layers", type=int, default=Shape.layers)
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--gzip", action="store_true", help="write .json.gz (compression level 1)")
@@ -395,7 +586,9 @@ def main(argv: list[str] | None = None) -> int:
     total = 0
     for r in range(a.ranks):
         name = f"rank{r}.pt.trace.json" + (".gz" if a.gzip else "")
-        steps, events, size = write_rank(a.out / name, r, a.ranks, int(a.mb_per_rank * MB), a.seed, shape, a.gzip)
+        steps, events, size = write_rank(
+            a.out / name, r, a.ranks, int(a.mb_per_rank * MB), a.seed, shape, a.gzip
+        )
         total += size
         print(f"{a.out / name}: {steps} steps, {events} events, {size / MB:.1f} MB", file=sys.stderr)
     print(f"{a.ranks} rank(s), {total / MB:.1f} MB of JSON in {a.out}", file=sys.stderr)

@@ -42,7 +42,9 @@ def _import_client() -> Any:
     try:
         from dask.distributed import Client
     except ImportError as exc:  # dask or distributed missing, or a broken install
-        raise GpuprofError(f"--scheduler needs Dask distributed, which is not installed ({exc}): {INSTALL_HINT}")
+        raise GpuprofError(
+            f"--scheduler needs Dask distributed, which is not installed ({exc}): {INSTALL_HINT}"
+        )
     return Client
 
 
@@ -104,11 +106,14 @@ def _check_workers(client: Any, address: str) -> None:
     try:
         versions = client.run(_worker_version)
     except (ImportError, AttributeError) as exc:
-        raise GpuprofError(f"Dask workers at {address} cannot import gpuprof ({exc}): {INSTALL_HINT} on every worker")
+        raise GpuprofError(
+            f"Dask workers at {address} cannot import gpuprof ({exc}): {INSTALL_HINT} on every worker"
+        )
     wrong = sorted(f"{w} has {v}" for w, v in versions.items() if v != gpuprof.__version__)
     if wrong:
         raise GpuprofError(
-            f"Dask workers run another gpuprof version than this one ({gpuprof.__version__}): " + ", ".join(wrong)
+            f"Dask workers run another gpuprof version than this one ({gpuprof.__version__}): "
+            + ", ".join(wrong)
         )
 
 
@@ -142,7 +147,9 @@ def summarize_on_cluster(
             # A GpuprofError raised on a worker is raised again here, with the same message.
             results[i] = fut.result()
             if progress:
-                progress(f"read {getattr(sources[i], 'path', sources[i])} ({done}/{n}) on {scheduler_address}")
+                progress(
+                    f"read {getattr(sources[i], 'path', sources[i])} ({done}/{n}) on {scheduler_address}"
+                )
             fut.release()  # the summary is here now; free the worker's copy
     finally:
         client.close()

@@ -32,7 +32,9 @@ def _has_dask() -> bool:
     return True
 
 
-needs_dask = pytest.mark.skipif(not _has_dask(), reason="dask[distributed] not installed (pip install -e '.[dask]')")
+needs_dask = pytest.mark.skipif(
+    not _has_dask(), reason="dask[distributed] not installed (pip install -e '.[dask]')"
+)
 
 
 def _analyze(*args: str, cwd: Path = REPO) -> subprocess.CompletedProcess[str]:

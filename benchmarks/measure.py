@@ -1,0 +1,128 @@
+"""Run one command as a subprocess and measure its wall time and peak memory.
+
+Peak memory is the larger of two measures:
+
+* the kernel's high-water mark of the largest single process (``ru_maxrss`` from
+  ``wait4``), exact but blind to the memory of several processes added together;
+* the sum over the whole process tree (the command and every process it starts, such as
+  ``--jobs`` workers or HTA's parsing pool) of the proportional set size (PSS, shared pages
+  split between the processes that share them, so forked workers are not counted twice),
+  sampled every ``interval_s``. Falls back to RSS where ``smaps_rollup`` is unreadable.
+
+Linux only (``/proc``); only the standard library is used.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import threading
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+PAGE_KB = os.sysconf("SC_PAGE_SIZE") // 1024
+
+
+@dataclass(frozen=True)
+class Measured:
+    wall_s: float
+    peak_bytes: int
+    max_single_rss_bytes: int
+    peak_tree_bytes: int
+    returncode: int
+    stdout: str
+    stderr: str
+    load_before: float  # 1-minute load average when the run started
+
+
+def _children_map() -> dict[int, list[int]]:
+    kids: dict[int, list[int]] = {}
+    for entry in os.scandir("/proc"):
+        if not entry.name.isdigit():
+            continue
+        try:
+            with open(f"/proc/{entry.name}/stat", "rb") as fh:
+                stat = fh.read()
+        except OSError:
+            continue
+        # the command name may hold spaces or parentheses: fields start after the last ')'
+        fields = stat[stat.rfind(b")") + 2 :].split()
+        kids.setdefault(int(fields[1]), []).append(int(entry.name))
+    return kids
+
+
+def _tree(root: int) -> list[int]:
+    kids = _children_map()
+    out, todo = [], [root]
+    while todo:
+        pid = todo.pop()
+        out.append(pid)
+        todo.extend(kids.get(pid, ()))
+    return out
+
+
+def _pss_kb(pid: int) -> int:
+    try:
+        with open(f"/proc/{pid}/smaps_rollup", "rb") as fh:
+            for line in fh:
+                if line.startswith(b"Pss:"):
+                    return int(line.split()[1])
+    except OSError:
+        pass
+    try:
+        with open(f"/proc/{pid}/statm", "rb") as fh:
+            return int(fh.read().split()[1]) * PAGE_KB
+    except OSError:
+        return 0
+
+
+def run_measured(
+    cmd: Sequence[str], cwd: Path | None = None, interval_s: float = 0.05, env: dict[str, str] | None = None
+) -> Measured:
+    """Run ``cmd`` to completion; stdout/stderr are captured (keep them small)."""
+    load = os.getloadavg()[0]
+    peak_tree_kb = 0
+    stop = threading.Event()
+    t0 = time.perf_counter()
+    proc = subprocess.Popen(list(cmd), cwd=cwd, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+
+    def sample() -> None:
+        nonlocal peak_tree_kb
+        while not stop.is_set():
+            total = sum(_pss_kb(p) for p in _tree(proc.pid))
+            peak_tree_kb = max(peak_tree_kb, total)
+            stop.wait(interval_s)
+
+    sampler = threading.Thread(target=sample, daemon=True)
+    sampler.start()
+    # read the pipes in threads so a chatty child never blocks on a full pipe
+    out_chunks: list[bytes] = []
+    err_chunks: list[bytes] = []
+    assert proc.stdout is not None and proc.stderr is not None
+    readers = [
+        threading.Thread(target=lambda: out_chunks.append(proc.stdout.read()), daemon=True),  # type: ignore[union-attr]
+        threading.Thread(target=lambda: err_chunks.append(proc.stderr.read()), daemon=True),  # type: ignore[union-attr]
+    ]
+    for t in readers:
+        t.start()
+    _, status, usage = os.wait4(proc.pid, 0)
+    wall = time.perf_counter() - t0
+    stop.set()
+    sampler.join()
+    for t in readers:
+        t.join()
+    proc.returncode = os.waitstatus_to_exitcode(status)
+    single = int(usage.ru_maxrss) * 1024  # Linux reports KiB
+    tree = peak_tree_kb * 1024
+    return Measured(
+        wall_s=wall,
+        peak_bytes=max(single, tree),
+        max_single_rss_bytes=single,
+        peak_tree_bytes=tree,
+        returncode=proc.returncode,
+        stdout=b"".join(out_chunks).decode("utf-8", "replace"),
+        stderr=b"".join(err_chunks).decode("utf-8", "replace"),
+        load_before=load,
+    )
