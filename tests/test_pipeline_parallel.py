@@ -1,0 +1,225 @@
+"""Pipeline parallelism: stages, microbatches, schedule, and measured vs theoretical bubble.
+
+Constructed pipelines come from a small simulator of GPipe and 1F1B schedules: every
+forward/backward start is decided by its data dependencies, so the bubble each stage sits
+in is known by construction ((p-1)/(m+p-1) of the span for balanced stages).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from gpuprof.analysis.pipeline_parallel import analyze_pipeline, modelled_span_us, theoretical_bubble_fraction
+from gpuprof.analysis.summarize import summarize
+from gpuprof.analysis.summary import RankSummary
+from gpuprof.model.classify import classify
+from gpuprof.model.timeline import DEVICE_COLUMNS, Kind, RankTrace, Step, empty_host_table, make_table
+
+EPS_US = 50.0  # duration of a send / recv timer op
+
+
+def _order(schedule: str, stage: int, p: int, m: int) -> list[tuple[str, int]]:
+    if schedule == "gpipe":
+        return [("F", i) for i in range(m)] + [("B", i) for i in range(m)]
+    warm = min(p - 1 - stage, m)
+    ops = [("F", i) for i in range(warm)]
+    for i in range(m - warm):
+        ops += [("F", warm + i), ("B", i)]
+    return ops + [("B", i) for i in range(m - warm, m)]
+
+
+def simulate(
+    p: int, m: int, fwd_us: list[float], bwd_us: list[float], schedule: str = "gpipe"
+) -> dict[int, list[tuple[str, int, float, float]]]:
+    """Per stage, its (kind, microbatch, start_us, end_us) ops under ``schedule``."""
+    orders = {k: _order(schedule, k, p, m) for k in range(p)}
+    done: dict[tuple[str, int, int], tuple[float, float]] = {}
+    free = {k: 0.0 for k in range(p)}
+    pos = {k: 0 for k in range(p)}
+    while any(pos[k] < len(orders[k]) for k in range(p)):
+        progressed = False
+        for k in range(p):
+            if pos[k] >= len(orders[k]):
+                continue
+            kind, i = orders[k][pos[k]]
+            dep = ("F", k - 1, i) if kind == "F" else (("B", k + 1, i) if k < p - 1 else ("F", k, i))
+            if kind == "F" and k == 0:
+                ready = 0.0
+            elif dep in done:
+                ready = done[dep][1]
+            else:
+                continue
+            start = max(free[k], ready)
+            end = start + (fwd_us[k] if kind == "F" else bwd_us[k])
+            done[(kind, k, i)] = (start, end)
+            free[k] = end
+            pos[k] += 1
+            progressed = True
+        assert progressed, "schedule deadlocked"
+    return {k: [(kd, i, *done[(kd, k, i)]) for kd, i in orders[k]] for k in range(p)}
+
+
+def pipeline_job(
+    p: int, m: int, fwd_us: list[float], bwd_us: list[float], schedule: str = "gpipe", steps: int = 2
+) -> list[RankTrace]:
+    """One timeline worker per stage, ``steps`` identical steps of the simulated schedule."""
+    ops = simulate(p, m, fwd_us, bwd_us, schedule)
+    span = max(e for k in ops for _, _, _, e in ops[k])
+    period = span + 10_000.0
+    traces = []
+    for k in range(p):
+        rows: list[tuple[float, float, str, int, int]] = []
+        step_list = []
+        for s in range(steps):
+            base = s * period
+            for kind, i, a, b in ops[k]:
+                name = "forward-compute" if kind == "F" else "backward-compute"
+                rows.append((base + a, base + b, name, i, s))
+                if kind == "F" and k < p - 1:
+                    rows.append((base + b, base + b + EPS_US, "forward-send", -1, s))
+                if kind == "F" and k > 0:
+                    arrive = ops[k - 1][[(x, j) for x, j, _, _ in ops[k - 1]].index(("F", i))][3]
+                    rows.append((base + arrive - EPS_US, base + arrive, "forward-recv", -1, s))
+                if kind == "B" and k > 0:
+                    rows.append((base + b, base + b + EPS_US, "backward-send", -1, s))
+                if kind == "B" and k < p - 1:
+                    arrive = ops[k + 1][[(x, j) for x, j, _, _ in ops[k + 1]].index(("B", i))][3]
+                    rows.append((base + arrive - EPS_US, base + arrive, "backward-recv", -1, s))
+            rows.append((base + span + 2_000.0, base + span + 5_000.0, "optimizer", -1, s))
+            step_list.append(Step(s, base - 500.0, base + period - 500.0))
+        rows.sort()
+        names = [r[2] for r in rows]
+        cols = {
+            "start_us": [r[0] for r in rows],
+            "end_us": [r[1] for r in rows],
+            "kind": [int(Kind.TIMER)] * len(rows),
+            "category": [int(classify(Kind.TIMER, n)) for n in names],
+            "name": names,
+            "mb_id": [r[3] for r in rows],
+            "step": [r[4] for r in rows],
+        }
+        traces.append(
+            RankTrace(
+                rank=k,
+                source="timeline.json",
+                fmt="timeline",
+                device=make_table(cols, DEVICE_COLUMNS),
+                host=empty_host_table(),
+                steps=tuple(step_list),
+                world_size=p,
+                parallel={"pp_rank": k, "pp_size": p, "tp_rank": 0, "dp_rank": 0, "tp_size": 1, "dp_size": 1},
+            )
+        )
+    return traces
+
+
+def summaries(traces: list[RankTrace]) -> list[RankSummary]:
+    return [summarize(t) for t in traces]
+
+
+def test_theoretical_fraction() -> None:
+    assert theoretical_bubble_fraction(4, 8) == pytest.approx(3 / 11)
+    assert theoretical_bubble_fraction(4, 8, chunks=2) == pytest.approx(3 / 19)
+    assert theoretical_bubble_fraction(1, 8) == 0.0
+    with pytest.raises(ValueError):
+        theoretical_bubble_fraction(4, 0)
+    # Balanced stages: the modelled span is (m + p - 1) microbatch times.
+    assert modelled_span_us([10.0] * 4, 8) == pytest.approx(110.0)
+
+
+@pytest.mark.parametrize("schedule", ["gpipe", "1f1b"])
+def test_balanced_pipeline_measures_the_theoretical_bubble(schedule: str) -> None:
+    p, m = 4, 8
+    job = summaries(pipeline_job(p, m, [10_000.0] * p, [20_000.0] * p, schedule))
+    res = analyze_pipeline(job, {s.rank: 0.0 for s in job})
+    assert res is not None
+    f = res.findings
+    assert (f["stages"], f["microbatches"], f["chunks"]) == (4, 8, 1)
+    assert f["schedule"] == schedule
+    assert f["theoretical_bubble_fraction"] == pytest.approx(3 / 11, abs=1e-4)
+    assert f["steps_measured"] == 2
+    assert f["span_us"] == pytest.approx((m + p - 1) * 30_000.0, rel=1e-3)
+    for row in f["per_stage"]:
+        assert row["bubble_fraction"] == pytest.approx(3 / 11, abs=0.01)
+        assert row["compute_per_microbatch_us"] == pytest.approx(30_000.0)
+    assert res.stage_of == {0: 0, 1: 1, 2: 2, 3: 3}
+    # The optimizer after the span is not bubble.
+    for s in job:
+        assert res.claims[s.rank][1].max() <= s.steps[-1].end_us
+
+
+def test_slow_stage_inflates_the_bubble_of_the_others() -> None:
+    p, m = 4, 8
+    fwd = [10_000.0, 10_000.0, 20_000.0, 10_000.0]
+    bwd = [20_000.0, 20_000.0, 40_000.0, 20_000.0]
+    job = summaries(pipeline_job(p, m, fwd, bwd, "1f1b"))
+    res = analyze_pipeline(job, {s.rank: 0.0 for s in job})
+    assert res is not None
+    f = res.findings
+    assert f["slowest_stage"] == 2
+    assert f["slowest_stage_ranks"] == [2]
+    assert f["slowest_stage_ratio"] == pytest.approx(2.0)
+    theory = f["theoretical_bubble_fraction"]
+    by_stage = {r["stage"]: r for r in f["per_stage"]}
+    for k in (0, 1, 3):
+        assert by_stage[k]["bubble_fraction"] > theory + 0.1
+        assert by_stage[k]["bubble_fraction"] > by_stage[2]["bubble_fraction"]
+    assert by_stage[2]["bubble_fraction"] < theory
+    # The bottleneck model predicts the measured span and bubbles.
+    assert f["span_us"] == pytest.approx(f["modelled_span_us"], rel=0.1)
+    for row in f["per_stage"]:
+        assert row["bubble_fraction"] == pytest.approx(row["modelled_bubble_fraction"], abs=0.05)
+    assert f["modelled_balanced_span_us"] < f["modelled_span_us"]
+
+
+def test_no_pipeline_without_layout_or_point_to_point() -> None:
+    from test_collectives import allreduce_job
+
+    job = summaries(allreduce_job({0: 10_000.0, 1: 12_000.0}))
+    assert analyze_pipeline(job, {0: 0.0, 1: 0.0}) is None
+
+
+def test_stages_are_ordered_by_timing_when_the_layout_is_unknown() -> None:
+    from dataclasses import replace
+
+    traces = pipeline_job(3, 4, [10_000.0] * 3, [20_000.0] * 3)
+    # Ranks numbered against the stage order, no layout: the order comes from timing.
+    shuffled = [replace(t, rank={0: 2, 1: 0, 2: 1}[t.rank], parallel={}, source=f"r{t.rank}.json") for t in traces]
+    job = summaries(shuffled)
+    res = analyze_pipeline(job, {s.rank: 0.0 for s in job})
+    assert res is not None
+    assert res.findings["stage_source"] == "p2p timing"
+    assert res.stage_of == {2: 0, 0: 1, 1: 2}
+
+
+def test_megatron_last_stage_is_the_bottleneck(shared_traces: Path) -> None:
+    from gpuprof.readers import load_all
+
+    job = [summarize(t) for t in load_all([shared_traces / "megatron-pp4-timeline"])]
+    res = analyze_pipeline(job, {s.rank: 0.0 for s in job})
+    assert res is not None
+    f = res.findings
+    assert f["stages"] == 4 and f["stage_source"] == "layout"
+    assert f["microbatches"] == 4 and f["schedule"] == "1f1b"
+    assert f["steps_measured"] == len(job[0].steps)
+    by_stage = {r["stage"]: r for r in f["per_stage"]}
+    assert all(len(r["ranks"]) == 2 for r in f["per_stage"])  # DP = 2
+    slow = f["slowest_stage"]
+    others = [k for k in by_stage if k != slow]
+    # One stage computes far longer per microbatch than the others, which are alike.
+    assert f["slowest_stage_ratio"] > 1.3
+    per_mb = [by_stage[k]["compute_per_microbatch_us"] for k in others]
+    assert max(per_mb) / min(per_mb) < 1.05
+    # The others idle beyond the schedule's theoretical bubble; the slow stage below it.
+    theory = f["theoretical_bubble_fraction"]
+    assert theory == pytest.approx(3 / 7, abs=1e-4)
+    for k in others:
+        assert by_stage[k]["bubble_fraction"] > theory + 0.05
+        assert by_stage[k]["bubble_fraction"] > by_stage[slow]["bubble_fraction"] + 0.15
+    assert by_stage[slow]["bubble_fraction"] < theory
+    # Measurement and the bottleneck model agree.
+    assert f["span_us"] == pytest.approx(f["modelled_span_us"], rel=0.05)
+    for row in f["per_stage"]:
+        assert row["bubble_fraction"] == pytest.approx(row["modelled_bubble_fraction"], abs=0.05)
