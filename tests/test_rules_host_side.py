@@ -120,3 +120,17 @@ def test_gap_at_window_end_with_no_more_kernels_is_host() -> None:
     got = lost_by_cause(b.build())
     assert got["window"] == 1000
     assert got["host"] == 10 + 400  # 10 us before the first kernel, 400 us at the end
+
+
+def test_only_the_launching_thread_explains_a_late_launch() -> None:
+    # A background thread blocks in cudaEventSynchronize across the gap; the main thread
+    # (tid 1, which launches the next kernel) is just slow: host, not sync.
+    b = RankBuilder()
+    b.kernel(0, 100, launch_at=-20)
+    b.host(50, 400, "cudaEventSynchronize", kind=Kind.RUNTIME, tid=2)
+    b.host(50, 400, DL, tid=2)
+    b.host(100, 395, "aten::copy_")
+    b.kernel(410, 500, launch_at=400)
+    got = lost_by_cause(b.build())
+    assert got["host"] == 310
+    assert got["sync"] == 0 and got["dataloader"] == 0

@@ -54,6 +54,7 @@ Keys:
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import Any
 
 import numpy as np
@@ -61,7 +62,7 @@ import pandas as pd
 
 from gpuprof.analysis import intervals as iv
 from gpuprof.analysis.attribution import PRECEDENCE
-from gpuprof.analysis.rules import RULES, claims_by_rule
+from gpuprof.analysis.rules import RULES
 from gpuprof.analysis.rules.context import RuleContext
 from gpuprof.model.report import Cause
 from gpuprof.model.timeline import Category, CopyKind
@@ -97,8 +98,11 @@ def _outermost(s: np.ndarray, e: np.ndarray) -> np.ndarray:
     return s >= prev_end
 
 
-def rank_facts(ctx: RuleContext, n_steps: int, step_times_us: list[float]) -> dict[str, Any]:
-    """The facts of one rank (keys in the module docstring)."""
+def rank_facts(
+    ctx: RuleContext, n_steps: int, step_times_us: list[float], by_rule: Mapping[str, iv.Intervals]
+) -> dict[str, Any]:
+    """The facts of one rank (keys in the module docstring); ``by_rule`` is
+    :func:`gpuprof.analysis.rules.claims_by_rule` of ``ctx``."""
     lo, hi = ctx.lo_us, ctx.hi_us
     dev, host = ctx.trace.device, ctx.trace.host
     per_step = n_steps if n_steps > 0 else None
@@ -177,18 +181,18 @@ def rank_facts(ctx: RuleContext, n_steps: int, step_times_us: list[float]) -> di
     f["comm_us"] = iv.total(comm_iv)
     f["comm_exposed_us"] = iv.total(iv.subtract(comm_iv, ctx.compute))
     f.update(_memory_facts(ctx))
-    f["local_lost_us_by_rule"] = _lost_by_rule(ctx)
+    f["local_lost_us_by_rule"] = _lost_by_rule(ctx, by_rule)
     return f
 
 
-def _lost_by_rule(ctx: RuleContext) -> dict[str, float]:
+def _lost_by_rule(ctx: RuleContext, by_rule: Mapping[str, iv.Intervals]) -> dict[str, float]:
     """Local-only attribution, split further by rule inside each cause."""
     remaining = ctx.lost
     out: dict[str, float] = {}
     by_cause: dict[Cause, list[tuple[str, iv.Intervals]]] = {}
-    for name, claim in claims_by_rule(ctx).items():
-        rule = next(r for r in RULES if r.name == name)
-        by_cause.setdefault(rule.cause, []).append((name, claim))
+    for rule in RULES:
+        if rule.name in by_rule:
+            by_cause.setdefault(rule.cause, []).append((rule.name, by_rule[rule.name]))
     for cause in PRECEDENCE:
         for name, claim in by_cause.get(cause, []):
             got = iv.intersect(remaining, claim)

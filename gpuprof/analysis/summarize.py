@@ -28,7 +28,7 @@ import pandas as pd
 from gpuprof.analysis import intervals as iv
 from gpuprof.analysis.facts import rank_facts
 from gpuprof.analysis.launches import activity_mask, match_launches
-from gpuprof.analysis.rules import build_context, run_rules
+from gpuprof.analysis.rules import build_context, claims_by_cause, claims_by_rule
 from gpuprof.analysis.summary import COMMS_COLUMNS, RankSummary
 from gpuprof.analysis.window import StepSelection, Window, select_window
 from gpuprof.model.timeline import Category, RankTrace
@@ -87,8 +87,9 @@ def summarize(trace: RankTrace, selection: StepSelection = _ALL_STEPS) -> RankSu
     )
     lost = iv.complement(compute, lo, hi)
     ctx = build_context(trace, lo, hi, compute, lost, launches)
-    claims = run_rules(ctx)
-    facts = rank_facts(ctx, len(window.steps), [s.duration_us for s in window.steps])
+    by_rule = claims_by_rule(ctx)
+    claims = claims_by_cause(by_rule)
+    facts = rank_facts(ctx, len(window.steps), [s.duration_us for s in window.steps], by_rule)
     facts["device_aligned_steps"] = window.device_aligned
     facts["launch_matched_share"] = launches.matched_share
     warnings = trace.warnings + ((window.note,) if window.note else ())

@@ -56,12 +56,19 @@ RULES: tuple[LocalRule, ...] = (
 )
 
 
-def run_rules(ctx: RuleContext, rules: tuple[LocalRule, ...] = RULES) -> dict[Cause, Intervals]:
-    """Every rule's claim, unioned per cause and clipped to the window (normalized sets)."""
+def claims_by_rule(ctx: RuleContext, rules: tuple[LocalRule, ...] = RULES) -> dict[str, Intervals]:
+    """Each rule's own claim, clipped to the window and normalized (keyed by rule name)."""
+    return {r.name: iv.normalize(iv.clip(r.claim(ctx), ctx.lo_us, ctx.hi_us)) for r in rules}
+
+
+def claims_by_cause(
+    by_rule: Mapping[str, Intervals], rules: tuple[LocalRule, ...] = RULES
+) -> dict[Cause, Intervals]:
+    """Union the rules' claims per cause (causes nobody claimed are left out)."""
     parts: dict[Cause, list[Intervals]] = {}
     for rule in rules:
-        got = iv.clip(rule.claim(ctx), ctx.lo_us, ctx.hi_us)
-        if got[0].size:
+        got = by_rule.get(rule.name)
+        if got is not None and got[0].size:
             parts.setdefault(rule.cause, []).append(got)
     return {
         cause: iv.union(np.concatenate([p[0] for p in ps]), np.concatenate([p[1] for p in ps]))
@@ -69,9 +76,9 @@ def run_rules(ctx: RuleContext, rules: tuple[LocalRule, ...] = RULES) -> dict[Ca
     }
 
 
-def claims_by_rule(ctx: RuleContext, rules: tuple[LocalRule, ...] = RULES) -> Mapping[str, Intervals]:
-    """Each rule's own claim (normalized, clipped), for explaining a result."""
-    return {r.name: iv.normalize(iv.clip(r.claim(ctx), ctx.lo_us, ctx.hi_us)) for r in rules}
+def run_rules(ctx: RuleContext, rules: tuple[LocalRule, ...] = RULES) -> dict[Cause, Intervals]:
+    """Every rule's claim, unioned per cause and clipped to the window (normalized sets)."""
+    return claims_by_cause(claims_by_rule(ctx, rules), rules)
 
 
 __all__ = ["RULES", "LocalRule", "Rule", "RuleContext", "build_context", "claims_by_rule", "run_rules"]

@@ -6,14 +6,16 @@ it was launched by a host call; matched by correlation id (:mod:`gpuprof.analysi
 
 * launched after the gap began (``launch > g0``): the device was **waiting for the host**
   from ``g0`` until the launch call returned (plus :data:`LAUNCH_SLACK_US` for the launch to
-  reach the device). That part is :attr:`RuleContext.host_wait`; what the host was doing in
-  it (DataLoader, a sync, an allocator call, or plain Python) decides the cause;
+  reach the device). That part is the gap's *host-wait* part; what the launching thread was
+  doing in it (DataLoader, a sync, an allocator call, or plain Python) decides the cause;
 * launched before the gap began: the kernel was already queued, so the device waited for
   something else (an event on another stream, a copy, a collective, the device's own
   scheduling). That is :attr:`RuleContext.queued`, never claimed as host;
-* no compute follows in the trace: the host issued no more compute, so it is host-wait;
+* no compute follows in the trace: the host issued no more compute, so it is host-wait
+  (on any thread);
 * launch unknown (no correlation ids, or the call is not in the trace): the gap is in
-  :attr:`RuleContext.unknown_launch`; host-activity rules may still claim it, ``host`` not.
+  :attr:`RuleContext.unknown_launch`; host-activity rules may still claim it (looking at
+  every thread), ``host`` does not.
 """
 
 from __future__ import annotations
@@ -35,13 +37,29 @@ LAUNCH_SLACK_US = 50.0
 
 
 @dataclass(frozen=True)
+class Gaps:
+    """Per gap (sorted, one entry per maximal lost interval), in microseconds.
+
+    ``host_wait_end_us``: end of the gap's host-wait part, NaN when it has none (the next
+    kernel was queued, or its launch is unknown); the part is ``[start_us, host_wait_end_us)``.
+    ``unknown``: the launch of the kernel ending the gap is unknown. ``tid``: host thread of
+    that launch, -1 when unknown or when no kernel follows (then every thread counts).
+    """
+
+    start_us: npt.NDArray[np.float64]
+    end_us: npt.NDArray[np.float64]
+    host_wait_end_us: npt.NDArray[np.float64]
+    unknown: npt.NDArray[np.bool_]
+    tid: npt.NDArray[np.int64]
+
+
+@dataclass(frozen=True)
 class RuleContext:
     """Inputs of every local rule (read-only). Times in microseconds on the trace's clock.
 
-    ``act`` marks the rows of ``trace.device`` that are device work; ``gaps`` is ``lost``
-    itself (normalized); ``host_wait``, ``queued`` and ``unknown_launch`` split the gaps as
-    described in the module docstring (``host_wait`` and ``queued`` do not overlap);
-    ``gap_host_wait_end_us[i]`` is where the host-wait part of gap ``i`` ends (NaN: none).
+    ``act`` marks the rows of ``trace.device`` that are device work; ``lost`` is normalized
+    and ``gaps`` describes each of its intervals; ``host_wait``, ``queued`` and
+    ``unknown_launch`` split the lost time as in the module docstring (no two overlap).
     """
 
     trace: RankTrace
@@ -51,14 +69,10 @@ class RuleContext:
     lost: Intervals
     launches: Launches
     act: npt.NDArray[np.bool_]
+    gaps: Gaps
     host_wait: Intervals
     queued: Intervals
     unknown_launch: Intervals
-    gap_host_wait_end_us: npt.NDArray[np.float64]  # per gap: end of its host-wait part (NaN none)
-
-    @property
-    def gaps(self) -> Intervals:
-        return self.lost
 
     def device_rows(self, *categories: Category) -> Intervals:
         """Device work intervals of the given categories (unclipped, not normalized)."""
@@ -66,24 +80,35 @@ class RuleContext:
         sel = self.act & np.isin(dev["category"].to_numpy(), [int(c) for c in categories])
         return dev["start_us"].to_numpy()[sel], dev["end_us"].to_numpy()[sel]
 
-    def host_rows(self, *categories: Category) -> Intervals:
-        """Host call intervals of the given categories overlapping the window (any thread)."""
+    def host_mask(self, *categories: Category) -> npt.NDArray[np.bool_]:
+        """Host rows of the given categories overlapping the window (any thread)."""
         host = self.trace.host
         s = host["start_us"].to_numpy()
         e = host["end_us"].to_numpy()
-        sel = (
+        return (
             np.isin(host["category"].to_numpy(), [int(c) for c in categories])
             & (e > self.lo_us)
             & (s < self.hi_us)
         )
-        return s[sel], e[sel]
 
-    def host_parts_of_gaps(self) -> Intervals:
-        """Where host activity may explain a gap: host-wait parts plus gaps of unknown launch."""
-        return iv.union(
-            np.concatenate((self.host_wait[0], self.unknown_launch[0])),
-            np.concatenate((self.host_wait[1], self.unknown_launch[1])),
-        )
+    def host_rows(self, *categories: Category) -> Intervals:
+        """Host call intervals of the given categories overlapping the window (any thread)."""
+        sel = self.host_mask(*categories)
+        host = self.trace.host
+        return host["start_us"].to_numpy()[sel], host["end_us"].to_numpy()[sel]
+
+
+def _split(
+    g0: npt.NDArray[np.float64],
+    g1: npt.NDArray[np.float64],
+    hw_end: npt.NDArray[np.float64],
+    unknown: npt.NDArray[np.bool_],
+) -> tuple[Intervals, Intervals, Intervals]:
+    has_hw = ~np.isnan(hw_end) & (hw_end > g0)
+    host_wait = iv.make(g0[has_hw], hw_end[has_hw])
+    q_start = np.where(has_hw, np.nan_to_num(hw_end, nan=0.0), g0)
+    queued = iv.make(q_start[~unknown], g1[~unknown])
+    return host_wait, queued, iv.make(g0[unknown], g1[unknown])
 
 
 def build_context(
@@ -96,31 +121,32 @@ def build_context(
     cs = dev["start_us"].to_numpy()[is_comp]
     ls = launches.start_us[is_comp]
     le = launches.end_us[is_comp]
+    lt = launches.tid[is_comp]
     correlated = launches.matched_share is not None and launches.matched_share >= 0.5
     hw_end = np.full(g0.size, np.nan)
+    tid = np.full(g0.size, -1, dtype=np.int64)
     unknown = np.zeros(g0.size, dtype=bool)
     if not correlated:
         unknown[:] = True
     elif g0.size:
         # Kernels by start, and among equal starts the earliest launch first.
         order = np.lexsort((np.where(np.isnan(ls), np.inf, ls), cs))
-        cs_o, ls_o, le_o = cs[order], ls[order], le[order]
+        cs_o, ls_o, le_o, lt_o = cs[order], ls[order], le[order], lt[order]
         nxt = np.searchsorted(cs_o, g1, side="left")
         has_next = nxt < cs_o.size
-        nxt_c = np.minimum(nxt, max(cs_o.size - 1, 0))
-        lstart = np.where(has_next, ls_o[nxt_c] if cs_o.size else np.nan, np.nan)
-        lend = np.where(has_next, le_o[nxt_c] if cs_o.size else np.nan, np.nan)
+        j = np.minimum(nxt, max(cs_o.size - 1, 0))
+        if cs_o.size:
+            lstart = np.where(has_next, ls_o[j], np.nan)
+            lend = np.where(has_next, le_o[j], np.nan)
+            tid = np.where(has_next, lt_o[j], -1)
+        else:
+            lstart = lend = np.full(g0.size, np.nan)
         unknown = has_next & np.isnan(lstart)
         late = has_next & ~unknown & (lstart > g0)
         hw_end[late] = np.minimum(g1[late], np.maximum(lend[late], lstart[late]) + LAUNCH_SLACK_US)
         hw_end[~has_next] = g1[~has_next]
-    has_hw = ~np.isnan(hw_end) & (hw_end > g0)
-    host_wait = iv.make(g0[has_hw], hw_end[has_hw])
-    # The rest of each known gap is time the device spent with work already queued.
-    q_start = np.where(has_hw, np.nan_to_num(hw_end, nan=0.0), g0)
-    known = ~unknown
-    queued = iv.make(q_start[known], g1[known])
-    unknown_launch = iv.make(g0[unknown], g1[unknown])
+    gaps = Gaps(g0, g1, hw_end, unknown, tid)
+    host_wait, queued, unknown_launch = _split(g0, g1, hw_end, unknown)
     return RuleContext(
         trace=trace,
         lo_us=lo_us,
@@ -129,8 +155,8 @@ def build_context(
         lost=(g0, g1),
         launches=launches,
         act=act,
+        gaps=gaps,
         host_wait=host_wait,
         queued=queued,
         unknown_launch=unknown_launch,
-        gap_host_wait_end_us=hw_end,
     )

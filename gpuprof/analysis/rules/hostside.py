@@ -1,14 +1,16 @@
 """Rules that explain a gap by what the host was doing while the device waited for it.
 
-They only claim inside :meth:`RuleContext.host_parts_of_gaps` (the device was waiting for
-the host, or the launch is unknown), so a kernel that was already queued -- the device
-waiting on another stream's event, say -- is never blamed on the host.
+They only claim a gap's host-wait part (the device was waiting for a late launch) or a gap
+whose launch is unknown, so a kernel that was already queued -- the device waiting on
+another stream's event, say -- is never blamed on the host. They look at the thread that
+launched the kernel ending the gap (every thread when that is unknown): a background
+thread's ``cudaEventSynchronize`` does not explain why the main thread launched late.
 
 Two ways a host call explains device idle time:
 
-* *during*: the host was inside the call (DataLoader ``__next__``, ``cudaMalloc``) while
+* *during*: the thread was inside the call (DataLoader ``__next__``, ``cudaMalloc``) while
   the device waited for its next kernel;
-* *drain*: the device ran out of work *while* the host was blocked in a call that waits
+* *drain*: the device ran out of work *while* the thread was blocked in a call that waits
   for the device (``cudaStreamSynchronize``, ``aten::item``, ``cudaFree``). The sync
   emptied the queue, so the whole wait that follows -- until the host has issued compute
   again -- is the sync's doing; without it the host would have been ahead. Parts of that
@@ -19,6 +21,7 @@ Two ways a host call explains device idle time:
 from __future__ import annotations
 
 import numpy as np
+import numpy.typing as npt
 
 from gpuprof.analysis import intervals as iv
 from gpuprof.analysis.intervals import Intervals
@@ -29,56 +32,72 @@ from gpuprof.model.timeline import Category
 _SYNCING_ALLOC_WORDS: tuple[str, ...] = ("Free", "empty_cache", "emptyCache", "Release", "Unmap")
 
 
-def _during(ctx: RuleContext, calls: Intervals) -> Intervals:
-    return iv.intersect(ctx.host_parts_of_gaps(), calls)
-
-
-def _drained_by(ctx: RuleContext, calls: Intervals) -> Intervals:
-    """Host-wait parts of the gaps that began while the host was inside one of ``calls``."""
-    g0, _g1 = ctx.gaps
-    hw_end = ctx.gap_host_wait_end_us
-    if g0.size == 0 or calls[0].size == 0:
+def _concat(parts: list[Intervals]) -> Intervals:
+    if not parts:
         return iv.empty()
-    cs, ce = iv.normalize(calls)
-    i = np.searchsorted(cs, g0, side="right") - 1  # the last merged call starting at or before g0
-    inside = (i >= 0) & (ce[np.maximum(i, 0)] >= g0)
-    # The window's first gap did not start by the device running out of work.
-    inside &= g0 > ctx.lo_us
-    end = np.where(np.isnan(hw_end), np.nan, hw_end)
-    sel = inside & ~np.isnan(end)
-    return iv.make(g0[sel], end[sel])
+    return iv.union(np.concatenate([p[0] for p in parts]), np.concatenate([p[1] for p in parts]))
+
+
+def _per_thread(ctx: RuleContext, calls: npt.NDArray[np.bool_], drain: bool) -> Intervals:
+    """Claims from the host rows in ``calls`` (a mask over ``trace.host``), thread by thread."""
+    g = ctx.gaps
+    host = ctx.trace.host
+    if g.start_us.size == 0 or not calls.any():
+        return iv.empty()
+    hs, he, htid = host["start_us"].to_numpy(), host["end_us"].to_numpy(), host["tid"].to_numpy()
+    # The part of each gap host activity may explain, and for drain the host-wait part only.
+    known_end = ~np.isnan(g.host_wait_end_us)
+    part_end = np.where(known_end, g.host_wait_end_us, np.where(g.unknown, g.end_us, np.nan))
+    usable = ~np.isnan(part_end)
+    if drain:
+        usable &= known_end & (g.start_us > ctx.lo_us)  # the window start is not a drain
+    out: list[Intervals] = []
+    for tid in np.unique(g.tid[usable]):
+        sel_gap = usable & (g.tid == tid)
+        sel_call = calls & (htid == tid) if tid >= 0 else calls
+        if not sel_call.any():
+            continue
+        g0, pe = g.start_us[sel_gap], part_end[sel_gap]
+        if not drain:
+            out.append(iv.intersect(iv.make(g0, pe), (hs[sel_call], he[sel_call])))
+            continue
+        cs, ce = iv.union(hs[sel_call], he[sel_call])
+        if cs.size == 0:
+            continue
+        i = np.searchsorted(cs, g0, side="right") - 1  # last merged call starting at or before g0
+        inside = (i >= 0) & (ce[np.maximum(i, 0)] >= g0)
+        out.append(iv.make(g0[inside], pe[inside]))
+    return _concat(out)
+
+
+def _syncing_alloc_mask(ctx: RuleContext, alloc: npt.NDArray[np.bool_]) -> npt.NDArray[np.bool_]:
+    """Allocator rows that synchronize the device (decided per distinct name)."""
+    names = ctx.trace.host["name"]
+    cats = names.cat.categories.astype(str)
+    if cats.size == 0:
+        return alloc & False
+    flag = np.array([any(w in n for w in _SYNCING_ALLOC_WORDS) for n in cats], dtype=bool)
+    codes = names.cat.codes.to_numpy()
+    return alloc & (codes >= 0) & flag[np.maximum(codes, 0)]
 
 
 def allocator(ctx: RuleContext) -> Intervals:
     """Device memory allocation and release calls the device waited on (memory)."""
-    host = ctx.trace.host
-    s, e = ctx.host_rows(Category.ALLOC)
-    claimed = _during(ctx, (s, e))
-    sel = (host["category"].to_numpy() == int(Category.ALLOC)) & (host["end_us"].to_numpy() > ctx.lo_us)
-    sel &= host["start_us"].to_numpy() < ctx.hi_us
-    if sel.any():
-        # Decide per distinct name, not per event: a trace has few distinct names.
-        names = host["name"]
-        cats = names.cat.categories.astype(str)
-        syncing_cat = np.array([any(w in n for w in _SYNCING_ALLOC_WORDS) for n in cats], dtype=bool)
-        codes = names.cat.codes.to_numpy()
-        syncing = sel & (codes >= 0) & syncing_cat[np.maximum(codes, 0)] if cats.size else sel & False
-        drained = _drained_by(ctx, (host["start_us"].to_numpy()[syncing], host["end_us"].to_numpy()[syncing]))
-        claimed = iv.union(np.concatenate((claimed[0], drained[0])), np.concatenate((claimed[1], drained[1])))
-    return claimed
+    alloc = ctx.host_mask(Category.ALLOC)
+    during = _per_thread(ctx, alloc, drain=False)
+    drained = _per_thread(ctx, _syncing_alloc_mask(ctx, alloc), drain=True)
+    return _concat([during, drained])
 
 
 def dataloader(ctx: RuleContext) -> Intervals:
     """The host was fetching the next batch (``enumerate(DataLoader)#...__next__``)."""
-    return _during(ctx, ctx.host_rows(Category.DATALOAD))
+    return _per_thread(ctx, ctx.host_mask(Category.DATALOAD), drain=False)
 
 
 def sync(ctx: RuleContext) -> Intervals:
     """The host blocked on the device (or had just been), see the module docstring."""
-    calls = ctx.host_rows(Category.SYNC)
-    during = _during(ctx, calls)
-    drained = _drained_by(ctx, calls)
-    return iv.union(np.concatenate((during[0], drained[0])), np.concatenate((during[1], drained[1])))
+    calls = ctx.host_mask(Category.SYNC)
+    return _concat([_per_thread(ctx, calls, drain=False), _per_thread(ctx, calls, drain=True)])
 
 
 def late_launch(ctx: RuleContext) -> Intervals:
