@@ -1,7 +1,9 @@
 """Advice from what each rank does on its own: input pipeline, syncs, memory, launches.
 
 One advisor per finding; ids are prefixed by their cause so that the cross-rank advisors
-(:mod:`gpuprof.advice.distributed`) can use their own without clashing:
+(:mod:`gpuprof.advice.distributed`) can use their own without clashing. Exposed
+communication is advised there (``comm-overlap``, ``exposed-communication``), single rank
+included, so it has no advisor here.
 
 | id | cause | when |
 |---|---|---|
@@ -12,7 +14,6 @@ One advisor per finding; ids are prefixed by their cause so that the cross-rank 
 | ``memory-allocator`` | memory | the GPU waits on ``cudaMalloc`` / ``cudaFree`` (often near capacity) |
 | ``host-launch-bound`` | host | launches arrive late and most kernels are shorter than their launch |
 | ``host-overhead`` | host | launches arrive late, kernels are not tiny: Python / CPU work in the loop |
-| ``communication-exposed`` | communication | collectives nothing overlaps (single-rank view) |
 
 A finding is reported for the ranks where it costs at least :data:`MIN_SHARE` of the window;
 ``estimated_savings_pct`` comes from :mod:`gpuprof.advice.savings` (job step time is set by
@@ -391,39 +392,5 @@ def host_launch(ctx: AdviceContext) -> list[Recommendation]:
             "Profile the host side (py-spy record --native, or the torch profiler's CPU view) to find the slow Python.",
             "Move CPU pre-processing, logging and metric code out of the step or into background threads.",
             "torch.compile(model) removes most per-op Python and framework overhead.",
-        ],
-    )
-
-
-@advisor
-def communication_exposed(ctx: AdviceContext) -> list[Recommendation]:
-    hits = _hits(ctx, Cause.COMMUNICATION)
-    if not hits:
-        return []
-    w = _worst(hits)
-    evidence = [_idle_line(hits, "in collective communication that no compute overlapped")]
-    comm, exposed = w.fact.get("comm_us"), w.fact.get("comm_exposed_us")
-    if comm:
-        evidence.append(
-            f"Rank {w.report.rank}: {100 * float(exposed or 0.0) / float(comm):.0f}% of its "
-            f"{_ms(float(comm))} of communication kernels ran with no compute beside them."
-        )
-    return _recommend(
-        ctx,
-        hits,
-        "communication-exposed",
-        Cause.COMMUNICATION,
-        "Communication is not overlapped with compute: overlap or shrink it",
-        evidence,
-        [
-            (
-                "DDP: tune bucket_cap_mb so gradient all-reduces start during backward; keep "
-                "gradient_as_bucket_view=True."
-            ),
-            "FSDP: enable forward/backward prefetch (backward_prefetch=BACKWARD_PRE, forward_prefetch=True).",
-            (
-                "Reduce the volume: bf16 gradients / communication hooks (fp16_compress_hook), or gradient "
-                "accumulation with no_sync() so only every N-th step communicates."
-            ),
         ],
     )
