@@ -1,0 +1,149 @@
+"""Job-level analysis: straggler and bubble claims, and the findings the report carries."""
+
+from __future__ import annotations
+
+import json
+from dataclasses import replace
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from gpuprof.analysis import intervals as iv
+from gpuprof.analysis.attribution import attribute, merge_claims
+from gpuprof.analysis.cross_rank import analyze_job
+from gpuprof.analysis.summarize import summarize
+from gpuprof.analysis.summary import RankSummary
+from gpuprof.model.report import Cause
+from test_collectives import allreduce_job, summaries
+from test_pipeline_parallel import pipeline_job
+
+SLOW = {0: 20_000.0, 1: 20_000.0, 2: 25_000.0, 3: 20_000.0}
+
+
+def _with_phases(job: list[RankSummary], slow_backward: int) -> list[RankSummary]:
+    out = []
+    for s in job:
+        back = 15_000.0 if s.rank == slow_backward else 10_000.0
+        out.append(replace(s, phases_us={"forward": 5_000.0, "backward": back, "optimizer": 1_000.0}))
+    return out
+
+
+def test_late_rank_is_named_with_its_slow_phase_and_others_get_straggler_claims() -> None:
+    job = _with_phases(summaries(allreduce_job(SLOW)), slow_backward=2)
+    res = analyze_job(job)
+    f = res.findings
+    json.dumps(f)  # plain JSON all the way down
+    assert [x["rank"] for x in f["stragglers"]] == [2]
+    st = f["stragglers"][0]
+    assert st["phase"] == "backward" and st["phase_ratio"] == pytest.approx(1.5)
+    assert st["last_arrivals"] == 10 and st["collectives"] == 10
+    assert st["caused_wait_us_per_step"] == pytest.approx(5_000.0)
+    assert set(res.claims) == {0, 1, 3}
+    for r in (0, 1, 3):
+        assert iv.total(res.claims[r][Cause.STRAGGLER]) == pytest.approx(50_000.0)
+        assert f["per_rank"][r]["straggler_wait_us_per_step"] == pytest.approx(5_000.0)
+        assert f["per_rank"][r]["is_straggler"] is False
+    assert f["per_rank"][2]["is_straggler"] is True
+    assert {c["rank"] for c in f["critical_rank_per_step"]} == {2}
+    assert len(f["critical_rank_per_step"]) == 10
+    imb = f["compute_imbalance"]["across_ranks"]
+    assert imb["max_rank"] == 2 and imb["max_over_median"] == pytest.approx(1.25)
+
+
+def test_clock_skew_does_not_change_the_findings() -> None:
+    plain = analyze_job(summaries(allreduce_job(SLOW)))
+    skewed = analyze_job(summaries(allreduce_job(SLOW, skew_us={3: 1_000_000.0, 2: -250_000.0})))
+    assert [x["rank"] for x in skewed.findings["stragglers"]] == [2]
+    for r in SLOW:
+        a = plain.findings["per_rank"][r]["straggler_wait_us"]
+        assert skewed.findings["per_rank"][r]["straggler_wait_us"] == pytest.approx(a)
+    # Claims stay on each rank's own clock.
+    assert skewed.claims[3][Cause.STRAGGLER][0][0] > 1_000_000.0
+
+
+def test_jitter_below_the_threshold_names_nobody() -> None:
+    res = analyze_job(summaries(allreduce_job({0: 20_000.0, 1: 20_010.0, 2: 20_005.0, 3: 20_000.0})))
+    assert res.findings["stragglers"] == []
+
+
+def test_partial_job_measures_waits_but_names_no_straggler() -> None:
+    res = analyze_job(summaries(allreduce_job({0: 20_000.0, 1: 25_000.0}, world_size=8)))
+    f = res.findings
+    assert f["stragglers"] == []
+    assert "absent" in f["straggler_analysis"]["note"]
+    assert f["straggler_analysis"]["incomplete_groups"] == {"0": {"present": 2, "expected": 8}}
+    assert iv.total(res.claims[0][Cause.STRAGGLER]) == pytest.approx(50_000.0)
+
+
+def test_single_rank_has_no_straggler_claim_but_says_why() -> None:
+    res = analyze_job(summaries(allreduce_job({0: 20_000.0}, world_size=2)))
+    assert res.claims == {}
+    assert "cannot be measured" in res.findings["straggler_analysis"]["note"]
+    assert res.findings["critical_rank_per_step"] == []
+    assert analyze_job([]).claims == {}
+
+
+def test_pipeline_job_claims_bubbles_and_names_the_slow_stage_critical() -> None:
+    fwd = [10_000.0, 10_000.0, 20_000.0, 10_000.0]
+    job = [summarize(t) for t in pipeline_job(4, 8, fwd, [2 * x for x in fwd], "1f1b")]
+    res = analyze_job(job)
+    f = res.findings
+    json.dumps(f)
+    assert f["pipeline"]["slowest_stage"] == 2
+    assert {c["rank"] for c in f["critical_rank_per_step"]} == {2}
+    assert f["compute_imbalance"]["across_stages"]["max_stage"] == 2
+    assert f["per_rank"][0]["stage"] == 0 and f["per_rank"][2]["stage"] == 2
+    for s in job:
+        att = attribute(s.lost, merge_claims(s.claims, res.claims.get(s.rank, {})))
+        compute = iv.total(s.compute)
+        assert compute + sum(att.lost_us.values()) == pytest.approx(s.window_us, rel=1e-9)
+        # Bubble wins over everything else where it claims.
+        assert att.lost_us[Cause.PIPELINE_BUBBLE] == pytest.approx(iv.total(iv.intersect(s.lost, res.claims[s.rank][Cause.PIPELINE_BUBBLE])))
+    bubble = {s.rank: res.claims[s.rank][Cause.PIPELINE_BUBBLE] for s in job}
+    assert iv.total(bubble[2]) < min(iv.total(bubble[k]) for k in (0, 1, 3))
+
+
+def _real(path: Path) -> list[RankSummary]:
+    from gpuprof.readers import load_all
+
+    return [summarize(t) for t in load_all([path])]
+
+
+def test_dlrm_straggler_is_the_rank_everyone_waits_for(shared_traces: Path) -> None:
+    job = _real(shared_traces / "dlrm-8rank")
+    res = analyze_job(job)
+    f = res.findings
+    json.dumps(f)
+    assert f["stragglers"], "the 8 ranks wait milliseconds per step: someone is late"
+    per = f["per_rank"]
+    waits = {r: per[r]["straggler_wait_us"] for r in per}
+    for st in f["stragglers"]:
+        r = st["rank"]
+        others = [w for k, w in waits.items() if k != r]
+        assert waits[r] < float(np.median(others))
+        assert st["last_arrivals"] > st["collectives"] / 2
+    crit = f["critical_rank_per_step"]
+    assert len(crit) == 1 and crit[0]["rank"] in {x["rank"] for x in f["stragglers"]}
+    assert set(res.claims) == set(range(8)) - {r for r in range(8) if waits[r] == 0}
+
+
+def test_megatron_critical_rank_is_on_the_slowest_stage(shared_traces: Path) -> None:
+    job = _real(shared_traces / "megatron-pp4-timeline")
+    res = analyze_job(job)
+    f = res.findings
+    json.dumps(f)
+    slow = set(f["pipeline"]["slowest_stage_ranks"])
+    assert len(f["critical_rank_per_step"]) == len(job[0].steps)
+    assert {c["rank"] for c in f["critical_rank_per_step"]} <= slow
+    assert f["compute_imbalance"]["across_stages"]["max_stage"] == f["pipeline"]["slowest_stage"]
+    assert all(Cause.PIPELINE_BUBBLE in res.claims[s.rank] for s in job)
+
+
+def test_partial_and_single_rank_jobs_say_what_cannot_be_known(shared_traces: Path) -> None:
+    sampled = analyze_job(_real(shared_traces / "hta-sampled-2rank")).findings
+    assert sampled["stragglers"] == []
+    assert sampled["straggler_analysis"]["incomplete_groups"]["(unnamed)"] == {"present": 2, "expected": 128}
+    single = analyze_job(_real(shared_traces / "a100-2rank-nccl"))
+    assert single.claims == {}
+    assert "1 of 2 ranks" in single.findings["straggler_analysis"]["note"]
