@@ -151,6 +151,25 @@ def ranks_to_show(report: Report, limit: int = MANY_RANKS) -> tuple[list[RankRep
     return sorted(chosen.values(), key=lambda r: r.rank), note
 
 
+def rank_list(ranks: Sequence[int], max_parts: int = 8) -> str:
+    """Ranks as compact ranges ("0-7, 12, 14-15"), at most ``max_parts`` parts; "all" when empty."""
+    if not ranks:
+        return "all"
+    nums = sorted(set(ranks))
+    parts: list[str] = []
+    start = prev = nums[0]
+    for n in nums[1:] + [None]:  # type: ignore[list-item]
+        if n is not None and n == prev + 1:
+            prev = n
+            continue
+        parts.append(str(start) if start == prev else f"{start}-{prev}")
+        if n is not None:
+            start = prev = n
+    if len(parts) > max_parts:
+        return ", ".join(parts[:max_parts]) + f" (+{len(parts) - max_parts} more)"
+    return ", ".join(parts)
+
+
 def top_causes(rank: RankReport, n: int = 2) -> list[tuple[Cause, float]]:
     """The ``n`` causes with the most lost time on this rank, as (cause, % of window), non-zero only."""
     out = [(c, lost_pct(rank, c) or 0.0) for c in CAUSES]

@@ -79,7 +79,7 @@ def _recommendations(report: Report) -> str:
     items = []
     for i, rec in enumerate(report.recommendations):
         color = fg.CAUSE_COLORS[rec.category.value]
-        ranks = ", ".join(str(r) for r in rec.ranks) if rec.ranks else "all"
+        ranks = fg.rank_list(rec.ranks)
         ev = "".join(f"<li>{e(x)}</li>" for x in rec.evidence)
         act = "".join(f"<li>{e(x)}</li>" for x in rec.actions)
         details = ""

@@ -31,7 +31,7 @@ def _recommendations(report: Report) -> list[str]:
     if not report.recommendations:
         return out + ["No recommendation: no cause of lost time stands out.", ""]
     for i, rec in enumerate(report.recommendations, 1):
-        ranks = ", ".join(str(r) for r in rec.ranks) if rec.ranks else "all"
+        ranks = fg.rank_list(rec.ranks)
         out.append(
             f"{i}. **{md_escape(rec.title)}** — saves ~{rec.estimated_savings_pct:.1f}% of step time "
             f"(`{rec.category.value}`, ranks {md_escape(ranks)})"

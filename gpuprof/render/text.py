@@ -25,23 +25,30 @@ MAX_WARNINGS = 10
 WIDE_COLUMNS = 110  # from this width on, the per-rank table has a column per cause
 
 
+def _bullet(marker: str, text: str, style: str) -> RenderableType:
+    """An indented bullet whose wrapped lines hang under its text, not under the marker."""
+    grid = Table.grid(padding=(0, 1, 0, 0))
+    grid.add_column(no_wrap=True, style=style)
+    grid.add_column()
+    grid.add_row(marker, Text(text))
+    return Padding(grid, (0, 0, 0, 3))
+
+
 def _recommendations(report: Report) -> list[RenderableType]:
     out: list[RenderableType] = [Text("What to change", style="bold underline")]
     if not report.recommendations:
         out.append(Text("No recommendation: no cause of lost time stands out.", style="dim"))
         return out
     for i, rec in enumerate(report.recommendations, 1):
-        ranks = ", ".join(str(r) for r in rec.ranks) if rec.ranks else "all"
-        head = Text(f"{i}. ", style="bold")
-        head.append(rec.title, style="bold")
-        head.append(f"  [{rec.category.value}] saves ~{rec.estimated_savings_pct:.1f}% of step time; ranks {ranks}")
-        out.append(head)
+        out.append(Text(f"{i}. ", style="bold").append(rec.title, style="bold"))
+        meta = f"{rec.category.value} · saves ~{rec.estimated_savings_pct:.1f}% of step time · ranks {fg.rank_list(rec.ranks)}"
+        out.append(Padding(Text(meta, style="cyan"), (0, 0, 0, 3)))
         if i > TOP_RECOMMENDATIONS:
             continue
         for ev in rec.evidence:
-            out.append(Padding(Text("- ", style="dim").append(ev), (0, 0, 0, 3)))
+            out.append(_bullet("-", ev, "dim"))
         for act in rec.actions:
-            out.append(Padding(Text("> ", style="green").append(act), (0, 0, 0, 3)))
+            out.append(_bullet(">", act, "green"))
     return out
 
 
