@@ -8,6 +8,7 @@ time recomputed from the kernels in the file must equal the truth's compute time
 from __future__ import annotations
 
 import gzip
+import itertools
 import json
 from collections import defaultdict
 from pathlib import Path
@@ -77,7 +78,9 @@ def test_trace_structure_matches_kineto(generated: dict[str, Path], name: str) -
             assert info["pg_config"][0]["ranks"] == list(range(len(files)))
         events = doc["traceEvents"]
         runtime = {e["args"]["correlation"]: e for e in events if e.get("cat") == "cuda_runtime"}
-        flows: dict[tuple[str, int], dict[str, Any]] = {(e["ph"], e["id"]): e for e in events if e.get("cat") == "ac2g"}
+        flows: dict[tuple[str, int], dict[str, Any]] = {
+            (e["ph"], e["id"]): e for e in events if e.get("cat") == "ac2g"
+        }
         host_ext = {e["args"]["External id"] for e in events if e.get("cat") in ("cpu_op", "user_annotation")}
         device = [e for e in events if e.get("cat") in ("kernel", "gpu_memcpy", "gpu_memset")]
         assert device
@@ -93,14 +96,20 @@ def test_trace_structure_matches_kineto(generated: dict[str, Path], name: str) -
             by_stream[e["args"]["stream"]].append((e["ts"], e["ts"] + e["dur"]))
         for spans in by_stream.values():
             spans.sort()
-            for (_, end), (start, _) in zip(spans, spans[1:]):
+            for (_, end), (start, _) in itertools.pairwise(spans):
                 assert start >= end - 3e-3, "operations on one stream never overlap (ns rounding aside)"
         steps = [e for e in events if e.get("name", "").startswith("ProfilerStep#")]
         assert steps and all(e["cat"] == "user_annotation" for e in steps)
         for e in device:
             if "nccl" in e["name"].lower():
                 assert e["name"].startswith("ncclDevKernel_")
-                for key in ("Collective name", "Process Group Name", "Process Group Ranks", "In msg nelems", "dtype"):
+                for key in (
+                    "Collective name",
+                    "Process Group Name",
+                    "Process Group Ranks",
+                    "In msg nelems",
+                    "dtype",
+                ):
                     assert key in e["args"]
 
 
@@ -121,7 +130,16 @@ def test_truth_partitions_each_window_and_matches_the_trace(generated: dict[str,
     assert truth["scenario"] == name and truth["seed"] == 1
     for rank_truth, path in zip(truth["ranks"], _trace_files(out)):
         lost = rank_truth["lost_us"]
-        assert set(lost) == {"pipeline_bubble", "communication", "straggler", "memory", "dataloader", "sync", "host", "other"}
+        assert set(lost) == {
+            "pipeline_bubble",
+            "communication",
+            "straggler",
+            "memory",
+            "dataloader",
+            "sync",
+            "host",
+            "other",
+        }
         total = rank_truth["compute_us"] + sum(lost.values())
         assert total == pytest.approx(rank_truth["window_us"], rel=1e-6)
         # every lost microsecond has a known reason in the simulator
@@ -133,7 +151,11 @@ def test_truth_partitions_each_window_and_matches_the_trace(generated: dict[str,
         hi = max(e["ts"] + e["dur"] for e in steps)
         assert hi - lo == pytest.approx(rank_truth["window_us"], abs=0.01)
         kernels = [e for e in events if e.get("cat") == "kernel" and not e["name"].startswith("nccl")]
-        compute = iv.clip(iv.union(np.array([e["ts"] for e in kernels]), np.array([e["ts"] + e["dur"] for e in kernels])), lo, hi)
+        compute = iv.clip(
+            iv.union(np.array([e["ts"] for e in kernels]), np.array([e["ts"] + e["dur"] for e in kernels])),
+            lo,
+            hi,
+        )
         assert iv.total(compute) == pytest.approx(rank_truth["compute_us"], rel=1e-4, abs=0.05)
 
 
@@ -154,14 +176,39 @@ def test_straggler_waits_are_on_the_fast_ranks(generated: dict[str, Path]) -> No
 
 @pytest.mark.parametrize(
     "schedule,microbatches,chunks",
-    [("gpipe", 4, 1), ("gpipe", 8, 1), ("1f1b", 8, 1), ("1f1b", 16, 1), ("interleaved", 4, 2), ("interleaved", 8, 2)],
+    [
+        ("gpipe", 4, 1),
+        ("gpipe", 8, 1),
+        ("1f1b", 8, 1),
+        ("1f1b", 16, 1),
+        ("interleaved", 4, 2),
+        ("interleaved", 8, 2),
+    ],
 )
-def test_balanced_pipeline_bubble_matches_theory(tmp_path: Path, schedule: str, microbatches: int, chunks: int) -> None:
-    truth = read_truth(generate("pipeline", tmp_path, schedule=schedule, microbatches=microbatches, chunks=chunks, act_mb=0.25, steps=2))
+def test_balanced_pipeline_bubble_matches_theory(
+    tmp_path: Path, schedule: str, microbatches: int, chunks: int
+) -> None:
+    truth = read_truth(
+        generate(
+            "pipeline",
+            tmp_path,
+            schedule=schedule,
+            microbatches=microbatches,
+            chunks=chunks,
+            act_mb=0.25,
+            steps=2,
+        )
+    )
     exp = truth["expected"]
-    assert exp["theoretical_bubble_fraction"] == pytest.approx(theoretical_bubble(schedule, 4, microbatches, chunks), abs=1e-6)
+    assert exp["theoretical_bubble_fraction"] == pytest.approx(
+        theoretical_bubble(schedule, 4, microbatches, chunks), abs=1e-6
+    )
     # small transfers and launch latencies add a little to the schedule's own idle time
-    assert exp["theoretical_bubble_fraction"] - 0.002 <= exp["measured_bubble_fraction"] <= exp["theoretical_bubble_fraction"] + 0.02
+    assert (
+        exp["theoretical_bubble_fraction"] - 0.002
+        <= exp["measured_bubble_fraction"]
+        <= exp["theoretical_bubble_fraction"] + 0.02
+    )
 
 
 def test_slow_stage_widens_the_bubble_and_names_the_stage(tmp_path: Path) -> None:
@@ -173,7 +220,9 @@ def test_slow_stage_widens_the_bubble_and_names_the_stage(tmp_path: Path) -> Non
     assert bubble[2] == min(bubble)
 
 
-@pytest.mark.parametrize("schedule,chunks", [("gpipe", 1), ("1f1b", 1), ("interleaved", 2), ("interleaved", 3)])
+@pytest.mark.parametrize(
+    "schedule,chunks", [("gpipe", 1), ("1f1b", 1), ("interleaved", 2), ("interleaved", 3)]
+)
 def test_schedules_run_every_microbatch_once_forward_before_backward(schedule: str, chunks: int) -> None:
     p, m = 4, 8
     for stage in range(p):
@@ -199,8 +248,16 @@ def test_knobs_change_the_job(tmp_path: Path) -> None:
     few = read_truth(generate("healthy", tmp_path / "few", steps=1, layers=2))
     many = read_truth(generate("healthy", tmp_path / "many", steps=3, layers=6))
     assert many["ranks"][0]["window_us"] > 8 * few["ranks"][0]["window_us"]
-    slow = read_truth(generate("dp_exposed", tmp_path / "slow", link_gbs=2.0, **{k: v for k, v in SMALL["dp_exposed"].items()}))
-    fast = read_truth(generate("dp_exposed", tmp_path / "fast", link_gbs=50.0, **{k: v for k, v in SMALL["dp_exposed"].items()}))
+    slow = read_truth(
+        generate(
+            "dp_exposed", tmp_path / "slow", link_gbs=2.0, **{k: v for k, v in SMALL["dp_exposed"].items()}
+        )
+    )
+    fast = read_truth(
+        generate(
+            "dp_exposed", tmp_path / "fast", link_gbs=50.0, **{k: v for k, v in SMALL["dp_exposed"].items()}
+        )
+    )
     assert slow["ranks"][0]["lost_us"]["communication"] > 4 * fast["ranks"][0]["lost_us"]["communication"]
 
 
@@ -214,7 +271,9 @@ def test_knobs_change_the_job(tmp_path: Path) -> None:
         ("straggler", {"slow_rank": 9}, "slow_rank"),
     ],
 )
-def test_bad_knobs_are_one_clear_error_and_leave_no_files(tmp_path: Path, name: str, knobs: dict[str, Any], message: str) -> None:
+def test_bad_knobs_are_one_clear_error_and_leave_no_files(
+    tmp_path: Path, name: str, knobs: dict[str, Any], message: str
+) -> None:
     with pytest.raises(GpuprofError, match=message):
         generate(name, tmp_path / "out", **knobs)
     assert not (tmp_path / "out").exists() or not any((tmp_path / "out").rglob("*"))

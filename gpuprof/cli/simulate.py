@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import shutil
 from pathlib import Path
-from typing import List, Optional
+from typing import Any
 
 import typer
 
@@ -16,8 +16,10 @@ def _help_text() -> str:
     from gpuprof.simulate import SCENARIOS, knobs_of
 
     lines = [
-        "Simulate a training job and write one Kineto trace per rank into DIR, with "
-        "ground_truth.json beside them (lost time per cause, expected top recommendation).",
+        (
+            "Simulate a training job and write one Kineto trace per rank into DIR, with "
+            "ground_truth.json beside them (lost time per cause, expected top recommendation)."
+        ),
         "Knobs are given as KNOB=VALUE, e.g.:",
         "",
         "  gpuprof simulate pipeline stages=4 microbatches=16 schedule=1f1b -o out/",
@@ -55,7 +57,9 @@ def _clear_previous(out: Path) -> None:
     if not entries:
         return
     if not (out / "ground_truth.json").is_file():
-        raise GpuprofError("output folder is not empty and was not written by gpuprof simulate; choose another -o", out)
+        raise GpuprofError(
+            "output folder is not empty and was not written by gpuprof simulate; choose another -o", out
+        )
     for p in entries:
         if p.is_dir():
             shutil.rmtree(p)
@@ -65,9 +69,11 @@ def _clear_previous(out: Path) -> None:
 
 @app.command(help=_help_text(), context_settings={"help_option_names": ["-h", "--help"]})
 def simulate(
-    scenario: Optional[str] = typer.Argument(None, help="scenario to simulate (see the list below)"),
-    knobs: Optional[List[str]] = typer.Argument(None, metavar="[KNOB=VALUE]...", help="scenario knobs"),
-    out: Optional[Path] = typer.Option(None, "-o", "--output", help="folder to write the traces and ground_truth.json into"),
+    scenario: str | None = typer.Argument(None, help="scenario to simulate (see the list below)"),
+    knobs: list[str] | None = typer.Argument(None, metavar="[KNOB=VALUE]...", help="scenario knobs"),
+    out: Path | None = typer.Option(
+        None, "-o", "--output", help="folder to write the traces and ground_truth.json into"
+    ),
     seed: int = typer.Option(0, "--seed", help="random seed (same seed, same traces)"),
     list_: bool = typer.Option(False, "--list", help="list the scenarios and their knobs, then exit"),
 ) -> None:
@@ -80,7 +86,7 @@ def simulate(
         return
     if out is None:
         raise GpuprofError("missing -o DIR: the folder to write the traces into")
-    parsed: dict[str, str] = {}
+    parsed: dict[str, Any] = {}
     for item in knobs or []:
         name, sep, value = item.partition("=")
         if not sep or not name:
@@ -94,16 +100,25 @@ def simulate(
     truth = read_truth(path)
     exp = truth["expected"]
     n = len(truth["ranks"])
-    typer.echo(f"wrote {n} trace{'s' if n != 1 else ''} of scenario {scenario} to {path}/ (ground truth: {path}/ground_truth.json)")
+    typer.echo(
+        f"wrote {n} trace{'s' if n != 1 else ''} of scenario {scenario} to {path}/ (ground truth: {path}/ground_truth.json)"
+    )
     window = sum(r["window_us"] for r in truth["ranks"])
     compute = sum(r["compute_us"] for r in truth["ranks"])
     lost = {c: sum(r["lost_us"][c] for r in truth["ranks"]) for c in truth["ranks"][0]["lost_us"]}
-    parts = ", ".join(f"{c} {100 * v / window:.1f}%" for c, v in sorted(lost.items(), key=lambda kv: -kv[1]) if v / window >= 0.005)
+    parts = ", ".join(
+        f"{c} {100 * v / window:.1f}%"
+        for c, v in sorted(lost.items(), key=lambda kv: -kv[1])
+        if v / window >= 0.005
+    )
     typer.echo(f"simulated: compute {100 * compute / window:.1f}% of the window; lost: {parts or 'none'}")
     if exp.get("theoretical_bubble_fraction") is not None:
         typer.echo(
             f"pipeline bubble: {100 * exp['measured_bubble_fraction']:.1f}% simulated, "
             f"{100 * exp['theoretical_bubble_fraction']:.1f}% theoretical for this schedule"
         )
-    typer.echo(f"expected top cause: {exp.get('top_category') or 'none (healthy)'}" + (f", ranks {exp['culprit_ranks']}" if exp.get("culprit_ranks") else ""))
+    typer.echo(
+        f"expected top cause: {exp.get('top_category') or 'none (healthy)'}"
+        + (f", ranks {exp['culprit_ranks']}" if exp.get("culprit_ranks") else "")
+    )
     typer.echo(f"next: gpuprof analyze {path}")

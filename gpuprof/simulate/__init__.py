@@ -10,8 +10,9 @@ large ones (many steps or layers) need little memory.
 from __future__ import annotations
 
 import inspect
+from collections.abc import Mapping
 from pathlib import Path
-from typing import Any, Mapping
+from typing import Any
 
 from gpuprof.errors import GpuprofError
 from gpuprof.model.report import Cause
@@ -21,7 +22,7 @@ from gpuprof.simulate.scenarios import KNOB_HELP, SCENARIOS, Plan
 from gpuprof.simulate.session import write_session
 from gpuprof.simulate.truth import TRUTH_FILE, rank_truth, read_truth, truth_document, write_truth
 
-__all__ = ["SCENARIOS", "KNOB_HELP", "TRUTH_FILE", "generate", "knobs_of", "read_truth", "resolve_knobs"]
+__all__ = ["KNOB_HELP", "SCENARIOS", "TRUTH_FILE", "generate", "knobs_of", "read_truth", "resolve_knobs"]
 
 # Scenarios that are another one with different defaults.
 _VARIANTS: dict[str, tuple[str, dict[str, Any]]] = {
@@ -30,9 +31,18 @@ _VARIANTS: dict[str, tuple[str, dict[str, Any]]] = {
 }
 
 H100 = {
-    "name": "NVIDIA H100 80GB HBM3", "totalGlobalMem": 85045346304, "computeMajor": 9, "computeMinor": 0,
-    "maxThreadsPerBlock": 1024, "maxThreadsPerMultiprocessor": 2048, "regsPerBlock": 65536, "warpSize": 32,
-    "sharedMemPerBlock": 49152, "numSms": 132, "regsPerMultiprocessor": 65536, "sharedMemPerBlockOptin": 232448,
+    "name": "NVIDIA H100 80GB HBM3",
+    "totalGlobalMem": 85045346304,
+    "computeMajor": 9,
+    "computeMinor": 0,
+    "maxThreadsPerBlock": 1024,
+    "maxThreadsPerMultiprocessor": 2048,
+    "regsPerBlock": 65536,
+    "warpSize": 32,
+    "sharedMemPerBlock": 49152,
+    "numSms": 132,
+    "regsPerMultiprocessor": 65536,
+    "sharedMemPerBlockOptin": 232448,
     "sharedMemPerMultiprocessor": 233472,
 }
 
@@ -45,7 +55,11 @@ def knobs_of(scenario: str) -> dict[str, Any]:
     from gpuprof.simulate import scenarios as sc
 
     fn = getattr(sc, base)
-    knobs = {n: p.default for n, p in inspect.signature(fn).parameters.items() if p.kind is p.KEYWORD_ONLY and n != "seed"}
+    knobs = {
+        n: p.default
+        for n, p in inspect.signature(fn).parameters.items()
+        if p.kind is p.KEYWORD_ONLY and n != "seed"
+    }
     knobs.update(overrides)
     return knobs
 
@@ -67,7 +81,9 @@ def _coerce(scenario: str, name: str, value: Any, default: Any) -> Any:
             return float(value)
         return str(value)
     except (TypeError, ValueError):
-        raise GpuprofError(f"{scenario}: knob {name} expects a {type(default).__name__}, got {value!r}") from None
+        raise GpuprofError(
+            f"{scenario}: knob {name} expects a {type(default).__name__}, got {value!r}"
+        ) from None
 
 
 def resolve_knobs(scenario: str, knobs: Mapping[str, Any]) -> dict[str, Any]:
@@ -81,7 +97,9 @@ def resolve_knobs(scenario: str, knobs: Mapping[str, Any]) -> dict[str, Any]:
     return out
 
 
-def generate(scenario: str, out_dir: str | Path, *, seed: int = 0, compresslevel: int = 6, **knobs: Any) -> Path:
+def generate(
+    scenario: str, out_dir: str | Path, *, seed: int = 0, compresslevel: int = 6, **knobs: Any
+) -> Path:
     """Simulate ``scenario`` and write its traces and ``ground_truth.json`` into ``out_dir``.
 
     Returns the path to give ``gpuprof analyze`` (``out_dir`` itself). Raises
@@ -97,7 +115,13 @@ def generate(scenario: str, out_dir: str | Path, *, seed: int = 0, compresslevel
     trace_dir = out / "traces" if plan.session else out
     trace_dir.mkdir(parents=True, exist_ok=True)
     n = plan.world_size
-    pg = {"pg_name": "0", "pg_desc": "default_pg", "backend_config": "cuda:nccl", "pg_size": n, "ranks": list(range(n))}
+    pg = {
+        "pg_name": "0",
+        "pg_desc": "default_pg",
+        "backend_config": "cuda:nccl",
+        "pg_size": n,
+        "ranks": list(range(n)),
+    }
     job = Job(world_size=n)
     writers: list[KinetoWriter] = []
     sims: list[RankSim] = []
@@ -106,8 +130,26 @@ def generate(scenario: str, out_dir: str | Path, *, seed: int = 0, compresslevel
         for r in range(n):
             name = f"rank{r}.pt.trace.json.gz"
             files[r] = str(Path(trace_dir.name) / name) if plan.session else name
-            dist = {"backend": "nccl", "rank": r, "world_size": n, "pg_count": 1, "pg_config": [pg], "nccl_version": "2.21.5"} if n > 1 else None
-            w = KinetoWriter(trace_dir / name, pid=4_000_000 + 1000 * r, device=r % 8, device_properties=[{"id": i, **H100} for i in range(min(n, 8))], distributed_info=dist, compresslevel=compresslevel)
+            dist = (
+                {
+                    "backend": "nccl",
+                    "rank": r,
+                    "world_size": n,
+                    "pg_count": 1,
+                    "pg_config": [pg],
+                    "nccl_version": "2.21.5",
+                }
+                if n > 1
+                else None
+            )
+            w = KinetoWriter(
+                trace_dir / name,
+                pid=4_000_000 + 1000 * r,
+                device=r % 8,
+                device_properties=[{"id": i, **H100} for i in range(min(n, 8))],
+                distributed_info=dist,
+                compresslevel=compresslevel,
+            )
             writers.append(w)
             sim = RankSim(job, r, w, seed, plan.timing)
             sim.wait_cause = plan.wait_cause
@@ -123,7 +165,11 @@ def generate(scenario: str, out_dir: str | Path, *, seed: int = 0, compresslevel
     truths = [rank_truth(s) for s in sims]
     expected = dict(plan.expected)
     if expected.get("theoretical_bubble_fraction") is not None:
-        fr = [t.lost_us[Cause.PIPELINE_BUBBLE] / max(t.lost_us[Cause.PIPELINE_BUBBLE] + t.phase_compute_us.get("pipeline", 0.0), 1e-9) for t in truths]
+        fr = [
+            t.lost_us[Cause.PIPELINE_BUBBLE]
+            / max(t.lost_us[Cause.PIPELINE_BUBBLE] + t.phase_compute_us.get("pipeline", 0.0), 1e-9)
+            for t in truths
+        ]
         expected["measured_bubble_fraction"] = round(sum(fr) / len(fr), 6)
     doc = truth_document(scenario, params, seed, files, truths, expected)
     if plan.session:

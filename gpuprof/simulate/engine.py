@@ -24,9 +24,10 @@ from __future__ import annotations
 
 import random
 from array import array
+from collections.abc import Callable, Generator, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
-from typing import Any, Callable, Generator, Iterator, Mapping, Sequence
+from typing import Any
 
 from gpuprof.errors import GpuprofError
 from gpuprof.model.report import Cause
@@ -70,7 +71,9 @@ class Job:
     resolved: dict[tuple[Any, ...], tuple[float, float]] = field(default_factory=dict)
     woken: list[tuple[Any, ...]] = field(default_factory=list)
 
-    def post(self, key: tuple[Any, ...], rank: int, arrival_us: float, group_size: int, transfer_us: float) -> None:
+    def post(
+        self, key: tuple[Any, ...], rank: int, arrival_us: float, group_size: int, transfer_us: float
+    ) -> None:
         got = self.arrivals.setdefault(key, {})
         if rank in got:
             raise SimulationError(f"rank {rank} posted {key} twice")
@@ -89,7 +92,9 @@ class Job:
 class RankSim:
     """One rank: a host thread with its clock ``t`` and device streams, writing a trace."""
 
-    def __init__(self, job: Job, rank: int, writer: KinetoWriter, seed: int, timing: Timing = Timing()) -> None:
+    def __init__(
+        self, job: Job, rank: int, writer: KinetoWriter, seed: int, timing: Timing = Timing()
+    ) -> None:
         self.job = job
         self.rank = rank
         self.w = writer
@@ -175,11 +180,20 @@ class RankSim:
         corr = self._next_corr()
         start = self.t
         self.t += dur_us
-        self.w.host_x("cuda_runtime", name, self.tid, start, self.t, {"External id": self.ext, "cbid": cbid, "correlation": corr})
+        self.w.host_x(
+            "cuda_runtime",
+            name,
+            self.tid,
+            start,
+            self.t,
+            {"External id": self.ext, "cbid": cbid, "correlation": corr},
+        )
         return corr, start, self.t
 
     # -- device placement -------------------------------------------------------------
-    def _place(self, stream: int, dur_us: float, arrival_us: float, extra_deps: Sequence[tuple[float, Cause]] = ()) -> float:
+    def _place(
+        self, stream: int, dur_us: float, arrival_us: float, extra_deps: Sequence[tuple[float, Cause]] = ()
+    ) -> float:
         """Start time of an op of ``dur_us`` on ``stream``; claims the gap before it."""
         free = self.stream_free.get(stream, arrival_us)
         start = max(arrival_us, free)
@@ -197,23 +211,62 @@ class RankSim:
         self.stream_free[stream] = start + dur_us
         return start
 
-    def _device(self, cat: str, name: str, stream: int, start: float, end: float, corr: int, t_launch: float, args: Mapping[str, Any]) -> None:
-        a: dict[str, Any] = {"External id": self.ext, "queued": 0, "device": self.w.device, "context": 1, "stream": stream, "correlation": corr}
+    def _device(
+        self,
+        cat: str,
+        name: str,
+        stream: int,
+        start: float,
+        end: float,
+        corr: int,
+        t_launch: float,
+        args: Mapping[str, Any],
+    ) -> None:
+        a: dict[str, Any] = {
+            "External id": self.ext,
+            "queued": 0,
+            "device": self.w.device,
+            "context": 1,
+            "stream": stream,
+            "correlation": corr,
+        }
         a.update(args)
         self.w.device_x(cat, name, stream, start, end, a)
         self.w.flow("s", corr, self.w.pid, self.tid, t_launch)
         self.w.flow("f", corr, self.w.device, stream, start)
 
-    def kernel(self, name: str, dur_us: float, *, stream: int = COMPUTE_STREAM, compute: bool = True, deps: Sequence[tuple[float, Cause]] = (), grid: int = 1024) -> tuple[float, float]:
+    def kernel(
+        self,
+        name: str,
+        dur_us: float,
+        *,
+        stream: int = COMPUTE_STREAM,
+        compute: bool = True,
+        deps: Sequence[tuple[float, Cause]] = (),
+        grid: int = 1024,
+    ) -> tuple[float, float]:
         """Launch a kernel; returns its device ``(start_us, end_us)``."""
         corr, t0, t1 = self._runtime("cudaLaunchKernel", 211, self.jit(self.timing.launch_us))
         dur = self.jit(dur_us)
         start = self._place(stream, dur, t1 + self.jit(self.timing.queue_us), deps)
         end = start + dur
         self._device(
-            "kernel", name, stream, start, end, corr, t0,
-            {"registers per thread": 64, "shared memory": 16384, "blocks per SM": round(grid / 132, 6), "warps per SM": round(grid * 4 / 132, 6),
-             "grid": [grid, 1, 1], "block": [128, 1, 1], "est. achieved occupancy %": 50 if grid >= 132 else 3},
+            "kernel",
+            name,
+            stream,
+            start,
+            end,
+            corr,
+            t0,
+            {
+                "registers per thread": 64,
+                "shared memory": 16384,
+                "blocks per SM": round(grid / 132, 6),
+                "warps per SM": round(grid * 4 / 132, 6),
+                "grid": [grid, 1, 1],
+                "block": [128, 1, 1],
+                "est. achieved occupancy %": 50 if grid >= 132 else 3,
+            },
         )
         if compute:
             self.compute_s.append(start)
@@ -223,21 +276,45 @@ class RankSim:
             self.claim(Cause.MEMORY, start, end)
         return start, end
 
-    def aten(self, name: str, kernel: str, dur_us: float, *, op_us: float | None = None, grid: int = 1024) -> tuple[float, float]:
+    def aten(
+        self, name: str, kernel: str, dur_us: float, *, op_us: float | None = None, grid: int = 1024
+    ) -> tuple[float, float]:
         """One framework operator that launches one compute kernel."""
         with self.op(name):
             self.idle(self.jit(self.timing.op_us if op_us is None else op_us))
             return self.kernel(kernel, dur_us, grid=grid)
 
-    def memcpy(self, kind: str, nbytes: int, *, pinned: bool, bw_gbps: float, stream: int = COMPUTE_STREAM, deps: Sequence[tuple[float, Cause]] = ()) -> tuple[float, float]:
+    def memcpy(
+        self,
+        kind: str,
+        nbytes: int,
+        *,
+        pinned: bool,
+        bw_gbps: float,
+        stream: int = COMPUTE_STREAM,
+        deps: Sequence[tuple[float, Cause]] = (),
+    ) -> tuple[float, float]:
         """``cudaMemcpyAsync``; a copy to or from pageable memory blocks the host until done."""
         host = "Pinned" if pinned else "Pageable"
-        names = {"HtoD": f"Memcpy HtoD ({host} -> Device)", "DtoH": f"Memcpy DtoH (Device -> {host})", "DtoD": "Memcpy DtoD (Device -> Device)"}
+        names = {
+            "HtoD": f"Memcpy HtoD ({host} -> Device)",
+            "DtoH": f"Memcpy DtoH (Device -> {host})",
+            "DtoD": "Memcpy DtoD (Device -> Device)",
+        }
         corr, t0, t1 = self._runtime("cudaMemcpyAsync", 41, self.jit(4.0))
         dur = 1.5 + nbytes / (bw_gbps * 1e3)
         start = self._place(stream, dur, t1 + self.jit(self.timing.queue_us), deps)
         end = start + dur
-        self._device("gpu_memcpy", names[kind], stream, start, end, corr, t0, {"bytes": nbytes, "memory bandwidth (GB/s)": round(nbytes / max(dur, 1e-3) / 1e3, 4)})
+        self._device(
+            "gpu_memcpy",
+            names[kind],
+            stream,
+            start,
+            end,
+            corr,
+            t0,
+            {"bytes": nbytes, "memory bandwidth (GB/s)": round(nbytes / max(dur, 1e-3) / 1e3, 4)},
+        )
         self.claim(Cause.MEMORY, start, end)
         if not pinned and kind != "DtoD":
             # The driver stages pageable memory through a pinned buffer: the call returns
@@ -251,7 +328,16 @@ class RankSim:
         dur = 1.0 + nbytes / 1.5e6
         start = self._place(stream, dur, t1 + self.jit(self.timing.queue_us))
         end = start + dur
-        self._device("gpu_memset", "Memset (Device)", stream, start, end, corr, t0, {"bytes": nbytes, "memory bandwidth (GB/s)": round(nbytes / dur / 1e3, 4)})
+        self._device(
+            "gpu_memset",
+            "Memset (Device)",
+            stream,
+            start,
+            end,
+            corr,
+            t0,
+            {"bytes": nbytes, "memory bandwidth (GB/s)": round(nbytes / dur / 1e3, 4)},
+        )
         self.claim(Cause.MEMORY, start, end)
         return start, end
 
@@ -260,28 +346,48 @@ class RankSim:
         """``cudaStreamSynchronize``: the host waits for the stream to drain."""
         corr, t0, _ = self._runtime("cudaStreamSynchronize", 131, 0.0)
         self.t = max(self.t, self.stream_free.get(stream, self.t)) + self.jit(3.0)
-        self.w.host_x("cuda_runtime", "cudaStreamSynchronize", self.tid, t0, self.t, {"External id": self.ext, "cbid": 131, "correlation": corr})
+        self.w.host_x(
+            "cuda_runtime",
+            "cudaStreamSynchronize",
+            self.tid,
+            t0,
+            self.t,
+            {"External id": self.ext, "cbid": 131, "correlation": corr},
+        )
         self.label = Cause.SYNC
 
     def device_sync(self) -> None:
         """``cudaDeviceSynchronize``: the host waits for every stream to drain."""
         corr, t0, _ = self._runtime("cudaDeviceSynchronize", 165, 0.0)
         self.t = max([self.t] + list(self.stream_free.values())) + self.jit(3.0)
-        self.w.host_x("cuda_runtime", "cudaDeviceSynchronize", self.tid, t0, self.t, {"External id": self.ext, "cbid": 165, "correlation": corr})
+        self.w.host_x(
+            "cuda_runtime",
+            "cudaDeviceSynchronize",
+            self.tid,
+            t0,
+            self.t,
+            {"External id": self.ext, "cbid": 165, "correlation": corr},
+        )
         self.label = Cause.SYNC
 
     def item(self) -> None:
         """``tensor.item()``: a 4-byte copy to pageable memory and a stream synchronize."""
-        with self.op("aten::item"):
-            with self.op("aten::_local_scalar_dense"):
-                self.memcpy("DtoH", 4, pinned=False, bw_gbps=1.0)
-                self.stream_sync()
+        with self.op("aten::item"), self.op("aten::_local_scalar_dense"):
+            self.memcpy("DtoH", 4, pinned=False, bw_gbps=1.0)
+            self.stream_sync()
 
     def cuda_free(self, dur_us: float) -> None:
         """``cudaFree``: synchronizes the whole device, then releases memory."""
         corr, t0, _ = self._runtime("cudaFree", 17, 0.0)
         self.t = max([self.t] + list(self.stream_free.values())) + self.jit(dur_us)
-        self.w.host_x("cuda_runtime", "cudaFree", self.tid, t0, self.t, {"External id": self.ext, "cbid": 17, "correlation": corr})
+        self.w.host_x(
+            "cuda_runtime",
+            "cudaFree",
+            self.tid,
+            t0,
+            self.t,
+            {"External id": self.ext, "cbid": 17, "correlation": corr},
+        )
         self.label = Cause.MEMORY
 
     def cuda_malloc(self, dur_us: float) -> None:
@@ -298,36 +404,97 @@ class RankSim:
 
     # -- communication ----------------------------------------------------------------
     def collective(
-        self, key: Any, *, coll: str, op_name: str, annotation: str, kernel_name: str, nelems: int, dtype: str,
-        ranks: Sequence[int], transfer_us: float, pg: str = "0", pg_desc: str = "default_pg",
+        self,
+        key: Any,
+        *,
+        coll: str,
+        op_name: str,
+        annotation: str,
+        kernel_name: str,
+        nelems: int,
+        dtype: str,
+        ranks: Sequence[int],
+        transfer_us: float,
+        pg: str = "0",
+        pg_desc: str = "default_pg",
     ) -> Generator[Wait, None, tuple[float, float]]:
         """An NCCL collective on the NCCL stream; returns the kernel's ``(start, end)``.
 
         The NCCL stream first waits for the compute stream (what ProcessGroupNCCL does), so
         a rank arrives when its own compute before the call is done.
         """
-        pg_args = {"Process Group Name": pg, "Process Group Description": pg_desc, "Process Group Ranks": str(list(ranks))}
-        coll_args = {"Collective name": coll, "In msg nelems": nelems, "Out msg nelems": nelems, "Group size": len(ranks), "dtype": dtype, "In split size": "[]", "Out split size": "[]"}
+        pg_args = {
+            "Process Group Name": pg,
+            "Process Group Description": pg_desc,
+            "Process Group Ranks": str(list(ranks)),
+        }
+        coll_args = {
+            "Collective name": coll,
+            "In msg nelems": nelems,
+            "Out msg nelems": nelems,
+            "Group size": len(ranks),
+            "dtype": dtype,
+            "In split size": "[]",
+            "Out split size": "[]",
+        }
         full = ("coll", pg) + tuple(key) if isinstance(key, tuple) else ("coll", pg, key)
-        with self.op(op_name):
-            with self.op("record_param_comms", args={**coll_args, **pg_args, "Global rank start": 0, "Global rank stride": 1}):
-                with self.op(annotation, cat="user_annotation"):
-                    self.idle(self.jit(6.0))
-                    corr, t0, t1 = self._runtime("cudaLaunchKernelExC", 430, self.jit(8.0))
-                    arrival = max(t1 + self.jit(self.timing.queue_us), self.stream_free[NCCL_STREAM], self.stream_free[COMPUTE_STREAM])
-                    self.job.post(full, self.rank, arrival, len(ranks), transfer_us)
-                    yield Wait(full)
-                    xfer_start, end = self.job.resolved[full]
-                    self.stream_free[NCCL_STREAM] = end
-                    self._device("kernel", kernel_name, NCCL_STREAM, arrival, end, corr, t0,
-                                 {"registers per thread": 96, "shared memory": 87568, "blocks per SM": 0.1, "warps per SM": 1.2,
-                                  "grid": [16, 1, 1], "block": [544, 1, 1], "est. achieved occupancy %": 0, **coll_args, **pg_args})
-                    self.w.device_x("gpu_user_annotation", annotation, NCCL_STREAM, arrival, end, {"External id": self.ext})
-                    self.claim(self.wait_cause, arrival, xfer_start)
-                    self.claim(Cause.COMMUNICATION, xfer_start, end)
+        with (
+            self.op(op_name),
+            self.op(
+                "record_param_comms",
+                args={**coll_args, **pg_args, "Global rank start": 0, "Global rank stride": 1},
+            ),
+            self.op(annotation, cat="user_annotation"),
+        ):
+            self.idle(self.jit(6.0))
+            corr, t0, t1 = self._runtime("cudaLaunchKernelExC", 430, self.jit(8.0))
+            arrival = max(
+                t1 + self.jit(self.timing.queue_us),
+                self.stream_free[NCCL_STREAM],
+                self.stream_free[COMPUTE_STREAM],
+            )
+            self.job.post(full, self.rank, arrival, len(ranks), transfer_us)
+            yield Wait(full)
+            xfer_start, end = self.job.resolved[full]
+            self.stream_free[NCCL_STREAM] = end
+            self._device(
+                "kernel",
+                kernel_name,
+                NCCL_STREAM,
+                arrival,
+                end,
+                corr,
+                t0,
+                {
+                    "registers per thread": 96,
+                    "shared memory": 87568,
+                    "blocks per SM": 0.1,
+                    "warps per SM": 1.2,
+                    "grid": [16, 1, 1],
+                    "block": [544, 1, 1],
+                    "est. achieved occupancy %": 0,
+                    **coll_args,
+                    **pg_args,
+                },
+            )
+            self.w.device_x(
+                "gpu_user_annotation", annotation, NCCL_STREAM, arrival, end, {"External id": self.ext}
+            )
+            self.claim(self.wait_cause, arrival, xfer_start)
+            self.claim(Cause.COMMUNICATION, xfer_start, end)
         return arrival, end
 
-    def p2p(self, kind: str, peer: int, key: Any, *, nelems: int, transfer_us: float, ranks: Sequence[int], pg: str = "0") -> Generator[Wait, None, tuple[float, float]]:
+    def p2p(
+        self,
+        kind: str,
+        peer: int,
+        key: Any,
+        *,
+        nelems: int,
+        transfer_us: float,
+        ranks: Sequence[int],
+        pg: str = "0",
+    ) -> Generator[Wait, None, tuple[float, float]]:
         """``dist.isend`` / ``dist.irecv`` followed by ``wait()`` (as pipeline schedules do).
 
         A send ends ``transfer_us`` after it starts (NCCL buffers it); a receive ends when
@@ -336,26 +503,66 @@ class RankSim:
         src, dst = (self.rank, peer) if kind == "send" else (peer, self.rank)
         annotation = f"nccl:send {src}->{dst}" if kind == "send" else f"nccl:recv {dst}<-{src}"
         data_key = ("p2p", src, dst) + (tuple(key) if isinstance(key, tuple) else (key,))
-        coll_args = {"Collective name": kind, "In msg nelems": nelems, "Out msg nelems": nelems, "Group size": len(ranks), "dtype": "BFloat16", "In split size": "[]", "Out split size": "[]"}
-        pg_args = {"Process Group Name": pg, "Process Group Description": "default_pg", "Process Group Ranks": str(list(ranks))}
-        with self.op("c10d::send" if kind == "send" else "c10d::recv_"):
-            with self.op("record_param_comms", args={**coll_args, **pg_args, "Global rank start": 0, "Global rank stride": 1}):
-                with self.op(annotation, cat="user_annotation"):
-                    self.idle(self.jit(5.0))
-                    corr, t0, t1 = self._runtime("cudaLaunchKernelExC", 430, self.jit(7.0))
-                    arrival = max(t1 + self.jit(self.timing.queue_us), self.stream_free[P2P_STREAM], self.stream_free[COMPUTE_STREAM])
-                    if kind == "send":
-                        end = arrival + transfer_us
-                        self.job.post_data(data_key, end)
-                    else:
-                        yield Wait(data_key)
-                        end = max(self.job.resolved[data_key][1], arrival + transfer_us)
-                    self.stream_free[P2P_STREAM] = end
-                    self._device("kernel", "ncclDevKernel_SendRecv(ncclDevKernelArgsStorage<4096ul>)", P2P_STREAM, arrival, end, corr, t0,
-                                 {"registers per thread": 96, "shared memory": 35856, "blocks per SM": 0.01, "warps per SM": 0.2,
-                                  "grid": [1, 1, 1], "block": [640, 1, 1], "est. achieved occupancy %": 0, **coll_args, **pg_args})
-                    self.w.device_x("gpu_user_annotation", annotation, P2P_STREAM, arrival, end, {"External id": self.ext})
-                    self.claim(Cause.PIPELINE_BUBBLE, arrival, end)
+        coll_args = {
+            "Collective name": kind,
+            "In msg nelems": nelems,
+            "Out msg nelems": nelems,
+            "Group size": len(ranks),
+            "dtype": "BFloat16",
+            "In split size": "[]",
+            "Out split size": "[]",
+        }
+        pg_args = {
+            "Process Group Name": pg,
+            "Process Group Description": "default_pg",
+            "Process Group Ranks": str(list(ranks)),
+        }
+        with (
+            self.op("c10d::send" if kind == "send" else "c10d::recv_"),
+            self.op(
+                "record_param_comms",
+                args={**coll_args, **pg_args, "Global rank start": 0, "Global rank stride": 1},
+            ),
+            self.op(annotation, cat="user_annotation"),
+        ):
+            self.idle(self.jit(5.0))
+            corr, t0, t1 = self._runtime("cudaLaunchKernelExC", 430, self.jit(7.0))
+            arrival = max(
+                t1 + self.jit(self.timing.queue_us),
+                self.stream_free[P2P_STREAM],
+                self.stream_free[COMPUTE_STREAM],
+            )
+            if kind == "send":
+                end = arrival + transfer_us
+                self.job.post_data(data_key, end)
+            else:
+                yield Wait(data_key)
+                end = max(self.job.resolved[data_key][1], arrival + transfer_us)
+            self.stream_free[P2P_STREAM] = end
+            self._device(
+                "kernel",
+                "ncclDevKernel_SendRecv(ncclDevKernelArgsStorage<4096ul>)",
+                P2P_STREAM,
+                arrival,
+                end,
+                corr,
+                t0,
+                {
+                    "registers per thread": 96,
+                    "shared memory": 35856,
+                    "blocks per SM": 0.01,
+                    "warps per SM": 0.2,
+                    "grid": [1, 1, 1],
+                    "block": [640, 1, 1],
+                    "est. achieved occupancy %": 0,
+                    **coll_args,
+                    **pg_args,
+                },
+            )
+            self.w.device_x(
+                "gpu_user_annotation", annotation, P2P_STREAM, arrival, end, {"External id": self.ext}
+            )
+            self.claim(Cause.PIPELINE_BUBBLE, arrival, end)
         # work.wait(): the compute stream waits for the transfer
         self.deps.append((end, Cause.PIPELINE_BUBBLE))
         return arrival, end

@@ -17,8 +17,9 @@ from __future__ import annotations
 import gzip
 import io
 import os
+from collections.abc import Mapping, Sequence
 from pathlib import Path
-from typing import Any, Mapping, Sequence
+from typing import Any
 
 import msgspec
 
@@ -62,7 +63,11 @@ class KinetoWriter:
         self._tmp = path.with_name(path.name + ".part")
         raw: io.BufferedWriter = open(self._tmp, "wb")  # noqa: SIM115 - closed in close()
         self._raw = raw
-        self._out: Any = gzip.GzipFile(fileobj=raw, mode="wb", compresslevel=compresslevel, mtime=0) if path.name.endswith(".gz") else raw
+        self._out: Any = (
+            gzip.GzipFile(fileobj=raw, mode="wb", compresslevel=compresslevel, mtime=0)
+            if path.name.endswith(".gz")
+            else raw
+        )
         self._first = True
         self._threads: dict[tuple[int, int], str] = {}
         head: dict[str, Any] = {"schemaVersion": 1, "deviceProperties": list(device_properties)}
@@ -85,21 +90,51 @@ class KinetoWriter:
         self._threads[(pid, tid)] = name
 
     # -- host side --------------------------------------------------------------------
-    def host_x(self, cat: str, name: str, tid: int, start_us: float, end_us: float, args: Mapping[str, Any]) -> None:
+    def host_x(
+        self, cat: str, name: str, tid: int, start_us: float, end_us: float, args: Mapping[str, Any]
+    ) -> None:
         self.event(
-            {"ph": "X", "cat": cat, "name": name, "pid": self.pid, "tid": tid, "ts": _ts(start_us), "dur": _dur(end_us - start_us), "args": args}
+            {
+                "ph": "X",
+                "cat": cat,
+                "name": name,
+                "pid": self.pid,
+                "tid": tid,
+                "ts": _ts(start_us),
+                "dur": _dur(end_us - start_us),
+                "args": args,
+            }
         )
 
     def flow(self, ph: str, corr: int, pid: int, tid: int, t_us: float) -> None:
-        ev: dict[str, Any] = {"ph": ph, "id": corr, "pid": pid, "tid": tid, "ts": _ts(t_us), "cat": "ac2g", "name": "ac2g"}
+        ev: dict[str, Any] = {
+            "ph": ph,
+            "id": corr,
+            "pid": pid,
+            "tid": tid,
+            "ts": _ts(t_us),
+            "cat": "ac2g",
+            "name": "ac2g",
+        }
         if ph == "f":
             ev["bp"] = "e"
         self.event(ev)
 
     # -- device side ------------------------------------------------------------------
-    def device_x(self, cat: str, name: str, stream: int, start_us: float, end_us: float, args: Mapping[str, Any]) -> None:
+    def device_x(
+        self, cat: str, name: str, stream: int, start_us: float, end_us: float, args: Mapping[str, Any]
+    ) -> None:
         self.event(
-            {"ph": "X", "cat": cat, "name": name, "pid": self.device, "tid": stream, "ts": _ts(start_us), "dur": _dur(end_us - start_us), "args": args}
+            {
+                "ph": "X",
+                "cat": cat,
+                "name": name,
+                "pid": self.device,
+                "tid": stream,
+                "ts": _ts(start_us),
+                "dur": _dur(end_us - start_us),
+                "args": args,
+            }
         )
         self._threads.setdefault((self.device, stream), f"stream {stream} ")
 
@@ -107,18 +142,92 @@ class KinetoWriter:
     def close(self, *, start_us: float, end_us: float, trace_name: str) -> None:
         """Write metadata events and the trailer keys, then move the file into place."""
         meta_ts = _ts(start_us)
-        self.event({"name": "process_name", "ph": "M", "ts": meta_ts, "pid": self.pid, "tid": 0, "args": {"name": "python3"}})
-        self.event({"name": "process_labels", "ph": "M", "ts": meta_ts, "pid": self.pid, "tid": 0, "args": {"labels": "CPU"}})
-        self.event({"name": "process_name", "ph": "M", "ts": meta_ts, "pid": self.device, "tid": 0, "args": {"name": "python3"}})
-        self.event({"name": "process_labels", "ph": "M", "ts": meta_ts, "pid": self.device, "tid": 0, "args": {"labels": f"GPU {self.device}"}})
-        for (pid, tid), name in sorted(self._threads.items()):
-            self.event({"name": "thread_name", "ph": "M", "ts": meta_ts, "pid": pid, "tid": tid, "args": {"name": name}})
-            self.event({"name": "thread_sort_index", "ph": "M", "ts": meta_ts, "pid": pid, "tid": tid, "args": {"sort_index": tid}})
         self.event(
-            {"ph": "X", "cat": "Trace", "ts": meta_ts, "dur": _dur(end_us - start_us), "pid": "Spans", "tid": "PyTorch Profiler", "name": "PyTorch Profiler (0)", "args": {"Op count": 0}}
+            {
+                "name": "process_name",
+                "ph": "M",
+                "ts": meta_ts,
+                "pid": self.pid,
+                "tid": 0,
+                "args": {"name": "python3"},
+            }
         )
-        self.event({"name": "Iteration Start: PyTorch Profiler", "ph": "i", "s": "g", "pid": "Traces", "tid": "Trace PyTorch Profiler", "ts": meta_ts})
-        self.event({"name": "Record Window End", "ph": "i", "s": "g", "pid": "", "tid": "", "ts": _ts(end_us)})
+        self.event(
+            {
+                "name": "process_labels",
+                "ph": "M",
+                "ts": meta_ts,
+                "pid": self.pid,
+                "tid": 0,
+                "args": {"labels": "CPU"},
+            }
+        )
+        self.event(
+            {
+                "name": "process_name",
+                "ph": "M",
+                "ts": meta_ts,
+                "pid": self.device,
+                "tid": 0,
+                "args": {"name": "python3"},
+            }
+        )
+        self.event(
+            {
+                "name": "process_labels",
+                "ph": "M",
+                "ts": meta_ts,
+                "pid": self.device,
+                "tid": 0,
+                "args": {"labels": f"GPU {self.device}"},
+            }
+        )
+        for (pid, tid), name in sorted(self._threads.items()):
+            self.event(
+                {
+                    "name": "thread_name",
+                    "ph": "M",
+                    "ts": meta_ts,
+                    "pid": pid,
+                    "tid": tid,
+                    "args": {"name": name},
+                }
+            )
+            self.event(
+                {
+                    "name": "thread_sort_index",
+                    "ph": "M",
+                    "ts": meta_ts,
+                    "pid": pid,
+                    "tid": tid,
+                    "args": {"sort_index": tid},
+                }
+            )
+        self.event(
+            {
+                "ph": "X",
+                "cat": "Trace",
+                "ts": meta_ts,
+                "dur": _dur(end_us - start_us),
+                "pid": "Spans",
+                "tid": "PyTorch Profiler",
+                "name": "PyTorch Profiler (0)",
+                "args": {"Op count": 0},
+            }
+        )
+        self.event(
+            {
+                "name": "Iteration Start: PyTorch Profiler",
+                "ph": "i",
+                "s": "g",
+                "pid": "Traces",
+                "tid": "Trace PyTorch Profiler",
+                "ts": meta_ts,
+            }
+        )
+        self.event(
+            {"name": "Record Window End", "ph": "i", "s": "g", "pid": "", "tid": "", "ts": _ts(end_us)}
+        )
         tail = {"traceName": trace_name, "displayTimeUnit": "ms", "baseTimeNanoseconds": BASE_TIME_NS}
         self._out.write(b"\n], " + _ENC.encode(tail)[1:])
         if self._out is not self._raw:

@@ -9,12 +9,21 @@ meaning in :data:`KNOB_HELP`.
 
 from __future__ import annotations
 
+from collections.abc import Callable, Generator, Mapping
 from dataclasses import dataclass, field
-from typing import Any, Callable, Mapping
+from typing import Any
 
 from gpuprof.model.report import Cause
 from gpuprof.simulate import workload as wl
-from gpuprof.simulate.engine import COMPUTE_STREAM, COPY_STREAM, Program, RankSim, SimulationError, Timing
+from gpuprof.simulate.engine import (
+    COMPUTE_STREAM,
+    COPY_STREAM,
+    Program,
+    RankSim,
+    SimulationError,
+    Timing,
+    Wait,
+)
 from gpuprof.simulate.schedules import SCHEDULES, stage_order, theoretical_bubble
 
 ALLREDUCE_KERNEL = "ncclDevKernel_AllReduce_Sum_bf16_RING_LL(ncclDevKernelArgsStorage<4096ul>)"
@@ -26,7 +35,7 @@ class Plan:
     world_size: int
     program: Callable[[RankSim], Program]
     expected: Mapping[str, Any] = field(default_factory=dict)
-    timing: Timing = Timing()
+    timing: Timing = field(default_factory=Timing)
     wait_cause: Cause = Cause.STRAGGLER  # cause of waiting inside a collective for a late rank
     session: bool = False  # write a gpuprof session folder with NVML-like samples
 
@@ -71,14 +80,34 @@ def _ring_us(nbytes: float, ranks: int, link_gbs: float) -> float:
     return 20.0 + 2.0 * (ranks - 1) / ranks * nbytes / (link_gbs * 1e3)
 
 
-def _allreduce(sim: RankSim, key: Any, nbytes: float, ranks: int, link_gbs: float) -> Program:
+def _allreduce(
+    sim: RankSim, key: Any, nbytes: float, ranks: int, link_gbs: float
+) -> Generator[Wait, None, tuple[float, float]]:
     return sim.collective(
-        key, coll="allreduce", op_name="c10d::allreduce_", annotation="nccl:all_reduce", kernel_name=ALLREDUCE_KERNEL,
-        nelems=int(nbytes // 2), dtype="BFloat16", ranks=list(range(ranks)), transfer_us=_ring_us(nbytes, ranks, link_gbs),
+        key,
+        coll="allreduce",
+        op_name="c10d::allreduce_",
+        annotation="nccl:all_reduce",
+        kernel_name=ALLREDUCE_KERNEL,
+        nelems=int(nbytes // 2),
+        dtype="BFloat16",
+        ranks=list(range(ranks)),
+        transfer_us=_ring_us(nbytes, ranks, link_gbs),
     )
 
 
-def _dp_step(sim: RankSim, step: int, *, ranks: int, layers: int, layer_us: float, grad_mb: float, buckets: int, link_gbs: float, batch_wait_us: float = 40.0) -> Program:
+def _dp_step(
+    sim: RankSim,
+    step: int,
+    *,
+    ranks: int,
+    layers: int,
+    layer_us: float,
+    grad_mb: float,
+    buckets: int,
+    link_gbs: float,
+    batch_wait_us: float = 40.0,
+) -> Program:
     """One data-parallel training step: input, forward, backward with bucketed all-reduce."""
     wl.input_batch(sim, 8 << 20, wait_us=batch_wait_us)
     with sim.op("DistributedDataParallel.forward", cat="user_annotation"):
@@ -110,19 +139,46 @@ def _check(cond: bool, message: str) -> None:
 
 
 # -- scenarios ----------------------------------------------------------------------------
-def healthy(*, ranks: int = 1, steps: int = 3, layers: int = 8, layer_ms: float = 1.5, link_gbs: float = 200.0, grad_mb: float = 100.0, buckets: int = 4) -> Plan:
+def healthy(
+    *,
+    ranks: int = 1,
+    steps: int = 3,
+    layers: int = 8,
+    layer_ms: float = 1.5,
+    link_gbs: float = 200.0,
+    grad_mb: float = 100.0,
+    buckets: int = 4,
+) -> Plan:
     """A well-fed, compute-bound run: nothing worth fixing."""
     _check(ranks >= 1 and steps >= 1 and layers >= 1, "ranks, steps and layers must be at least 1")
 
     def program(sim: RankSim) -> Program:
         for s in range(steps):
             with sim.step(s + 1):
-                yield from _dp_step(sim, s, ranks=ranks, layers=layers, layer_us=layer_ms * 1e3, grad_mb=grad_mb, buckets=buckets, link_gbs=link_gbs)
+                yield from _dp_step(
+                    sim,
+                    s,
+                    ranks=ranks,
+                    layers=layers,
+                    layer_us=layer_ms * 1e3,
+                    grad_mb=grad_mb,
+                    buckets=buckets,
+                    link_gbs=link_gbs,
+                )
 
     return Plan(ranks, program, {"intended": None})
 
 
-def data_parallel(*, ranks: int = 4, steps: int = 3, layers: int = 8, layer_ms: float = 1.0, grad_mb: float = 200.0, buckets: int = 4, link_gbs: float = 5.0) -> Plan:
+def data_parallel(
+    *,
+    ranks: int = 4,
+    steps: int = 3,
+    layers: int = 8,
+    layer_ms: float = 1.0,
+    grad_mb: float = 200.0,
+    buckets: int = 4,
+    link_gbs: float = 5.0,
+) -> Plan:
     """DDP with bucketed gradient all-reduce; on slow links the all-reduce is exposed."""
     _check(ranks >= 2, "data_parallel needs at least 2 ranks")
     _check(link_gbs > 0 and grad_mb > 0, "link_gbs and grad_mb must be positive")
@@ -130,7 +186,16 @@ def data_parallel(*, ranks: int = 4, steps: int = 3, layers: int = 8, layer_ms: 
     def program(sim: RankSim) -> Program:
         for s in range(steps):
             with sim.step(s + 1):
-                yield from _dp_step(sim, s, ranks=ranks, layers=layers, layer_us=layer_ms * 1e3, grad_mb=grad_mb, buckets=buckets, link_gbs=link_gbs)
+                yield from _dp_step(
+                    sim,
+                    s,
+                    ranks=ranks,
+                    layers=layers,
+                    layer_us=layer_ms * 1e3,
+                    grad_mb=grad_mb,
+                    buckets=buckets,
+                    link_gbs=link_gbs,
+                )
 
     comm_total = _ring_us(grad_mb * 1e6, ranks, link_gbs)
     backward_us = 2 * layers * layer_ms * 1e3
@@ -147,7 +212,18 @@ def dp_overlapped(**knobs: Any) -> Plan:
     return data_parallel(**{"link_gbs": 200.0, **knobs})
 
 
-def straggler(*, ranks: int = 4, steps: int = 3, layers: int = 8, layer_ms: float = 1.0, slow_rank: int = 2, slowdown: float = 1.5, grad_mb: float = 100.0, buckets: int = 4, link_gbs: float = 100.0) -> Plan:
+def straggler(
+    *,
+    ranks: int = 4,
+    steps: int = 3,
+    layers: int = 8,
+    layer_ms: float = 1.0,
+    slow_rank: int = 2,
+    slowdown: float = 1.5,
+    grad_mb: float = 100.0,
+    buckets: int = 4,
+    link_gbs: float = 100.0,
+) -> Plan:
     """One rank computes slower (thermal throttling, a bad GPU); the others wait for it."""
     _check(ranks >= 2, "straggler needs at least 2 ranks")
     _check(0 <= slow_rank < ranks, f"slow_rank must be in 0..{ranks - 1}")
@@ -157,12 +233,33 @@ def straggler(*, ranks: int = 4, steps: int = 3, layers: int = 8, layer_ms: floa
         f = slowdown if sim.rank == slow_rank else 1.0
         for s in range(steps):
             with sim.step(s + 1):
-                yield from _dp_step(sim, s, ranks=ranks, layers=layers, layer_us=layer_ms * 1e3 * f, grad_mb=grad_mb, buckets=buckets, link_gbs=link_gbs)
+                yield from _dp_step(
+                    sim,
+                    s,
+                    ranks=ranks,
+                    layers=layers,
+                    layer_us=layer_ms * 1e3 * f,
+                    grad_mb=grad_mb,
+                    buckets=buckets,
+                    link_gbs=link_gbs,
+                )
 
     return Plan(ranks, program, {"intended": "straggler", "culprit_ranks": [slow_rank]})
 
 
-def imbalance(*, ranks: int = 4, steps: int = 4, layers: int = 8, layer_ms: float = 1.0, seq_min: int = 512, seq_max: int = 4096, grad_mb: float = 100.0, buckets: int = 4, link_gbs: float = 100.0, seed: int = 0) -> Plan:
+def imbalance(
+    *,
+    ranks: int = 4,
+    steps: int = 4,
+    layers: int = 8,
+    layer_ms: float = 1.0,
+    seq_min: int = 512,
+    seq_max: int = 4096,
+    grad_mb: float = 100.0,
+    buckets: int = 4,
+    link_gbs: float = 100.0,
+    seed: int = 0,
+) -> Plan:
     """Data-dependent imbalance: each rank gets a different sequence length every step."""
     import random
 
@@ -176,18 +273,51 @@ def imbalance(*, ranks: int = 4, steps: int = 4, layers: int = 8, layer_ms: floa
         for s in range(steps):
             with sim.step(s + 1):
                 f = seqs[s][sim.rank] / mean
-                yield from _dp_step(sim, s, ranks=ranks, layers=layers, layer_us=layer_ms * 1e3 * f, grad_mb=grad_mb, buckets=buckets, link_gbs=link_gbs)
+                yield from _dp_step(
+                    sim,
+                    s,
+                    ranks=ranks,
+                    layers=layers,
+                    layer_us=layer_ms * 1e3 * f,
+                    grad_mb=grad_mb,
+                    buckets=buckets,
+                    link_gbs=link_gbs,
+                )
 
     slowest = [max(range(ranks), key=lambda r: row[r]) for row in seqs]
-    return Plan(ranks, program, {"intended": "straggler", "culprit_ranks": sorted(set(slowest)), "slowest_rank_per_step": slowest, "seq_lens": seqs})
+    return Plan(
+        ranks,
+        program,
+        {
+            "intended": "straggler",
+            "culprit_ranks": sorted(set(slowest)),
+            "slowest_rank_per_step": slowest,
+            "seq_lens": seqs,
+        },
+    )
 
 
-def pipeline(*, stages: int = 4, microbatches: int = 8, schedule: str = "1f1b", chunks: int = 2, steps: int = 2, stage_ms: float = 1.0, act_mb: float = 4.0, link_gbs: float = 200.0, slow_stage: int = -1, slowdown: float = 1.5) -> Plan:
+def pipeline(
+    *,
+    stages: int = 4,
+    microbatches: int = 8,
+    schedule: str = "1f1b",
+    chunks: int = 2,
+    steps: int = 2,
+    stage_ms: float = 1.0,
+    act_mb: float = 4.0,
+    link_gbs: float = 200.0,
+    slow_stage: int = -1,
+    slowdown: float = 1.5,
+) -> Plan:
     """Pipeline parallelism, one rank per stage; optionally one slow stage."""
     _check(schedule in SCHEDULES, f"schedule must be one of {', '.join(SCHEDULES)}")
     _check(stages >= 2 and microbatches >= 1, "need stages >= 2 and microbatches >= 1")
     v = chunks if schedule == "interleaved" else 1
-    _check(schedule != "interleaved" or (chunks >= 2 and microbatches % stages == 0), "interleaved needs chunks >= 2 and microbatches divisible by stages")
+    _check(
+        schedule != "interleaved" or (chunks >= 2 and microbatches % stages == 0),
+        "interleaved needs chunks >= 2 and microbatches divisible by stages",
+    )
     _check(-1 <= slow_stage < stages, f"slow_stage must be -1 or in 0..{stages - 1}")
     p = stages
     xfer_us = act_mb * 1e6 / (link_gbs * 1e3)
@@ -209,18 +339,46 @@ def pipeline(*, stages: int = 4, microbatches: int = 8, schedule: str = "1f1b", 
                     first, last = vs == 0, vs == p * v - 1
                     if work.kind == "F":
                         if not first:
-                            yield from sim.p2p("recv", (vs - 1) % p, ("F", step, work.mb, vs), nelems=nelems, transfer_us=xfer_us, ranks=ranks)
+                            yield from sim.p2p(
+                                "recv",
+                                (vs - 1) % p,
+                                ("F", step, work.mb, vs),
+                                nelems=nelems,
+                                transfer_us=xfer_us,
+                                ranks=ranks,
+                            )
                         with sim.op("forward_step", cat="user_annotation"):
                             _chunk_kernels(sim, chunk_us, backward=False, with_loss=last)
                         if not last:
-                            yield from sim.p2p("send", (vs + 1) % p, ("F", step, work.mb, vs + 1), nelems=nelems, transfer_us=xfer_us, ranks=ranks)
+                            yield from sim.p2p(
+                                "send",
+                                (vs + 1) % p,
+                                ("F", step, work.mb, vs + 1),
+                                nelems=nelems,
+                                transfer_us=xfer_us,
+                                ranks=ranks,
+                            )
                     else:
                         if not last:
-                            yield from sim.p2p("recv", (vs + 1) % p, ("B", step, work.mb, vs), nelems=nelems, transfer_us=xfer_us, ranks=ranks)
+                            yield from sim.p2p(
+                                "recv",
+                                (vs + 1) % p,
+                                ("B", step, work.mb, vs),
+                                nelems=nelems,
+                                transfer_us=xfer_us,
+                                ranks=ranks,
+                            )
                         with sim.op("backward_step", cat="user_annotation"):
                             _chunk_kernels(sim, chunk_us, backward=True, with_loss=False)
                         if not first:
-                            yield from sim.p2p("send", (vs - 1) % p, ("B", step, work.mb, vs - 1), nelems=nelems, transfer_us=xfer_us, ranks=ranks)
+                            yield from sim.p2p(
+                                "send",
+                                (vs - 1) % p,
+                                ("B", step, work.mb, vs - 1),
+                                nelems=nelems,
+                                transfer_us=xfer_us,
+                                ranks=ranks,
+                            )
                 sim.phase = "optimizer"
                 # Gradient-norm clipping: an all-reduce over the pipeline group, then .item().
                 # Early stages of the drain wait here for the last backward of stage 0.
@@ -232,8 +390,13 @@ def pipeline(*, stages: int = 4, microbatches: int = 8, schedule: str = "1f1b", 
 
     culprits = [slow_stage] if slow_stage >= 0 else []
     return Plan(
-        p, program,
-        {"intended": "pipeline_bubble", "culprit_ranks": culprits, "theoretical_bubble_fraction": round(theoretical_bubble(schedule, p, microbatches, v), 6)},
+        p,
+        program,
+        {
+            "intended": "pipeline_bubble",
+            "culprit_ranks": culprits,
+            "theoretical_bubble_fraction": round(theoretical_bubble(schedule, p, microbatches, v), 6),
+        },
         wait_cause=Cause.PIPELINE_BUBBLE,
     )
 
@@ -249,9 +412,21 @@ def _chunk_kernels(sim: RankSim, chunk_us: float, *, backward: bool, with_loss: 
         wl.loss(sim, 20.0)
 
 
-def memory_pressure(*, steps: int = 3, layers: int = 8, layer_ms: float = 1.0, flush: bool = True, mallocs: int = 12, offload_mb: float = 64.0, pageable_mb: float = 64.0) -> Plan:
+def memory_pressure(
+    *,
+    steps: int = 3,
+    layers: int = 8,
+    layer_ms: float = 1.0,
+    flush: bool = True,
+    mallocs: int = 12,
+    offload_mb: float = 64.0,
+    pageable_mb: float = 64.0,
+) -> Plan:
     """Memory pressure: allocator flush and retries, activation offload, pageable copies."""
-    _check(mallocs >= 0 and offload_mb >= 0 and pageable_mb >= 0, "mallocs, offload_mb and pageable_mb must be >= 0")
+    _check(
+        mallocs >= 0 and offload_mb >= 0 and pageable_mb >= 0,
+        "mallocs, offload_mb and pageable_mb must be >= 0",
+    )
     layer_us = layer_ms * 1e3
 
     def program(sim: RankSim) -> Program:
@@ -272,12 +447,21 @@ def memory_pressure(*, steps: int = 3, layers: int = 8, layer_ms: float = 1.0, f
                     wl.forward_layer(sim, layer_us)
                     if offload_mb > 0:
                         with sim.op("aten::copy_"):  # save_on_cpu / activation offload
-                            sim.memcpy("DtoH", int(offload_mb * 1e6), pinned=True, bw_gbps=12.0, stream=COPY_STREAM, deps=[(sim.stream_free[COMPUTE_STREAM], Cause.MEMORY)])
+                            sim.memcpy(
+                                "DtoH",
+                                int(offload_mb * 1e6),
+                                pinned=True,
+                                bw_gbps=12.0,
+                                stream=COPY_STREAM,
+                                deps=[(sim.stream_free[COMPUTE_STREAM], Cause.MEMORY)],
+                            )
                 wl.loss(sim)
                 for _ in range(layers):
                     if offload_mb > 0:
                         with sim.op("aten::copy_"):
-                            _, end = sim.memcpy("HtoD", int(offload_mb * 1e6), pinned=True, bw_gbps=12.0, stream=COPY_STREAM)
+                            _, end = sim.memcpy(
+                                "HtoD", int(offload_mb * 1e6), pinned=True, bw_gbps=12.0, stream=COPY_STREAM
+                            )
                         sim.deps.append((end, Cause.MEMORY))
                         fetched.append(end)
                     wl.backward_layer(sim, layer_us)
@@ -297,7 +481,17 @@ def input_bound(*, steps: int = 4, layers: int = 8, layer_ms: float = 1.0, batch
     def program(sim: RankSim) -> Program:
         for s in range(steps):
             with sim.step(s + 1):
-                yield from _dp_step(sim, s, ranks=1, layers=layers, layer_us=layer_ms * 1e3, grad_mb=0.0, buckets=1, link_gbs=1.0, batch_wait_us=batch_ms * 1e3)
+                yield from _dp_step(
+                    sim,
+                    s,
+                    ranks=1,
+                    layers=layers,
+                    layer_us=layer_ms * 1e3,
+                    grad_mb=0.0,
+                    buckets=1,
+                    link_gbs=1.0,
+                    batch_wait_us=batch_ms * 1e3,
+                )
 
     return Plan(1, program, {"intended": "dataloader"})
 
@@ -351,7 +545,20 @@ def launch_bound(*, steps: int = 3, layers: int = 24, layer_us: float = 60.0, op
     return Plan(1, program, {"intended": "host"}, timing=Timing(op_us=op_us))
 
 
-def rl_post_training(*, ranks: int = 2, steps: int = 3, layers: int = 4, tokens_min: int = 64, tokens_max: int = 512, decode_us: float = 60.0, reward_ms: float = 15.0, layer_ms: float = 2.0, grad_mb: float = 50.0, link_gbs: float = 100.0, seed: int = 0) -> Plan:
+def rl_post_training(
+    *,
+    ranks: int = 2,
+    steps: int = 3,
+    layers: int = 4,
+    tokens_min: int = 64,
+    tokens_max: int = 512,
+    decode_us: float = 60.0,
+    reward_ms: float = 15.0,
+    layer_ms: float = 2.0,
+    grad_mb: float = 50.0,
+    link_gbs: float = 100.0,
+    seed: int = 0,
+) -> Plan:
     """Synchronous RL post-training: rollout, gather, reward on the host, then training.
 
     Each rank generates rollouts of a different length; the experience all-gather makes
@@ -373,10 +580,22 @@ def rl_post_training(*, ranks: int = 2, steps: int = 3, layers: int = 4, tokens_
                         with sim.op("decode_step", cat="user_annotation"):
                             for _ in range(layers):
                                 sim.aten("aten::linear", wl.GEMM, decode_us * 0.6, op_us=4.0)
-                                sim.aten("aten::_scaled_dot_product_flash_attention", wl.FLASH_FWD, decode_us * 0.4, op_us=4.0)
+                                sim.aten(
+                                    "aten::_scaled_dot_product_flash_attention",
+                                    wl.FLASH_FWD,
+                                    decode_us * 0.4,
+                                    op_us=4.0,
+                                )
                     _, end = yield from sim.collective(
-                        ("experience", s), coll="allgather", op_name="c10d::_allgather_base_", annotation="nccl:_all_gather_base",
-                        kernel_name=ALLGATHER_KERNEL, nelems=1 << 20, dtype="BFloat16", ranks=list(range(ranks)), transfer_us=60.0,
+                        ("experience", s),
+                        coll="allgather",
+                        op_name="c10d::_allgather_base_",
+                        annotation="nccl:_all_gather_base",
+                        kernel_name=ALLGATHER_KERNEL,
+                        nelems=1 << 20,
+                        dtype="BFloat16",
+                        ranks=list(range(ranks)),
+                        transfer_us=60.0,
                     )
                     sim.deps.append((end, Cause.COMMUNICATION))
                     sim.item()  # the rollouts go to the host for scoring
@@ -386,10 +605,29 @@ def rl_post_training(*, ranks: int = 2, steps: int = 3, layers: int = 4, tokens_
                     # Python scoring rewards, which is host time, not synchronization.
                     sim.label = Cause.HOST
                 with sim.op("train", cat="user_annotation"):
-                    yield from _dp_step(sim, s, ranks=ranks, layers=layers, layer_us=layer_ms * 1e3, grad_mb=grad_mb, buckets=2, link_gbs=link_gbs)
+                    yield from _dp_step(
+                        sim,
+                        s,
+                        ranks=ranks,
+                        layers=layers,
+                        layer_us=layer_ms * 1e3,
+                        grad_mb=grad_mb,
+                        buckets=2,
+                        link_gbs=link_gbs,
+                    )
 
     slowest = [max(range(ranks), key=lambda r: row[r]) for row in tokens]
-    return Plan(ranks, program, {"intended": "straggler", "culprit_ranks": sorted(set(slowest)), "slowest_rank_per_step": slowest, "rollout_tokens": tokens}, session=True)
+    return Plan(
+        ranks,
+        program,
+        {
+            "intended": "straggler",
+            "culprit_ranks": sorted(set(slowest)),
+            "slowest_rank_per_step": slowest,
+            "rollout_tokens": tokens,
+        },
+        session=True,
+    )
 
 
 SCENARIOS: dict[str, Callable[..., Plan]] = {

@@ -34,9 +34,10 @@ from __future__ import annotations
 
 import json
 import os
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Mapping, Sequence
+from typing import Any
 
 import numpy as np
 
@@ -99,10 +100,20 @@ def top_category(truths: Sequence[RankTruth]) -> Cause | None:
 
 
 def truth_document(
-    scenario: str, knobs: Mapping[str, Any], seed: int, files: Mapping[int, str], truths: Sequence[RankTruth], expected: Mapping[str, Any]
+    scenario: str,
+    knobs: Mapping[str, Any],
+    seed: int,
+    files: Mapping[int, str],
+    truths: Sequence[RankTruth],
+    expected: Mapping[str, Any],
 ) -> dict[str, Any]:
     top = top_category(truths)
-    exp = {"top_category": None if top is None else top.value, "culprit_ranks": [], "theoretical_bubble_fraction": None, "measured_bubble_fraction": None}
+    exp: dict[str, Any] = {
+        "top_category": None if top is None else top.value,
+        "culprit_ranks": [],
+        "theoretical_bubble_fraction": None,
+        "measured_bubble_fraction": None,
+    }
     exp.update(expected)
     return {
         "schema": TRUTH_SCHEMA,

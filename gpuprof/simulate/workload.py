@@ -109,7 +109,5 @@ def zero_grad(sim: RankSim) -> None:
 def input_batch(sim: RankSim, nbytes: int, *, wait_us: float = 40.0, pinned: bool = True) -> None:
     """Fetch the next batch from the DataLoader and copy it to the device."""
     sim.dataloader_next(wait_us)
-    with sim.op("aten::to"):
-        with sim.op("aten::_to_copy"):
-            with sim.op("aten::copy_"):
-                sim.memcpy("HtoD", nbytes, pinned=pinned, bw_gbps=24.0 if pinned else 8.0)
+    with sim.op("aten::to"), sim.op("aten::_to_copy"), sim.op("aten::copy_"):
+        sim.memcpy("HtoD", nbytes, pinned=pinned, bw_gbps=24.0 if pinned else 8.0)
