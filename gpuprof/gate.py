@@ -16,8 +16,8 @@ direction and the step time may grow by ``step_tolerance_pct`` percent.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
 from collections.abc import Mapping
+from dataclasses import dataclass, field
 
 from gpuprof.model.report import CAUSES, Cause, Report
 from gpuprof.render import figures as fg

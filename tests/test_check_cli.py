@@ -99,7 +99,7 @@ def test_pyproject_config_found_upwards_and_options_override(cli, tmp_path: Path
 def test_bad_config_is_one_line_exit_2(cli, tmp_path: Path) -> None:
     cur = _save(tmp_path / "cur.json", WORSE)
     (tmp_path / "pyproject.toml").write_text("[tool.gpuprof.check]\nmax_lost_pc = { host = 3 }\n")
-    code, out, err = cli("check", str(cur))
+    code, _out, err = cli("check", str(cur))
     assert code == 2 and "pyproject.toml" in err and "max_lost_pc" in err and len(err.strip().splitlines()) == 1
     (tmp_path / "pyproject.toml").write_text("[tool.gpuprof.check]\nmax_lost_pct = { hots = 3 }\n")
     code, _, err = cli("check", str(cur))
@@ -117,7 +117,7 @@ def test_bad_config_is_one_line_exit_2(cli, tmp_path: Path) -> None:
 def test_bad_baseline_exit_2_and_no_junit(cli, tmp_path: Path, content: str, says: str) -> None:
     cur = _save(tmp_path / "cur.json", WORSE)
     (tmp_path / "b.json").write_text(content)
-    code, out, err = cli("check", str(cur), "--baseline", "b.json", "--junit", "j.xml")
+    code, _out, err = cli("check", str(cur), "--baseline", "b.json", "--junit", "j.xml")
     assert code == 2
     assert err.startswith("gpuprof: b.json:") and says in err and "Traceback" not in err
     assert not (tmp_path / "j.xml").exists()

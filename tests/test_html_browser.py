@@ -8,11 +8,11 @@ A control page with the same payload left unescaped proves the detectors would n
 from __future__ import annotations
 
 import dataclasses
-import shutil
 import subprocess
+from collections.abc import Callable
 from html.parser import HTMLParser
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 import pytest
 from reportfactory import rank, rec, report

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import sys
 from pathlib import Path
-from typing import Optional
 
 import typer
 
@@ -18,7 +17,7 @@ OUT_EXTENSIONS = (".json", ".json.gz")
 def annotate(
     trace: Path = typer.Argument(..., help="One trace file (.json or .json.gz): a Kineto trace or an op-level timeline.", show_default=False),
     output: Path = typer.Option(..., "--output", "-o", help="Annotated trace to write: .json, or .json.gz to compress.", show_default=False),
-    steps: Optional[str] = typer.Option(None, "--steps", help="Steps to analyze: N, N:M, N: or :M (inclusive)."),
+    steps: str | None = typer.Option(None, "--steps", help="Steps to analyze: N, N:M, N: or :M (inclusive)."),
 ) -> None:
     """Write TRACE plus one track per cause of lost time, with a slice for every lost interval.
 

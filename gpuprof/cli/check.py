@@ -13,7 +13,6 @@ import json
 import os
 import sys
 from pathlib import Path
-from typing import List, Optional
 
 import typer
 
@@ -67,7 +66,7 @@ def read_report(path: Path) -> Report:
         raise GpuprofError(f"{exc}{hint}", path) from None
 
 
-def load_or_analyze(paths: List[Path], steps: Optional[str] = None) -> Report:
+def load_or_analyze(paths: list[Path], steps: str | None = None) -> Report:
     """A report from a saved report file, or by analyzing traces."""
     reports = [p for p in paths if is_report_file(p)]
     if reports:
@@ -120,28 +119,28 @@ Exit codes: 0 all checks passed, 1 a check failed, 2 bad usage or unreadable inp
 
 @app.command(help=CHECK_HELP)
 def check(
-    paths: List[Path] = typer.Argument(..., help="Traces, folders, session folders, or one saved JSON report.", show_default=False),
-    min_compute_pct: Optional[float] = typer.Option(
+    paths: list[Path] = typer.Argument(..., help="Traces, folders, session folders, or one saved JSON report.", show_default=False),
+    min_compute_pct: float | None = typer.Option(
         None, "--min-compute-pct", min=0, max=100, help="Fail when compute is less than PCT % of the window."
     ),
-    max_lost_pct: Optional[List[str]] = typer.Option(
+    max_lost_pct: list[str] | None = typer.Option(
         None, "--max-lost-pct", metavar="CAUSE=PCT", help="Fail when CAUSE loses more than PCT % of the window (repeatable)."
     ),
-    max_step_ms: Optional[float] = typer.Option(None, "--max-step-ms", min=0, help="Fail when the step time exceeds MS."),
-    baseline: Optional[Path] = typer.Option(None, "--baseline", help="A report from `gpuprof analyze --format json` to compare with."),
-    tolerance_pct: Optional[float] = typer.Option(
+    max_step_ms: float | None = typer.Option(None, "--max-step-ms", min=0, help="Fail when the step time exceeds MS."),
+    baseline: Path | None = typer.Option(None, "--baseline", help="A report from `gpuprof analyze --format json` to compare with."),
+    tolerance_pct: float | None = typer.Option(
         None, "--tolerance-pct", min=0, help="Against the baseline: percentage points a share may worsen by. [default: 5]"
     ),
-    step_tolerance_pct: Optional[float] = typer.Option(
+    step_tolerance_pct: float | None = typer.Option(
         None, "--step-tolerance-pct", min=0, help="Against the baseline: % the step time may grow by. [default: 5]"
     ),
-    junit: Optional[Path] = typer.Option(None, "--junit", help="Also write the checks as JUnit XML to FILE."),
-    save_report: Optional[Path] = typer.Option(
+    junit: Path | None = typer.Option(None, "--junit", help="Also write the checks as JUnit XML to FILE."),
+    save_report: Path | None = typer.Option(
         None, "--save-report", help="Also write the analyzed report to FILE (format from its extension: .json, .md, .html, .txt)."
     ),
-    config: Optional[Path] = typer.Option(None, "--config", help="Read [tool.gpuprof.check] from this pyproject.toml."),
+    config: Path | None = typer.Option(None, "--config", help="Read [tool.gpuprof.check] from this pyproject.toml."),
     no_config: bool = typer.Option(False, "--no-config", help="Ignore pyproject.toml."),
-    steps: Optional[str] = typer.Option(None, "--steps", help="Steps to analyze: N, N:M, N: or :M (inclusive)."),
+    steps: str | None = typer.Option(None, "--steps", help="Steps to analyze: N, N:M, N: or :M (inclusive)."),
 ) -> None:
     from gpuprof import gate
     from gpuprof.render import format_for_path, render
@@ -195,8 +194,8 @@ def diff(
     base: Path = typer.Argument(..., help="The earlier run: a saved JSON report, a trace, a folder or a session folder.", show_default=False),
     current: Path = typer.Argument(..., help="The run to compare with it (same kinds of input).", show_default=False),
     fmt: str = typer.Option("text", "--format", "-f", help="text, json or markdown."),
-    output: Optional[Path] = typer.Option(None, "--output", "-o", help="Write to FILE instead of stdout."),
-    steps: Optional[str] = typer.Option(None, "--steps", help="Steps to analyze in traces: N, N:M, N: or :M."),
+    output: Path | None = typer.Option(None, "--output", "-o", help="Write to FILE instead of stdout."),
+    steps: str | None = typer.Option(None, "--steps", help="Steps to analyze in traces: N, N:M, N: or :M."),
 ) -> None:
     """What got better or worse between two runs: step time, compute and each cause's share,
     job-wide and per rank (changes in percentage points of the window)."""

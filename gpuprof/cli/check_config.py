@@ -16,9 +16,9 @@ from __future__ import annotations
 
 import math
 import sys
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from collections.abc import Iterable, Mapping
 from typing import Any
 
 from gpuprof.errors import GpuprofError
