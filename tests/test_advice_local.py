@@ -177,3 +177,10 @@ def test_real_resnet_advice_matches_num_workers(shared_traces: Path) -> None:
     assert any("num_workers" in a for a in nw0["dataloader-starvation"].actions)
     # nw4 copies its batches from pageable memory (pin_memory=False).
     assert "memory-pageable-copies" in nw4
+
+
+def test_few_short_kernels_are_overhead_not_launch_bound() -> None:
+    # Tiny kernels, but only one per 2 ms: the host is slow, not the launch path.
+    b = RankBuilder(launch_us=8)
+    _tiny_kernels(b, kernel_us=2, launch_gap_us=2000, n=10)
+    assert _one(local.host_launch, _ctx(b.build())).id == "host-overhead"

@@ -12,8 +12,8 @@ included, so it has no advisor here.
 | ``memory-pageable-copies`` | memory | exposed copies from/to pageable host memory |
 | ``memory-exposed-copies`` | memory | other copies / memsets nothing overlaps |
 | ``memory-allocator`` | memory | the GPU waits on ``cudaMalloc`` / ``cudaFree`` (often near capacity) |
-| ``host-launch-bound`` | host | launches arrive late and most kernels are shorter than their launch |
-| ``host-overhead`` | host | launches arrive late, kernels are not tiny: Python / CPU work in the loop |
+| ``host-launch-bound`` | host | launches arrive late; many kernels (>= 2/ms), >= 30% shorter than their launch |
+| ``host-overhead`` | host | launches arrive late otherwise: Python / CPU work in the loop |
 
 A finding is reported for the ranks where it costs at least :data:`MIN_SHARE` of the window;
 ``estimated_savings_pct`` comes from :mod:`gpuprof.advice.savings` (job step time is set by
@@ -34,6 +34,10 @@ from gpuprof.model.report import Cause, RankReport, Recommendation
 
 # Below this share of a rank's window a finding is not worth the user's attention.
 MIN_SHARE = 0.02
+# ``host-launch-bound`` rather than ``host-overhead``: at least this share of kernels runs
+# shorter than its launch call, at a rate of at least this many launches per millisecond.
+LAUNCH_BOUND_TINY_SHARE = 0.3
+LAUNCH_BOUND_RATE_PER_MS = 2.0
 
 
 @dataclass(frozen=True)
@@ -360,7 +364,11 @@ def host_launch(ctx: AdviceContext) -> list[Recommendation]:
             f"Rank {w.report.rank}: {100 * tiny:.0f}% of {w.fact.get('kernels')} kernels ran shorter than "
             f"their own launch call (median kernel {kmed:.1f} µs, median launch {lmed:.1f} µs)."
         )
-    if tiny is not None and tiny >= 0.3:
+    rate = w.fact.get("launches_per_ms")
+    if rate is not None:
+        evidence.append(f"Rank {w.report.rank} launched {float(rate):.1f} compute kernels per ms.")
+    # Launch-bound: many kernels, a good share of them shorter than their own launch.
+    if tiny is not None and tiny >= LAUNCH_BOUND_TINY_SHARE and (rate or 0.0) >= LAUNCH_BOUND_RATE_PER_MS:
         return _recommend(
             ctx,
             hits,
