@@ -132,8 +132,12 @@ def straggler_advice(ctx: AdviceContext) -> list[Recommendation]:
         return out
     info = ctx.cross.get("straggler_analysis") or {}
     if info.get("incomplete_groups") and sum(wait.values()) > 0:
+        # What removing the measured waits saves under the critical-rank model: often
+        # nothing, since the slow rank is not known. The advice is still given when the
+        # waits are a visible share of the step: the fix is to collect the missing ranks.
         pct = cause_savings_pct(reports, Cause.STRAGGLER)
-        if pct >= MIN_SAVINGS_PCT:
+        worst = max(wait[r.rank] / max(r.steps, 1) for r in reports)
+        if 100.0 * worst / max(job_step_time_us(reports), 1e-9) >= MIN_SAVINGS_PCT:
             groups = info["incomplete_groups"]
             desc = "; ".join(f"{g}: {v['present']} of {v['expected']} ranks" for g, v in groups.items())
             out.append(
@@ -147,6 +151,7 @@ def straggler_advice(ctx: AdviceContext) -> list[Recommendation]:
                         f"process groups only partly in the input ({desc})",
                         "measured waits among the ranks present: "
                         + ", ".join(f"rank {r.rank} {_ms(wait[r.rank] / max(r.steps, 1))}/step" for r in reports),
+                        *_arrivals_text(ctx),
                     ),
                     actions=(
                         "Collect traces from all ranks of the job (or at least whole process groups) so the slow "
@@ -155,6 +160,18 @@ def straggler_advice(ctx: AdviceContext) -> list[Recommendation]:
                 )
             )
     return out
+
+
+def _arrivals_text(ctx: AdviceContext) -> list[str]:
+    per = ctx.cross.get("per_rank") or {}
+    rows = [(int(r), v) for r, v in per.items() if v.get("collectives")]
+    if len(rows) < 2:
+        return []
+    rank, v = max(rows, key=lambda x: x[1].get("last_arrivals", 0))
+    return [
+        f"among the ranks present, rank {rank} arrives last at {v['last_arrivals']} of {v['collectives']} "
+        "collectives (it is slower than the others present, but an absent rank may be slower still)"
+    ]
 
 
 def _pipeline_removed(reports: Sequence[RankReport], saved_us_per_step: float) -> dict[int, float]:
@@ -268,6 +285,14 @@ def _overlap_share(ctx: AdviceContext) -> float | None:
     return hidden / total if total > 0 else None
 
 
+def _is_megatron(ctx: AdviceContext) -> bool:
+    for s in ctx.summaries:
+        c = s.comms
+        if c is not None and len(c) and c["name"].astype(str).str.contains("grads-reduce-scatter|params-all-gather").any():
+            return True
+    return False
+
+
 @advisor
 def communication_advice(ctx: AdviceContext) -> list[Recommendation]:
     reports = list(ctx.reports)
@@ -292,6 +317,22 @@ def communication_advice(ctx: AdviceContext) -> list[Recommendation]:
         evidence.append(f"{100 * share:.0f}% of collective device time overlaps compute")
     evidence.append("estimate assumes half of the exposed time can be hidden")
     ranks = tuple(r.rank for r in reports if comm[r.rank] > 0)
+    if _is_megatron(ctx):
+        overlap_actions: tuple[str, ...] = (
+            "Megatron: --overlap-grad-reduce (with --use-distributed-optimizer) starts the gradient "
+            "reduce-scatter during backward; --overlap-param-gather hides the parameter all-gather behind "
+            "the next forward.",
+            "Larger --ddp-bucket-size for fewer, bandwidth-bound transfers.",
+        )
+    else:
+        overlap_actions = (
+            "DDP: let gradient buckets all-reduce during backward (do not call all-reduce by hand after "
+            "backward; tune bucket_cap_mb, e.g. 25 -> 50-100 MB for fewer, larger transfers; "
+            "gradient_as_bucket_view=True).",
+            "FSDP: enable backward_prefetch=BACKWARD_PRE and forward_prefetch=True (FSDP2: "
+            "set_modules_to_forward_prefetch / reshard_after_forward) so all-gathers run ahead of compute.",
+            "Put communication on its own stream and avoid synchronizing on it before it is needed.",
+        )
     if share is not None and share < LOW_OVERLAP:
         return [
             Recommendation(
@@ -301,14 +342,7 @@ def communication_advice(ctx: AdviceContext) -> list[Recommendation]:
                 estimated_savings_pct=pct,
                 ranks=ranks,
                 evidence=tuple(evidence),
-                actions=(
-                    "DDP: let gradient buckets all-reduce during backward (do not call all-reduce by hand after "
-                    "backward; tune bucket_cap_mb, e.g. 25 -> 50-100 MB for fewer, larger transfers; "
-                    "gradient_as_bucket_view=True).",
-                    "FSDP: enable backward_prefetch=BACKWARD_PRE and forward_prefetch=True (FSDP2: "
-                    "set_modules_to_forward_prefetch / reshard_after_forward) so all-gathers run ahead of compute.",
-                    "Put communication on its own stream and avoid synchronizing on it before it is needed.",
-                ),
+                actions=overlap_actions,
             )
         ]
     return [

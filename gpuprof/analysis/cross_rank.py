@@ -14,6 +14,7 @@ Findings (all JSON-serializable), keys of :attr:`CrossRankResult.findings`:
 
 ``per_rank``           ``{rank: {...}}`` merged into each rank's JSON row: ``straggler_wait_us``,
                        ``straggler_wait_us_per_step``, ``is_straggler``, ``clock_offset_us``,
+                       ``collectives`` (matched), ``last_arrivals`` (arrived last among those present),
                        and for pipeline stages ``stage``, ``bubble_fraction``.
 ``stragglers``         list of ``{rank, caused_wait_us_per_step, last_arrivals, collectives,
                        phase, phase_ratio, phase_excess_us_per_step, late_start_us}``; a
@@ -249,6 +250,8 @@ def analyze_job(summaries: Sequence[RankSummary]) -> CrossRankResult:
             "straggler_wait_us": round(wait, 3),
             "straggler_wait_us_per_step": round(wait / _steps(s), 3),
             "is_straggler": s.rank in slow,
+            "last_arrivals": int(waits_by_rank["last_calls"].get(s.rank, 0)) if len(waits_by_rank) else 0,
+            "collectives": int(waits_by_rank["calls"].get(s.rank, 0)) if len(waits_by_rank) else 0,
             "clock_offset_us": round(float(matched.offsets_us.get(s.rank, 0.0)), 3),
         }
         if pipe is not None and s.rank in pipe.stage_of:

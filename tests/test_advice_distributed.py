@@ -1,0 +1,128 @@
+"""Advice for distributed jobs, on constructed jobs with known answers and on real traces."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from gpuprof.advice import AdviceContext, advise
+from gpuprof.advice.distributed import communication_advice, pipeline_advice, straggler_advice
+from gpuprof.analysis import intervals as iv
+from gpuprof.analysis.attribution import attribute, merge_claims
+from gpuprof.analysis.cross_rank import analyze_job
+from gpuprof.analysis.summarize import summarize
+from gpuprof.analysis.summary import RankSummary
+from gpuprof.model.report import Cause, RankReport
+from test_collectives import allreduce_job, summaries
+from test_cross_rank import SLOW, _with_phases
+from test_pipeline_parallel import pipeline_job
+
+
+def context(job: list[RankSummary]) -> AdviceContext:
+    cross = analyze_job(job)
+    reports = []
+    for s in job:
+        att = attribute(s.lost, merge_claims(s.claims, cross.claims.get(s.rank, {})))
+        reports.append(
+            RankReport(
+                rank=s.rank,
+                device=None,
+                steps=len(s.steps),
+                window_us=s.window_us,
+                compute_us=iv.total(s.compute),
+                lost_us=att.lost_us,
+            )
+        )
+    return AdviceContext(summaries=job, reports=reports, cross=cross.findings)
+
+
+def test_straggler_advice_names_the_slow_rank_and_saves_the_wait() -> None:
+    ctx = context(_with_phases(summaries(allreduce_job(SLOW)), slow_backward=2))
+    (rec,) = straggler_advice(ctx)
+    assert rec.id == "straggler-rank" and rec.category is Cause.STRAGGLER
+    assert rec.ranks == (2,)
+    # Every step lasts 25 ms compute + 1 ms transfer + 0.5 ms gap; at the median pace the
+    # 5 ms everyone waits per step disappears from the job's step time.
+    assert rec.estimated_savings_pct == pytest.approx(100 * 5_000 / 26_500, rel=1e-3)
+    text = " ".join(rec.evidence)
+    assert "rank 2's backward takes 1.50x" in text and "5.0 ms per step" in text
+    assert any("bucketing" in a for a in rec.actions)
+
+
+def test_no_straggler_advice_for_a_balanced_job() -> None:
+    ctx = context(summaries(allreduce_job({0: 20_000.0, 1: 20_000.0, 2: 20_000.0})))
+    assert straggler_advice(ctx) == []
+
+
+def test_partial_job_gets_advice_to_profile_every_rank_not_a_guess() -> None:
+    ctx = context(summaries(allreduce_job({0: 20_000.0, 1: 25_000.0}, world_size=8)))
+    (rec,) = straggler_advice(ctx)
+    assert rec.id == "straggler-absent-rank"
+    assert rec.ranks == ()
+    assert "2 of 8 ranks" in rec.evidence[0]
+    assert "rank 1 arrives last at 10 of 10" in " ".join(rec.evidence)
+
+
+def test_pipeline_advice_for_a_slow_stage_and_few_microbatches() -> None:
+    fwd = [10_000.0, 10_000.0, 20_000.0, 10_000.0]
+    job = [summarize(t) for t in pipeline_job(4, 4, fwd, [2 * x for x in fwd], "1f1b")]
+    ctx = context(job)
+    recs = {r.id: r for r in pipeline_advice(ctx)}
+    imb = recs["pipeline-imbalance"]
+    assert imb.ranks == (2,) and imb.category is Cause.PIPELINE_BUBBLE
+    pipe = ctx.cross["pipeline"]
+    saved = pipe["span_us"] * (1 - pipe["modelled_balanced_span_us"] / pipe["modelled_span_us"])
+    step = max(r.window_us / r.steps for r in ctx.reports)
+    assert imb.estimated_savings_pct == pytest.approx(100 * saved / step, rel=1e-6)
+    assert "2.00x" in imb.evidence[0]
+    bubble = recs["pipeline-bubble"]
+    assert "p=4 stages, m=4 microbatches" in bubble.evidence[0]
+    assert bubble.estimated_savings_pct > 0
+
+
+def test_balanced_pipeline_with_many_microbatches_gets_no_pipeline_advice() -> None:
+    job = [summarize(t) for t in pipeline_job(2, 32, [10_000.0] * 2, [20_000.0] * 2, "1f1b")]
+    ids = {r.id for r in pipeline_advice(context(job))}
+    assert "pipeline-imbalance" not in ids
+    # (p-1)/(m+p-1) = 1/33: below the 10% worth advising on.
+    assert "pipeline-bubble" not in ids
+
+
+def _real_context(path: Path) -> AdviceContext:
+    from gpuprof.readers import load_all
+
+    return context([summarize(t) for t in load_all([path])])
+
+
+def test_megatron_advice_points_at_the_slow_stage(shared_traces: Path) -> None:
+    ctx = _real_context(shared_traces / "megatron-pp4-timeline")
+    recs = {r.id: r for r in advise(ctx)}
+    imb = recs["pipeline-imbalance"]
+    assert list(imb.ranks) == ctx.cross["pipeline"]["slowest_stage_ranks"]
+    assert 0 < imb.estimated_savings_pct < 50
+    assert "pipeline-bubble" in recs
+    comm = recs.get("comm-overlap") or recs.get("exposed-communication")
+    if comm is not None:
+        assert any("--overlap-grad-reduce" in a for a in comm.actions)
+
+
+def test_dlrm_straggler_advice_lists_the_named_stragglers(shared_traces: Path) -> None:
+    ctx = _real_context(shared_traces / "dlrm-8rank")
+    recs = [r for r in straggler_advice(ctx)]
+    assert [r.id for r in recs] == ["straggler-rank"]
+    assert list(recs[0].ranks) == [x["rank"] for x in ctx.cross["stragglers"]]
+    assert 0 < recs[0].estimated_savings_pct < 100
+
+
+def test_communication_advice_only_when_exposed_communication_matters() -> None:
+    ctx = context(summaries(allreduce_job({0: 20_000.0, 1: 20_000.0})))
+    recs = communication_advice(ctx)
+    # The local communication rule may or may not be present; when it claims the exposed
+    # 1 ms transfer per 21.5 ms step, the advice says that nothing overlaps it.
+    if any(r.lost_us[Cause.COMMUNICATION] > 0 for r in ctx.reports):
+        (rec,) = recs
+        assert rec.id == "comm-overlap"
+        assert "0% of collective device time overlaps compute" in rec.evidence
+    else:
+        assert recs == []
