@@ -134,3 +134,16 @@ def test_only_the_launching_thread_explains_a_late_launch() -> None:
     got = lost_by_cause(b.build())
     assert got["host"] == 310
     assert got["sync"] == 0 and got["dataloader"] == 0
+
+
+def test_queued_kernel_behind_a_late_collective_waits_for_the_host() -> None:
+    # The compute kernel was queued long ago but depends on an all-reduce that the host
+    # launched late: the device waited for the host until the all-reduce started.
+    b = RankBuilder()
+    b.kernel(0, 100, launch_at=-20)
+    b.kernel(300, 400, launch_at=245, name="ncclDevKernel_AllReduce_Sum_f32_RING_LL", stream=20)
+    b.kernel(400, 500, launch_at=-10)
+    got = lost_by_cause(b.build())
+    assert got["host"] == 200
+    assert got["communication"] == 100
+    assert got["other"] == 0

@@ -13,6 +13,9 @@ it was launched by a host call; matched by correlation id (:mod:`gpuprof.analysi
   scheduling). That is :attr:`RuleContext.queued`, never claimed as host;
 * no compute follows in the trace: the host issued no more compute, so it is host-wait
   (on any thread);
+* in every case, if the first other activity in the gap (a collective, a copy) was itself
+  launched after the gap began, the device waited for the host at least until that launch:
+  a queued kernel waiting on a late-launched collective is still waiting on the host;
 * launch unknown (no correlation ids, or the call is not in the trace): the gap is in
   :attr:`RuleContext.unknown_launch`; host-activity rules may still claim it (looking at
   every thread), ``host`` does not.
@@ -24,6 +27,7 @@ from dataclasses import dataclass
 
 import numpy as np
 import numpy.typing as npt
+import pandas as pd
 
 from gpuprof.analysis import intervals as iv
 from gpuprof.analysis.intervals import Intervals
@@ -111,6 +115,37 @@ def _split(
     return host_wait, queued, iv.make(g0[unknown], g1[unknown])
 
 
+def _first_activity_wait(
+    dev: pd.DataFrame,
+    rows: npt.NDArray[np.bool_],
+    launches: Launches,
+    g0: npt.NDArray[np.float64],
+    g1: npt.NDArray[np.float64],
+) -> tuple[npt.NDArray[np.float64], npt.NDArray[np.int64], npt.NDArray[np.bool_]]:
+    """Per gap, for the first non-compute activity starting in it: the end of the wait for
+    its late launch (NaN: none, or launched before the gap), its launch thread, and whether
+    its launch is known."""
+    n = g0.size
+    end = np.full(n, np.nan)
+    tid = np.full(n, -1, dtype=np.int64)
+    known = np.zeros(n, dtype=bool)
+    s = dev["start_us"].to_numpy()[rows]
+    if s.size == 0 or n == 0:
+        return end, tid, known
+    ls, le, lt = launches.start_us[rows], launches.end_us[rows], launches.tid[rows]
+    order = np.argsort(s, kind="stable")
+    s, ls, le, lt = s[order], ls[order], le[order], lt[order]
+    i = np.searchsorted(s, g0, side="left")
+    inside = i < s.size
+    j = np.minimum(i, s.size - 1)
+    inside &= s[j] < g1
+    known = inside & ~np.isnan(ls[j])
+    late = known & (ls[j] > g0)
+    end[late] = np.minimum(s[j][late], np.maximum(le[j][late], ls[j][late]) + LAUNCH_SLACK_US)
+    tid[late] = lt[j][late]
+    return end, tid, known
+
+
 def build_context(
     trace: RankTrace, lo_us: float, hi_us: float, compute: Intervals, lost: Intervals, launches: Launches
 ) -> RuleContext:
@@ -145,6 +180,13 @@ def build_context(
         late = has_next & ~unknown & (lstart > g0)
         hw_end[late] = np.minimum(g1[late], np.maximum(lend[late], lstart[late]) + LAUNCH_SLACK_US)
         hw_end[~has_next] = g1[~has_next]
+        # The device may also have waited for a late launch of other work inside the gap
+        # (a collective or copy the queued kernel depends on): the gap's first activity.
+        first_end, first_tid, first_known = _first_activity_wait(dev, act & ~is_comp, launches, g0, g1)
+        better = ~np.isnan(first_end) & ~(first_end <= hw_end)  # hw_end NaN compares False
+        hw_end = np.where(better, first_end, hw_end)
+        tid = np.where(better, first_tid, tid)  # the thread whose late launch the device waited on
+        unknown &= ~first_known
     gaps = Gaps(g0, g1, hw_end, unknown, tid)
     host_wait, queued, unknown_launch = _split(g0, g1, hw_end, unknown)
     return RuleContext(
