@@ -96,13 +96,13 @@ def test_unknown_values_show_na() -> None:
     text = render(r, "text", 100)
     row = next(line for line in text.splitlines() if re.match(r"\s*0\s+0\s", line))
     assert "N/A" in row  # no steps: no step time (never 0)
-    assert "GPU 0: mean N/A" in text
+    assert "GPU 0: mean N/A, p90 N/A, min N/A" in text
 
 
 def test_utilization_summary_from_samples() -> None:
     pts = [{"t_s": float(t), "gpu": 0, "gpu_util_pct": u} for t, u in enumerate([20.0, 40.0, 90.0])]
     text = render(report([rank(0)], extra={"samples": {"timeline": pts}}), "text", 100)
-    assert "GPU 0: mean 50%, min 20%, max 90% over 3 samples" in text
+    assert "GPU 0: mean 50%, p90 N/A, min 20%, max 90% over 3 samples" in text
 
 
 def test_xss_string_is_plain_text() -> None:
@@ -124,3 +124,35 @@ def test_real_trace(shared_traces: Path) -> None:
         assert f"lost: {c.value}" in text
     if data["recommendations"]:
         assert data["recommendations"][0]["title"] in text
+
+
+def _sample_findings() -> dict:
+    """The real sample-analysis output shape, built from its own dataclasses."""
+    from gpuprof.analysis.samples import GpuUtilization, IdlePhase, SampleFindings, ThrottleSeen, UtilBin
+
+    gpu = GpuUtilization(gpu=0, uuid=None, samples=4, mean_util_pct=61.0, p90_util_pct=95.0, idle_samples_pct=25.0,
+                         p50_util_pct=70.0, mem_peak_bytes=None, mem_total_bytes=None, mem_peak_pct=None,
+                         energy_j=1234.0, lost_at_s=None)  # fmt: skip
+    bins = tuple(UtilBin(gpu=0, start_s=float(i), end_s=float(i + 1), util_gpu_pct=u) for i, u in enumerate([0.0, 70.0, None, 95.0]))
+    return SampleFindings(
+        start_unix_s=0.0, duration_s=4.0, interval_s=1.0, gpus=(gpu,), timeline=bins,
+        idle_phases=(IdlePhase(0.0, 1.0, "startup"),), idle_pct=25.0, periodic_idle=None, memory_pressure=(),
+        throttling=(ThrottleSeen(reason="hw_thermal", gpus=(0,), busy_samples_pct=50.0, clock_loss_pct=20.0),),
+        energy_j=1234.0, lost_gpus=(),
+    ).to_dict()  # fmt: skip
+
+
+def test_real_sample_findings_shape() -> None:
+    text = render(report([rank(0)], extra={"samples": _sample_findings()}), "text", 160)
+    assert "GPU 0: mean 61%, p90 95%, min 0%, max 95% over 4 samples; memory peak N/A; 1,234 J" in text
+    assert "GPUs idle 25.0% of the run" in text
+    assert "throttled (hw_thermal) on GPU 0 in 50.0% of busy samples" in text
+
+
+def test_samples_only_run_still_shows_gpus() -> None:
+    text = render(report([], extra={"samples": _sample_findings()}), "text", 160)
+    assert "nothing to analyze" in text and "GPU 0: mean 61%" in text
+    md = render(report([], extra={"samples": _sample_findings()}), "markdown")
+    assert "| 0 | 4 | 61% | 95% | 0% | 95% | N/A |" in md
+    page = render(report([], extra={"samples": _sample_findings()}), "html")
+    assert page.count("<polyline") == 1 and "<circle" in page  # 0-70 joined; 95 alone after the gap

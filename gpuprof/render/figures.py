@@ -121,7 +121,9 @@ def job_shares(report: Report) -> JobShares:
 def nothing_to_analyze(report: Report) -> str | None:
     """Why the report has nothing to show (no ranks, or only CPU-only ranks), else ``None``."""
     if not report.ranks:
-        return "no rank with device activity was found in the input"
+        if report.extra.get("samples"):
+            return "nothing to analyze per rank: no profiler trace in the input, only the NVML samples below"
+        return "nothing to analyze: no rank with device activity was found in the input"
     if any(has_data(r) for r in report.ranks):
         return None
     notes = sorted({str(r.extra.get("note")) for r in report.ranks if r.extra.get("note")})
@@ -223,32 +225,87 @@ def utilization_points(report: Report) -> list[UtilPoint]:
 
 
 @dataclass(frozen=True)
-class UtilSummary:
+class GpuRow:
+    """One GPU's NVML figures; every value ``None`` (N/A) when the samples do not say."""
+
     gpu: str
     samples: int
     mean_pct: float | None
+    p90_pct: float | None
     min_pct: float | None
     max_pct: float | None
+    mem_peak_pct: float | None
+    energy_j: float | None
+    lost_at_s: float | None
 
 
-def utilization_summary(points: Sequence[UtilPoint]) -> list[UtilSummary]:
-    """Mean/min/max utilization per GPU; ``None`` where no sample had a value."""
+def gpu_rows(report: Report) -> list[GpuRow]:
+    """Per-GPU utilization: min/max from the timeline points, and the sample analysis's own
+    per-GPU summary (``samples["gpus"]``: mean, p90, memory peak, energy) where present."""
     by_gpu: dict[str, list[UtilPoint]] = {}
-    for p in points:
+    for p in utilization_points(report):
         by_gpu.setdefault(p.gpu, []).append(p)
+    summaries: dict[str, Mapping[str, Any]] = {}
+    samples = report.extra.get("samples")
+    if isinstance(samples, Mapping) and isinstance(samples.get("gpus"), list):
+        for g in samples["gpus"]:
+            if isinstance(g, Mapping) and g.get("gpu") is not None:
+                summaries[str(g.get("gpu"))] = g
     out = []
-    for gpu in sorted(by_gpu, key=lambda g: (len(g), g)):
-        vals = [p.util_pct for p in by_gpu[gpu] if p.util_pct is not None]
+    for gpu in sorted(set(by_gpu) | set(summaries), key=lambda g: (len(g), g)):
+        vals = [p.util_pct for p in by_gpu.get(gpu, []) if p.util_pct is not None]
+        g = summaries.get(gpu, {})
+        count = g.get("samples")
+        mean = _num(g.get("mean_util_pct"))
         out.append(
-            UtilSummary(
+            GpuRow(
                 gpu=gpu,
-                samples=len(by_gpu[gpu]),
-                mean_pct=statistics.fmean(vals) if vals else None,
+                samples=int(count) if isinstance(count, int) else len(by_gpu.get(gpu, [])),
+                mean_pct=mean if mean is not None else (statistics.fmean(vals) if vals else None),
+                p90_pct=_num(g.get("p90_util_pct")),
                 min_pct=min(vals) if vals else None,
                 max_pct=max(vals) if vals else None,
+                mem_peak_pct=_num(g.get("mem_peak_pct")),
+                energy_j=_num(g.get("energy_j")),
+                lost_at_s=_num(g.get("lost_at_s")),
             )
         )
     return out
+
+
+def sample_notes(report: Report) -> list[str]:
+    """Run-level NVML findings as sentences (idle share, throttling, memory pressure, lost GPUs)."""
+    samples = report.extra.get("samples")
+    if not isinstance(samples, Mapping):
+        return []
+    notes: list[str] = []
+    duration = _num(samples.get("duration_s"))
+    idle = _num(samples.get("idle_pct"))
+    if duration is not None:
+        notes.append(f"sampled for {duration:,.1f} s; GPUs idle {fmt_pct(idle)} of the run")
+    periodic = samples.get("periodic_idle")
+    if isinstance(periodic, Mapping) and _num(periodic.get("period_s")) is not None:
+        notes.append(
+            f"idle every {_num(periodic.get('period_s')):.1f} s for {fmt_pct(_num(periodic.get('duty_cycle_pct')))} "
+            "of each period (checkpointing, evaluation or logging?)"
+        )
+    for t in samples.get("throttling") or []:
+        if isinstance(t, Mapping):
+            gpus = ", ".join(str(g) for g in t.get("gpus") or [])
+            notes.append(
+                f"throttled ({t.get('reason')}) on GPU {gpus} in {fmt_pct(_num(t.get('busy_samples_pct')))} of busy samples, "
+                f"SM clock {fmt_pct(_num(t.get('clock_loss_pct')))} lower"
+            )
+    for m in samples.get("memory_pressure") or []:
+        if isinstance(m, Mapping):
+            notes.append(
+                f"GPU {m.get('gpu')} memory peaked at {fmt_pct(_num(m.get('peak_pct')))}, near capacity "
+                f"{fmt_pct(_num(m.get('time_near_capacity_pct')))} of the time"
+            )
+    lost = samples.get("lost_gpus")
+    if isinstance(lost, list) and lost:
+        notes.append("GPU(s) lost during the run: " + ", ".join(str(g) for g in lost))
+    return notes
 
 
 def scalar_findings(report: Report, limit: int = 12) -> list[tuple[str, str]]:

@@ -232,6 +232,37 @@ def _rank_table(report: Report) -> str:
     return table
 
 
+def _samples_section(report: Report) -> str:
+    """Utilization over time, the per-GPU table and run-level notes; empty without samples."""
+    rows = fg.gpu_rows(report)
+    notes = fg.sample_notes(report)
+    util = utilization_svg(fg.utilization_points(report))
+    if not rows and not notes and not util:
+        return ""
+    parts = ["<h2>GPUs over the run (NVML samples)</h2>"]
+    if util:
+        parts.append(f'<div class="scroll">{util}</div>')
+    if rows:
+        head = "".join(f"<th>{h}</th>" for h in ("GPU", "samples", "mean", "p90", "min", "max", "memory peak", "energy J"))
+        body = "".join(
+            "<tr>"
+            + "".join(
+                f"<td>{e(c)}</td>"
+                for c in (
+                    r.gpu, r.samples, fg.fmt_pct(r.mean_pct, 0), fg.fmt_pct(r.p90_pct, 0), fg.fmt_pct(r.min_pct, 0),
+                    fg.fmt_pct(r.max_pct, 0), fg.fmt_pct(r.mem_peak_pct, 0),
+                    fg.NA if r.energy_j is None else f"{r.energy_j:,.0f}",
+                )
+            )
+            + "</tr>"
+            for r in rows
+        )  # fmt: skip
+        parts.append(f"<table><thead><tr>{head}</tr></thead><tbody>{body}</tbody></table>")
+    if notes:
+        parts.append("<ul>" + "".join(f"<li>{e(n)}</li>" for n in notes) + "</ul>")
+    return "".join(parts)
+
+
 def _job_findings(extra: Mapping[str, object]) -> str:
     job = extra.get("job")
     if not job:
@@ -248,6 +279,7 @@ def render_html(report: Report, width: int = 100) -> str:
     empty = fg.nothing_to_analyze(report)
     if empty is not None:
         body.append(f'<p class="empty">{e(empty)}</p>')
+        body.append(_samples_section(report))
     else:
         body.append(_cards(report))
         body.append(_recommendations(report))
@@ -256,9 +288,7 @@ def render_html(report: Report, width: int = 100) -> str:
         body.append(f'<div class="scroll">{rank_bars_svg(report)}</div>')
         body.append("<h2>Totals</h2>" + _totals_table(report))
         body.append("<h2>Per rank</h2>" + _rank_table(report))
-        util = utilization_svg(fg.utilization_points(report))
-        if util:
-            body.append(f'<h2>GPU utilization (NVML samples)</h2><div class="scroll">{util}</div>')
+        body.append(_samples_section(report))
         body.append(_job_findings(report.extra))
     if report.warnings:
         items = "".join(f"<li>{e(w)}</li>" for w in report.warnings[:MAX_WARNINGS])

@@ -79,15 +79,20 @@ def _ranks(report: Report) -> list[str]:
 
 
 def _samples(report: Report) -> list[str]:
-    summary = fg.utilization_summary(fg.utilization_points(report))
-    if not summary:
+    rows = fg.gpu_rows(report)
+    notes = fg.sample_notes(report)
+    if not rows and not notes:
         return []
-    out = ["#### GPU utilization (NVML samples)", "", "| GPU | samples | mean | min | max |", "|---|---:|---:|---:|---:|"]
-    for s in summary:
-        out.append(
-            f"| {md_escape(s.gpu)} | {s.samples} | {fg.fmt_pct(s.mean_pct, 0)} | "
-            f"{fg.fmt_pct(s.min_pct, 0)} | {fg.fmt_pct(s.max_pct, 0)} |"
-        )
+    out = ["#### GPUs over the run (NVML samples)", ""]
+    if rows:
+        out += ["| GPU | samples | mean | p90 | min | max | memory peak |", "|---|---:|---:|---:|---:|---:|---:|"]
+        for r in rows:
+            out.append(
+                f"| {md_escape(r.gpu)} | {r.samples} | {fg.fmt_pct(r.mean_pct, 0)} | {fg.fmt_pct(r.p90_pct, 0)} | "
+                f"{fg.fmt_pct(r.min_pct, 0)} | {fg.fmt_pct(r.max_pct, 0)} | {fg.fmt_pct(r.mem_peak_pct, 0)} |"
+            )
+        out.append("")
+    out += [f"- {md_escape(n)}" for n in notes]
     return out + [""]
 
 
@@ -97,6 +102,7 @@ def render_markdown(report: Report, width: int = 100) -> str:
     empty = fg.nothing_to_analyze(report)
     if empty is not None:
         lines += [f"### gpuprof: {md_escape(empty)}", ""]
+        lines += _samples(report)
     else:
         s = fg.job_shares(report)
         n = len(report.ranks)

@@ -98,17 +98,22 @@ def _totals_table(report: Report) -> Table:
 
 
 def _samples(report: Report) -> list[RenderableType]:
-    summary = fg.utilization_summary(fg.utilization_points(report))
-    if not summary:
+    rows = fg.gpu_rows(report)
+    notes = fg.sample_notes(report)
+    if not rows and not notes:
         return []
-    out: list[RenderableType] = [Text("GPU utilization (NVML samples)", style="bold underline")]
-    for s in summary:
-        out.append(
-            Text(
-                f"GPU {s.gpu}: mean {fg.fmt_pct(s.mean_pct, 0)}, min {fg.fmt_pct(s.min_pct, 0)}, "
-                f"max {fg.fmt_pct(s.max_pct, 0)} over {s.samples} samples"
-            )
+    out: list[RenderableType] = [Text("GPUs over the run (NVML samples)", style="bold underline")]
+    for r in rows:
+        line = (
+            f"GPU {r.gpu}: mean {fg.fmt_pct(r.mean_pct, 0)}, p90 {fg.fmt_pct(r.p90_pct, 0)}, min {fg.fmt_pct(r.min_pct, 0)}, "
+            f"max {fg.fmt_pct(r.max_pct, 0)} over {r.samples} samples; memory peak {fg.fmt_pct(r.mem_peak_pct, 0)}"
         )
+        if r.energy_j is not None:
+            line += f"; {r.energy_j:,.0f} J"
+        if r.lost_at_s is not None:
+            line += f"; LOST at {r.lost_at_s:.1f} s"
+        out.append(Text(line))
+    out.extend(_bullet("-", n, "dim") for n in notes)
     return out
 
 
@@ -133,6 +138,10 @@ def _renderables(report: Report, width: int) -> list[RenderableType]:
         parts.append(Text("gpuprof: " + empty, style="bold yellow"))
         if report.inputs:
             parts.append(Text("inputs: " + ", ".join(report.inputs), style="dim"))
+        samples = _samples(report)
+        if samples:
+            parts.append(Text(""))
+            parts.extend(samples)
     else:
         parts.append(_header(report))
         parts.append(Text(""))
