@@ -107,3 +107,21 @@ def test_cpu_only_trace_has_an_empty_window(shared_traces: Path) -> None:
     a = _analysis("edge-cpu-only-gloo")
     assert a.summaries[0].empty_reason is not None
     assert a.report.ranks[0].window_us == 0
+
+
+def test_summarize_never_mutates_the_trace() -> None:
+    from rankbuilder import RankBuilder
+
+    from gpuprof.analysis.summarize import summarize
+    from gpuprof.model.timeline import Kind
+
+    b = RankBuilder()
+    b.step(1, 0, 1000)
+    b.kernel(10, 400, launch_at=5)
+    b.host(400, 600, "cudaStreamSynchronize", kind=Kind.RUNTIME)
+    b.copy(600, 700, "Memcpy HtoD (Pageable -> Device)", launch_at=590)
+    b.kernel(710, 990, launch_at=700)
+    t = b.build()
+    dev, host = t.device.copy(deep=True), t.host.copy(deep=True)
+    summarize(t)
+    assert t.device.equals(dev) and t.host.equals(host)

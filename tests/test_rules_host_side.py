@@ -147,3 +147,24 @@ def test_queued_kernel_behind_a_late_collective_waits_for_the_host() -> None:
     assert got["host"] == 200
     assert got["communication"] == 100
     assert got["other"] == 0
+
+
+def test_sync_facts_count_nested_scalar_reads_once() -> None:
+    from gpuprof.analysis.summarize import summarize
+
+    b = RankBuilder()
+    for i in range(2):
+        h0 = i * 1000.0
+        b.step(i + 1, h0, h0 + 1000)
+        b.kernel(h0 + 10, h0 + 800, launch_at=h0 + 5)
+        b.host(h0 + 20, h0 + 810, "aten::item")
+        b.host(h0 + 21, h0 + 809, "aten::_local_scalar_dense")
+        b.host(h0 + 30, h0 + 805, "cudaStreamSynchronize", kind=Kind.RUNTIME)
+    f = summarize(b.build()).facts
+    assert f["scalar_reads"] == 2 and f["scalar_reads_per_step"] == 1.0
+    assert f["sync_calls_by_name"] == {
+        "aten::item": 2,
+        "aten::_local_scalar_dense": 2,
+        "cudaStreamSynchronize": 2,
+    }
+    assert f["sync_wait_us"] == 2 * 790
