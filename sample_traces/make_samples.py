@@ -1,0 +1,50 @@
+"""Regenerate the simulated samples in ``sample_traces/`` (run from the repository root).
+
+    python sample_traces/make_samples.py
+
+Each entry is exactly ``gpuprof simulate SCENARIO KNOB=VALUE... --seed 0 -o sample_traces/NAME``.
+``cpu-training/`` is not simulated: ``record_cpu_trace.py`` records it with torch.
+"""
+
+from __future__ import annotations
+
+import shutil
+import sys
+from pathlib import Path
+from typing import Any
+
+HERE = Path(__file__).resolve().parent
+
+# folder -> (scenario, knobs); the README has one line per folder.
+SAMPLES: dict[str, tuple[str, dict[str, Any]]] = {
+    "healthy": ("healthy", {"steps": 2}),
+    "pipeline-1f1b": ("pipeline", {"steps": 2}),
+    "pipeline-slow-stage": ("pipeline", {"steps": 2, "slow_stage": 2}),
+    "dp-exposed": ("dp_exposed", {"steps": 2}),
+    "dp-overlapped": ("dp_overlapped", {"steps": 2}),
+    "straggler": ("straggler", {"steps": 2}),
+    "imbalance": ("imbalance", {"steps": 3}),
+    "memory-pressure": ("memory_pressure", {"steps": 2}),
+    "input-bound": ("input_bound", {"steps": 2}),
+    "sync-heavy": ("sync_heavy", {"steps": 2}),
+    "launch-bound": ("launch_bound", {"steps": 2}),
+    "rl-post-training": ("rl_post_training", {"steps": 2, "tokens_min": 32, "tokens_max": 320, "reward_ms": 4.0}),
+}
+
+
+def main() -> int:
+    sys.path.insert(0, str(HERE.parent))
+    from gpuprof.simulate import generate
+
+    for name, (scenario, knobs) in SAMPLES.items():
+        out = HERE / name
+        if out.exists():
+            shutil.rmtree(out)
+        generate(scenario, out, seed=0, **knobs)
+        size = sum(p.stat().st_size for p in out.rglob("*") if p.is_file())
+        print(f"{name:22} {scenario:18} {size / 1024:6.0f} KiB")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
