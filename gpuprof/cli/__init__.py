@@ -66,7 +66,10 @@ def main() -> None:
     if debug:
         sys.argv.remove("--debug")
     try:
-        app(standalone_mode=False)
+        rc = app(standalone_mode=False)
+        # Non-standalone click returns typer.Exit's code instead of exiting.
+        if isinstance(rc, int) and rc:
+            sys.exit(rc)
     except GpuprofError as exc:
         if debug:
             raise
@@ -81,9 +84,12 @@ def main() -> None:
     except Exception as exc:  # click usage errors arrive here in non-standalone mode
         import click
 
-        if isinstance(exc, click.exceptions.Abort):
+        # typer >= 0.20 raises the exceptions of its own bundled copy of click, which are
+        # not click's classes: recognize both by shape.
+        if isinstance(exc, click.exceptions.Abort) or type(exc).__name__ == "Abort":
             sys.exit(130)
-        if isinstance(exc, click.ClickException):
-            exc.show()
+        show = getattr(exc, "show", None)
+        if isinstance(exc, click.ClickException) or (callable(show) and isinstance(getattr(exc, "exit_code", None), int)):
+            exc.show()  # type: ignore[attr-defined]
             sys.exit(2)
         raise
