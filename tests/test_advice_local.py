@@ -72,6 +72,7 @@ def test_dataloader_starvation_with_measured_numbers() -> None:
     assert "290 µs per step (29.0% of the step)" in rec.evidence[0]
     assert any("num_workers" in a for a in rec.actions)
     assert any("_SingleProcessDataLoaderIter" in e for e in rec.evidence)
+    assert "each DataLoader.__next__ call took 290 µs on the host (3 calls in the window)" in rec.evidence[1]
 
 
 def test_small_shares_are_not_recommended() -> None:

@@ -145,9 +145,12 @@ def dataloader_starvation(ctx: AdviceContext) -> list[Recommendation]:
         return []
     w = _worst(hits)
     evidence = [_idle_line(hits, "while the host waited for the next batch in DataLoader.__next__")]
-    wait = w.fact.get("dataloader_wait_per_step_us")
-    if wait is not None:
-        evidence.append(f"Rank {w.report.rank} spent {_ms(wait)} per step in DataLoader.__next__ in total.")
+    mean, calls = w.fact.get("dataloader_call_mean_us"), w.fact.get("dataloader_calls")
+    if mean is not None and calls:
+        evidence.append(
+            f"On rank {w.report.rank} each DataLoader.__next__ call took {_ms(float(mean))} on the host "
+            f"({calls} calls in the window)."
+        )
     single = any(h.fact.get("dataloader_single_process") for h in hits)
     actions = []
     if single:
@@ -270,11 +273,15 @@ def memory_exposed_copies(ctx: AdviceContext) -> list[Recommendation]:
     w = _worst(hits)
     evidence = [_idle_line(hits, "in copies and memsets that no compute overlapped")]
     by_kind: Mapping[str, float] = w.fact.get("exposed_copy_us_by_kind", {})
-    parts = [f"{k} {_ms(v)}" for k, v in sorted(by_kind.items(), key=lambda kv: -kv[1]) if v > 0]
+    per = max(w.report.steps, 1)
+    parts = [f"{k} {_ms(v / per)}" for k, v in sorted(by_kind.items(), key=lambda kv: -kv[1]) if v > 0]
     if w.fact.get("exposed_memset_us"):
-        parts.append(f"memset {_ms(float(w.fact['exposed_memset_us']))}")
+        parts.append(f"memset {_ms(float(w.fact['exposed_memset_us']) / per)}")
     if parts:
-        evidence.append(f"Rank {w.report.rank} exposed transfer time by direction: " + ", ".join(parts) + ".")
+        unit = " per step" if w.report.steps > 0 else ""
+        evidence.append(
+            f"Rank {w.report.rank} exposed transfer time{unit} by direction: " + ", ".join(parts) + "."
+        )
     actions = [
         (
             "Overlap transfers with compute: issue them non_blocking=True from pinned memory on a side stream, "

@@ -28,7 +28,9 @@ Keys:
     ``aten::item`` / ``aten::_local_scalar_dense`` calls (``.item()``, ``float(t)``, ...;
     the outermost one is counted when both appear).
 ``dataloader_calls`` (int), ``dataloader_wait_us`` (float), ``dataloader_wait_per_step_us`` (float | None)
-    host time in DataLoader ``__next__`` (union over threads).
+    host time in DataLoader ``__next__`` inside the window (union over threads).
+``dataloader_call_mean_us`` (float | None)
+    mean full duration of the (outermost) ``__next__`` calls overlapping the window.
 ``copy_us_by_kind`` / ``exposed_copy_us_by_kind`` (dict str -> float)
     device time in copies per direction (``HtoD``, ``DtoH``, ``DtoD``, ``HtoH``, ``PtoP``,
     ``unknown``), and the part of it no compute overlaps; ``memset_us``, ``exposed_memset_us``.
@@ -140,7 +142,9 @@ def rank_facts(
     f["scalar_reads_per_step"] = n_scalar / per_step if per_step else None
     dl = win & (hcat == int(Category.DATALOAD))
     dl_iv = iv.clip(iv.union(hs[dl], he[dl]), lo, hi)
-    f["dataloader_calls"] = int(_outermost(hs[dl], he[dl]).sum())
+    outer = _outermost(hs[dl], he[dl])
+    f["dataloader_calls"] = int(outer.sum())
+    f["dataloader_call_mean_us"] = float(np.mean((he[dl] - hs[dl])[outer])) if outer.any() else None
     f["dataloader_wait_us"] = iv.total(dl_iv)
     f["dataloader_wait_per_step_us"] = f["dataloader_wait_us"] / per_step if per_step else None
     dl_names = names[dl].astype(str)
