@@ -178,3 +178,22 @@ def test_usage_errors_are_one_message_exit_2(cli) -> None:
     assert code == 2 and "Missing argument" in err and "Traceback" not in err
     code, _, err = cli("check", "x.json", "--bogus")
     assert code == 2 and "No such option" in err
+
+
+def test_junit_escapes_and_drops_characters_xml_cannot_hold() -> None:
+    from gpuprof.gate import CheckResult
+    from gpuprof.render.checks import checks_junit
+
+    nasty = 'a <b> & "c" ]]> \x00\x07 \ud7ff'
+    xml = checks_junit(
+        [CheckResult(nasty, 1.0, 2.0, "%", False, nasty), CheckResult("ok", None, 2.0, "ms", True, "fine")],
+        subject=nasty,
+    )
+    root = ET.fromstring(xml.split("\n", 1)[1])
+    suite = root.find("testsuite")
+    assert suite is not None and suite.get("tests") == "2" and suite.get("failures") == "1"
+    case = suite.findall("testcase")[0]
+    assert (case.get("name") or "").startswith('a <b> & "c" ]]>')
+    fail = case.find("failure")
+    assert fail is not None and "measured: 1.0%" in (fail.text or "") and "allowed: 2.0%" in (fail.text or "")
+    assert suite.findall("testcase")[1].find("failure") is None
