@@ -148,3 +148,10 @@ def test_real_trailing_stop_step_is_left_out(shared_traces: Path) -> None:
     assert w is not None
     assert len(w.steps) == len(t.steps) - 1
     assert w.steps[-1].number == max(s.number for s in t.steps) - 1
+
+
+def test_steps_option_on_a_trace_without_step_markers_is_an_error() -> None:
+    b = RankBuilder()
+    b.kernel(100, 200, launch_at=90)
+    with pytest.raises(GpuprofError, match="no step markers"):
+        select_window(b.build(), StepSelection.parse("3"))

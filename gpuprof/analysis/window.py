@@ -251,8 +251,9 @@ def select_window(
                 trace.source,
             )
         return Window(chosen[0].start_us, chosen[-1].end_us, chosen, note, aligned)
-    if trace.steps and (selection.first is not None or selection.last is not None):
-        raise GpuprofError(f"--steps: rank {trace.rank} has no complete step to select", trace.source)
+    if selection.first is not None or selection.last is not None:
+        what = "no complete step" if trace.steps else "no step markers"
+        raise GpuprofError(f"--steps: rank {trace.rank} has {what} to select", trace.source)
     dev = trace.device
     why = "no step markers: first to last device activity"
     if trace.steps:
