@@ -125,3 +125,61 @@ def test_summarize_never_mutates_the_trace() -> None:
     dev, host = t.device.copy(deep=True), t.host.copy(deep=True)
     summarize(t)
     assert t.device.equals(dev) and t.host.equals(host)
+
+
+@pytest.mark.parametrize("seed", range(6))
+def test_random_traces_keep_the_partition_and_split_gaps_cleanly(seed: int) -> None:
+    import numpy as np
+    from rankbuilder import RankBuilder
+
+    from gpuprof.analysis.launches import match_launches
+    from gpuprof.analysis.rules import build_context
+    from gpuprof.analysis.summarize import summarize
+    from gpuprof.model.timeline import Kind
+
+    rng = np.random.default_rng(seed)
+    b = RankBuilder()
+    host_calls = [
+        ("enumerate(DataLoader)#_MultiProcessingDataLoaderIter.__next__", Kind.OP),
+        ("cudaStreamSynchronize", Kind.RUNTIME),
+        ("cudaMalloc", Kind.RUNTIME),
+        ("cudaFree", Kind.RUNTIME),
+        ("aten::add", Kind.OP),
+    ]
+    for n in range(3):
+        b.step(n + 1, n * 10_000.0, (n + 1) * 10_000.0)
+    for _ in range(120):
+        start = float(rng.uniform(0, 30_000))
+        dur = float(rng.exponential(150))
+        launch = start - float(rng.uniform(-100, 2_000)) if rng.random() < 0.9 else None
+        r = rng.random()
+        if r < 0.7:
+            b.kernel(start, start + dur, launch_at=launch, stream=int(rng.integers(7, 10)))
+        elif r < 0.85:
+            b.copy(start, start + dur, "Memcpy HtoD (Pageable -> Device)", launch_at=launch)
+        else:
+            b.kernel(
+                start,
+                start + dur,
+                launch_at=launch,
+                name="ncclDevKernel_AllReduce_Sum_f32_RING_LL",
+                stream=20,
+            )
+    for _ in range(40):
+        name, kind = host_calls[int(rng.integers(len(host_calls)))]
+        s = float(rng.uniform(0, 30_000))
+        b.host(s, s + float(rng.exponential(300)), name, kind=kind, tid=int(rng.integers(1, 3)))
+    t = b.build()
+    summ = summarize(t)
+    att = attribute(summ.lost, summ.claims)
+    compute = iv.total(summ.compute)
+    assert compute + sum(att.lost_us.values()) == pytest.approx(summ.window_us, rel=1e-9)
+    assert all(v >= 0 for v in att.lost_us.values())
+    ctx = build_context(t, *summ.window, summ.compute, summ.lost, match_launches(t))
+    # host-wait, queued and unknown-launch parts never overlap and stay inside lost time.
+    parts = [ctx.host_wait, ctx.queued, ctx.unknown_launch]
+    for i, a in enumerate(parts):
+        assert iv.total(iv.subtract(a, summ.lost)) == pytest.approx(0, abs=1e-6)
+        for b_ in parts[i + 1 :]:
+            assert iv.total(iv.intersect(a, b_)) == pytest.approx(0, abs=1e-6)
+    assert att.lost_us[Cause.HOST] <= iv.total(ctx.host_wait) + 1e-6
