@@ -98,11 +98,19 @@ def resolve_knobs(scenario: str, knobs: Mapping[str, Any]) -> dict[str, Any]:
 
 
 def generate(
-    scenario: str, out_dir: str | Path, *, seed: int = 0, compresslevel: int = 6, **knobs: Any
+    scenario: str,
+    out_dir: str | Path,
+    *,
+    seed: int = 0,
+    compress: bool = True,
+    compresslevel: int = 6,
+    **knobs: Any,
 ) -> Path:
     """Simulate ``scenario`` and write its traces and ``ground_truth.json`` into ``out_dir``.
 
-    Returns the path to give ``gpuprof analyze`` (``out_dir`` itself). Raises
+    ``compress=False`` writes plain ``.pt.trace.json`` files (faster for very large traces;
+    ``compresslevel`` trades gzip speed for size otherwise). Returns the path to give
+    ``gpuprof analyze`` (``out_dir`` itself). Raises
     :class:`GpuprofError` for an unknown scenario or knob, or knobs that make no sense.
     """
     params = resolve_knobs(scenario, knobs)
@@ -128,7 +136,7 @@ def generate(
     files: dict[int, str] = {}
     try:
         for r in range(n):
-            name = f"rank{r}.pt.trace.json.gz"
+            name = f"rank{r}.pt.trace.json" + (".gz" if compress else "")
             files[r] = str(Path(trace_dir.name) / name) if plan.session else name
             dist = (
                 {
