@@ -52,6 +52,10 @@ Keys:
     allocated) / capacity.
 ``comm_us``, ``comm_exposed_us`` (float)
     device time in collective / P2P kernels, and the part no compute overlaps.
+``device_aligned_steps`` (bool), ``launch_matched_share`` (float | None)
+    set by :func:`gpuprof.analysis.summarize.summarize`: whether step bounds follow the
+    device (see :mod:`gpuprof.analysis.window`), and the share of device work whose launch
+    call is in the trace.
 """
 
 from __future__ import annotations
