@@ -128,3 +128,72 @@ def test_sigkill_of_gpuprof_after_the_trace_leaves_a_session_analyze_reads(tmp_p
     doc = json.loads(a.stdout)
     assert [r["rank"] for r in doc["ranks"]] == [0]
     assert doc["ranks"][0]["source"].endswith("rank0.pt.trace.json.gz")
+
+
+# -- the hook object in-process, with a fake torch.cuda (no GPU here) -----------------------
+
+def _hooks_module() -> object:
+    if str(HOOKS) not in sys.path:
+        sys.path.insert(0, str(HOOKS))
+    import gpuprof_torch_hooks
+
+    return gpuprof_torch_hooks
+
+
+class _FakeCuda:
+    def __init__(self, stats: dict[str, int] | None, fail: bool = False) -> None:
+        self.stats = stats
+        self.fail = fail
+        self.calls = 0
+
+    def is_available(self) -> bool:
+        return True
+
+    def is_initialized(self) -> bool:
+        return True
+
+    def memory_stats(self) -> dict[str, int]:
+        self.calls += 1
+        if self.fail:
+            raise RuntimeError("CUDA error: an illegal memory access")
+        assert self.stats is not None
+        return self.stats
+
+
+def _records(session: Path) -> list[dict[str, object]]:
+    return [json.loads(line) for f in (session / "hooks").glob("*.jsonl") for line in f.read_text().splitlines()]
+
+
+def _run_hooks(tmp_path: Path, cuda: _FakeCuda, steps: int) -> list[dict[str, object]]:
+    gh = _hooks_module()
+    h = gh._Hooks(str(tmp_path), (0, 0, 0))  # type: ignore[attr-defined]
+    h.torch = type("T", (), {"cuda": cuda})()
+    h._open_log()
+    opt, other = object(), object()
+    for _ in range(steps):
+        h.post_step(opt, (), {})
+        h.post_step(other, (), {})  # a second optimizer does not count steps twice
+    h.at_exit()
+    h.log.close()
+    return _records(tmp_path)
+
+
+def test_memory_stats_per_step_when_cuda_is_in_use(tmp_path: Path) -> None:
+    stats = {"allocated_bytes.all.current": 100, "reserved_bytes.all.current": 300, "num_alloc_retries": 2,
+             "num_ooms": 0, "num_device_alloc": 7, "num_device_free": 5}
+    recs = _run_hooks(tmp_path, _FakeCuda(stats), 5)
+    steps = [r for r in recs if r["kind"] == "step"]
+    assert [r["step"] for r in steps] == [1, 2, 3, 4, 5]
+    first = steps[0]
+    assert first["allocated_bytes"] == 100 and first["reserved_bytes"] == 300
+    assert first["alloc_retries"] == 2 and first["ooms"] == 0
+    assert first["device_allocs"] == 7 and first["device_frees"] == 5
+
+
+def test_failing_memory_stats_is_logged_and_steps_go_on(tmp_path: Path) -> None:
+    cuda = _FakeCuda(None, fail=True)
+    recs = _run_hooks(tmp_path, cuda, 6)
+    assert cuda.calls == 1  # switched off after the first failure
+    errors = [r for r in recs if r["kind"] == "error"]
+    assert len(errors) == 1 and "illegal memory access" in str(errors[0]["message"])
+    assert max(int(str(r["step"])) for r in recs if r["kind"] == "step") == 6

@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import atexit
 import json
+import math
 import os
 import sys
 import time
@@ -39,6 +40,10 @@ _MEMORY_STAT_KEYS = {
     "num_device_free": "device_frees",
 }
 _FLUSH_INTERVAL_S = 1.0
+# memory_stats() builds a dict of a few hundred entries; on a very short step that can cost
+# more than we allow. Reading it every N steps keeps its cost under this share of a step
+# (the retry / OOM counters are cumulative, so a sparser reading loses none of them).
+_MEMORY_BUDGET = 0.002
 _DEFAULT_SCHEDULE = (5, 2, 3)
 
 
@@ -68,6 +73,9 @@ class _Hooks:
         self.profiler_done = schedule[2] == 0
         self.cuda_checked = False
         self.memory_on = False
+        self.memory_every = 1  # read memory_stats() every this many steps
+        self.prev_step_s: float | None = None
+        self.step_dt_s: float | None = None  # moving average of the step time, seconds
         self.log: Any = None
         self.last_flush = time.monotonic()
         self.disabled = False
@@ -127,7 +135,11 @@ class _Hooks:
                 return
             self.step += 1
             now = time.time()
-            if self.memory_on or not self.cuda_checked:
+            if self.prev_step_s is not None:
+                dt = now - self.prev_step_s
+                self.step_dt_s = dt if self.step_dt_s is None else 0.9 * self.step_dt_s + 0.1 * dt
+            self.prev_step_s = now
+            if not self.cuda_checked or (self.memory_on and self.step % self.memory_every == 0):
                 self._memory_step(now)
             else:
                 self.log.write(self._step_line % (now, self.step))
@@ -148,8 +160,12 @@ class _Hooks:
             self.cuda_checked = self.memory_on or self.step >= 3
         if self.memory_on:
             try:
+                t0 = time.perf_counter()
                 raw = cuda.memory_stats()
+                cost_s = time.perf_counter() - t0
                 stats = {ours: raw.get(key) for key, ours in _MEMORY_STAT_KEYS.items()}
+                if self.step_dt_s:
+                    self.memory_every = max(1, min(1000, math.ceil(cost_s / (_MEMORY_BUDGET * self.step_dt_s))))
             except Exception as exc:
                 self.memory_on = False
                 self.error("memory_stats", exc)
