@@ -50,7 +50,7 @@ def lost_time_events(rank: int, pid: int, attribution: Attribution, sort_index: 
     """Metadata naming the process and its cause threads, then one slice per lost interval.
 
     Thread ids are the cause's position in SPEC order, starting at 1. Times are the trace's
-    microseconds; ``dur`` is rounded to the nanosecond.
+    microseconds; ``dur`` is rounded to the nanosecond, ``ts`` kept exact.
     """
     events: list[dict[str, Any]] = [
         {"name": "process_name", "ph": "M", "pid": pid, "tid": 0, "args": {"name": f"{TRACK_PREFIX} (rank {rank})"}},
@@ -69,7 +69,7 @@ def lost_time_events(rank: int, pid: int, attribution: Attribution, sort_index: 
                     "ph": "X",
                     "pid": pid,
                     "tid": tid,
-                    "ts": round(float(s), 3),
+                    "ts": float(s),  # unrounded: the slice starts exactly where the trace's event ended
                     "dur": round(float(e) - float(s), 3),
                     "args": {"rank": rank, "cause": cause.value, "lost_us": round(float(e) - float(s), 3)},
                 }
