@@ -171,6 +171,11 @@ def test_real_traces_nw4_baseline_vs_nw0(cli, tmp_path: Path, shared_traces: Pat
     assert code == 1, out + err
     assert any(line.strip().startswith("FAIL baseline.lost_pct.dataloader") for line in out.splitlines())
     ET.parse(tmp_path / "j.xml")
+    # diff takes a saved report on one side and traces on the other
+    code, out, err = cli("diff", "nw4.json", str(shared_traces / "resnet50-nw0"), "--format", "json")
+    assert code == 0, err
+    d = json.loads(out)
+    assert d["shares"]["dataloader"]["verdict"] == "worse" and d["step_ms"]["verdict"] == "worse"
 
 
 def test_usage_errors_are_one_message_exit_2(cli) -> None:
