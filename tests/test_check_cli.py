@@ -179,7 +179,7 @@ def test_real_traces_nw4_baseline_vs_nw0(cli, tmp_path: Path, shared_traces: Pat
 
 
 def test_usage_errors_are_one_message_exit_2(cli) -> None:
-    code, out, err = cli("check")
+    code, _, err = cli("check")
     assert code == 2 and "Missing argument" in err and "Traceback" not in err
     code, _, err = cli("check", "x.json", "--bogus")
     assert code == 2 and "No such option" in err
