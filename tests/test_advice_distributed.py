@@ -5,6 +5,9 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
+from test_collectives import allreduce_job, summaries
+from test_cross_rank import SLOW, _with_phases
+from test_pipeline_parallel import pipeline_job
 
 from gpuprof.advice import AdviceContext, advise
 from gpuprof.advice.distributed import communication_advice, pipeline_advice, straggler_advice
@@ -14,9 +17,6 @@ from gpuprof.analysis.cross_rank import analyze_job
 from gpuprof.analysis.summarize import summarize
 from gpuprof.analysis.summary import RankSummary
 from gpuprof.model.report import Cause, RankReport
-from test_collectives import allreduce_job, summaries
-from test_cross_rank import SLOW, _with_phases
-from test_pipeline_parallel import pipeline_job
 
 
 def context(job: list[RankSummary]) -> AdviceContext:

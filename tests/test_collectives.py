@@ -105,7 +105,9 @@ def test_late_rank_makes_every_other_rank_wait_by_its_lateness() -> None:
 def test_clock_skew_of_one_second_does_not_change_the_answer() -> None:
     plain = match_collectives(summaries(allreduce_job({0: 20_000.0, 1: 20_000.0, 2: 25_000.0, 3: 20_000.0})))
     skewed = match_collectives(
-        summaries(allreduce_job({0: 20_000.0, 1: 20_000.0, 2: 25_000.0, 3: 20_000.0}, skew_us={1: 1_000_000.0}))
+        summaries(
+            allreduce_job({0: 20_000.0, 1: 20_000.0, 2: 25_000.0, 3: 20_000.0}, skew_us={1: 1_000_000.0})
+        )
     )
     a = per_rank_waits(plain)["wait_us"]
     b = per_rank_waits(skewed)["wait_us"]
@@ -169,3 +171,71 @@ def test_dlrm_all_ranks_match_and_the_last_arriver_waits_least(shared_traces: Pa
     assert (waits.drop(index=last)["wait_us"] > 2 * waits.loc[last, "wait_us"]).all()
     # A wait never exceeds the collective it is inside.
     assert (m.calls["wait_us"] <= m.calls["duration_us"] + 1e-6).all()
+
+
+def timeline_barrier_job(before_us: dict[int, float], steps: int = 3) -> list[RankTrace]:
+    """Workers compute ``before_us[rank]``, then all start ``optimizer`` at one instant."""
+    barrier = max(before_us.values()) + 100.0
+    traces = []
+    for r, busy in before_us.items():
+        start, end, name, step = [], [], [], []
+        step_list = []
+        for s in range(steps):
+            base = s * 10_000.0
+            start += [base, base + barrier]
+            end += [base + busy, base + barrier + 500.0]
+            name += ["forward-compute", "optimizer"]
+            step += [s, s]
+            step_list.append(Step(s, base, base + 10_000.0))
+        cols = {
+            "start_us": start,
+            "end_us": end,
+            "kind": [int(Kind.TIMER)] * len(start),
+            "category": [int(classify(Kind.TIMER, n)) for n in name],
+            "name": name,
+            "step": step,
+        }
+        traces.append(
+            RankTrace(
+                rank=r,
+                source="timeline.json",
+                fmt="timeline",
+                device=make_table(cols, DEVICE_COLUMNS),
+                host=empty_host_table(),
+                steps=tuple(step_list),
+            )
+        )
+    return traces
+
+
+def test_barrier_before_a_timer_op_is_found_and_its_waits_measured() -> None:
+    from gpuprof.analysis.collectives import barrier_waits
+
+    job = summaries(timeline_barrier_job({0: 1_000.0, 1: 3_000.0, 2: 1_000.0}))
+    b = barrier_waits(job, {r: 0.0 for r in range(3)})
+    assert b is not None
+    assert b.points == 3
+    assert b.wait_us == {0: pytest.approx(6_000.0), 1: 0.0, 2: pytest.approx(6_000.0)}
+    assert b.last == {0: 0, 1: 3, 2: 0}
+    assert b.last_activity == {"compute": 3}
+    assert 1 not in b.claims
+    assert list(b.claims[0][0]) == [1_000.0, 11_000.0, 21_000.0]
+    assert list(b.claims[0][1]) == [3_000.0, 13_000.0, 23_000.0]
+
+
+def test_no_barrier_without_a_shared_start_or_outside_timelines() -> None:
+    from dataclasses import replace
+
+    from gpuprof.analysis.collectives import barrier_waits
+
+    traces = timeline_barrier_job({0: 1_000.0, 1: 3_000.0, 2: 1_000.0})
+    # Shift one worker's optimizer by 1 ms: no instant is shared by all.
+    dev = traces[2].device.copy()
+    opt = dev["name"].astype(str) == "optimizer"
+    dev.loc[opt, "start_us"] += 1_000.0
+    dev.loc[opt, "end_us"] += 1_000.0
+    shifted = traces[:2] + [replace(traces[2], device=dev)]
+    assert barrier_waits(summaries(shifted), {r: 0.0 for r in range(3)}) is None
+    assert barrier_waits(summaries(traces[:2]), {0: 0.0, 1: 0.0}) is None  # fewer than 3 ranks
+    kineto = summaries(allreduce_job({0: 1.0, 1: 1.0, 2: 1.0}))
+    assert barrier_waits(kineto, {r: 0.0 for r in range(3)}) is None

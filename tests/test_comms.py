@@ -6,11 +6,11 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from rankbuilder import RankBuilder
 
 from gpuprof.analysis.comms import build_comms, timeline_group
 from gpuprof.analysis.summary import COMMS_COLUMNS
 from gpuprof.model.timeline import Category, RankTrace
-from rankbuilder import RankBuilder
 
 ALLREDUCE = "ncclKernel_AllReduce_RING_LL_Sum_float(ncclDevComm*, unsigned long, ncclWork*)"
 ALLGATHER = "ncclKernel_AllGather_RING_LL_Sum_int8_t(ncclDevComm*, unsigned long, ncclWork*)"
@@ -18,7 +18,9 @@ BROADCAST = "ncclKernel_Broadcast_RING_LL_Sum_int8_t(ncclDevComm*, unsigned long
 SENDRECV = "ncclKernel_SendRecv_RING_SIMPLE_Sum_int8_t(ncclDevComm*, unsigned long, ncclWork*)"
 
 
-def _comm(b: RankBuilder, start: float, end: float, launch: float, name: str, coll: str, pg: str, stream: int) -> None:
+def _comm(
+    b: RankBuilder, start: float, end: float, launch: float, name: str, coll: str, pg: str, stream: int
+) -> None:
     b.kernel(start, end, launch_at=launch, name=name, stream=stream)
     b.dev[-1].update(coll_name=coll, pg=pg, bytes=4096)
 

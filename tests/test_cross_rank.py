@@ -8,6 +8,8 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from test_collectives import allreduce_job, summaries
+from test_pipeline_parallel import pipeline_job
 
 from gpuprof.analysis import intervals as iv
 from gpuprof.analysis.attribution import attribute, merge_claims
@@ -15,8 +17,6 @@ from gpuprof.analysis.cross_rank import analyze_job
 from gpuprof.analysis.summarize import summarize
 from gpuprof.analysis.summary import RankSummary
 from gpuprof.model.report import Cause
-from test_collectives import allreduce_job, summaries
-from test_pipeline_parallel import pipeline_job
 
 SLOW = {0: 20_000.0, 1: 20_000.0, 2: 25_000.0, 3: 20_000.0}
 
@@ -99,7 +99,9 @@ def test_pipeline_job_claims_bubbles_and_names_the_slow_stage_critical() -> None
         compute = iv.total(s.compute)
         assert compute + sum(att.lost_us.values()) == pytest.approx(s.window_us, rel=1e-9)
         # Bubble wins over everything else where it claims.
-        assert att.lost_us[Cause.PIPELINE_BUBBLE] == pytest.approx(iv.total(iv.intersect(s.lost, res.claims[s.rank][Cause.PIPELINE_BUBBLE])))
+        assert att.lost_us[Cause.PIPELINE_BUBBLE] == pytest.approx(
+            iv.total(iv.intersect(s.lost, res.claims[s.rank][Cause.PIPELINE_BUBBLE]))
+        )
     bubble = {s.rank: res.claims[s.rank][Cause.PIPELINE_BUBBLE] for s in job}
     assert iv.total(bubble[2]) < min(iv.total(bubble[k]) for k in (0, 1, 3))
 
@@ -147,3 +149,22 @@ def test_partial_and_single_rank_jobs_say_what_cannot_be_known(shared_traces: Pa
     single = analyze_job(_real(shared_traces / "a100-2rank-nccl"))
     assert single.claims == {}
     assert "1 of 2 ranks" in single.findings["straggler_analysis"]["note"]
+
+
+def test_megatron_barrier_waits_are_for_the_ranks_still_communicating(shared_traces: Path) -> None:
+    job = _real(shared_traces / "megatron-pp4-timeline")
+    f = analyze_job(job).findings
+    b = f["barrier_waits"]
+    assert b["barriers"] == len(job[0].steps)  # one synchronized start per step
+    stage = {r: v["stage"] for r, v in f["per_rank"].items()}
+    waited_for = b["waited_for_ranks"]
+    assert waited_for
+    waiters = [r for r in stage if r not in waited_for]
+    # The ranks waited for do not wait themselves; the others wait for them every step.
+    for r in waiters:
+        assert b["wait_us_per_step"][str(r)] > 10 * max(b["wait_us_per_step"][str(w)] for w in waited_for)
+    # Whole data-parallel groups (stages) arrive late together ...
+    late_stages = {stage[r] for r in waited_for}
+    assert {r for r in stage if stage[r] in late_stages} == set(waited_for)
+    # ... because of their own communication, not compute.
+    assert "compute" not in list(b["last_activity"])[:1]

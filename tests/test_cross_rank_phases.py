@@ -5,12 +5,12 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
+from rankbuilder import RankBuilder
 
 from gpuprof.analysis import intervals as iv
 from gpuprof.analysis.phases import phase_ratios, phase_times
 from gpuprof.analysis.window import select_window
 from gpuprof.model.timeline import Kind
-from rankbuilder import RankBuilder
 
 DATA = "enumerate(DataLoader)#_SingleProcessDataLoaderIter.__next__"
 
@@ -74,9 +74,9 @@ def test_timeline_phases_count_microbatch_passes() -> None:
 
 
 def test_phase_ratios() -> None:
-    assert phase_ratios({"forward": 30.0, "backward": 10.0, "data": 5.0}, {"forward": 10.0, "backward": 0.0}) == {
-        "forward": 3.0
-    }
+    assert phase_ratios(
+        {"forward": 30.0, "backward": 10.0, "data": 5.0}, {"forward": 10.0, "backward": 0.0}
+    ) == {"forward": 3.0}
 
 
 def test_real_traces_phase_times_fit_inside_compute(shared_traces: Path) -> None:

@@ -186,7 +186,9 @@ def test_stages_are_ordered_by_timing_when_the_layout_is_unknown() -> None:
 
     traces = pipeline_job(3, 4, [10_000.0] * 3, [20_000.0] * 3)
     # Ranks numbered against the stage order, no layout: the order comes from timing.
-    shuffled = [replace(t, rank={0: 2, 1: 0, 2: 1}[t.rank], parallel={}, source=f"r{t.rank}.json") for t in traces]
+    shuffled = [
+        replace(t, rank={0: 2, 1: 0, 2: 1}[t.rank], parallel={}, source=f"r{t.rank}.json") for t in traces
+    ]
     job = summaries(shuffled)
     res = analyze_pipeline(job, {s.rank: 0.0 for s in job})
     assert res is not None

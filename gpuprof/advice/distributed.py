@@ -13,7 +13,8 @@ rank's, and a fix saves what it takes off that. Recommendation ids are stable:
 
 from __future__ import annotations
 
-from typing import Any, Mapping, Sequence
+from collections.abc import Mapping, Sequence
+from typing import Any
 
 import numpy as np
 
@@ -41,35 +42,53 @@ def _ranks_text(ranks: Sequence[int]) -> str:
 
 _PHASE_ACTIONS: Mapping[str | None, tuple[str, ...]] = {
     "data": (
-        "Feed the slow rank faster: more DataLoader workers (num_workers), pin_memory=True, "
-        "prefetch_factor, or pre-tokenized / pre-decoded data on local disk.",
-        "If its batches are heavier (longer sequences), balance work per rank: length "
-        "bucketing or sequence packing so that every rank gets the same number of tokens.",
+        (
+            "Feed the slow rank faster: more DataLoader workers (num_workers), pin_memory=True, "
+            "prefetch_factor, or pre-tokenized / pre-decoded data on local disk."
+        ),
+        (
+            "If its batches are heavier (longer sequences), balance work per rank: length "
+            "bucketing or sequence packing so that every rank gets the same number of tokens."
+        ),
     ),
     "forward": (
-        "Give the slow rank the same work as the others: for data-dependent work use length "
-        "bucketing or sequence packing; for sharded models (embedding tables, experts) "
-        "rebalance the shard placement.",
-        "Check the slow rank's GPU for throttling or a different clock "
-        "(nvidia-smi -q -d PERFORMANCE,CLOCK) and its PCIe/NVLink health.",
+        (
+            "Give the slow rank the same work as the others: for data-dependent work use length "
+            "bucketing or sequence packing; for sharded models (embedding tables, experts) "
+            "rebalance the shard placement."
+        ),
+        (
+            "Check the slow rank's GPU for throttling or a different clock "
+            "(nvidia-smi -q -d PERFORMANCE,CLOCK) and its PCIe/NVLink health."
+        ),
     ),
     "backward": (
-        "Give the slow rank the same work as the others: for data-dependent work use length "
-        "bucketing or sequence packing; for sharded models (embedding tables, experts) "
-        "rebalance the shard placement.",
-        "Check the slow rank's GPU for throttling or a different clock "
-        "(nvidia-smi -q -d PERFORMANCE,CLOCK) and its PCIe/NVLink health.",
+        (
+            "Give the slow rank the same work as the others: for data-dependent work use length "
+            "bucketing or sequence packing; for sharded models (embedding tables, experts) "
+            "rebalance the shard placement."
+        ),
+        (
+            "Check the slow rank's GPU for throttling or a different clock "
+            "(nvidia-smi -q -d PERFORMANCE,CLOCK) and its PCIe/NVLink health."
+        ),
     ),
     "optimizer": (
-        "Balance optimizer state across ranks (ZeRO / FSDP sharding evenly, or a fused / "
-        "foreach optimizer) so the slow rank does not update more parameters than the others.",
+        (
+            "Balance optimizer state across ranks (ZeRO / FSDP sharding evenly, or a fused / "
+            "foreach optimizer) so the slow rank does not update more parameters than the others."
+        ),
     ),
     None: (
-        "The slow rank starts its steps late: look at what it does between steps (logging, "
-        "checkpointing, metrics, garbage collection, input preparation on rank-specific data) "
-        "and move that off the critical path or onto every rank alike.",
-        "Check the slow rank's GPU and host for throttling or contention "
-        "(nvidia-smi -q -d PERFORMANCE, other processes on that host).",
+        (
+            "The slow rank starts its steps late: look at what it does between steps (logging, "
+            "checkpointing, metrics, garbage collection, input preparation on rank-specific data) "
+            "and move that off the critical path or onto every rank alike."
+        ),
+        (
+            "Check the slow rank's GPU and host for throttling or contention "
+            "(nvidia-smi -q -d PERFORMANCE, other processes on that host)."
+        ),
     ),
 }
 
@@ -130,6 +149,9 @@ def straggler_advice(ctx: AdviceContext) -> list[Recommendation]:
             )
         )
         return out
+    barrier = _barrier_advice(ctx, reports, wait)
+    if barrier is not None:
+        return [barrier]
     info = ctx.cross.get("straggler_analysis") or {}
     if info.get("incomplete_groups") and sum(wait.values()) > 0:
         # What removing the measured waits saves under the critical-rank model: often
@@ -150,16 +172,73 @@ def straggler_advice(ctx: AdviceContext) -> list[Recommendation]:
                     evidence=(
                         f"process groups only partly in the input ({desc})",
                         "measured waits among the ranks present: "
-                        + ", ".join(f"rank {r.rank} {_ms(wait[r.rank] / max(r.steps, 1))}/step" for r in reports),
+                        + ", ".join(
+                            f"rank {r.rank} {_ms(wait[r.rank] / max(r.steps, 1))}/step" for r in reports
+                        ),
                         *_arrivals_text(ctx),
                     ),
                     actions=(
-                        "Collect traces from all ranks of the job (or at least whole process groups) so the slow "
-                        "rank can be named, then rerun gpuprof analyze on the folder.",
+                        (
+                            "Collect traces from all ranks of the job (or at least whole process groups) so the slow "
+                            "rank can be named, then rerun gpuprof analyze on the folder."
+                        ),
                     ),
                 )
             )
     return out
+
+
+def _barrier_advice(
+    ctx: AdviceContext, reports: Sequence[RankReport], wait: Mapping[int, float]
+) -> Recommendation | None:
+    """Ranks that wait at barriers of an op-level timeline for ranks that arrive late."""
+    b: Mapping[str, Any] | None = ctx.cross.get("barrier_waits")
+    if not b or not b.get("waited_for_ranks"):
+        return None
+    slow = [int(r) for r in b["waited_for_ranks"]]
+    waiting = [r for r in reports if r.rank not in slow and wait[r.rank] > 0]
+    if not waiting:
+        return None
+    median_wait = float(np.median([wait[r.rank] for r in waiting]))
+    removed = {r.rank: wait[r.rank] for r in waiting}
+    removed.update({r: median_wait for r in slow})
+    pct = savings_pct(reports, removed)
+    if pct < MIN_SAVINGS_PCT:
+        return None
+    activity: Mapping[str, int] = b.get("last_activity") or {}
+    doing = ", ".join(f"{name} ({n} of {b['barriers']})" for name, n in activity.items())
+    comm_bound = any(name != "compute" for name in list(activity)[:1])
+    steps = max(1, int(np.median([max(r.steps, 1) for r in waiting])))
+    evidence = [
+        f"{b['barriers']} barriers (ops that start at the same instant on every rank); ranks "
+        f"{_ranks_text([r.rank for r in waiting])} wait at them {_ms(median_wait / steps)} per step "
+        "(median, pipeline bubble excluded) for ranks " + _ranks_text(slow),
+        f"just before each barrier the last rank to arrive was in: {doing}",
+    ]
+    actions: tuple[str, ...]
+    if comm_bound:
+        actions = (
+            (
+                "The ranks everyone waits for are late because of their own communication before the barrier: "
+                "overlap it with compute (Megatron: --overlap-grad-reduce with --use-distributed-optimizer) or "
+                "shrink it (fewer, larger buckets; check which link the slow group's collective uses)."
+            ),
+            (
+                "For a first/last pipeline stage all-reduce of tied embeddings: untie the input and output "
+                "embeddings (--untie-embeddings-and-output-weights) or make sure its group runs over NVLink."
+            ),
+        )
+    else:
+        actions = _PHASE_ACTIONS["backward"]
+    return Recommendation(
+        id="straggler-rank",
+        category=Cause.STRAGGLER,
+        title=f"Ranks {_ranks_text(slow)} reach the synchronization points last: the other ranks wait for them",
+        estimated_savings_pct=pct,
+        ranks=tuple(slow),
+        evidence=tuple(evidence),
+        actions=actions,
+    )
 
 
 def _arrivals_text(ctx: AdviceContext) -> list[str]:
@@ -169,8 +248,10 @@ def _arrivals_text(ctx: AdviceContext) -> list[str]:
         return []
     rank, v = max(rows, key=lambda x: x[1].get("last_arrivals", 0))
     return [
-        f"among the ranks present, rank {rank} arrives last at {v['last_arrivals']} of {v['collectives']} "
-        "collectives (it is slower than the others present, but an absent rank may be slower still)"
+        (
+            f"among the ranks present, rank {rank} arrives last at {v['last_arrivals']} of {v['collectives']} "
+            "collectives (it is slower than the others present, but an absent rank may be slower still)"
+        )
     ]
 
 
@@ -205,16 +286,20 @@ def pipeline_advice(ctx: AdviceContext) -> list[Recommendation]:
             o_b = float(np.median([r["backward_per_microbatch_us"] for r in others]))
             o_bubble = [float(r["bubble_fraction"]) for r in others]
             evidence = [
-                f"stage {slow}'s compute per microbatch is {_ms(float(slow_row['compute_per_microbatch_us']))}, "
-                f"{float(ratio):.2f}x the median of the other stages (forward {_ms(float(slow_row['forward_per_microbatch_us']))} "
-                f"vs {_ms(o_f)}, backward {_ms(float(slow_row['backward_per_microbatch_us']))} vs {_ms(o_b)})",
+                (
+                    f"stage {slow}'s compute per microbatch is {_ms(float(slow_row['compute_per_microbatch_us']))}, "
+                    f"{float(ratio):.2f}x the median of the other stages (forward {_ms(float(slow_row['forward_per_microbatch_us']))} "
+                    f"vs {_ms(o_f)}, backward {_ms(float(slow_row['backward_per_microbatch_us']))} vs {_ms(o_b)})"
+                ),
                 f"the other stages sit idle {100 * min(o_bubble):.0f}-{100 * max(o_bubble):.0f}% of the pipeline span "
                 f"waiting for it, against {100 * float(theory):.0f}% that a balanced {schedule} schedule with "
                 f"p={p}, m={m} leaves; stage {slow} itself idles {100 * float(slow_row['bubble_fraction']):.0f}%"
                 if theory is not None
                 else f"the other stages sit idle {100 * min(o_bubble):.0f}-{100 * max(o_bubble):.0f}% of the pipeline span",
-                f"with the same total compute spread evenly the pipeline span would drop from about {_ms(float(span))} "
-                f"to {_ms(float(span) - saved)} per step",
+                (
+                    f"with the same total compute spread evenly the pipeline span would drop from about {_ms(float(span))} "
+                    f"to {_ms(float(span) - saved)} per step"
+                ),
             ]
             out.append(
                 Recommendation(
@@ -225,10 +310,12 @@ def pipeline_advice(ctx: AdviceContext) -> list[Recommendation]:
                     ranks=tuple(int(r) for r in pipe.get("slowest_stage_ranks", ())),
                     evidence=tuple(evidence),
                     actions=(
-                        f"Rebalance layers across stages: give stage {slow} fewer transformer layers to pay for what "
-                        "only it runs (embedding, output head, loss) -- e.g. Megatron's "
-                        "--decoder-first-pipeline-num-layers / --decoder-last-pipeline-num-layers, or an uneven "
-                        "split_spec in torch.distributed.pipelining.",
+                        (
+                            f"Rebalance layers across stages: give stage {slow} fewer transformer layers to pay for what "
+                            "only it runs (embedding, output head, loss) -- e.g. Megatron's "
+                            "--decoder-first-pipeline-num-layers / --decoder-last-pipeline-num-layers, or an uneven "
+                            "split_spec in torch.distributed.pipelining."
+                        ),
                         "Re-profile after the change: the stages' compute per microbatch should be within ~10% of each other.",
                     ),
                 )
@@ -252,16 +339,23 @@ def pipeline_advice(ctx: AdviceContext) -> list[Recommendation]:
                         f"{schedule} schedule with p={p} stages, m={m} microbatches"
                         + (f", v={chunks} chunks" if chunks > 1 else "")
                         + f": even with balanced stages {100 * float(theory):.0f}% of the pipeline span is fill and drain",
-                        f"measured bubble per stage: "
-                        + ", ".join(f"stage {r['stage']} {100 * float(r['bubble_fraction']):.0f}%" for r in pipe["per_stage"]),
+                        "measured bubble per stage: "
+                        + ", ".join(
+                            f"stage {r['stage']} {100 * float(r['bubble_fraction']):.0f}%"
+                            for r in pipe["per_stage"]
+                        ),
                         f"halving the bubble saves about {_ms(saved)} per step ({p - 1} x {_ms(t_mb)} / 2)",
                     ),
                     actions=(
-                        f"Raise the number of microbatches to at least {4 * p} (smaller micro-batch size or more "
-                        "gradient-accumulation steps at the same global batch).",
-                        "Use an interleaved schedule (virtual pipeline stages: Megatron "
-                        "--num-layers-per-virtual-pipeline-stage, torch.distributed.pipelining "
-                        "ScheduleInterleaved1F1B) or a zero-bubble schedule (ScheduleInterleavedZeroBubble).",
+                        (
+                            f"Raise the number of microbatches to at least {4 * p} (smaller micro-batch size or more "
+                            "gradient-accumulation steps at the same global batch)."
+                        ),
+                        (
+                            "Use an interleaved schedule (virtual pipeline stages: Megatron "
+                            "--num-layers-per-virtual-pipeline-stage, torch.distributed.pipelining "
+                            "ScheduleInterleaved1F1B) or a zero-bubble schedule (ScheduleInterleavedZeroBubble)."
+                        ),
                     ),
                 )
             )
@@ -279,7 +373,9 @@ def _overlap_share(ctx: AdviceContext) -> float | None:
         coll = c.loc[c["category"].to_numpy() == int(Category.COLLECTIVE)]
         if len(coll) == 0:
             continue
-        ivs = iv.clip(iv.union(coll["start_us"].to_numpy(), coll["end_us"].to_numpy()), s.window[0], s.window[1])
+        ivs = iv.clip(
+            iv.union(coll["start_us"].to_numpy(), coll["end_us"].to_numpy()), s.window[0], s.window[1]
+        )
         total += iv.total(ivs)
         hidden += iv.total(iv.intersect(ivs, s.compute))
     return hidden / total if total > 0 else None
@@ -288,7 +384,11 @@ def _overlap_share(ctx: AdviceContext) -> float | None:
 def _is_megatron(ctx: AdviceContext) -> bool:
     for s in ctx.summaries:
         c = s.comms
-        if c is not None and len(c) and c["name"].astype(str).str.contains("grads-reduce-scatter|params-all-gather").any():
+        if (
+            c is not None
+            and len(c)
+            and c["name"].astype(str).str.contains("grads-reduce-scatter|params-all-gather").any()
+        ):
             return True
     return False
 
@@ -310,8 +410,10 @@ def communication_advice(ctx: AdviceContext) -> list[Recommendation]:
     worst = top[0]
     per_step = comm[worst.rank] / max(worst.steps, 1)
     evidence = [
-        f"rank {worst.rank} loses {_ms(per_step)} per step ({100 * per_step / max(step_time_us(worst), 1e-9):.1f}% "
-        "of its step) to collectives with no compute beside them (waiting for late ranks excluded)",
+        (
+            f"rank {worst.rank} loses {_ms(per_step)} per step ({100 * per_step / max(step_time_us(worst), 1e-9):.1f}% "
+            "of its step) to collectives with no compute beside them (waiting for late ranks excluded)"
+        ),
     ]
     if share is not None:
         evidence.append(f"{100 * share:.0f}% of collective device time overlaps compute")
@@ -319,18 +421,24 @@ def communication_advice(ctx: AdviceContext) -> list[Recommendation]:
     ranks = tuple(r.rank for r in reports if comm[r.rank] > 0)
     if _is_megatron(ctx):
         overlap_actions: tuple[str, ...] = (
-            "Megatron: --overlap-grad-reduce (with --use-distributed-optimizer) starts the gradient "
-            "reduce-scatter during backward; --overlap-param-gather hides the parameter all-gather behind "
-            "the next forward.",
+            (
+                "Megatron: --overlap-grad-reduce (with --use-distributed-optimizer) starts the gradient "
+                "reduce-scatter during backward; --overlap-param-gather hides the parameter all-gather behind "
+                "the next forward."
+            ),
             "Larger --ddp-bucket-size for fewer, bandwidth-bound transfers.",
         )
     else:
         overlap_actions = (
-            "DDP: let gradient buckets all-reduce during backward (do not call all-reduce by hand after "
-            "backward; tune bucket_cap_mb, e.g. 25 -> 50-100 MB for fewer, larger transfers; "
-            "gradient_as_bucket_view=True).",
-            "FSDP: enable backward_prefetch=BACKWARD_PRE and forward_prefetch=True (FSDP2: "
-            "set_modules_to_forward_prefetch / reshard_after_forward) so all-gathers run ahead of compute.",
+            (
+                "DDP: let gradient buckets all-reduce during backward (do not call all-reduce by hand after "
+                "backward; tune bucket_cap_mb, e.g. 25 -> 50-100 MB for fewer, larger transfers; "
+                "gradient_as_bucket_view=True)."
+            ),
+            (
+                "FSDP: enable backward_prefetch=BACKWARD_PRE and forward_prefetch=True (FSDP2: "
+                "set_modules_to_forward_prefetch / reshard_after_forward) so all-gathers run ahead of compute."
+            ),
             "Put communication on its own stream and avoid synchronizing on it before it is needed.",
         )
     if share is not None and share < LOW_OVERLAP:
@@ -354,10 +462,14 @@ def communication_advice(ctx: AdviceContext) -> list[Recommendation]:
             ranks=ranks,
             evidence=tuple(evidence),
             actions=(
-                "Reduce the volume: gradient compression (PowerSGD / bf16 or fp16 compression hooks for DDP), "
-                "reduce-scatter instead of all-reduce with sharded optimizers.",
-                "Use the topology: hierarchical all-reduce (intra-node NVLink first, then inter-node), check "
-                "NCCL_ALGO/NCCL_PROTO and that inter-node traffic uses RDMA (NCCL_DEBUG=INFO shows the transport).",
+                (
+                    "Reduce the volume: gradient compression (PowerSGD / bf16 or fp16 compression hooks for DDP), "
+                    "reduce-scatter instead of all-reduce with sharded optimizers."
+                ),
+                (
+                    "Use the topology: hierarchical all-reduce (intra-node NVLink first, then inter-node), check "
+                    "NCCL_ALGO/NCCL_PROTO and that inter-node traffic uses RDMA (NCCL_DEBUG=INFO shows the transport)."
+                ),
                 "Larger buckets (DDP bucket_cap_mb) for fewer, bandwidth-bound transfers.",
             ),
         )

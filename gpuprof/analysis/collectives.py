@@ -29,8 +29,8 @@ Waits
 
 from __future__ import annotations
 
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import Mapping, Sequence
 
 import numpy as np
 import pandas as pd
@@ -66,10 +66,21 @@ class MatchedCollectives:
 
 def _empty_calls() -> pd.DataFrame:
     cols = {
-        "rank": "int64", "pg": "object", "step": "int64", "k": "int64", "coll_name": "object",
-        "start_us": "float64", "end_us": "float64", "arrival_us": "float64", "duration_us": "float64",
-        "wait_us": "float64", "lateness_us": "float64", "is_last": "bool", "n_present": "int64",
-        "n_expected": "int64", "complete": "bool",
+        "rank": "int64",
+        "pg": "object",
+        "step": "int64",
+        "k": "int64",
+        "coll_name": "object",
+        "start_us": "float64",
+        "end_us": "float64",
+        "arrival_us": "float64",
+        "duration_us": "float64",
+        "wait_us": "float64",
+        "lateness_us": "float64",
+        "is_last": "bool",
+        "n_present": "int64",
+        "n_expected": "int64",
+        "complete": "bool",
     }
     return pd.DataFrame({c: pd.Series([], dtype=t) for c, t in cols.items()})
 
@@ -80,7 +91,10 @@ def _gather(summaries: Sequence[RankSummary]) -> pd.DataFrame:
         c = s.comms
         if c is None or len(c) == 0:
             continue
-        c = c.loc[c["category"].to_numpy() == int(Category.COLLECTIVE), ["start_us", "end_us", "coll_name", "pg", "seq", "step"]]
+        c = c.loc[
+            c["category"].to_numpy() == int(Category.COLLECTIVE),
+            ["start_us", "end_us", "coll_name", "pg", "seq", "step"],
+        ]
         if len(c) == 0:
             continue
         c = c.assign(rank=s.rank, source=s.source)
@@ -98,7 +112,9 @@ def _gather(summaries: Sequence[RankSummary]) -> pd.DataFrame:
     return df
 
 
-def _expected_sizes(summaries: Sequence[RankSummary], pgs: Sequence[str], present: Mapping[str, int]) -> dict[str, int]:
+def _expected_sizes(
+    summaries: Sequence[RankSummary], pgs: Sequence[str], present: Mapping[str, int]
+) -> dict[str, int]:
     """Members each process group should have; -1 when the input does not say."""
     declared: dict[str, int] = {}
     for s in summaries:
@@ -213,3 +229,107 @@ def waits_per_step(matched: MatchedCollectives) -> pd.DataFrame:
     if len(calls) == 0:
         return pd.DataFrame(columns=["step", "rank", "wait_us"])
     return calls.groupby(["step", "rank"])["wait_us"].sum().reset_index()
+
+
+# --- barriers of op-level timelines ----------------------------------------------------
+#
+# Framework timers are often started behind a barrier (Megatron's ``barrier_with_L1_time``):
+# the op then starts at the same instant on every worker, and the wait for the last worker
+# is an idle gap *before* the op that no timer covers. A start shared by every worker of
+# the job (to within SYNC_TOL_US) marks such a barrier. A worker arrives at it when its
+# last activity before it (compute or its own communication) ends; the time from its
+# arrival to the last worker's arrival is waiting for a slower rank.
+
+SYNC_TOL_US = 20.0
+
+
+@dataclass(frozen=True)
+class BarrierWaits:
+    """``claims[rank]``: waits at barriers (own clock); ``points``: barriers found;
+    ``wait_us[rank]``: total wait; ``last[rank]``: barriers it arrived last at;
+    ``last_activity[name]``: what the last arriver was doing just before (op name or
+    ``compute``), counted over barriers."""
+
+    claims: Mapping[int, iv.Intervals]
+    points: int
+    wait_us: Mapping[int, float]
+    last: Mapping[int, int]
+    last_activity: Mapping[str, int]
+
+
+def _activity(s: RankSummary, offset: float) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    """Aligned starts (sorted) and ends (sorted) of a rank's activity, plus the names of
+    its communication ops by aligned end (``compute`` for compute intervals)."""
+    c = s.comms
+    cs = c["start_us"].to_numpy(dtype=np.float64) if len(c) else np.empty(0)
+    ce = c["end_us"].to_numpy(dtype=np.float64) if len(c) else np.empty(0)
+    names = c["name"].astype(str).to_numpy(dtype=object) if len(c) else np.empty(0, dtype=object)
+    starts = np.unique(np.concatenate((s.compute[0], cs))) - offset
+    ends = np.concatenate((s.compute[1], ce)) - offset
+    labels = np.concatenate((np.full(s.compute[1].size, "compute", dtype=object), names))
+    order = np.argsort(ends, kind="stable")
+    return starts, ends[order], labels[order], np.asarray([st.start_us for st in s.steps]) - offset
+
+
+def barrier_waits(summaries: Sequence[RankSummary], offsets: Mapping[int, float]) -> BarrierWaits | None:
+    """Waits at barriers of an op-level timeline job (``None`` for other jobs or < 3 ranks)."""
+    if len(summaries) < 3 or not all(s.fmt == "timeline" and s.steps for s in summaries):
+        return None
+    acts = {s.rank: _activity(s, offsets.get(s.rank, 0.0)) for s in summaries}
+    ref_rank = min(acts, key=lambda r: acts[r][0].size)
+    cand = acts[ref_rank][0]
+    keep = np.ones(cand.size, dtype=bool)
+    for starts, _, _, _ in acts.values():
+        if starts.size == 0:
+            return None
+        i = np.clip(np.searchsorted(starts, cand), 1, max(starts.size - 1, 1))
+        near = np.minimum(np.abs(starts[i] - cand), np.abs(starts[np.maximum(i - 1, 0)] - cand))
+        keep &= near <= SYNC_TOL_US
+    points = cand[keep]
+    if points.size == 0:
+        return None
+    ranks = sorted(acts)
+    arrival = np.empty((len(ranks), points.size))
+    label = np.empty((len(ranks), points.size), dtype=object)
+    for j, r in enumerate(ranks):
+        _, ends, labels, step_starts = acts[r]
+        k = np.searchsorted(ends, points + SYNC_TOL_US, side="right") - 1
+        # Nothing before the barrier in this step: the worker was there from the step start.
+        first = step_starts[np.clip(np.searchsorted(step_starts, points, side="right") - 1, 0, None)]
+        got = np.where(k >= 0, ends[np.clip(k, 0, None)], -np.inf)
+        arrival[j] = np.clip(np.maximum(got, first), None, points)
+        label[j] = np.where((k >= 0) & (got >= first), labels[np.clip(k, 0, None)], "compute")
+    last_arrival = arrival.max(axis=0)
+    wait = last_arrival[None, :] - arrival
+    # A shared start that nobody waited for (every worker begins the step together) says
+    # nothing: keep the barriers where some worker did wait.
+    held = wait.max(axis=0) > SYNC_TOL_US
+    if not held.any():
+        return None
+    points, arrival, label, last_arrival, wait = (
+        points[held],
+        arrival[:, held],
+        label[:, held],
+        last_arrival[held],
+        wait[:, held],
+    )
+    claims: dict[int, iv.Intervals] = {}
+    last_count: dict[int, int] = {}
+    activity: dict[str, int] = {}
+    for j, r in enumerate(ranks):
+        off = offsets.get(r, 0.0)
+        w = wait[j] > 0
+        if w.any():
+            claims[r] = iv.union(arrival[j][w] + off, last_arrival[w] + off)
+        last_count[r] = int((wait[j] <= 0).sum())
+    lasts = np.argmax(arrival, axis=0)
+    for p, j in enumerate(lasts):
+        name = str(label[j, p])
+        activity[name] = activity.get(name, 0) + 1
+    return BarrierWaits(
+        claims=claims,
+        points=int(points.size),
+        wait_us={r: float(wait[j].sum()) for j, r in enumerate(ranks)},
+        last=last_count,
+        last_activity=activity,
+    )

@@ -24,7 +24,7 @@ Process groups of op-level timelines
 
 from __future__ import annotations
 
-from typing import Mapping
+from collections.abc import Mapping
 
 import numpy as np
 import pandas as pd

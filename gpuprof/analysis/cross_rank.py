@@ -4,7 +4,8 @@ Steps, each in its own module:
 
 1. :mod:`gpuprof.analysis.collectives` matches every collective across ranks, aligns the
    ranks' clocks on them, and measures how long each rank waited in each one for the last
-   member: those waits are claimed as ``straggler`` on the waiting rank's own clock.
+   member: those waits are claimed as ``straggler`` on the waiting rank's own clock. In
+   op-level timelines it also finds barriers before timer ops and claims the waits there.
 2. :mod:`gpuprof.analysis.pipeline_parallel` finds pipeline stages and claims the time a
    stage waits for a neighbour as ``pipeline_bubble``.
 3. Here: naming the stragglers (the ranks others wait for) and the phase that makes them
@@ -26,18 +27,30 @@ Findings (all JSON-serializable), keys of :attr:`CrossRankResult.findings`:
                        (in collectives and pipeline bubbles) in that step, i.e. set the pace.
 ``compute_imbalance``  ``{across_ranks: {...}, across_stages: {...}}``: max over median of
                        compute per step (per microbatch for stages) and who is the max.
+``barrier_waits``      op-level timelines only: waits at barriers (ops that start at the same
+                       instant on every worker): ``barriers``, ``wait_us_per_step`` (measured,
+                       before precedence), ``last_arrivals``, ``waited_for_ranks``,
+                       ``last_activity`` (what the last arriver did just before, counted).
 ``pipeline``           see :func:`gpuprof.analysis.pipeline_parallel.analyze_pipeline`.
 """
 
 from __future__ import annotations
 
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Mapping, Sequence
+from typing import Any
 
 import numpy as np
 
 from gpuprof.analysis import intervals as iv
-from gpuprof.analysis.collectives import MatchedCollectives, match_collectives, per_rank_waits, wait_claims
+from gpuprof.analysis.collectives import (
+    BarrierWaits,
+    MatchedCollectives,
+    barrier_waits,
+    match_collectives,
+    per_rank_waits,
+    wait_claims,
+)
 from gpuprof.analysis.intervals import Intervals
 from gpuprof.analysis.phases import PHASES
 from gpuprof.analysis.pipeline_parallel import PipelineResult, analyze_pipeline
@@ -107,7 +120,9 @@ def _phase_of(s: RankSummary, others: Sequence[RankSummary]) -> tuple[str | None
     return best
 
 
-def _late_start_us(s: RankSummary, summaries: Sequence[RankSummary], offsets: Mapping[int, float]) -> float | None:
+def _late_start_us(
+    s: RankSummary, summaries: Sequence[RankSummary], offsets: Mapping[int, float]
+) -> float | None:
     """How much later than the median rank ``s`` began its first step (aligned clocks)."""
     starts = [x.window[0] - offsets.get(x.rank, 0.0) for x in summaries if x.steps]
     if not s.steps or len(starts) < 2:
@@ -133,8 +148,10 @@ def _stragglers(
         )
         return [], info
     if matched.incomplete_groups:
-        info["incomplete_groups"] = {pg or "(unnamed)": {"present": a, "expected": b} for pg, a, b in
-                                     ((pg, a, b) for pg, (a, b) in matched.incomplete_groups.items())}
+        info["incomplete_groups"] = {
+            pg or "(unnamed)": {"present": a, "expected": b}
+            for pg, a, b in ((pg, a, b) for pg, (a, b) in matched.incomplete_groups.items())
+        }
         info["note"] = (
             "some process groups are only partly in the input: waits measured among the ranks "
             "present are lower bounds, and the slowest member may be one of the absent ranks, "
@@ -161,7 +178,9 @@ def _stragglers(
                 "rank": rank,
                 "caused_wait_us_per_step": round(caused[rank][0] / _steps(s), 3),
                 "last_arrivals": caused[rank][1],
-                "collectives": int(calls_per_rank["complete_calls"].get(rank, 0)) if rank in calls_per_rank.index else 0,
+                "collectives": int(calls_per_rank["complete_calls"].get(rank, 0))
+                if rank in calls_per_rank.index
+                else 0,
                 "phase": phase,
                 "phase_ratio": None if ratio is None else round(ratio, 3),
                 "phase_excess_us_per_step": None if excess is None else round(excess, 3),
@@ -191,8 +210,16 @@ def _critical(summaries: Sequence[RankSummary], waited: Mapping[int, Intervals])
         if len(row) < 2:
             continue
         rank = min(row, key=lambda r: (row[r], r))
-        out.append({"step": step, "rank": rank, "waited_us": round(row[rank], 3),
-                    "others_median_waited_us": round(float(np.median([v for r, v in row.items() if r != rank])), 3)})
+        out.append(
+            {
+                "step": step,
+                "rank": rank,
+                "waited_us": round(row[rank], 3),
+                "others_median_waited_us": round(
+                    float(np.median([v for r, v in row.items() if r != rank])), 3
+                ),
+            }
+        )
     return out
 
 
@@ -223,6 +250,21 @@ def _imbalance(summaries: Sequence[RankSummary], pipe: PipelineResult | None) ->
     return out
 
 
+def _barrier_findings(b: BarrierWaits, summaries: Sequence[RankSummary]) -> dict[str, Any]:
+    steps = {s.rank: _steps(s) for s in summaries}
+    per_step = {r: w / steps.get(r, 1) for r, w in b.wait_us.items()}
+    top = max(per_step.values(), default=0.0)
+    # The ranks the others wait for: they themselves (almost) never wait.
+    waited_for = sorted(r for r, w in per_step.items() if w <= 0.1 * top) if top > 0 else []
+    return {
+        "barriers": b.points,
+        "wait_us_per_step": {str(r): round(w, 3) for r, w in sorted(per_step.items())},
+        "last_arrivals": {str(r): n for r, n in sorted(b.last.items())},
+        "waited_for_ranks": waited_for,
+        "last_activity": dict(sorted(b.last_activity.items(), key=lambda kv: -kv[1])),
+    }
+
+
 def analyze_job(summaries: Sequence[RankSummary]) -> CrossRankResult:
     """Claims (``straggler``, ``pipeline_bubble``) and job-level findings for a job."""
     active = [s for s in summaries if s.empty_reason is None and s.window_us > 0]
@@ -230,6 +272,13 @@ def analyze_job(summaries: Sequence[RankSummary]) -> CrossRankResult:
         return CrossRankResult()
     matched = match_collectives(active)
     waits = wait_claims(matched)
+    barriers = barrier_waits(active, matched.offsets_us)
+    if barriers is not None:
+        for rank, b in barriers.claims.items():
+            w = waits.get(rank)
+            waits[rank] = (
+                b if w is None else iv.union(np.concatenate((w[0], b[0])), np.concatenate((w[1], b[1])))
+            )
     pipe = analyze_pipeline(active, matched.offsets_us) if len(active) >= 2 else None
 
     claims: dict[int, dict[Cause, Intervals]] = {}
@@ -254,9 +303,13 @@ def analyze_job(summaries: Sequence[RankSummary]) -> CrossRankResult:
             "collectives": int(waits_by_rank["calls"].get(s.rank, 0)) if len(waits_by_rank) else 0,
             "clock_offset_us": round(float(matched.offsets_us.get(s.rank, 0.0)), 3),
         }
+        if barriers is not None:
+            row["barrier_wait_us_per_step"] = round(barriers.wait_us.get(s.rank, 0.0) / _steps(s), 3)
         if pipe is not None and s.rank in pipe.stage_of:
             row["stage"] = pipe.stage_of[s.rank]
-            stage_row = next((r for r in pipe.findings.get("per_stage", []) if r["stage"] == row["stage"]), None)
+            stage_row = next(
+                (r for r in pipe.findings.get("per_stage", []) if r["stage"] == row["stage"]), None
+            )
             if stage_row is not None:
                 row["bubble_fraction"] = stage_row["bubble_fraction"]
         per_rank[s.rank] = row
@@ -265,7 +318,9 @@ def analyze_job(summaries: Sequence[RankSummary]) -> CrossRankResult:
     for s in active:
         parts = [c for c in (waits.get(s.rank), pipe.claims.get(s.rank) if pipe else None) if c is not None]
         if parts:
-            waited[s.rank] = iv.union(np.concatenate([p[0] for p in parts]), np.concatenate([p[1] for p in parts]))
+            waited[s.rank] = iv.union(
+                np.concatenate([p[0] for p in parts]), np.concatenate([p[1] for p in parts])
+            )
 
     findings: dict[str, Any] = {
         "per_rank": per_rank,
@@ -274,6 +329,8 @@ def analyze_job(summaries: Sequence[RankSummary]) -> CrossRankResult:
         "critical_rank_per_step": _critical(active, waited) if len(active) >= 2 else [],
         "compute_imbalance": _imbalance(active, pipe),
     }
+    if barriers is not None:
+        findings["barrier_waits"] = _barrier_findings(barriers, active)
     if pipe is not None:
         findings["pipeline"] = dict(pipe.findings)
     return CrossRankResult(claims=claims, findings=findings)

@@ -29,7 +29,8 @@ Op-level timelines
 from __future__ import annotations
 
 import re
-from typing import Any, Mapping
+from collections.abc import Mapping
+from typing import Any
 
 import numpy as np
 import pandas as pd
@@ -135,11 +136,15 @@ def _kineto_phases(trace: RankTrace, lo: float, hi: float, n_steps: int) -> dict
     compute = (dev["category"].to_numpy() == int(Category.COMPUTE)) & (dev["correlation"].to_numpy() >= 0)
     k = dev.loc[compute & (dev["end_us"].to_numpy() > lo) & (dev["start_us"].to_numpy() < hi)]
     kind = host["kind"].to_numpy()
-    runtime = ((kind == int(Kind.RUNTIME)) | (kind == int(Kind.DRIVER))) & (host["correlation"].to_numpy() >= 0)
+    runtime = ((kind == int(Kind.RUNTIME)) | (kind == int(Kind.DRIVER))) & (
+        host["correlation"].to_numpy() >= 0
+    )
     launches = pd.Series(host["start_us"].to_numpy()[runtime], index=host["correlation"].to_numpy()[runtime])
     launches = launches[~launches.index.duplicated(keep="first")]
     launch = launches.reindex(k["correlation"].to_numpy()).to_numpy(dtype=np.float64)
-    dur = np.clip(np.minimum(k["end_us"].to_numpy(), hi) - np.maximum(k["start_us"].to_numpy(), lo), 0.0, None)
+    dur = np.clip(
+        np.minimum(k["end_us"].to_numpy(), hi) - np.maximum(k["start_us"].to_numpy(), lo), 0.0, None
+    )
     known = ~np.isnan(launch)
     launch, dur = launch[known], dur[known]
     unassigned = np.ones(launch.size, dtype=bool)

@@ -39,8 +39,9 @@ Imbalance
 
 from __future__ import annotations
 
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Mapping, Sequence
+from typing import Any
 
 import numpy as np
 import pandas as pd
@@ -82,7 +83,9 @@ def _p2p(s: RankSummary) -> pd.DataFrame:
     return c.loc[c["category"].to_numpy() == int(Category.P2P)]
 
 
-def _stages(summaries: Sequence[RankSummary], offsets: Mapping[int, float]) -> tuple[dict[int, int], str] | None:
+def _stages(
+    summaries: Sequence[RankSummary], offsets: Mapping[int, float]
+) -> tuple[dict[int, int], str] | None:
     layout = {s.rank: int(s.parallel["pp_rank"]) for s in summaries if "pp_rank" in s.parallel}
     sizes = [int(s.parallel.get("pp_size", 0)) for s in summaries if "pp_rank" in s.parallel]
     if layout and (max(sizes, default=0) > 1 or len(set(layout.values())) > 1):
@@ -98,7 +101,7 @@ def _microbatches(members: Mapping[int, list[RankSummary]], chunks: int) -> int 
     calls = [s.phases_us.get("forward_calls") for ss in members.values() for s in ss]
     known = [float(c) for c in calls if c is not None and c > 0]
     if known:
-        return max(1, int(round(float(np.median(known)) / chunks)))
+        return max(1, round(float(np.median(known)) / chunks))
     # Op-level timelines without phase counts: forward sends of the first stage per step.
     first = members[min(members)]
     counts = []
@@ -107,7 +110,7 @@ def _microbatches(members: Mapping[int, list[RankSummary]], chunks: int) -> int 
         fwd = p.loc[p["name"].astype(str).str.contains("forward-send")]
         if len(fwd) and s.steps:
             counts.append(len(fwd) / len(s.steps))
-    return max(1, int(round(float(np.median(counts)) / chunks))) if counts else None
+    return max(1, round(float(np.median(counts)) / chunks)) if counts else None
 
 
 def _schedule(first_stage: Sequence[RankSummary], m: int | None, chunks: int) -> str:
@@ -275,4 +278,6 @@ def analyze_pipeline(summaries: Sequence[RankSummary], offsets: Mapping[int, flo
                 row["modelled_bubble_fraction"] = round(
                     1.0 - m * chunks * t_mb[k] / modelled_span_us(times, m * chunks), 4
                 )
-    return PipelineResult(claims=claims, findings=findings, stage_of=stage_of, bubble_us_per_step=bubble_per_step)
+    return PipelineResult(
+        claims=claims, findings=findings, stage_of=stage_of, bubble_us_per_step=bubble_per_step
+    )
