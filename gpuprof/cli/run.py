@@ -5,6 +5,7 @@ from __future__ import annotations
 import re
 import sys
 import time
+from dataclasses import replace
 from pathlib import Path
 from typing import Optional
 
@@ -95,11 +96,39 @@ def session_report(session_dir: Path) -> Report:
     """The report of a session: traces and samples through the pipeline, or samples alone."""
     from gpuprof.session import read_session
 
-    if not read_session(session_dir).trace_paths:
+    session = read_session(session_dir)
+    if not session.trace_paths:
         return samples_only_report(session_dir, _no_trace_note(session_dir))
     from gpuprof.pipeline import analyze_paths
 
-    return analyze_paths([session_dir])
+    report = analyze_paths([session_dir])
+    # The session's own warnings (no driver, killed run) belong in every format of the report.
+    extra = tuple(w for w in session.warnings if w not in report.warnings)
+    return replace(report, warnings=report.warnings + extra) if extra else report
+
+
+def job_summary(session_dir: Path) -> str:
+    """One line on what the job did, from the session (steps, step time, traces, samples)."""
+    from gpuprof.session import read_session
+
+    s = read_session(session_dir)
+    parts = [f"exit code {s.meta.get('exit_code')}"]
+    h = s.hook_events
+    if h is not None and "kind" in h and "step" in h:
+        steps = h[h["kind"] == "step"]
+        if len(steps):
+            per_proc = steps.groupby("pid")["time_unix_s"] if "pid" in steps else None
+            n = int(steps["step"].max())
+            text = f"{n} optimizer step{'s' if n != 1 else ''}"
+            if per_proc is not None:
+                dts = per_proc.diff().dropna()
+                if len(dts):
+                    text += f" (median {dts.median() * 1000:.2f} ms per step)"
+            parts.append(text)
+    parts.append(f"{len(s.trace_paths)} trace{'s' if len(s.trace_paths) != 1 else ''}")
+    n_gpus = len(s.meta.get("gpus") or [])
+    parts.append(f"{n_gpus} GPU{'s' if n_gpus != 1 else ''} sampled" if s.samples is not None else "no GPU samples")
+    return "job: " + ", ".join(parts)
 
 
 def print_report(session_dir: Path, fmt: str) -> None:
@@ -116,6 +145,11 @@ def print_report(session_dir: Path, fmt: str) -> None:
               file=sys.stderr)
         return
     sys.stderr.write(text if text.endswith("\n") else text + "\n")
+    if fmt == "text":
+        try:
+            print(f"gpuprof: {job_summary(session_dir)}", file=sys.stderr)
+        except GpuprofError:
+            pass
     print(f"gpuprof: session saved in {session_dir} (gpuprof analyze {session_dir})", file=sys.stderr)
 
 

@@ -35,10 +35,15 @@ has no later lines.
 ``events.jsonl``: ``time_unix_s``, ``kind`` (``warning``, ``gpu_lost``, ``error``),
 ``message``, optional ``gpu``.
 
-``hooks/*.jsonl``: ``time_unix_s``, ``kind`` (``start``, ``step``, ``trace``, ``error``),
-``rank``, ``pid``; ``step`` records carry ``step`` and, when CUDA is in use, the
-:data:`MEMORY_STAT_KEYS` of ``torch.cuda.memory_stats()`` under their own names with units
-(``allocated_bytes``, ``reserved_bytes``, ``alloc_retries``, ``ooms``, ...).
+``hooks/rank<R>-<pid>.jsonl``, one file per Python process that imported torch:
+``time_unix_s``, ``kind``, ``rank``, ``pid``. Kinds: ``start`` (``argv``, ``torch_version``,
+``schedule``), ``step`` (one per optimizer step: ``step``; when CUDA is in use, the
+:data:`MEMORY_STAT_KEYS` of ``torch.cuda.memory_stats()`` under their names with units --
+``allocated_bytes``, ``reserved_bytes``, ``alloc_retries``, ``ooms``, ... -- on every step,
+or every N steps when reading them would cost over 0.2 % of a step), ``profiler_start``,
+``trace`` (``path`` of the written trace), ``error`` (``where``, ``message``, ``traceback``:
+a hook failed and switched itself off; the job went on), ``exit`` (``steps``). Steps are
+counted on the first optimizer that steps; ``rank`` is ``RANK`` from the environment.
 
 Every ``*.jsonl`` file is readable with ``pandas.read_json(path, lines=True)`` once the
 run has finished; a run killed mid-write may leave a torn last line, which
