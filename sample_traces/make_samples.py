@@ -28,7 +28,10 @@ SAMPLES: dict[str, tuple[str, dict[str, Any]]] = {
     "input-bound": ("input_bound", {"steps": 2}),
     "sync-heavy": ("sync_heavy", {"steps": 2}),
     "launch-bound": ("launch_bound", {"steps": 2}),
-    "rl-post-training": ("rl_post_training", {"steps": 2, "tokens_min": 32, "tokens_max": 320, "reward_ms": 4.0}),
+    "rl-post-training": (
+        "rl_post_training",
+        {"steps": 2, "tokens_min": 32, "tokens_max": 320, "reward_ms": 4.0},
+    ),
 }
 
 

@@ -116,6 +116,8 @@ class RankSim:
         self.phase = "main"
         self.phase_compute_us: dict[str, float] = {}
         self.wait_cause = Cause.STRAGGLER  # cause of waiting inside a collective for a late rank
+        self.allocated_bytes = 0  # caching allocator state, for [memory] events
+        self.reserved_bytes = 0
         writer.name_thread(writer.pid, self.tid, f"thread {self.tid} (pt_main_thread)")
 
     # -- helpers ----------------------------------------------------------------------
@@ -393,6 +395,12 @@ class RankSim:
     def cuda_malloc(self, dur_us: float) -> None:
         self._runtime("cudaMalloc", 20, self.jit(dur_us))
         self.label = Cause.MEMORY
+
+    def memory(self, allocated_delta_bytes: int, reserved_delta_bytes: int = 0) -> None:
+        """Record a caching-allocator change as a ``[memory]`` event (profile_memory=True)."""
+        self.allocated_bytes += allocated_delta_bytes
+        self.reserved_bytes = max(self.reserved_bytes + reserved_delta_bytes, self.allocated_bytes)
+        self.w.memory(self.tid, self.t, allocated_delta_bytes, self.allocated_bytes, self.reserved_bytes)
 
     def dataloader_next(self, wait_us: float, multiprocessing: bool = True) -> None:
         """The host waits in the DataLoader iterator for the next batch."""

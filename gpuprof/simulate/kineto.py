@@ -120,6 +120,28 @@ class KinetoWriter:
             ev["bp"] = "e"
         self.event(ev)
 
+    def memory(self, tid: int, t_us: float, nbytes: int, allocated_bytes: int, reserved_bytes: int) -> None:
+        """A ``[memory]`` instant event (``profile_memory=True``) for this rank's GPU."""
+        self.event(
+            {
+                "ph": "i",
+                "cat": "cpu_instant_event",
+                "s": "t",
+                "name": "[memory]",
+                "pid": self.pid,
+                "tid": tid,
+                "ts": _ts(t_us),
+                "args": {
+                    "Total Reserved": reserved_bytes,
+                    "Total Allocated": allocated_bytes,
+                    "Bytes": nbytes,
+                    "Addr": 139_800_000_000_000 + allocated_bytes % 4096 * 512,
+                    "Device Id": self.device,
+                    "Device Type": 1,
+                },
+            }
+        )
+
     # -- device side ------------------------------------------------------------------
     def device_x(
         self, cat: str, name: str, stream: int, start_us: float, end_us: float, args: Mapping[str, Any]

@@ -432,12 +432,21 @@ def memory_pressure(
     def program(sim: RankSim) -> Program:
         for s in range(steps):
             with sim.step(s + 1):
+                if s == 0:
+                    sim.memory(int(70e9), int(76e9))  # weights, grads, optimizer state: a nearly full GPU
                 if flush:
-                    with sim.op("aten::empty_cache"):  # what the allocator does after a failed cudaMalloc
-                        sim.cuda_free(sim.jit(2500.0))
+                    # A cudaMalloc fails (out of memory); the allocator frees its cached blocks
+                    # (cudaFree synchronizes the device) and retries.
+                    with sim.op("aten::empty_strided"):
+                        sim.cuda_malloc(sim.jit(30.0))
+                        for _ in range(4):
+                            sim.cuda_free(sim.jit(600.0))
+                        sim.memory(0, -int(6e9))
+                        sim.cuda_malloc(sim.jit(500.0))
                 for _ in range(mallocs):
                     with sim.op("aten::empty_strided"):
                         sim.cuda_malloc(sim.jit(350.0))
+                        sim.memory(0, int(6e9) // max(mallocs, 1))
                 sim.dataloader_next(40.0)
                 if pageable_mb > 0:
                     with sim.op("aten::copy_"):
@@ -445,6 +454,7 @@ def memory_pressure(
                 fetched: list[float] = []
                 for _ in range(layers):
                     wl.forward_layer(sim, layer_us)
+                    sim.memory(int(400e6))
                     if offload_mb > 0:
                         with sim.op("aten::copy_"):  # save_on_cpu / activation offload
                             sim.memcpy(
@@ -465,6 +475,7 @@ def memory_pressure(
                         sim.deps.append((end, Cause.MEMORY))
                         fetched.append(end)
                     wl.backward_layer(sim, layer_us)
+                    sim.memory(-int(400e6))
                 wl.optimizer_step(sim, layer_us * 0.3 * layers / 4)
                 wl.zero_grad(sim)
                 sim.item()
