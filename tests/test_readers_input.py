@@ -95,6 +95,15 @@ def test_trace_cut_mid_list_is_read_up_to_the_cut(
     assert t.rank == 0  # top-level keys before traceEvents survive the cut
 
 
+def test_cut_in_trailing_keys_keeps_every_event(
+    write_trace: WriteTrace, kineto: Builder, event: Builder
+) -> None:
+    text = _kineto_text(kineto, event, n=4)[:-1] + b', "traceName": "x", "displayTimeUnit": "ms"}'
+    (t,) = load_file(write_trace("tail.json", text[:-12]))
+    assert list(t.device["name"].astype(str)) == ["k0", "k1", "k2", "k3"]
+    assert any("cut off" in w for w in t.warnings)
+
+
 def test_bare_list_cut_after_a_comma(write_trace: WriteTrace, event: Builder) -> None:
     events = [event("kernel", f"k{i}", i, 1, pid=0, tid=7) for i in range(3)]
     text = json.dumps(events).encode()

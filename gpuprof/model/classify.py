@@ -27,20 +27,38 @@ from gpuprof.model.timeline import Category, CopyKind, Kind
 # --- device kernels -------------------------------------------------------------------
 
 # NCCL / RCCL kernels: ncclKernel_AllReduce_RING_LL_Sum_float, ncclDevKernel_AllGather_RING_LL,
-# ncclDevKernel_Generic (ROCm), ncclKernel_SendRecv_..., rccl variants.
-_NCCL_KERNEL = re.compile(r"(?:nccl|rccl)(?:Dev)?Kernel", re.IGNORECASE)
+# ncclDevKernel_Generic (ROCm), ncclKernel_SendRecv_..., rccl variants. Matched on the
+# lower-cased name with plain substring tests: templated kernel names run to thousands of
+# characters, where regular expressions with many alternatives are slow.
+_NCCL_KERNEL_MARKS: tuple[str, ...] = ("ncclkernel", "nccldevkernel", "rcclkernel", "rccldevkernel")
 _P2P_KERNEL = re.compile(r"(?:SendRecv|_Send_|_Recv_|_Send\b|_Recv\b|Send\(|Recv\()")
 # Kernels whose name alone does not tell collective from point-to-point.
-_AMBIGUOUS_KERNEL = re.compile(r"SendRecv|Generic", re.IGNORECASE)
+_AMBIGUOUS_KERNEL_MARKS: tuple[str, ...] = ("sendrecv", "generic")
 # Collectives implemented outside NCCL: PyTorch symmetric memory, vLLM / TRT-LLM custom
 # all-reduce kernels.
-_OTHER_COLL_KERNEL = re.compile(
-    r"multimem_all_reduce|multimem_all_gather|multimem_reduce_scatter|multimem_one_shot"
-    r"|one_shot_all_reduce|two_shot_all_reduce|symm_mem::|symmetric_memory::"
-    r"|cross_device_reduce|allreduce_fusion|userbuffers_|all_reduce_kernel|all_gather_kernel"
-    r"|reduce_scatter_kernel|alltoall_kernel|all_to_all_kernel",
-    re.IGNORECASE,
+_OTHER_COLL_KERNEL_MARKS: tuple[str, ...] = (
+    "multimem_all_reduce",
+    "multimem_all_gather",
+    "multimem_reduce_scatter",
+    "multimem_one_shot",
+    "one_shot_all_reduce",
+    "two_shot_all_reduce",
+    "symm_mem::",
+    "symmetric_memory::",
+    "cross_device_reduce",
+    "allreduce_fusion",
+    "userbuffers_",
+    "all_reduce_kernel",
+    "all_gather_kernel",
+    "reduce_scatter_kernel",
+    "alltoall_kernel",
+    "all_to_all_kernel",
 )
+
+
+def _is_nccl_kernel(low: str) -> bool:
+    return any(m in low for m in _NCCL_KERNEL_MARKS)
+
 
 # --- host ops and API calls -----------------------------------------------------------
 
@@ -186,11 +204,12 @@ _COPY_NAME = re.compile(r"Memcpy\s+(\w+)(?:\s*\(([^)]*)\))?")
 
 def classify_kernel(name: str) -> Category:
     """Category of a GPU kernel from its name alone (COLLECTIVE, P2P or COMPUTE)."""
-    if _NCCL_KERNEL.search(name):
+    low = name.lower()
+    if _is_nccl_kernel(low):
         if _P2P_KERNEL.search(name):
             return Category.P2P
         return Category.COLLECTIVE
-    if _OTHER_COLL_KERNEL.search(name):
+    if any(m in low for m in _OTHER_COLL_KERNEL_MARKS):
         return Category.COLLECTIVE
     return Category.COMPUTE
 
@@ -201,7 +220,8 @@ def is_ambiguous_comm_kernel(name: str) -> bool:
     Their category must be refined from the launching host op with
     :func:`refine_comm_category`.
     """
-    return bool(_NCCL_KERNEL.search(name)) and bool(_AMBIGUOUS_KERNEL.search(name))
+    low = name.lower()
+    return _is_nccl_kernel(low) and any(m in low for m in _AMBIGUOUS_KERNEL_MARKS)
 
 
 def comm_kind_of_context(context: Iterable[str]) -> Category | None:

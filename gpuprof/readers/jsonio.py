@@ -255,8 +255,9 @@ def _coerce(e: _LooseEvent) -> Event:
 def _recover_cut(data: bytes, is_object: bool) -> tuple[_DocTuple, int] | None:
     """Decode the longest prefix of a cut-off trace that ends after a complete event.
 
-    Candidate cut points are closing braces followed by a comma (the end of one element
-    of the event list); the prefix is closed with ``]`` (and ``}`` for an object trace).
+    Candidate cut points are closing braces followed by a comma or ``]`` (the end of one
+    element of the event list); the prefix is closed with ``]`` (and ``}`` for an object
+    trace).
     Returns ``None`` when no candidate gives a trace, e.g. when the cut is before the
     first event or the text is not a trace at all.
     """
@@ -269,7 +270,7 @@ def _recover_cut(data: bytes, is_object: bool) -> tuple[_DocTuple, int] | None:
             return None
         end = pos
         after = data[pos + 1 : pos + 65].lstrip()
-        if after and not after.startswith(b","):
+        if after and not after.startswith((b",", b"]")):
             continue  # a brace inside an event (its args), not the end of an event
         tries += 1
         prefix = data[: pos + 1]

@@ -36,7 +36,7 @@ from gpuprof.model.timeline import (
     Step,
     make_table,
 )
-from gpuprof.readers.columns import as_int, int_column, str_categorical, str_column
+from gpuprof.readers.columns import as_int, categorical, int_column, str_categorical, str_column
 from gpuprof.readers.jsonio import Event, RawTrace
 from gpuprof.readers.launch import resolve_comm_kernels
 
@@ -106,6 +106,7 @@ def read_kineto(
     dev: list[Event] = []
     host: list[Event] = []
     mem: list[Event] = []
+    frames: list[Event] = []
     dev_cats = DEVICE_CATS
     host_cats = HOST_CATS
     for e in raw.events:
@@ -113,10 +114,13 @@ def read_kineto(
             c = e.cat
             if c in dev_cats:
                 dev.append(e)
+            elif c == "python_function":
+                frames.append(e)
             elif c in host_cats:
                 host.append(e)
         elif e.name == "[memory]":
             mem.append(e)
+    host.extend(_telling_frames(frames))
     dev = _own_device(dev, facts)
     _read_distributed(raw.distributed_info, facts)
     _read_device_props(raw.device_properties, facts)
@@ -125,6 +129,23 @@ def read_kineto(
     steps = _steps(host_table)
     memory = _memory(mem, facts.device_index)
     return device_table, host_table, steps, memory, facts
+
+
+def _telling_frames(frames: list[Event]) -> list[Event]:
+    """The Python frames whose name gives them a category (data loading, cache flushes...).
+
+    ``with_stack`` traces hold a ``python_function`` event per Python call, often most of
+    the file; the framework ops and runtime calls already cover the same host time, and
+    only frames that classification recognizes tell the analysis anything more. Keeping
+    only those keeps reading fast and memory small on such traces.
+    """
+    if not frames:
+        return frames
+    names = set(map(_NAME, frames))
+    keep = {n for n in names if cl.classify(Kind.PYTHON, n) != Category.OTHER}
+    if not keep:
+        return []
+    return [e for e in frames if e.name in keep]
 
 
 def _own_device(dev: list[Event], facts: KinetoFacts) -> list[Event]:
@@ -204,11 +225,6 @@ def _floats(items: Sequence[Any], field: str) -> np.ndarray:
     return np.fromiter(map(attrgetter(field), items), np.float64, len(items))
 
 
-def _codes_by_name(names: Sequence[str]) -> tuple[pd.Categorical, np.ndarray, list[str]]:
-    cat = pd.Categorical(names)
-    return cat, np.asarray(cat.codes), list(cat.categories)
-
-
 def _host_table(host: list[Event]) -> pd.DataFrame:
     n = len(host)
     start = _floats(host, "ts")
@@ -216,7 +232,7 @@ def _host_table(host: list[Event]) -> pd.DataFrame:
     kind = np.array(list(map(_HOST_KIND_CODES.__getitem__, map(_CAT, host))), np.int8)
     names = list(map(_NAME, host))
     args = list(map(_ARGS, host))
-    name_cat, codes, uniq = _codes_by_name(names)
+    name_cat, codes, uniq = categorical(names)
     # Classify each unique (kind, name) pair once.
     category = np.full(n, int(Category.OTHER), np.int8)
     if n:
@@ -256,9 +272,10 @@ def _device_table(dev: list[Event], host_table: pd.DataFrame) -> pd.DataFrame:
     kind = np.array(list(map(_DEVICE_KIND_CODES.__getitem__, map(_CAT, dev))), np.int8)
     names = list(map(_NAME, dev))
     args = list(map(_ARGS, dev))
-    name_cat, codes, uniq = _codes_by_name(names)
-    kernel_cat = np.array([int(cl.classify_kernel(s)) for s in uniq] or [0], np.int8)
-    copy_parsed = [cl.parse_copy(s) for s in uniq]
+    name_cat, codes, uniq = categorical(names)
+    kernel_cat = np.array([int(cl.classify(Kind.KERNEL, s)) for s in uniq] or [0], np.int8)
+    no_copy = (CopyKind.UNKNOWN, False)
+    copy_parsed = [cl.parse_copy(s) if s.startswith("Memcpy") else no_copy for s in uniq]
     copy_kind_by_code = np.array([int(k) for k, _ in copy_parsed] or [0], np.int8)
     pageable_by_code = np.array([p for _, p in copy_parsed] or [False], bool)
     is_kernel = kind == int(Kind.KERNEL)

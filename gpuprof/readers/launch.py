@@ -63,33 +63,38 @@ def resolve_comm_kernels(
     h_tid = host["tid"].to_numpy()
     h_name_codes = host["name"].cat.codes.to_numpy()
     h_names = list(host["name"].cat.categories)
-    h_coll = host["coll_name"].astype(str).to_numpy()
-    h_pg = host["pg"].astype(str).to_numpy()
+    # Categorical codes, not strings: converting whole columns would cost per host event.
+    h_coll_codes = host["coll_name"].cat.codes.to_numpy()
+    h_colls = [str(c) for c in host["coll_name"].cat.categories]
+    h_pg_codes = host["pg"].cat.codes.to_numpy()
+    h_pgs = [str(c) for c in host["pg"].cat.categories]
     ctx_mask = np.isin(h_kind, _CONTEXT_KINDS)
-    per_tid: dict[int, npt.NDArray[np.intp]] = {}
+    per_tid: dict[int, tuple[npt.NDArray[np.intp], npt.NDArray[np.float64]]] = {}
     for row in comm_rows:
         launch = launch_of.get(int(correlation[row]))
         if launch is None:
             continue
         tid = int(h_tid[launch])
-        rows = per_tid.get(tid)
-        if rows is None:
-            rows = np.flatnonzero(ctx_mask & (h_tid == tid))  # sorted by start already
-            per_tid[tid] = rows
+        cached = per_tid.get(tid)
+        if cached is None:
+            rows_of_tid = np.flatnonzero(ctx_mask & (h_tid == tid))  # sorted by start already
+            cached = (rows_of_tid, h_start[rows_of_tid])
+            per_tid[tid] = cached
+        rows, starts = cached
         t0, t1 = h_start[launch], h_end[launch]
-        pos = int(np.searchsorted(h_start[rows], t0, side="right"))
+        pos = int(np.searchsorted(starts, t0, side="right"))
+        window = rows[max(0, pos - _MAX_WALK) : pos]
+        enclosing = window[h_end[window] >= t1][::-1]  # innermost (latest start) first
         context: list[str] = []
         ctx_coll = ""
         ctx_pg = ""
-        for j in rows[max(0, pos - _MAX_WALK) : pos][::-1]:
-            if h_end[j] < t1:
-                continue
+        for j in enclosing.tolist():
             name = h_names[h_name_codes[j]]
             context.append(name)
-            if not ctx_coll and h_coll[j]:
-                ctx_coll = h_coll[j]
-            if not ctx_pg and h_pg[j]:
-                ctx_pg = h_pg[j]
+            if not ctx_coll and h_coll_codes[j] >= 0:
+                ctx_coll = h_colls[h_coll_codes[j]]
+            if not ctx_pg and h_pg_codes[j] >= 0:
+                ctx_pg = h_pgs[h_pg_codes[j]]
             if name.startswith("ProfilerStep#"):
                 break
         if not ctx_coll:

@@ -33,7 +33,7 @@ import pandas as pd
 
 from gpuprof.model import classify as cl
 from gpuprof.model.timeline import DEVICE_COLUMNS, Kind, RankTrace, Step, empty_host_table, make_table
-from gpuprof.readers.columns import as_int, int_column
+from gpuprof.readers.columns import as_int, categorical, int_column
 from gpuprof.readers.jsonio import Event, RawTrace
 
 _THREAD_LAYOUT = re.compile(r"PP\s*rank\s*(\d+)\s*,\s*TP\s*rank\s*(\d+)", re.IGNORECASE)
@@ -193,15 +193,15 @@ def _worker_table(evs: list[Event]) -> tuple[pd.DataFrame, tuple[Step, ...]]:
     start = np.fromiter((e.ts for e in evs), np.float64, n)
     end = start + np.fromiter((e.dur for e in evs), np.float64, n)
     names = [e.name for e in evs]
-    cat = pd.Categorical(names)
-    cats_by_code = np.array([int(cl.classify(Kind.TIMER, s)) for s in cat.categories] or [0], np.int8)
+    cat, codes, uniq = categorical(names)
+    cats_by_code = np.array([int(cl.classify(Kind.TIMER, s)) for s in uniq] or [0], np.int8)
     step = int_column([e.args.step for e in evs])
     table = make_table(
         {
             "start_us": start,
             "end_us": end,
             "kind": np.full(n, int(Kind.TIMER), np.int8),
-            "category": cats_by_code[np.asarray(cat.codes)] if n else np.zeros(0, np.int8),
+            "category": cats_by_code[codes] if n else np.zeros(0, np.int8),
             "stream": int_column([e.tid for e in evs]),
             "name": cat,
             "mb_id": int_column([e.args.mb_id for e in evs]),
