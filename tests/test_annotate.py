@@ -151,3 +151,30 @@ def test_real_trace(shared_traces: Path, tmp_path: Path) -> None:
     assert new[: len(events)] == events  # integers too large for a C long survive exactly
     total = sum(s["dur"] for s in _slices(doc))
     assert total == pytest.approx(sum(r.lost_total_us for r in analysis.report.ranks), rel=1e-6, abs=0.01)
+
+
+def test_folder_gets_one_annotated_trace_per_rank(cli, tmp_path: Path, write_trace: Callable[..., Path],
+                                                  kineto: Builder, event: Builder) -> None:  # fmt: skip
+    for r in (0, 1):
+        doc = _trace(kineto, event)
+        doc["distributedInfo"] = {"backend": "nccl", "rank": r, "world_size": 2}
+        write_trace(f"job/rank{r}.pt.trace.json.gz", doc, gz=True)
+    job = tmp_path / "job"
+    code, err = cli("annotate", str(job), "-o", "out")
+    assert code == 0, err
+    names = sorted(p.name for p in (tmp_path / "out").iterdir())
+    assert names == ["rank0.pt.trace.json.gz", "rank1.pt.trace.json.gz"]
+    lost_by_rank = {r.rank: r.lost_total_us for r in run_analysis([job]).report.ranks}
+    for r in (0, 1):
+        doc = json.loads(gzip.decompress((tmp_path / "out" / f"rank{r}.pt.trace.json.gz").read_bytes()))
+        tracks = {e["args"]["name"] for e in doc["traceEvents"] if e.get("name") == "process_name" and "gpuprof" in str(e["args"])}
+        assert tracks == {f"{TRACK_PREFIX} (rank {r})"}
+        assert sum(s["dur"] for s in _slices(doc)) == pytest.approx(lost_by_rank[r], abs=0.01)
+    # One rank's file analyzed with its job: only that rank's track, same figures as the job's.
+    code, err = cli("annotate", str(job / "rank1.pt.trace.json.gz"), "--job", str(job), "-o", "r1.json")
+    assert code == 0, err
+    doc = json.loads((tmp_path / "r1.json").read_text())
+    assert {s["args"]["rank"] for s in _slices(doc)} == {1}
+    assert sum(s["dur"] for s in _slices(doc)) == pytest.approx(lost_by_rank[1], abs=0.01)
+    code, err = cli("annotate", str(job), "-o", "x.json")
+    assert code == 2 and "output folder" in err

@@ -1,4 +1,4 @@
-"""``gpuprof annotate TRACE -o OUT.json``: the trace with lost-time tracks, for Perfetto."""
+"""``gpuprof annotate``: traces with lost-time tracks added, to open in Perfetto."""
 
 from __future__ import annotations
 
@@ -13,34 +13,83 @@ from gpuprof.errors import GpuprofError
 OUT_EXTENSIONS = (".json", ".json.gz")
 
 
+def _key(p: Path | str) -> Path:
+    return Path(p).resolve()
+
+
 @app.command()
 def annotate(
-    trace: Path = typer.Argument(..., help="One trace file (.json or .json.gz): a Kineto trace or an op-level timeline.", show_default=False),
-    output: Path = typer.Option(..., "--output", "-o", help="Annotated trace to write: .json, or .json.gz to compress.", show_default=False),
+    path: Path = typer.Argument(
+        ..., help="A trace file (.json, .json.gz), or a folder or session of per-rank traces.", show_default=False
+    ),
+    output: Path = typer.Option(
+        ...,
+        "--output",
+        "-o",
+        help="For one trace: the file to write (.json, or .json.gz to compress). For several: a folder, "
+        "which gets one annotated trace per input file, under the same name.",
+        show_default=False,
+    ),
+    job: Path | None = typer.Option(
+        None,
+        "--job",
+        help="Analyze the trace together with the other ranks' traces in this folder, so that waits on other "
+        "ranks (straggler, pipeline bubble) are attributed as in the whole job's report.",
+    ),
     steps: str | None = typer.Option(None, "--steps", help="Steps to analyze: N, N:M, N: or :M (inclusive)."),
 ) -> None:
-    """Write TRACE plus one track per cause of lost time, with a slice for every lost interval.
+    """Write the trace plus one track per cause of lost time, with a slice for every lost interval.
 
     For each rank a process "gpuprof: lost time (rank N)" is added, with a thread per
-    cause, on the trace's own clock. Open the result in https://ui.perfetto.dev or
-    chrome://tracing to see each lost interval next to the kernels around it.
+    cause, on the trace's own clock; the original events are copied unchanged. Open the
+    result in https://ui.perfetto.dev or chrome://tracing to see each lost interval next
+    to the kernels around it.
     """
     from gpuprof.analysis.window import StepSelection
     from gpuprof.annotate import annotate_file
     from gpuprof.cli.analyze import StderrProgress
     from gpuprof.pipeline import AnalyzeOptions, run_analysis
+    from gpuprof.readers import discover
 
-    if trace.is_dir():
-        raise GpuprofError("annotate takes one trace file, not a folder; give one rank's trace", trace)
-    if not output.name.lower().endswith(OUT_EXTENSIONS):
+    files = [s.path for s in discover([path])]
+    inputs: list[Path] = [path]
+    if job is not None:
+        in_job = {_key(s.path) for s in discover([job])}
+        missing = [f for f in files if _key(f) not in in_job]
+        if missing:
+            raise GpuprofError(f"not one of the traces in --job {job}", missing[0])
+        inputs = [job]
+    single = len(files) == 1 and output.name.lower().endswith(OUT_EXTENSIONS)
+    if single:
+        if output.exists() and _key(output) == _key(files[0]):
+            raise GpuprofError("refusing to overwrite the input trace; choose another -o", output)
+    elif len(files) == 1:
         raise GpuprofError("the annotated trace must be written as .json or .json.gz", output)
-    if output.exists() and trace.exists() and output.resolve() == trace.resolve():
-        raise GpuprofError("refusing to overwrite the input trace; choose another -o", output)
-    analysis = run_analysis([trace], AnalyzeOptions(steps=StepSelection.parse(steps)), progress=StderrProgress())
-    done = annotate_file(trace, output, analysis.attributions)
-    ranks = ", ".join(str(r) for r in done.ranks) or "none"
-    print(
-        f"gpuprof: wrote {output}: {done.slices} lost-time slices for rank(s) {ranks}; "
-        "open it in https://ui.perfetto.dev or chrome://tracing",
-        file=sys.stderr,
-    )
+    else:
+        if (output.exists() and not output.is_dir()) or output.name.lower().endswith(OUT_EXTENSIONS):
+            raise GpuprofError(f"{len(files)} traces need an output folder (one annotated trace per input), not a file", output)
+        if any(_key(f.parent) == _key(output) for f in files):
+            raise GpuprofError("refusing to write into the input folder; choose another -o", output)
+
+    analysis = run_analysis(inputs, AnalyzeOptions(steps=StepSelection.parse(steps)), progress=StderrProgress())
+    ranks_of: dict[Path, list[int]] = {}
+    for s in analysis.summaries:
+        ranks_of.setdefault(_key(s.source), []).append(s.rank)
+    if single and job is None and len(ranks_of) <= 1:
+        ranks_of = {_key(files[0]): sorted(analysis.attributions)}  # the file is the whole input
+
+    if not single:
+        try:
+            output.mkdir(exist_ok=True)
+        except OSError as exc:
+            raise GpuprofError(f"cannot create output folder: {exc.strerror or exc}", output) from None
+    total = 0
+    for f in files:
+        dest = output if single else output / f.name
+        done = annotate_file(f, dest, analysis.attributions, ranks=sorted(ranks_of.get(_key(f), [])))
+        total += done.slices
+        ranks = ", ".join(str(r) for r in done.ranks) or "none"
+        print(f"gpuprof: wrote {dest}: {done.slices} lost-time slices for rank(s) {ranks}", file=sys.stderr)
+    if len(files) > 1:
+        print(f"gpuprof: {len(files)} annotated traces, {total} slices in all", file=sys.stderr)
+    print("gpuprof: open them in https://ui.perfetto.dev or chrome://tracing", file=sys.stderr)
