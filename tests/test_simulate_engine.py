@@ -91,7 +91,7 @@ def test_kernel_waits_for_launch_stream_and_dependencies(tmp_path: Path) -> None
             assert b[0] == pytest.approx(t_launch + 5.0 + 3.0) and b[0] > a[1] + 290.0
             s.dataloader_next(300.0)
             c = s.kernel("c", 100.0)
-            assert c[0] > b[1] + 300.0
+            assert c[0] > b[1] + 200.0  # the 300 us wait overlaps b, which runs meanwhile
             s.device_sync()
         return
         yield
@@ -99,8 +99,8 @@ def test_kernel_waits_for_launch_stream_and_dependencies(tmp_path: Path) -> None
     run_job([sim], [program])
     t = rank_truth(sim)
     assert t.compute_us == pytest.approx(300.0)
-    assert t.lost_us[Cause.DATALOADER] > 300.0
-    assert t.lost_us[Cause.HOST] > 300.0
+    assert t.lost_us[Cause.DATALOADER] > 200.0
+    assert t.lost_us[Cause.HOST] > 290.0
     assert t.compute_us + sum(t.lost_us.values()) == pytest.approx(t.window_us)
 
 
