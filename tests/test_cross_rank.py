@@ -168,3 +168,14 @@ def test_megatron_barrier_waits_are_for_the_ranks_still_communicating(shared_tra
     assert {r for r in stage if stage[r] in late_stages} == set(waited_for)
     # ... because of their own communication, not compute.
     assert "compute" not in list(b["last_activity"])[:1]
+
+
+def test_single_gpu_job_gets_no_note_about_missing_ranks() -> None:
+    from rankbuilder import RankBuilder
+
+    b = RankBuilder()
+    b.step(1, 0.0, 1_000.0)
+    b.kernel(10.0, 900.0, launch_at=0.0)
+    res = analyze_job([summarize(b.build())])
+    assert "note" not in res.findings["straggler_analysis"]
+    assert res.claims == {}

@@ -409,14 +409,22 @@ def communication_advice(ctx: AdviceContext) -> list[Recommendation]:
     top = sorted(reports, key=lambda r: -comm[r.rank] / max(r.steps, 1))
     worst = top[0]
     per_step = comm[worst.rank] / max(worst.steps, 1)
+    info = ctx.cross.get("straggler_analysis") or {}
+    partial = bool(info.get("note")) and not ctx.cross.get("stragglers")
     evidence = [
         (
             f"rank {worst.rank} loses {_ms(per_step)} per step ({100 * per_step / max(step_time_us(worst), 1e-9):.1f}% "
-            "of its step) to collectives with no compute beside them (waiting for late ranks excluded)"
+            "of its step) to collectives with no compute beside them"
+            + ("" if partial else " (waiting for late ranks excluded)")
         ),
     ]
     if share is not None:
         evidence.append(f"{100 * share:.0f}% of collective device time overlaps compute")
+    if partial:
+        evidence.append(
+            "part of this may be waiting for ranks that are not in the input: "
+            + str(info["note"]).split(":")[0]
+        )
     evidence.append("estimate assumes half of the exposed time can be hidden")
     ranks = tuple(r.rank for r in reports if comm[r.rank] > 0)
     if _is_megatron(ctx):

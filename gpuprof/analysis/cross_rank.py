@@ -142,10 +142,14 @@ def _stragglers(
     }
     world = max((s.world_size or 0) for s in summaries) if summaries else 0
     if len(summaries) < 2:
-        info["note"] = (
-            f"only {len(summaries)} of {world or 'an unknown number of'} ranks in the input: "
-            "waiting for other ranks cannot be measured"
-        )
+        # A single-GPU job (no collectives, no world size) has nobody to wait for.
+        if world > 1 or len(matched.calls):
+            info["note"] = (
+                f"only {len(summaries)} of {world or 'an unknown number of'} ranks in the input: "
+                "waiting for other ranks cannot be measured"
+            )
+            info["ranks_present"] = len(summaries)
+            info["world_size"] = world or None
         return [], info
     if matched.incomplete_groups:
         info["incomplete_groups"] = {
