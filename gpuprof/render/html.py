@@ -116,13 +116,14 @@ def rank_bars_svg(report: Report, width_px: int = 1100) -> str:
     label_w, right = 70, 10
     plot_w = width_px - label_w - right
     label_every = max(1, -(-12 // bar_h))  # keep labels at least ~12 px apart
-    height = len(ranks) * (bar_h + gap) + 24
+    top = 8  # room for the first label's ascenders
+    height = top + len(ranks) * (bar_h + gap) + 24
     parts = [
-        (f'<svg xmlns="http://www.w3.org/2000/svg" role="img" aria-label="time per rank" '
+        (f'<svg xmlns="http://www.w3.org/2000/svg" role="img" aria-label="time per rank" shape-rendering="crispEdges" '
         f'width="{width_px}" height="{height}" viewBox="0 0 {width_px} {height}">')
     ]
     for i, r in enumerate(ranks):
-        y = i * (bar_h + gap)
+        y = top + i * (bar_h + gap)
         if i % label_every == 0:
             parts.append(f'<text x="{label_w - 6}" y="{y + bar_h - 2}" text-anchor="end">rank {r.rank}</text>')
         x = float(label_w)
@@ -137,7 +138,7 @@ def rank_bars_svg(report: Report, width_px: int = 1100) -> str:
                 f'fill="{fg.CAUSE_COLORS[key]}"><title>{e(tip)}</title></rect>'
             )
             x += w
-    axis_y = len(ranks) * (bar_h + gap) + 14
+    axis_y = top + len(ranks) * (bar_h + gap) + 14
     for p in (0, 25, 50, 75, 100):
         px = label_w + plot_w * p / 100
         parts.append(f'<text x="{px:.1f}" y="{axis_y}" text-anchor="middle">{p}%</text>')
@@ -274,7 +275,12 @@ def _job_findings(extra: Mapping[str, object]) -> str:
 def render_html(report: Report, width: int = 100) -> str:
     """The whole page as one string (``width`` is unused: the page reflows)."""
     body: list[str] = ["<h1>gpuprof report</h1>"]
-    if report.inputs:
+    if len(report.inputs) > 3:
+        body.append(
+            f'<details class="muted inputs"><summary>{e(", ".join(report.inputs[:3]))} and {len(report.inputs) - 3} more inputs'
+            f"</summary>{e(', '.join(report.inputs[3:]))}</details>"
+        )
+    elif report.inputs:
         body.append('<div class="muted inputs">' + e(", ".join(report.inputs)) + "</div>")
     empty = fg.nothing_to_analyze(report)
     if empty is not None:
