@@ -163,5 +163,20 @@ def _with_base(r: CheckResult, base: float, unit: str) -> CheckResult:
     return CheckResult(r.name, r.measured, r.allowed, r.unit, r.passed, msg)
 
 
+def baseline_notes(report: Report, baseline: Report) -> list[str]:
+    """Differences that make a baseline comparison less like-for-like (ranks, GPU model)."""
+    notes: list[str] = []
+    n_cur, n_base = len(report.ranks), len(baseline.ranks)
+    if n_cur != n_base:
+        notes.append(f"the baseline has {n_base} rank(s), this run {n_cur}: shares are compared over all ranks")
+    cur_dev = sorted({r.device for r in report.ranks if r.device})
+    base_dev = sorted({r.device for r in baseline.ranks if r.device})
+    if cur_dev and base_dev and cur_dev != base_dev:
+        notes.append(
+            f"the baseline ran on {', '.join(base_dev)}, this run on {', '.join(cur_dev)}: step times are not like-for-like"
+        )
+    return notes
+
+
 def failed(results: list[CheckResult]) -> list[CheckResult]:
     return [r for r in results if not r.passed]

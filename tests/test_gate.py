@@ -86,3 +86,13 @@ def test_a_cause_that_appears_from_nothing_is_caught() -> None:
 def test_faster_step_and_less_lost_time_pass() -> None:
     better = report([rank(0, window_ms=80, lost_ms={"host": 2}), rank(1, window_ms=80)])
     assert not failed(check_baseline(better, BASE))
+
+
+def test_baseline_notes_say_when_runs_differ() -> None:
+    from gpuprof.gate import baseline_notes
+
+    assert baseline_notes(BASE, BASE) == []
+    other = report([rank(0, device="NVIDIA A100-SXM4-80GB")])
+    notes = baseline_notes(other, BASE)
+    assert any("2 rank(s), this run 1" in n for n in notes)
+    assert any("NVIDIA H100 80GB HBM3" in n and "NVIDIA A100-SXM4-80GB" in n for n in notes)

@@ -181,7 +181,15 @@ def check(
     if junit is not None:
         write_output(checks_junit(results, subject=", ".join(str(p) for p in paths)), junit)
     _append_step_summary(checks_markdown(results) + "\n" + render(report, "markdown"))
-    sys.stdout.write(checks_text(results, terminal_width()))
+    text = checks_text(results, terminal_width())
+    if base_report is not None:
+        text = "".join(f"note: {n}\n" for n in gate.baseline_notes(report, base_report)) + text
+    if gate.failed(results) and report.recommendations:
+        # A failing gate should say where to look next, not only what failed.
+        text += "\nWhat to change first (gpuprof analyze for the evidence):\n"
+        for i, rec in enumerate(report.recommendations[:3], 1):
+            text += f"  {i}. {rec.title} [{rec.category.value}, saves ~{rec.estimated_savings_pct:.1f}% of step time]\n"
+    sys.stdout.write(text)
     sys.stdout.flush()
     if gate.failed(results):
         # SystemExit, not typer.Exit: in non-standalone mode click returns Exit's code
