@@ -10,6 +10,7 @@ from typing import Any
 import pytest
 
 from gpuprof.model.report import Cause
+from gpuprof.simulate import comm
 from gpuprof.simulate.engine import COMPUTE_STREAM, Job, Program, RankSim, SimulationError, Timing, run_job
 from gpuprof.simulate.kineto import KinetoWriter
 from gpuprof.simulate.truth import rank_truth
@@ -53,7 +54,8 @@ def test_collective_starts_when_the_last_rank_arrives(tmp_path: Path) -> None:
     def program(sim: RankSim) -> Program:
         with sim.step(1):
             sim.kernel("gemm", 1000.0 if sim.rank == 0 else 3000.0)
-            yield from sim.collective(
+            yield from comm.collective(
+                sim,
                 "g", coll="allreduce", op_name="c10d::allreduce_", annotation="nccl:all_reduce",
                 kernel_name="ncclDevKernel_AllReduce_Sum_f32_RING_LL(ncclDevKernelArgsStorage<4096ul>)",
                 nelems=10, dtype="Float", ranks=[0, 1], transfer_us=500.0,
@@ -130,9 +132,9 @@ def test_p2p_receive_waits_for_the_sender(tmp_path: Path) -> None:
         with sim.step(1):
             if sim.rank == 0:
                 sim.kernel("fwd", 2000.0)
-                yield from sim.p2p("send", 1, "act", nelems=1, transfer_us=50.0, ranks=[0, 1])
+                yield from comm.p2p(sim, "send", 1, "act", nelems=1, transfer_us=50.0, ranks=[0, 1])
             else:
-                _, end = yield from sim.p2p("recv", 0, "act", nelems=1, transfer_us=50.0, ranks=[0, 1])
+                _, end = yield from comm.p2p(sim, "recv", 0, "act", nelems=1, transfer_us=50.0, ranks=[0, 1])
                 start, _ = sim.kernel("fwd", 2000.0)
                 assert start >= end
             sim.device_sync()
@@ -147,7 +149,7 @@ def test_a_receive_nobody_sends_is_reported_as_a_deadlock(tmp_path: Path) -> Non
 
     def program(sim: RankSim) -> Program:
         with sim.step(1):
-            yield from sim.p2p("recv", 1 - sim.rank, "x", nelems=1, transfer_us=1.0, ranks=[0, 1])
+            yield from comm.p2p(sim, "recv", 1 - sim.rank, "x", nelems=1, transfer_us=1.0, ranks=[0, 1])
 
     with pytest.raises(SimulationError, match="deadlocks"):
         run_job(sims, [program, program])

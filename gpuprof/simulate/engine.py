@@ -178,7 +178,7 @@ class RankSim:
         self.steps.append((number, start, self.t))
         self.window = (self.window[0], self.t)
 
-    def _runtime(self, name: str, cbid: int, dur_us: float) -> tuple[int, float, float]:
+    def runtime(self, name: str, cbid: int, dur_us: float) -> tuple[int, float, float]:
         corr = self._next_corr()
         start = self.t
         self.t += dur_us
@@ -213,7 +213,7 @@ class RankSim:
         self.stream_free[stream] = start + dur_us
         return start
 
-    def _device(
+    def emit_device(
         self,
         cat: str,
         name: str,
@@ -248,11 +248,11 @@ class RankSim:
         grid: int = 1024,
     ) -> tuple[float, float]:
         """Launch a kernel; returns its device ``(start_us, end_us)``."""
-        corr, t0, t1 = self._runtime("cudaLaunchKernel", 211, self.jit(self.timing.launch_us))
+        corr, t0, t1 = self.runtime("cudaLaunchKernel", 211, self.jit(self.timing.launch_us))
         dur = self.jit(dur_us)
         start = self._place(stream, dur, t1 + self.jit(self.timing.queue_us), deps)
         end = start + dur
-        self._device(
+        self.emit_device(
             "kernel",
             name,
             stream,
@@ -303,11 +303,11 @@ class RankSim:
             "DtoH": f"Memcpy DtoH (Device -> {host})",
             "DtoD": "Memcpy DtoD (Device -> Device)",
         }
-        corr, t0, t1 = self._runtime("cudaMemcpyAsync", 41, self.jit(4.0))
+        corr, t0, t1 = self.runtime("cudaMemcpyAsync", 41, self.jit(4.0))
         dur = 1.5 + nbytes / (bw_gbps * 1e3)
         start = self._place(stream, dur, t1 + self.jit(self.timing.queue_us), deps)
         end = start + dur
-        self._device(
+        self.emit_device(
             "gpu_memcpy",
             names[kind],
             stream,
@@ -326,11 +326,11 @@ class RankSim:
         return start, end
 
     def memset(self, nbytes: int, stream: int = COMPUTE_STREAM) -> tuple[float, float]:
-        corr, t0, t1 = self._runtime("cudaMemsetAsync", 51, self.jit(3.0))
+        corr, t0, t1 = self.runtime("cudaMemsetAsync", 51, self.jit(3.0))
         dur = 1.0 + nbytes / 1.5e6
         start = self._place(stream, dur, t1 + self.jit(self.timing.queue_us))
         end = start + dur
-        self._device(
+        self.emit_device(
             "gpu_memset",
             "Memset (Device)",
             stream,
@@ -346,7 +346,7 @@ class RankSim:
     # -- host blocking ----------------------------------------------------------------
     def stream_sync(self, stream: int = COMPUTE_STREAM) -> None:
         """``cudaStreamSynchronize``: the host waits for the stream to drain."""
-        corr, t0, _ = self._runtime("cudaStreamSynchronize", 131, 0.0)
+        corr, t0, _ = self.runtime("cudaStreamSynchronize", 131, 0.0)
         self.t = max(self.t, self.stream_free.get(stream, self.t)) + self.jit(3.0)
         self.w.host_x(
             "cuda_runtime",
@@ -360,7 +360,7 @@ class RankSim:
 
     def device_sync(self) -> None:
         """``cudaDeviceSynchronize``: the host waits for every stream to drain."""
-        corr, t0, _ = self._runtime("cudaDeviceSynchronize", 165, 0.0)
+        corr, t0, _ = self.runtime("cudaDeviceSynchronize", 165, 0.0)
         self.t = max([self.t] + list(self.stream_free.values())) + self.jit(3.0)
         self.w.host_x(
             "cuda_runtime",
@@ -380,7 +380,7 @@ class RankSim:
 
     def cuda_free(self, dur_us: float) -> None:
         """``cudaFree``: synchronizes the whole device, then releases memory."""
-        corr, t0, _ = self._runtime("cudaFree", 17, 0.0)
+        corr, t0, _ = self.runtime("cudaFree", 17, 0.0)
         self.t = max([self.t] + list(self.stream_free.values())) + self.jit(dur_us)
         self.w.host_x(
             "cuda_runtime",
@@ -393,7 +393,7 @@ class RankSim:
         self.label = Cause.MEMORY
 
     def cuda_malloc(self, dur_us: float) -> None:
-        self._runtime("cudaMalloc", 20, self.jit(dur_us))
+        self.runtime("cudaMalloc", 20, self.jit(dur_us))
         self.label = Cause.MEMORY
 
     def memory(self, allocated_delta_bytes: int, reserved_delta_bytes: int = 0) -> None:
@@ -411,170 +411,6 @@ class RankSim:
             self.label = Cause.DATALOADER
 
     # -- communication ----------------------------------------------------------------
-    def collective(
-        self,
-        key: Any,
-        *,
-        coll: str,
-        op_name: str,
-        annotation: str,
-        kernel_name: str,
-        nelems: int,
-        dtype: str,
-        ranks: Sequence[int],
-        transfer_us: float,
-        pg: str = "0",
-        pg_desc: str = "default_pg",
-    ) -> Generator[Wait, None, tuple[float, float]]:
-        """An NCCL collective on the NCCL stream; returns the kernel's ``(start, end)``.
-
-        The NCCL stream first waits for the compute stream (what ProcessGroupNCCL does), so
-        a rank arrives when its own compute before the call is done.
-        """
-        pg_args = {
-            "Process Group Name": pg,
-            "Process Group Description": pg_desc,
-            "Process Group Ranks": str(list(ranks)),
-        }
-        coll_args = {
-            "Collective name": coll,
-            "In msg nelems": nelems,
-            "Out msg nelems": nelems,
-            "Group size": len(ranks),
-            "dtype": dtype,
-            "In split size": "[]",
-            "Out split size": "[]",
-        }
-        full = ("coll", pg) + tuple(key) if isinstance(key, tuple) else ("coll", pg, key)
-        with (
-            self.op(op_name),
-            self.op(
-                "record_param_comms",
-                args={**coll_args, **pg_args, "Global rank start": 0, "Global rank stride": 1},
-            ),
-            self.op(annotation, cat="user_annotation"),
-        ):
-            self.idle(self.jit(6.0))
-            corr, t0, t1 = self._runtime("cudaLaunchKernelExC", 430, self.jit(8.0))
-            arrival = max(
-                t1 + self.jit(self.timing.queue_us),
-                self.stream_free[NCCL_STREAM],
-                self.stream_free[COMPUTE_STREAM],
-            )
-            self.job.post(full, self.rank, arrival, len(ranks), transfer_us)
-            yield Wait(full)
-            xfer_start, end = self.job.resolved[full]
-            self.stream_free[NCCL_STREAM] = end
-            self._device(
-                "kernel",
-                kernel_name,
-                NCCL_STREAM,
-                arrival,
-                end,
-                corr,
-                t0,
-                {
-                    "registers per thread": 96,
-                    "shared memory": 87568,
-                    "blocks per SM": 0.1,
-                    "warps per SM": 1.2,
-                    "grid": [16, 1, 1],
-                    "block": [544, 1, 1],
-                    "est. achieved occupancy %": 0,
-                    **coll_args,
-                    **pg_args,
-                },
-            )
-            self.w.device_x(
-                "gpu_user_annotation", annotation, NCCL_STREAM, arrival, end, {"External id": self.ext}
-            )
-            self.claim(self.wait_cause, arrival, xfer_start)
-            self.claim(Cause.COMMUNICATION, xfer_start, end)
-        return arrival, end
-
-    def p2p(
-        self,
-        kind: str,
-        peer: int,
-        key: Any,
-        *,
-        nelems: int,
-        transfer_us: float,
-        ranks: Sequence[int],
-        pg: str = "0",
-    ) -> Generator[Wait, None, tuple[float, float]]:
-        """``dist.isend`` / ``dist.irecv`` followed by ``wait()`` (as pipeline schedules do).
-
-        A send ends ``transfer_us`` after it starts (NCCL buffers it); a receive ends when
-        the sender's data has arrived. The compute stream waits for either to finish.
-        """
-        src, dst = (self.rank, peer) if kind == "send" else (peer, self.rank)
-        annotation = f"nccl:send {src}->{dst}" if kind == "send" else f"nccl:recv {dst}<-{src}"
-        data_key = ("p2p", src, dst) + (tuple(key) if isinstance(key, tuple) else (key,))
-        coll_args = {
-            "Collective name": kind,
-            "In msg nelems": nelems,
-            "Out msg nelems": nelems,
-            "Group size": len(ranks),
-            "dtype": "BFloat16",
-            "In split size": "[]",
-            "Out split size": "[]",
-        }
-        pg_args = {
-            "Process Group Name": pg,
-            "Process Group Description": "default_pg",
-            "Process Group Ranks": str(list(ranks)),
-        }
-        with (
-            self.op("c10d::send" if kind == "send" else "c10d::recv_"),
-            self.op(
-                "record_param_comms",
-                args={**coll_args, **pg_args, "Global rank start": 0, "Global rank stride": 1},
-            ),
-            self.op(annotation, cat="user_annotation"),
-        ):
-            self.idle(self.jit(5.0))
-            corr, t0, t1 = self._runtime("cudaLaunchKernelExC", 430, self.jit(7.0))
-            arrival = max(
-                t1 + self.jit(self.timing.queue_us),
-                self.stream_free[P2P_STREAM],
-                self.stream_free[COMPUTE_STREAM],
-            )
-            if kind == "send":
-                end = arrival + transfer_us
-                self.job.post_data(data_key, end)
-            else:
-                yield Wait(data_key)
-                end = max(self.job.resolved[data_key][1], arrival + transfer_us)
-            self.stream_free[P2P_STREAM] = end
-            self._device(
-                "kernel",
-                "ncclDevKernel_SendRecv(ncclDevKernelArgsStorage<4096ul>)",
-                P2P_STREAM,
-                arrival,
-                end,
-                corr,
-                t0,
-                {
-                    "registers per thread": 96,
-                    "shared memory": 35856,
-                    "blocks per SM": 0.01,
-                    "warps per SM": 0.2,
-                    "grid": [1, 1, 1],
-                    "block": [640, 1, 1],
-                    "est. achieved occupancy %": 0,
-                    **coll_args,
-                    **pg_args,
-                },
-            )
-            self.w.device_x(
-                "gpu_user_annotation", annotation, P2P_STREAM, arrival, end, {"External id": self.ext}
-            )
-            self.claim(Cause.PIPELINE_BUBBLE, arrival, end)
-        # work.wait(): the compute stream waits for the transfer
-        self.deps.append((end, Cause.PIPELINE_BUBBLE))
-        return arrival, end
-
     def finish(self) -> None:
         """Claim the tail of the window after the last device work (the host's reason)."""
         if self.window is None:

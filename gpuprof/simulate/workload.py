@@ -8,7 +8,12 @@ the backward takes twice as long, as for a matmul-dominated layer.
 
 from __future__ import annotations
 
-from gpuprof.simulate.engine import RankSim
+from collections.abc import Generator
+from typing import Any
+
+from gpuprof.model.report import Cause
+from gpuprof.simulate import comm
+from gpuprof.simulate.engine import Program, RankSim, Wait
 
 GEMM = "sm90_xmma_gemm_bf16bf16_bf16f32_f32_tn_n_tilesize128x128x64_warpgroupsize1x1x1_execute_segment_k_off_kernel__5x_cublas"
 GEMM_NT = "sm90_xmma_gemm_bf16bf16_bf16f32_f32_nt_n_tilesize128x128x64_warpgroupsize1x1x1_execute_segment_k_off_kernel__5x_cublas"
@@ -111,3 +116,66 @@ def input_batch(sim: RankSim, nbytes: int, *, wait_us: float = 40.0, pinned: boo
     sim.dataloader_next(wait_us)
     with sim.op("aten::to"), sim.op("aten::_to_copy"), sim.op("aten::copy_"):
         sim.memcpy("HtoD", nbytes, pinned=pinned, bw_gbps=24.0 if pinned else 8.0)
+
+
+ALLREDUCE_KERNEL = "ncclDevKernel_AllReduce_Sum_bf16_RING_LL(ncclDevKernelArgsStorage<4096ul>)"
+ALLGATHER_KERNEL = "ncclDevKernel_AllGather_RING_LL(ncclDevKernelArgsStorage<4096ul>)"
+
+
+def ring_us(nbytes: float, ranks: int, link_gbs: float) -> float:
+    """Ring all-reduce transfer time: each rank moves 2 (n-1)/n of the buffer."""
+    return 20.0 + 2.0 * (ranks - 1) / ranks * nbytes / (link_gbs * 1e3)
+
+
+def allreduce(
+    sim: RankSim, key: Any, nbytes: float, ranks: int, link_gbs: float
+) -> Generator[Wait, None, tuple[float, float]]:
+    return comm.collective(
+        sim,
+        key,
+        coll="allreduce",
+        op_name="c10d::allreduce_",
+        annotation="nccl:all_reduce",
+        kernel_name=ALLREDUCE_KERNEL,
+        nelems=int(nbytes // 2),
+        dtype="BFloat16",
+        ranks=list(range(ranks)),
+        transfer_us=ring_us(nbytes, ranks, link_gbs),
+    )
+
+
+def dp_step(
+    sim: RankSim,
+    step: int,
+    *,
+    ranks: int,
+    layers: int,
+    layer_us: float,
+    grad_mb: float,
+    buckets: int,
+    link_gbs: float,
+    batch_wait_us: float = 40.0,
+) -> Program:
+    """One data-parallel training step: input, forward, backward with bucketed all-reduce."""
+    input_batch(sim, 8 << 20, wait_us=batch_wait_us)
+    with sim.op("DistributedDataParallel.forward", cat="user_annotation"):
+        for _ in range(layers):
+            forward_layer(sim, layer_us)
+        loss(sim)
+    ends: list[float] = []
+    per_bucket = max(1, layers // max(buckets, 1))
+    pending = 0
+    with sim.op("autograd::engine::evaluate_function: torch::autograd::AccumulateGrad"):
+        for i in range(layers):
+            backward_layer(sim, layer_us)
+            pending += 1
+            if ranks > 1 and (pending == per_bucket or i == layers - 1):
+                nbytes = grad_mb * 1e6 * pending / layers
+                _, end = yield from allreduce(sim, (step, i), nbytes, ranks, link_gbs)
+                ends.append(end)
+                pending = 0
+    for end in ends:  # DDP waits for every bucket before the optimizer
+        sim.deps.append((end, Cause.COMMUNICATION))
+    optimizer_step(sim, layer_us * 0.3 * layers / 4)
+    zero_grad(sim)
+    sim.item()  # loss.item() for logging

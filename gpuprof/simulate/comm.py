@@ -1,0 +1,177 @@
+"""Communication on the simulated ranks: NCCL collectives and point-to-point transfers.
+
+Both are generator functions for a rank's program to ``yield from``: they issue the host
+operators PyTorch records (``c10d::allreduce_`` > ``record_param_comms`` >
+``nccl:all_reduce`` > ``cudaLaunchKernelExC``), place the NCCL kernel on its stream, and
+record the ground truth of the time spent in it.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Generator, Sequence
+from typing import Any
+
+from gpuprof.model.report import Cause
+from gpuprof.simulate.engine import COMPUTE_STREAM, NCCL_STREAM, P2P_STREAM, RankSim, Wait
+
+
+def collective(
+    sim: RankSim,
+    key: Any,
+    *,
+    coll: str,
+    op_name: str,
+    annotation: str,
+    kernel_name: str,
+    nelems: int,
+    dtype: str,
+    ranks: Sequence[int],
+    transfer_us: float,
+    pg: str = "0",
+    pg_desc: str = "default_pg",
+) -> Generator[Wait, None, tuple[float, float]]:
+    """An NCCL collective on the NCCL stream; returns the kernel's ``(start, end)``.
+
+    The NCCL stream first waits for the compute stream (what ProcessGroupNCCL does), so
+    a rank arrives when its own compute before the call is done.
+    """
+    pg_args = {
+        "Process Group Name": pg,
+        "Process Group Description": pg_desc,
+        "Process Group Ranks": str(list(ranks)),
+    }
+    coll_args = {
+        "Collective name": coll,
+        "In msg nelems": nelems,
+        "Out msg nelems": nelems,
+        "Group size": len(ranks),
+        "dtype": dtype,
+        "In split size": "[]",
+        "Out split size": "[]",
+    }
+    full = ("coll", pg) + tuple(key) if isinstance(key, tuple) else ("coll", pg, key)
+    with (
+        sim.op(op_name),
+        sim.op(
+            "record_param_comms",
+            args={**coll_args, **pg_args, "Global rank start": 0, "Global rank stride": 1},
+        ),
+        sim.op(annotation, cat="user_annotation"),
+    ):
+        sim.idle(sim.jit(6.0))
+        corr, t0, t1 = sim.runtime("cudaLaunchKernelExC", 430, sim.jit(8.0))
+        arrival = max(
+            t1 + sim.jit(sim.timing.queue_us),
+            sim.stream_free[NCCL_STREAM],
+            sim.stream_free[COMPUTE_STREAM],
+        )
+        sim.job.post(full, sim.rank, arrival, len(ranks), transfer_us)
+        yield Wait(full)
+        xfer_start, end = sim.job.resolved[full]
+        sim.stream_free[NCCL_STREAM] = end
+        sim.emit_device(
+            "kernel",
+            kernel_name,
+            NCCL_STREAM,
+            arrival,
+            end,
+            corr,
+            t0,
+            {
+                "registers per thread": 96,
+                "shared memory": 87568,
+                "blocks per SM": 0.1,
+                "warps per SM": 1.2,
+                "grid": [16, 1, 1],
+                "block": [544, 1, 1],
+                "est. achieved occupancy %": 0,
+                **coll_args,
+                **pg_args,
+            },
+        )
+        sim.w.device_x("gpu_user_annotation", annotation, NCCL_STREAM, arrival, end, {"External id": sim.ext})
+        sim.claim(sim.wait_cause, arrival, xfer_start)
+        sim.claim(Cause.COMMUNICATION, xfer_start, end)
+    return arrival, end
+
+
+def p2p(
+    sim: RankSim,
+    kind: str,
+    peer: int,
+    key: Any,
+    *,
+    nelems: int,
+    transfer_us: float,
+    ranks: Sequence[int],
+    pg: str = "0",
+) -> Generator[Wait, None, tuple[float, float]]:
+    """``dist.isend`` / ``dist.irecv`` followed by ``wait()`` (as pipeline schedules do).
+
+    A send ends ``transfer_us`` after it starts (NCCL buffers it); a receive ends when
+    the sender's data has arrived. The compute stream waits for either to finish.
+    """
+    src, dst = (sim.rank, peer) if kind == "send" else (peer, sim.rank)
+    annotation = f"nccl:send {src}->{dst}" if kind == "send" else f"nccl:recv {dst}<-{src}"
+    data_key = ("p2p", src, dst) + (tuple(key) if isinstance(key, tuple) else (key,))
+    coll_args = {
+        "Collective name": kind,
+        "In msg nelems": nelems,
+        "Out msg nelems": nelems,
+        "Group size": len(ranks),
+        "dtype": "BFloat16",
+        "In split size": "[]",
+        "Out split size": "[]",
+    }
+    pg_args = {
+        "Process Group Name": pg,
+        "Process Group Description": "default_pg",
+        "Process Group Ranks": str(list(ranks)),
+    }
+    with (
+        sim.op("c10d::send" if kind == "send" else "c10d::recv_"),
+        sim.op(
+            "record_param_comms",
+            args={**coll_args, **pg_args, "Global rank start": 0, "Global rank stride": 1},
+        ),
+        sim.op(annotation, cat="user_annotation"),
+    ):
+        sim.idle(sim.jit(5.0))
+        corr, t0, t1 = sim.runtime("cudaLaunchKernelExC", 430, sim.jit(7.0))
+        arrival = max(
+            t1 + sim.jit(sim.timing.queue_us),
+            sim.stream_free[P2P_STREAM],
+            sim.stream_free[COMPUTE_STREAM],
+        )
+        if kind == "send":
+            end = arrival + transfer_us
+            sim.job.post_data(data_key, end)
+        else:
+            yield Wait(data_key)
+            end = max(sim.job.resolved[data_key][1], arrival + transfer_us)
+        sim.stream_free[P2P_STREAM] = end
+        sim.emit_device(
+            "kernel",
+            "ncclDevKernel_SendRecv(ncclDevKernelArgsStorage<4096ul>)",
+            P2P_STREAM,
+            arrival,
+            end,
+            corr,
+            t0,
+            {
+                "registers per thread": 96,
+                "shared memory": 35856,
+                "blocks per SM": 0.01,
+                "warps per SM": 0.2,
+                "grid": [1, 1, 1],
+                "block": [640, 1, 1],
+                "est. achieved occupancy %": 0,
+                **coll_args,
+                **pg_args,
+            },
+        )
+        sim.w.device_x("gpu_user_annotation", annotation, P2P_STREAM, arrival, end, {"External id": sim.ext})
+        sim.claim(Cause.PIPELINE_BUBBLE, arrival, end)
+    # work.wait(): the compute stream waits for the transfer
+    sim.deps.append((end, Cause.PIPELINE_BUBBLE))
+    return arrival, end

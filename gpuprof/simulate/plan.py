@@ -1,0 +1,30 @@
+"""What a scenario hands the simulator: ranks, the program each runs, what it is built to show."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from gpuprof.model.report import Cause
+from gpuprof.simulate.engine import Program, RankSim, SimulationError, Timing
+
+
+@dataclass(frozen=True)
+class Plan:
+    """A scenario ready to run: ``expected`` holds what it is built to show (``intended``
+    top cause or ``None``, ``culprit_ranks``, and for pipelines the theoretical bubble),
+    copied into ``ground_truth.json``."""
+
+    world_size: int
+    program: Callable[[RankSim], Program]
+    expected: Mapping[str, Any] = field(default_factory=dict)
+    timing: Timing = field(default_factory=Timing)
+    wait_cause: Cause = Cause.STRAGGLER  # cause of waiting inside a collective for a late rank
+    session: bool = False  # write a gpuprof session folder with NVML-like samples
+
+
+def check(cond: bool, message: str) -> None:
+    """Reject knobs that make no sense, as one line for the user."""
+    if not cond:
+        raise SimulationError(message)
