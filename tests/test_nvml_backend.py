@@ -324,3 +324,15 @@ def test_only_nvml_module_imports_pynvml() -> None:
         if "import pynvml" in p.read_text(encoding="utf-8") or "from pynvml" in p.read_text(encoding="utf-8")
     )
     assert importers == ["record/nvml.py"]
+
+
+def test_error_while_listing_gpus_is_backend_unavailable() -> None:
+    stub = StubNvml(three_gpus())
+
+    def no_permission(i: int) -> int:
+        raise pynvml.NVMLError(pynvml.NVML_ERROR_NO_PERMISSION)
+
+    stub.nvmlDeviceGetHandleByIndex = no_permission  # type: ignore[method-assign]
+    with pytest.raises(BackendUnavailable, match="could not list"):
+        NvmlBackend(stub)
+    assert stub.shutdown_called

@@ -80,6 +80,9 @@ class NvmlBackend:
         self._devices: list[_Device] = []
         try:
             self._open_devices(visible_devices)
+        except self.nvml.NVMLError as exc:
+            self.close()
+            raise BackendUnavailable(f"NVML could not list the GPUs: {_text(exc)}") from None
         except BaseException:
             self.close()
             raise

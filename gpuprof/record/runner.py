@@ -208,6 +208,10 @@ def run_command(
         msg = f"no GPU sampling: {exc}; the command runs and traces are still collected"
         warnings.append(msg)
         warn(msg)
+    except Exception as exc:  # sampling is never a reason not to run the user's job
+        msg = f"no GPU sampling: the NVML backend failed to start ({exc!r}); the command runs"
+        warnings.append(msg)
+        warn(msg)
     gpus = [g.to_meta() for g in backend.devices()] if backend is not None else []
     if backend is not None and not gpus:
         msg = "no GPU visible to the job (CUDA_VISIBLE_DEVICES); no GPU samples"
