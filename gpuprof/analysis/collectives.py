@@ -39,14 +39,13 @@ from gpuprof.analysis import intervals as iv
 from gpuprof.analysis.summary import RankSummary
 from gpuprof.model.timeline import Category
 
-KEY = ["pg", "coll_name", "step", "k"]
-
 
 @dataclass(frozen=True)
 class MatchedCollectives:
     """The result of matching, one row per (rank, collective call) in ``calls``.
 
-    Columns of ``calls``: ``rank``; ``pg``, ``step``, ``k`` (the match key); ``coll_name``;
+    Columns of ``calls``: ``rank``; ``key`` (one id per matched collective); ``pg``,
+    ``coll_name``, ``step``, ``k`` (what the key is made of);
     ``start_us``, ``end_us`` (rank's own clock); ``arrival_us`` (start on the aligned
     clock); ``duration_us``; ``wait_us`` (time waiting for the last member present);
     ``lateness_us`` (arrival minus the median arrival of the members present);
@@ -67,6 +66,7 @@ class MatchedCollectives:
 def _empty_calls() -> pd.DataFrame:
     cols = {
         "rank": "int64",
+        "key": "int64",
         "pg": "object",
         "step": "int64",
         "k": "int64",
@@ -105,10 +105,17 @@ def _gather(summaries: Sequence[RankSummary]) -> pd.DataFrame:
     df["pg"] = df["pg"].astype(str)
     df["coll_name"] = df["coll_name"].astype(str)
     df["step"] = df["step"].astype(np.int64)
-    # Position within (rank, pg, step) in issue order: robust to windows that differ by
-    # a partial step, since counting restarts every step.
-    df = df.sort_values(["rank", "pg", "coll_name", "step", "seq"], kind="stable", ignore_index=True)
-    df["k"] = df.groupby(["rank", "pg", "coll_name", "step"], sort=False).cumcount().astype(np.int64)
+    # Strings are factorized once; every grouping below works on integer codes, which
+    # keeps matching fast at hundreds of ranks with thousands of calls each.
+    df["pg_code"] = pd.factorize(df["pg"])[0]
+    df["coll_code"] = pd.factorize(df["coll_name"])[0]
+    df["src_code"] = pd.factorize(df["source"])[0]
+    # Position within (rank, pg, name, step) in issue order: robust to windows that differ
+    # by a partial step, since counting restarts every step.
+    lane = ["rank", "pg_code", "coll_code", "step"]
+    df = df.sort_values([*lane, "seq"], kind="stable", ignore_index=True)
+    df["k"] = df.groupby(lane, sort=False).cumcount().astype(np.int64)
+    df["key"] = df.groupby(["pg_code", "coll_code", "step", "k"], sort=False).ngroup().astype(np.int64)
     return df
 
 
@@ -139,22 +146,25 @@ def _expected_sizes(
 
 def _clock_offsets(df: pd.DataFrame) -> pd.Series:
     """Offset per source (us) so that matched collectives end together; see module doc."""
-    sources = df["source"].unique()
-    offsets = pd.Series(0.0, index=sources)
-    if len(sources) < 2:
-        return offsets
-    multi = df.groupby(KEY, sort=False)["source"].transform("nunique") >= 2
-    d = df.loc[multi, KEY + ["source", "end_us"]]
-    if len(d) == 0:
-        return offsets
-    for _ in range(2):
-        aligned = d["end_us"] - d["source"].map(offsets).to_numpy()
-        ref = aligned.groupby([d[c] for c in KEY], sort=False).transform("median")
-        resid = aligned - ref
-        delta = resid.groupby(d["source"]).median()
-        offsets = offsets.add(delta.reindex(offsets.index).fillna(0.0))
-    # Fix the gauge: only differences between clocks are meaningful.
-    return offsets - float(offsets.median())
+    n_src = int(df["src_code"].max()) + 1
+    offsets = np.zeros(n_src)
+    if n_src < 2:
+        return pd.Series(offsets, index=pd.unique(df["source"]))
+    by_key = df.groupby("key", sort=False)["src_code"]
+    multi = (by_key.transform("min") != by_key.transform("max")).to_numpy()
+    key = df["key"].to_numpy()[multi]
+    src = df["src_code"].to_numpy()[multi]
+    end = df["end_us"].to_numpy()[multi]
+    if key.size:
+        for _ in range(2):
+            aligned = pd.Series(end - offsets[src])
+            ref = aligned.groupby(key, sort=False).transform("median").to_numpy()
+            delta = pd.Series(aligned.to_numpy() - ref).groupby(src).median()
+            offsets[delta.index.to_numpy()] += delta.to_numpy()
+        # Fix the gauge: only differences between clocks are meaningful.
+        offsets -= float(np.median(offsets))
+    names = df.drop_duplicates("src_code").sort_values("src_code")["source"].to_numpy()
+    return pd.Series(offsets, index=names)
 
 
 def match_collectives(summaries: Sequence[RankSummary]) -> MatchedCollectives:
@@ -167,8 +177,9 @@ def match_collectives(summaries: Sequence[RankSummary]) -> MatchedCollectives:
 
     df["arrival_us"] = df["start_us"] - df["rank"].map(offsets).to_numpy()
     df["duration_us"] = df["end_us"] - df["start_us"]
-    groups = df.groupby(KEY, sort=False)
-    df["n_present"] = groups["rank"].transform("nunique").astype(np.int64)
+    groups = df.groupby("key", sort=False)
+    # A rank has at most one call per key (k counts its calls), so size = ranks present.
+    df["n_present"] = groups["rank"].transform("size").astype(np.int64)
     last = groups["arrival_us"].transform("max")
     median = groups["arrival_us"].transform("median")
     df["wait_us"] = np.clip(last - df["arrival_us"], 0.0, df["duration_us"].clip(lower=0.0))
@@ -176,7 +187,8 @@ def match_collectives(summaries: Sequence[RankSummary]) -> MatchedCollectives:
     df["lateness_us"] = df["arrival_us"] - median
     df["is_last"] = (df["arrival_us"] >= last) & (df["n_present"] >= 2)
 
-    present: dict[str, int] = {str(k): int(v) for k, v in df.groupby("pg")["rank"].nunique().items()}
+    pg_ranks = df.groupby("pg_code")["rank"].transform("nunique")
+    present: dict[str, int] = dict(zip(df["pg"].to_numpy(), pg_ranks.to_numpy().astype(int)))
     expected = _expected_sizes(summaries, list(present), present)
     df["n_expected"] = df["pg"].map(expected).astype(np.int64)
     df["complete"] = (df["n_expected"] > 0) & (df["n_present"] >= df["n_expected"])
@@ -186,7 +198,6 @@ def match_collectives(summaries: Sequence[RankSummary]) -> MatchedCollectives:
         if expected[pg] < 0 or present[pg] < expected[pg]
     }
     cols = list(_empty_calls().columns)
-    pg_ranks = df.groupby("pg")["rank"].transform("nunique")
     unmatched = int(((df["n_present"] < 2) & (pg_ranks >= 2)).sum())
     return MatchedCollectives(df[cols], offsets, unmatched, incomplete)
 

@@ -92,7 +92,7 @@ def _caused_waits(matched: MatchedCollectives) -> dict[int, tuple[float, int]]:
     full = calls.loc[calls["complete"] & (calls["n_present"] >= 2)]
     if len(full) == 0:
         return {}
-    key = ["pg", "coll_name", "step", "k"]
+    key = "key"
     others = full.loc[~full["is_last"]].groupby(key)["wait_us"].median()
     last = full.loc[full["is_last"]].drop_duplicates(key)
     caused = last.set_index(key).join(others.rename("caused"), how="left")["caused"].fillna(0.0)
@@ -134,9 +134,7 @@ def _stragglers(
     summaries: Sequence[RankSummary], matched: MatchedCollectives
 ) -> tuple[list[dict[str, Any]], dict[str, Any]]:
     info: dict[str, Any] = {
-        "collectives_matched": int(matched.calls.groupby(["pg", "coll_name", "step", "k"]).ngroups)
-        if len(matched.calls)
-        else 0,
+        "collectives_matched": int(matched.calls["key"].nunique()) if len(matched.calls) else 0,
         "clock_offsets_us": {str(r): round(o, 3) for r, o in matched.offsets_us.items()},
         "unmatched_calls": matched.unmatched,
     }
