@@ -9,6 +9,7 @@ import subprocess
 import sys
 import time
 from pathlib import Path
+from typing import NoReturn
 
 import pytest
 
@@ -193,3 +194,36 @@ def test_sigkill_of_gpuprof_leaves_a_readable_session(tmp_path: Path) -> None:
     report = session_report(out)
     assert report.extra["samples"]["gpus"][0]["samples"] >= 20
     assert any("did not finish" in w for w in report.warnings)
+
+
+def test_run_command_samples_the_fake_gpus_while_the_job_runs(tmp_path: Path) -> None:
+    from gpuprof.record.backend import FakeBackend
+    from gpuprof.record.runner import RunOptions, run_command
+
+    backend = FakeBackend.rl_post_training(n_gpus=3)
+    res = run_command([sys.executable, "-c", "import time; time.sleep(0.6)"], tmp_path / "s",
+                      RunOptions(interval_ms=50, hooks=False), backend_factory=lambda: backend)
+    assert res.exit_code == 0 and res.warnings == ()
+    s = read_session(tmp_path / "s")
+    assert [g["uuid"] for g in s.meta["gpus"]] == ["GPU-fake-0000", "GPU-fake-0001", "GPU-fake-0002"]
+    assert s.meta["versions"]["driver"] == "fake"
+    assert s.samples is not None and set(s.samples["gpu"]) == {0, 1, 2}
+    assert len(s.samples) >= 3 * 5
+    assert backend.closed
+
+
+def test_run_command_without_driver_warns_once_and_runs(tmp_path: Path) -> None:
+    from gpuprof.record.backend import BackendUnavailable
+    from gpuprof.record.runner import RunOptions, run_command
+
+    def no_driver() -> NoReturn:
+        raise BackendUnavailable("NVML Shared Library Not Found")
+
+    said: list[str] = []
+    res = run_command(["sh", "-c", "exit 4"], tmp_path / "s", RunOptions(hooks=False),
+                      backend_factory=no_driver, warn=said.append)
+    assert res.exit_code == 4
+    assert len(said) == 1 and "no GPU sampling" in said[0]
+    s = read_session(tmp_path / "s")
+    assert s.samples is None and s.meta["gpus"] == [] and len(s.meta["warnings"]) == 1
+
