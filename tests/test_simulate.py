@@ -244,6 +244,12 @@ def test_same_seed_same_bytes_other_seed_other_trace(tmp_path: Path) -> None:
     assert (a / "rank0.pt.trace.json.gz").read_bytes() != (c / "rank0.pt.trace.json.gz").read_bytes()
 
 
+def test_a_second_run_into_the_same_folder_replaces_the_first(tmp_path: Path) -> None:
+    generate("straggler", tmp_path, ranks=4, steps=1, layers=2)
+    generate("healthy", tmp_path, steps=1, layers=2)
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["ground_truth.json", "rank0.pt.trace.json.gz"]
+
+
 def test_knobs_change_the_job(tmp_path: Path) -> None:
     few = read_truth(generate("healthy", tmp_path / "few", steps=1, layers=2))
     many = read_truth(generate("healthy", tmp_path / "many", steps=3, layers=6))

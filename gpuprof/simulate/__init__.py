@@ -110,7 +110,8 @@ def generate(
 
     ``compress=False`` writes plain ``.pt.trace.json`` files (faster for very large traces;
     ``compresslevel`` trades gzip speed for size otherwise). Returns the path to give
-    ``gpuprof analyze`` (``out_dir`` itself). Raises
+    ``gpuprof analyze`` (``out_dir`` itself). Earlier ``rank*.pt.trace.json*`` files in
+    ``out_dir`` are replaced. Raises
     :class:`GpuprofError` for an unknown scenario or knob, or knobs that make no sense.
     """
     params = resolve_knobs(scenario, knobs)
@@ -122,6 +123,10 @@ def generate(
     out = Path(out_dir)
     trace_dir = out / "traces" if plan.session else out
     trace_dir.mkdir(parents=True, exist_ok=True)
+    # Traces of an earlier run into the same folder (more ranks, other format) would be
+    # read together with the new ones: remove them first. Nothing else is touched.
+    for old in [*out.glob("rank*.pt.trace.json*"), *(out / "traces").glob("rank*.pt.trace.json*")]:
+        old.unlink()
     n = plan.world_size
     pg = {
         "pg_name": "0",
