@@ -59,6 +59,9 @@ def collective(
         sim.op(annotation, cat="user_annotation"),
     ):
         sim.idle(sim.jit(6.0))
+        # ProcessGroupNCCL makes the NCCL stream wait for the current stream first
+        sim.runtime("cudaEventRecord", 135, sim.jit(2.0))
+        sim.runtime("cudaStreamWaitEvent", 147, sim.jit(1.5))
         corr, t0, t1 = sim.runtime("cudaLaunchKernelExC", 430, sim.jit(8.0))
         arrival = max(
             t1 + sim.jit(sim.timing.queue_us),
@@ -137,6 +140,9 @@ def p2p(
         sim.op(annotation, cat="user_annotation"),
     ):
         sim.idle(sim.jit(5.0))
+        # ProcessGroupNCCL makes the NCCL stream wait for the current stream first
+        sim.runtime("cudaEventRecord", 135, sim.jit(2.0))
+        sim.runtime("cudaStreamWaitEvent", 147, sim.jit(1.5))
         corr, t0, t1 = sim.runtime("cudaLaunchKernelExC", 430, sim.jit(7.0))
         arrival = max(
             t1 + sim.jit(sim.timing.queue_us),
