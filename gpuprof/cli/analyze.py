@@ -92,7 +92,8 @@ def analyze(
     paths: List[Path] = typer.Argument(
         ...,
         help="Kineto trace files (.json, .json.gz), folders of per-rank traces, gpuprof run "
-        "session folders, or op-level Chrome trace timelines.",
+        "session folders, op-level Chrome trace timelines, or a report saved with --format json "
+        "(rendered again).",
         show_default=False,
     ),
     fmt: Optional[str] = typer.Option(
@@ -117,7 +118,22 @@ def analyze(
     from gpuprof.pipeline import AnalyzeOptions, analyze_paths
     from gpuprof.render import render
 
+    from gpuprof.cli.check import is_report_file, read_report
+
     chosen = choose_format(fmt, output)
-    options = AnalyzeOptions(steps=StepSelection.parse(steps), jobs=jobs, scheduler=scheduler)
-    report = analyze_paths(paths, options, progress=StderrProgress())
-    emit(render(report, chosen, width=terminal_width() if output is None else 100), output)
+    saved = [p for p in paths if is_report_file(p)]
+    if saved:
+        # A report saved with --format json is rendered again (e.g. as HTML) without the traces.
+        if len(paths) > 1:
+            raise GpuprofError("a saved report cannot be combined with other inputs; give it alone", saved[0])
+        report = read_report(saved[0])
+    else:
+        options = AnalyzeOptions(steps=StepSelection.parse(steps), jobs=jobs, scheduler=scheduler)
+        report = analyze_paths(paths, options, progress=StderrProgress())
+    if chosen == "text" and output is None:
+        from gpuprof.render.text import render_text
+
+        text = render_text(report, terminal_width(), color=sys.stdout.isatty())
+    else:
+        text = render(report, chosen, width=terminal_width() if output is None else 100)
+    emit(text, output)
