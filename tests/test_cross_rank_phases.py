@@ -100,3 +100,24 @@ def test_megatron_last_stage_forward_is_much_longer(shared_traces: Path) -> None
     traces = load_all([shared_traces / "megatron-pp4-timeline"])
     fwd = {t.parallel["pp_rank"]: phase_times(t, select_window(t))["forward"] for t in traces}
     assert fwd[3] > 1.5 * max(fwd[k] for k in (0, 1, 2))
+
+
+def test_pipelining_actions_give_passes_stage_and_chunks() -> None:
+    # torch.distributed.pipelining's interleaved schedules: rank runs stages 1 and 5.
+    b = RankBuilder()
+    b.step(1, 0.0, 10_000.0)
+    t0 = 0.0
+    for stage in (1, 5):
+        for mb in range(2):
+            b.host(t0, t0 + 100.0, f"PP:{stage}F{mb}", kind=Kind.ANNOTATION)
+            b.kernel(t0 + 10, t0 + 60, launch_at=t0 + 5)
+            b.host(t0 + 100.0, t0 + 300.0, f"PP:{stage}B{mb}", kind=Kind.ANNOTATION)
+            b.kernel(t0 + 110, t0 + 210, launch_at=t0 + 105)
+            t0 += 400.0
+    b.host(t0, t0 + 50.0, "PP:5SEND_B1", kind=Kind.ANNOTATION)
+    t = b.build()
+    ph = phase_times(t, select_window(t))
+    assert ph["forward"] == pytest.approx(4 * 50.0)
+    assert ph["backward"] == pytest.approx(4 * 100.0)
+    assert ph["forward_calls"] == 4.0 and ph["backward_calls"] == 4.0
+    assert ph["pp_stage"] == 1.0 and ph["pp_chunks"] == 2.0

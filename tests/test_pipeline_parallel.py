@@ -225,3 +225,21 @@ def test_megatron_last_stage_is_the_bottleneck(shared_traces: Path) -> None:
     assert f["span_us"] == pytest.approx(f["modelled_span_us"], rel=0.05)
     for row in f["per_stage"]:
         assert row["bubble_fraction"] == pytest.approx(row["modelled_bubble_fraction"], abs=0.05)
+
+
+def test_stage_order_and_chunks_from_pipelining_annotations() -> None:
+    from dataclasses import replace
+
+    traces = pipeline_job(3, 4, [10_000.0] * 3, [20_000.0] * 3)
+    job = []
+    for s in summaries([replace(t, parallel={}, source=f"r{t.rank}.json") for t in traces]):
+        # The annotations' stage indices say rank k runs stages k and k + 3 (v = 2).
+        phases = dict(s.phases_us, pp_stage=float(s.rank), pp_chunks=2.0, forward_calls=8.0)
+        job.append(replace(s, phases_us=phases))
+    res = analyze_pipeline(job, {s.rank: 0.0 for s in job})
+    assert res is not None
+    f = res.findings
+    assert f["stage_source"] == "annotations"
+    assert res.stage_of == {0: 0, 1: 1, 2: 2}
+    assert (f["chunks"], f["microbatches"], f["schedule"]) == (2, 4, "interleaved-1f1b")
+    assert f["theoretical_bubble_fraction"] == pytest.approx(2 / (2 * 4 + 2), abs=1e-4)

@@ -5,13 +5,17 @@ slow ("rank 5's backward takes 1.6x the median"). :func:`phase_times` returns pe
 means in microseconds under the keys ``forward``, ``backward``, ``optimizer`` and ``data``,
 plus, where the trace marks each microbatch's pass separately, ``forward_calls`` and
 ``backward_calls`` (mean number of forward / backward passes per step; a pipeline stage
-runs one per microbatch). A phase the trace does not show is left out (unknown, not 0).
+runs one per microbatch and model chunk), and where ``torch.distributed.pipelining``
+marks its actions (``PP:1F0``), ``pp_stage`` (the lowest pipeline stage index the rank
+runs) and ``pp_chunks`` (how many stages it runs). A phase the trace does not show is left
+out (unknown, not 0).
 
 Kineto traces
     A phase is the host time spans of its markers: ``## forward ##``, ``*.forward``
     annotations (``DistributedDataParallel.forward``) and ``Forward <i>`` ranges of
     ``torch.distributed.pipelining`` for forward; ``## backward ##``,
     ``autograd::engine::evaluate_function: ...`` and ``Backward <i>`` for backward;
+    ``PP:<stage>F<mb>`` / ``PP:<stage>B|I|W<mb>`` actions of its multi-stage schedules,
     ``Optimizer.step#...``, ``Optimizer.zero_grad#...`` and ``## optimizer ##`` for the
     optimizer. The time of forward, backward and optimizer is *device* time: the summed
     duration of the compute kernels launched while the host was inside the phase (what
@@ -40,14 +44,18 @@ from gpuprof.model.timeline import Category, Kind, RankTrace
 
 PHASES: tuple[str, ...] = ("forward", "backward", "optimizer", "data")
 
-_FORWARD = re.compile(r"^## forward ##$|\.forward$|(?:^|[\s:_])Forward\s*\d+", re.IGNORECASE)
+# ``PP:<stage><action><microbatch>`` are the actions of torch.distributed.pipelining's
+# multi-stage schedules: F forward, B full backward, I / W backward for inputs / weights.
+_PP_ACTION = re.compile(r"^PP:(\d+)(F|B|I|W)(\d+)$")
+_FORWARD = re.compile(r"^## forward ##$|\.forward$|(?:^|[\s:_])Forward\s*\d+|^PP:\d+F\d+$", re.IGNORECASE)
 _BACKWARD = re.compile(
-    r"^## backward ##$|^autograd::engine::evaluate_function|(?:^|[\s:_])Backward\s*\d+", re.IGNORECASE
+    r"^## backward ##$|^autograd::engine::evaluate_function|(?:^|[\s:_])Backward\s*\d+|^PP:\d+[BIW]\d+$",
+    re.IGNORECASE,
 )
 _OPTIMIZER = re.compile(r"^Optimizer\.(?:step|zero_grad)#|^## optimizer ##$|^## zero_grad ##$", re.IGNORECASE)
 # Markers that stand for one pass (one microbatch) each, for the *_calls counts.
-_FORWARD_PASS = re.compile(r"^## forward ##$|(?:^|[\s:_])Forward\s*\d+", re.IGNORECASE)
-_BACKWARD_PASS = re.compile(r"^## backward ##$|(?:^|[\s:_])Backward\s*\d+", re.IGNORECASE)
+_FORWARD_PASS = re.compile(r"^## forward ##$|(?:^|[\s:_])Forward\s*\d+|^PP:\d+F\d+$", re.IGNORECASE)
+_BACKWARD_PASS = re.compile(r"^## backward ##$|(?:^|[\s:_])Backward\s*\d+|^PP:\d+[BI]\d+$", re.IGNORECASE)
 
 
 def _bounds(window: Any) -> tuple[float, float, int]:
@@ -104,6 +112,20 @@ def _timeline_phases(trace: RankTrace, lo: float, hi: float, n_steps: int) -> di
     return out
 
 
+def _pipeline_stages(names: pd.Series) -> dict[str, float]:
+    """``pp_stage`` (lowest stage index this rank runs) and ``pp_chunks`` (how many stages
+    it runs: the virtual stages of an interleaved schedule) from ``PP:`` action ranges."""
+    cats = names.cat.categories if hasattr(names, "cat") else pd.Index(names.unique())
+    stages = set()
+    for c in cats:
+        m = _PP_ACTION.match(str(c))
+        if m is not None:
+            stages.add(int(m.group(1)))
+    if not stages:
+        return {}
+    return {"pp_stage": float(min(stages)), "pp_chunks": float(len(stages))}
+
+
 def _kineto_phases(trace: RankTrace, lo: float, hi: float, n_steps: int) -> dict[str, float]:
     host = trace.host
     dev = trace.device
@@ -129,6 +151,7 @@ def _kineto_phases(trace: RankTrace, lo: float, hi: float, n_steps: int) -> dict
         count = int(_names_matching(h["name"], pattern).sum())
         if count:
             out[phase] = count / n_steps
+    out.update(_pipeline_stages(h["name"]))
 
     if not any(m.any() for m in marked.values()) or len(dev) == 0:
         return out

@@ -2,14 +2,18 @@
 
 Detection and stage order
     From the parallel layout a reader found (``pp_rank``/``pp_size``, e.g. the thread names
-    of a Megatron timeline); otherwise, when two or more ranks run point-to-point calls, each
-    such rank is taken as a stage, ordered by when it starts computing in the first step
-    (the first stage starts first: every later stage waits for its activations).
+    of a Megatron timeline); else from the stage indices of torch.distributed.pipelining's
+    ``PP:<stage><action><mb>`` ranges (``pp_stage`` of the phases; a rank running several
+    stages runs an interleaved schedule); otherwise, when two or more ranks run
+    point-to-point calls, each such rank is taken as a stage, ordered by when it starts
+    computing in the first step (the first stage starts first: every later stage waits for
+    its activations).
 
 Microbatches and schedule
     The microbatch count ``m`` is the number of forward passes a stage runs per step (the
     ``forward_calls`` of its phases), divided by the number of model chunks ``v`` of an
-    interleaved schedule (``vpp_size`` of the layout, 1 otherwise). The schedule is GPipe
+    interleaved schedule (``vpp_size`` of the layout, or ``pp_chunks`` of the phases; 1
+    otherwise). The schedule is GPipe
     when the first stage sends all its forward activations before it receives the first
     gradient, 1F1B when it receives a gradient earlier, interleaved 1F1B when ``v > 1``.
     Both GPipe and 1F1B leave a theoretical bubble of ``(p-1)/(m+p-1)`` of the pipeline's
@@ -90,6 +94,10 @@ def _stages(
     sizes = [int(s.parallel.get("pp_size", 0)) for s in summaries if "pp_rank" in s.parallel]
     if layout and (max(sizes, default=0) > 1 or len(set(layout.values())) > 1):
         return layout, "layout"
+    marked = {s.rank: int(s.phases_us["pp_stage"]) for s in summaries if "pp_stage" in s.phases_us}
+    if len(marked) >= 2 and len(set(marked.values())) >= 2:
+        # torch.distributed.pipelining names its actions by stage (``PP:1F0``).
+        return marked, "annotations"
     with_p2p = [s for s in summaries if len(_p2p(s)) and s.compute[0].size]
     if len(with_p2p) < 2:
         return None
@@ -189,7 +197,11 @@ def analyze_pipeline(summaries: Sequence[RankSummary], offsets: Mapping[int, flo
     for rank, st in sorted(stage_of.items()):
         members.setdefault(st, []).append(by_rank[rank])
     p = max(max(members) + 1, max((int(s.parallel.get("pp_size", 0)) for s in summaries), default=0))
-    chunks = max(1, max((int(s.parallel.get("vpp_size", 1) or 1) for s in summaries), default=1))
+    chunks = max(
+        1,
+        max((int(s.parallel.get("vpp_size", 1) or 1) for s in summaries), default=1),
+        max((int(s.phases_us.get("pp_chunks", 1)) for s in summaries), default=1),
+    )
     m = _microbatches(members, chunks)
     schedule = _schedule(members[min(members)], m, chunks)
 
