@@ -29,7 +29,6 @@ BUBBLE_TOLERANCE = 0.03  # absolute, on the bubble fraction
 
 _PP = "the drain wait inside the step-end grad-norm all-reduce is analyzed as straggler; SPEC counts pipeline drain as pipeline_bubble"
 _IMB = "no recommendation yet for data-dependent imbalance (the slowest rank changes every step)"
-_RL = "host time after a sync (reward scoring in Python) is analyzed as sync; the simulator counts it as host"
 
 # (case id, scenario, knobs, {test kind: xfail reason}) -- test kinds: lost, top, bubble
 CASES: list[tuple[str, str, dict[str, Any], dict[str, str]]] = [
@@ -84,7 +83,7 @@ CASES: list[tuple[str, str, dict[str, Any], dict[str, str]]] = [
         "rl",
         "rl_post_training",
         {"steps": 2, "layers": 2, "tokens_min": 32, "tokens_max": 320, "reward_ms": 4.0},
-        {"lost": _RL},
+        {},
     ),
 ]
 SEEDS = (0, 1, 2)
