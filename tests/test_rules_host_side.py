@@ -10,6 +10,7 @@ from __future__ import annotations
 import pytest
 from rankbuilder import RankBuilder, lost_by_cause
 
+from gpuprof.analysis.rules.hostside import DRAIN_RELAUNCH_US
 from gpuprof.model.timeline import Kind
 
 DL = "enumerate(DataLoader)#_SingleProcessDataLoaderIter.__next__"
@@ -78,16 +79,29 @@ def test_unknown_launch_with_dataloader_still_counts_as_dataloader() -> None:
     assert got["other"] == 100
 
 
-def test_sync_drains_the_queue_and_the_whole_wait_is_sync() -> None:
+def test_sync_drains_the_queue_and_the_relaunch_is_sync() -> None:
     b = RankBuilder()
     b.kernel(0, 1000, launch_at=-20)
     b.host(10, 1005, "aten::item")
     b.host(12, 1004, "cudaStreamSynchronize", kind=Kind.RUNTIME)
-    b.host(1005, 1200, "aten::add")  # the host has to issue work again
-    b.kernel(1210, 1300, launch_at=1200)
+    b.host(1005, 1100, "aten::add")  # the host issues work again right away
+    b.kernel(1110, 1300, launch_at=1100)
     got = lost_by_cause(b.build())
-    assert got["sync"] == 210
+    assert got["sync"] == 110
     assert got["host"] == 0
+
+
+def test_long_host_work_after_a_sync_is_host() -> None:
+    # Scoring rewards in Python for 2 ms after the sync returned would starve the device
+    # with or without the sync: only the relaunch allowance goes to sync.
+    b = RankBuilder()
+    b.kernel(0, 1000, launch_at=-20)
+    b.host(10, 1005, "cudaStreamSynchronize", kind=Kind.RUNTIME)
+    b.host(1005, 3000, "compute_reward", kind=Kind.ANNOTATION)
+    b.kernel(3010, 3100, launch_at=3000)
+    got = lost_by_cause(b.build())
+    assert got["sync"] == 1005 + DRAIN_RELAUNCH_US - 1000
+    assert got["host"] == 3010 - 1005 - DRAIN_RELAUNCH_US
 
 
 def test_sync_called_on_an_idle_device_claims_only_its_own_duration() -> None:
@@ -108,8 +122,8 @@ def test_dataloader_beats_sync_inside_a_drained_gap() -> None:
     b.kernel(1610, 1700, launch_at=1600)
     got = lost_by_cause(b.build())
     assert got["dataloader"] == 400
-    assert got["sync"] == 1610 - 1000 - 400
-    assert got["host"] == 0
+    assert got["sync"] == 100  # 1000..1100; its allowance (to 1205) overlaps the DataLoader
+    assert got["host"] == 110  # 1500..1610
 
 
 def test_gap_at_window_end_with_no_more_kernels_is_host() -> None:
@@ -168,3 +182,15 @@ def test_sync_facts_count_nested_scalar_reads_once() -> None:
         "cudaStreamSynchronize": 2,
     }
     assert f["sync_wait_us"] == 2 * 790
+
+
+def test_launch_still_in_flight_when_the_device_went_idle_is_host() -> None:
+    # The launch call began before the gap but returned after it began: the kernel could
+    # not be on the device yet. One launched well before is queued (other).
+    b = RankBuilder(launch_us=8)
+    b.kernel(0, 100, launch_at=-20)
+    b.kernel(106, 200, launch_at=95)  # call 95..103
+    b.kernel(203, 300, launch_at=150)  # call 150..158: queued 42 us before the gap
+    got = lost_by_cause(b.build())
+    assert got["host"] == 6
+    assert got["other"] == 3

@@ -4,11 +4,12 @@ The gap analysis is what lets the host-side rules tell *why* the device idled. A
 maximal lost interval ``[g0, g1)`` (no compute kernel running). The compute kernel that ends
 it was launched by a host call; matched by correlation id (:mod:`gpuprof.analysis.launches`):
 
-* launched after the gap began (``launch > g0``): the device was **waiting for the host**
-  from ``g0`` until the launch call returned (plus :data:`LAUNCH_SLACK_US` for the launch to
+* launched too late to start by the gap's beginning (its launch call returned after
+  ``g0 - LAUNCH_QUEUE_US``): the device was **waiting for the host** from ``g0`` until the
+  launch call returned (plus :data:`LAUNCH_SLACK_US` for the launch to
   reach the device). That part is the gap's *host-wait* part; what the launching thread was
   doing in it (DataLoader, a sync, an allocator call, or plain Python) decides the cause;
-* launched before the gap began: the kernel was already queued, so the device waited for
+* launched earlier: the kernel was already queued, so the device waited for
   something else (an event on another stream, a copy, a collective, the device's own
   scheduling). That is :attr:`RuleContext.queued`, never claimed as host;
 * no compute follows in the trace: the host issued no more compute, so it is host-wait
@@ -38,6 +39,10 @@ from gpuprof.model.timeline import Category, RankTrace
 # up to that point still counts as waiting for the host. Beyond this, the kernel was held
 # back by something else after it was launched.
 LAUNCH_SLACK_US = 50.0
+# A launched kernel reaches the device at the earliest this long after its launch call
+# returns: a gap that begins before that was waiting for the launch, even though the call
+# had started before the gap.
+LAUNCH_QUEUE_US = 5.0
 
 
 @dataclass(frozen=True)
@@ -140,7 +145,7 @@ def _first_activity_wait(
     j = np.minimum(i, s.size - 1)
     inside &= s[j] < g1
     known = inside & ~np.isnan(ls[j])
-    late = known & (ls[j] > g0)
+    late = known & (np.maximum(le[j], ls[j]) + LAUNCH_QUEUE_US > g0)
     end[late] = np.minimum(s[j][late], np.maximum(le[j][late], ls[j][late]) + LAUNCH_SLACK_US)
     tid[late] = lt[j][late]
     return end, tid, known
@@ -177,7 +182,8 @@ def build_context(
         else:
             lstart = lend = np.full(g0.size, np.nan)
         unknown = has_next & np.isnan(lstart)
-        late = has_next & ~unknown & (lstart > g0)
+        # Late: the kernel could not have reached the device before the gap began.
+        late = has_next & ~unknown & (np.maximum(lend, lstart) + LAUNCH_QUEUE_US > g0)
         hw_end[late] = np.minimum(g1[late], np.maximum(lend[late], lstart[late]) + LAUNCH_SLACK_US)
         hw_end[~has_next] = g1[~has_next]
         # The device may also have waited for a late launch of other work inside the gap

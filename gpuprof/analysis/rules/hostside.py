@@ -12,10 +12,11 @@ Two ways a host call explains device idle time:
   the device waited for its next kernel;
 * *drain*: the device ran out of work *while* the thread was blocked in a call that waits
   for the device (``cudaStreamSynchronize``, ``aten::item``, ``cudaFree``). The sync
-  emptied the queue, so the whole wait that follows -- until the host has issued compute
-  again -- is the sync's doing; without it the host would have been ahead. Parts of that
-  wait where the host does something more specific (DataLoader, allocator) still go to
-  that cause, by precedence.
+  emptied the queue, so the device idles until the call returns and the host has issued
+  compute again: that wait is the sync's doing, up to :data:`DRAIN_RELAUNCH_US` after the
+  call returned (the time a loop needs to reach its next launch). Longer host work after
+  the sync (scoring rewards in Python, logging) would starve the device with or without
+  the sync, so it stays with what the host was doing (``host``, ``dataloader``, ...).
 """
 
 from __future__ import annotations
@@ -27,6 +28,10 @@ from gpuprof.analysis import intervals as iv
 from gpuprof.analysis.intervals import Intervals
 from gpuprof.analysis.rules.context import RuleContext
 from gpuprof.model.timeline import Category
+
+# After a draining call returns, this much of the device's further wait for the next launch
+# still counts as the call's cost (relaunching after a sync); the rest is the host's.
+DRAIN_RELAUNCH_US = 200.0
 
 # Allocator calls that synchronize the device (the drain rule applies to them).
 _SYNCING_ALLOC_WORDS: tuple[str, ...] = ("Free", "empty_cache", "emptyCache", "Release", "Unmap")
@@ -65,8 +70,10 @@ def _per_thread(ctx: RuleContext, calls: npt.NDArray[np.bool_], drain: bool) -> 
         if cs.size == 0:
             continue
         i = np.searchsorted(cs, g0, side="right") - 1  # last merged call starting at or before g0
-        inside = (i >= 0) & (ce[np.maximum(i, 0)] >= g0)
-        out.append(iv.make(g0[inside], pe[inside]))
+        call_end = ce[np.maximum(i, 0)]
+        inside = (i >= 0) & (call_end >= g0)
+        end = np.minimum(pe, call_end + DRAIN_RELAUNCH_US)
+        out.append(iv.make(g0[inside], end[inside]))
     return _concat(out)
 
 
