@@ -119,6 +119,7 @@ def analyze(
     from gpuprof.render import render
 
     from gpuprof.cli.check import is_report_file, read_report
+    from gpuprof.session import is_session
 
     chosen = choose_format(fmt, output)
     saved = [p for p in paths if is_report_file(p)]
@@ -129,7 +130,14 @@ def analyze(
         report = read_report(saved[0])
     else:
         options = AnalyzeOptions(steps=StepSelection.parse(steps), jobs=jobs, scheduler=scheduler)
-        report = analyze_paths(paths, options, progress=StderrProgress())
+        if len(paths) == 1 and is_session(paths[0]):
+            # A `gpuprof run` session: the same report as at the end of the run (samples alone
+            # when the job left no trace). Added by the `run` helper.
+            from gpuprof.cli.run import session_report
+
+            report = session_report(paths[0], options, progress=StderrProgress())
+        else:
+            report = analyze_paths(paths, options, progress=StderrProgress())
     if chosen == "text" and output is None:
         from gpuprof.render.text import render_text
 

@@ -7,7 +7,7 @@ import sys
 import time
 from dataclasses import replace
 from pathlib import Path
-from typing import Optional
+from typing import Any, Optional
 
 import typer
 
@@ -86,22 +86,26 @@ def _no_trace_note(session_dir: Path) -> str:
     need = 1 + int(sched.get("wait", 0)) + int(sched.get("warmup", 0)) + int(sched.get("active", 0))
     if s.hook_errors:
         return f"no trace: a hook failed ({s.hook_errors[0]}); see {session_dir}/hooks"
+    if "message" in h and (h["kind"] == "note").any():
+        return f"no trace: {h[h['kind'] == 'note']['message'].iloc[0]}; report from NVML samples only"
     return (
         f"no trace: the job ran {steps} optimizer step(s); the profiler window needs {need} "
         "(lower --profile-wait); report from NVML samples only"
     )
 
 
-def session_report(session_dir: Path) -> Report:
-    """The report of a session: traces and samples through the pipeline, or samples alone."""
+def session_report(session_dir: Path, options: Any = None, progress: Any = None) -> Report:
+    """The report of a session: traces and samples through the pipeline, or samples alone.
+
+    ``options`` (a ``pipeline.AnalyzeOptions``) and ``progress`` go to the pipeline.
+    """
+    from gpuprof.pipeline import AnalyzeOptions, analyze_paths
     from gpuprof.session import read_session
 
     session = read_session(session_dir)
     if not session.trace_paths:
         return samples_only_report(session_dir, _no_trace_note(session_dir))
-    from gpuprof.pipeline import analyze_paths
-
-    report = analyze_paths([session_dir])
+    report = analyze_paths([session_dir], options or AnalyzeOptions(), progress)
     # The session's own warnings (no driver, killed run) belong in every format of the report.
     extra = tuple(w for w in session.warnings if w not in report.warnings)
     return replace(report, warnings=report.warnings + extra) if extra else report

@@ -41,7 +41,8 @@ has no later lines.
 :data:`MEMORY_STAT_KEYS` of ``torch.cuda.memory_stats()`` under their names with units --
 ``allocated_bytes``, ``reserved_bytes``, ``alloc_retries``, ``ooms``, ... -- on every step,
 or every N steps when reading them would cost over 0.2 % of a step), ``profiler_start``,
-``trace`` (``path`` of the written trace), ``error`` (``where``, ``message``, ``traceback``:
+``trace`` (``path`` of the written trace), ``note`` (``message``: why no trace was
+taken, e.g. the job runs its own profiler), ``error`` (``where``, ``message``, ``traceback``:
 a hook failed and switched itself off; the job went on), ``exit`` (``steps``). Steps are
 counted on the first optimizer that steps; ``rank`` is ``RANK`` from the environment.
 

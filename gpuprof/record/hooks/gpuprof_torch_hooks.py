@@ -185,6 +185,12 @@ class _Hooks:
             self.error("profiler", exc)
 
     def _start_profiler(self) -> None:
+        enabled = getattr(getattr(self.torch._C, "_autograd", None), "_profiler_enabled", None)
+        if enabled is not None and enabled():
+            # The job runs its own profiler: two Kineto sessions would spoil each other's traces.
+            self.profiler_done = True
+            self.record("note", message="the job's own torch.profiler is active; gpuprof records no trace")
+            return
         profiler = self.torch.profiler
         wait, warmup, active = self.schedule
         activities = [profiler.ProfilerActivity.CPU]
