@@ -142,6 +142,9 @@ def _renderables(report: Report, width: int) -> list[RenderableType]:
         if samples:
             parts.append(Text(""))
             parts.extend(samples)
+        if report.recommendations:  # advice from NVML samples alone (e.g. periodic idle phases)
+            parts.append(Text(""))
+            parts.extend(_recommendations(report))
     else:
         parts.append(_header(report))
         parts.append(Text(""))
