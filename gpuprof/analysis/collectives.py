@@ -48,6 +48,8 @@ class MatchedCollectives:
     ``coll_name``, ``step``, ``k`` (what the key is made of);
     ``start_us``, ``end_us`` (rank's own clock); ``arrival_us`` (start on the aligned
     clock); ``duration_us``; ``wait_us`` (time waiting for the last member present);
+    ``exposed_wait_us`` (the part of that wait with no compute beside it on the rank: the
+    part that costs time);
     ``lateness_us`` (arrival minus the median arrival of the members present);
     ``is_last`` (arrived last among those present); ``n_present``, ``n_expected``
     (members in the input / in the group, -1 unknown); ``complete`` (all members present).
@@ -76,6 +78,7 @@ def _empty_calls() -> pd.DataFrame:
         "arrival_us": "float64",
         "duration_us": "float64",
         "wait_us": "float64",
+        "exposed_wait_us": "float64",
         "lateness_us": "float64",
         "is_last": "bool",
         "n_present": "int64",
@@ -167,6 +170,26 @@ def _clock_offsets(df: pd.DataFrame) -> pd.Series:
     return pd.Series(offsets, index=names)
 
 
+def _exposed(df: pd.DataFrame, summaries: Sequence[RankSummary]) -> np.ndarray:
+    """Per call, how much of its wait lies in the rank's lost time (no compute beside it)."""
+    out = np.zeros(len(df))
+    lost = {s.rank: s.lost for s in summaries}
+    ranks = df["rank"].to_numpy()
+    start = df["start_us"].to_numpy()
+    wait = df["wait_us"].to_numpy()
+    order = np.argsort(ranks, kind="stable")
+    bounds = np.flatnonzero(np.diff(ranks[order])) + 1
+    for idx in np.split(order, bounds):
+        if idx.size == 0:
+            continue
+        r = int(ranks[idx[0]])
+        lo = lost.get(r)
+        if lo is None:
+            continue
+        out[idx] = iv.overlap_with_each((start[idx], start[idx] + wait[idx]), lo)
+    return out
+
+
 def match_collectives(summaries: Sequence[RankSummary]) -> MatchedCollectives:
     """Match collective calls across ranks, align clocks, and measure each call's wait."""
     df = _gather(summaries)
@@ -184,6 +207,7 @@ def match_collectives(summaries: Sequence[RankSummary]) -> MatchedCollectives:
     median = groups["arrival_us"].transform("median")
     df["wait_us"] = np.clip(last - df["arrival_us"], 0.0, df["duration_us"].clip(lower=0.0))
     df.loc[df["n_present"] < 2, "wait_us"] = 0.0
+    df["exposed_wait_us"] = _exposed(df, summaries)
     df["lateness_us"] = df["arrival_us"] - median
     df["is_last"] = (df["arrival_us"] >= last) & (df["n_present"] >= 2)
 
@@ -216,16 +240,20 @@ def wait_claims(matched: MatchedCollectives) -> dict[int, iv.Intervals]:
 def per_rank_waits(matched: MatchedCollectives) -> pd.DataFrame:
     """Per rank: total wait, total positive lateness, calls matched, calls arrived last.
 
-    Columns: ``wait_us``, ``late_us`` (sum of positive lateness: how far behind the median
-    member it arrived, summed), ``calls``, ``last_calls``, ``complete_calls``; indexed by rank.
+    Columns: ``wait_us``, ``exposed_wait_us``, ``late_us`` (sum of positive lateness: how
+    far behind the median member it arrived, summed), ``calls``, ``last_calls``,
+    ``complete_calls``; indexed by rank.
     """
     calls = matched.calls
     if len(calls) == 0:
-        return pd.DataFrame(columns=["wait_us", "late_us", "calls", "last_calls", "complete_calls"])
+        return pd.DataFrame(
+            columns=["wait_us", "exposed_wait_us", "late_us", "calls", "last_calls", "complete_calls"]
+        )
     g = calls.assign(late=calls["lateness_us"].clip(lower=0.0)).groupby("rank")
     return pd.DataFrame(
         {
             "wait_us": g["wait_us"].sum(),
+            "exposed_wait_us": g["exposed_wait_us"].sum(),
             "late_us": g["late"].sum(),
             "calls": g["k"].size(),
             "last_calls": g["is_last"].sum(),

@@ -13,8 +13,10 @@ Steps, each in its own module:
 
 Findings (all JSON-serializable), keys of :attr:`CrossRankResult.findings`:
 
-``per_rank``           ``{rank: {...}}`` merged into each rank's JSON row: ``straggler_wait_us``,
-                       ``straggler_wait_us_per_step``, ``is_straggler``, ``clock_offset_us``,
+``per_rank``           ``{rank: {...}}`` merged into each rank's JSON row: ``straggler_wait_us``
+                       (waiting in collectives with no compute beside it; before precedence),
+                       ``straggler_wait_us_per_step``, ``hidden_wait_us`` (waiting that compute
+                       on another stream hid), ``is_straggler``, ``clock_offset_us``,
                        ``collectives`` (matched), ``last_arrivals`` (arrived last among those present),
                        and for pipeline stages ``stage``, ``bubble_fraction``.
 ``stragglers``         list of ``{rank, caused_wait_us_per_step, last_arrivals, collectives,
@@ -93,7 +95,8 @@ def _caused_waits(matched: MatchedCollectives) -> dict[int, tuple[float, int]]:
     if len(full) == 0:
         return {}
     key = "key"
-    others = full.loc[~full["is_last"]].groupby(key)["wait_us"].median()
+    # Only exposed waiting costs time: a wait that compute on another stream hides is free.
+    others = full.loc[~full["is_last"]].groupby(key)["exposed_wait_us"].median()
     last = full.loc[full["is_last"]].drop_duplicates(key)
     caused = last.set_index(key).join(others.rename("caused"), how="left")["caused"].fillna(0.0)
     ranks = last.set_index(key)["rank"]
@@ -296,9 +299,11 @@ def analyze_job(summaries: Sequence[RankSummary]) -> CrossRankResult:
     waits_by_rank = per_rank_waits(matched)
     per_rank: dict[int, dict[str, Any]] = {}
     for s in active:
-        wait = float(waits_by_rank["wait_us"].get(s.rank, 0.0)) if len(waits_by_rank) else 0.0
+        wait = float(waits_by_rank["exposed_wait_us"].get(s.rank, 0.0)) if len(waits_by_rank) else 0.0
+        hidden = float(waits_by_rank["wait_us"].get(s.rank, 0.0)) - wait if len(waits_by_rank) else 0.0
         row: dict[str, Any] = {
             "straggler_wait_us": round(wait, 3),
+            "hidden_wait_us": round(max(hidden, 0.0), 3),
             "straggler_wait_us_per_step": round(wait / _steps(s), 3),
             "is_straggler": s.rank in slow,
             "last_arrivals": int(waits_by_rank["last_calls"].get(s.rank, 0)) if len(waits_by_rank) else 0,
