@@ -14,6 +14,7 @@ from gpuprof.analysis.summary import RankSummary
 from gpuprof.model.classify import classify
 from gpuprof.model.timeline import (
     DEVICE_COLUMNS,
+    Category,
     Kind,
     ProcessGroup,
     RankTrace,
@@ -22,6 +23,7 @@ from gpuprof.model.timeline import (
     make_table,
 )
 
+SLOW = {0: 20_000.0, 1: 20_000.0, 2: 25_000.0, 3: 20_000.0}
 ALLREDUCE = "ncclKernel_AllReduce_RING_LL_Sum_float(ncclDevComm*, unsigned long, ncclWork*)"
 GEMM = "ampere_sgemm_128x64_tn"
 
@@ -239,3 +241,42 @@ def test_no_barrier_without_a_shared_start_or_outside_timelines() -> None:
     assert barrier_waits(summaries(traces[:2]), {0: 0.0, 1: 0.0}) is None  # fewer than 3 ranks
     kineto = summaries(allreduce_job({0: 1.0, 1: 1.0, 2: 1.0}))
     assert barrier_waits(kineto, {r: 0.0 for r in range(3)}) is None
+
+
+def test_wait_hidden_by_compute_on_another_stream_is_not_exposed() -> None:
+    from dataclasses import replace
+
+    import pandas as pd
+
+    from gpuprof.analysis.cross_rank import analyze_job
+
+    traces = []
+    for t in allreduce_job(SLOW):
+        dev = t.device
+        coll = dev.loc[dev["category"] == int(Category.COLLECTIVE)]
+        # Compute on another stream covers each all-reduce entirely.
+        extra = make_table(
+            {
+                "start_us": coll["start_us"].to_numpy(),
+                "end_us": coll["end_us"].to_numpy(),
+                "kind": [int(Kind.KERNEL)] * len(coll),
+                "category": [int(Category.COMPUTE)] * len(coll),
+                "name": [GEMM] * len(coll),
+                "stream": [9] * len(coll),
+            },
+            DEVICE_COLUMNS,
+        )
+        both = pd.concat(
+            [
+                dev.astype({"name": str, "coll_name": str, "pg": str}),
+                extra.astype({"name": str, "coll_name": str, "pg": str}),
+            ]
+        )
+        traces.append(
+            replace(t, device=make_table({c: both[c].to_numpy() for c in DEVICE_COLUMNS}, DEVICE_COLUMNS))
+        )
+    job = summaries(traces)
+    waits = per_rank_waits(match_collectives(job))
+    assert waits.loc[0, "wait_us"] == pytest.approx(50_000.0)
+    assert waits.loc[0, "exposed_wait_us"] == pytest.approx(0.0)
+    assert analyze_job(job).findings["stragglers"] == []
