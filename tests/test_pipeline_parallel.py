@@ -11,6 +11,7 @@ from pathlib import Path
 
 import pytest
 
+from gpuprof.analysis import intervals as iv
 from gpuprof.analysis.pipeline_parallel import analyze_pipeline, modelled_span_us, theoretical_bubble_fraction
 from gpuprof.analysis.summarize import summarize
 from gpuprof.analysis.summary import RankSummary
@@ -243,3 +244,60 @@ def test_stage_order_and_chunks_from_pipelining_annotations() -> None:
     assert res.stage_of == {0: 0, 1: 1, 2: 2}
     assert (f["chunks"], f["microbatches"], f["schedule"]) == (2, 4, "interleaved-1f1b")
     assert f["theoretical_bubble_fraction"] == pytest.approx(2 / (2 * 4 + 2), abs=1e-4)
+
+
+SENDRECV = "ncclKernel_SendRecv_RING_SIMPLE_Sum_int8_t(ncclDevComm*, unsigned long, ncclWork*)"
+
+
+def kineto_pipeline_job(p: int, m: int, t_us: float, pieces: int = 10) -> list[RankTrace]:
+    """A Kineto-like pipeline: each pass is ``pieces`` kernels with 5 us gaps; receives are
+    NCCL SendRecv kernels that spin from when the stage is free until the data arrives;
+    no parallel layout, ranks numbered by stage. One step, then an optimizer 2 ms later."""
+    from rankbuilder import RankBuilder
+
+    ops = simulate(p, m, [t_us] * p, [2 * t_us] * p, "gpipe")
+    span = max(e for k in ops for _, _, _, e in ops[k])
+    traces = []
+    for k in range(p):
+        b = RankBuilder()
+        b.step(1, -100.0, span + 5_000.0)
+        free = 0.0
+        for kind, i, a, e in ops[k]:
+            src = k - 1 if kind == "F" else k + 1
+            if (kind == "F" and k > 0) or (kind == "B" and k < p - 1):
+                arrive = next(x[3] for x in ops[src] if x[:2] == (kind, i))
+                b.kernel(
+                    min(free, arrive - 5.0),
+                    arrive,
+                    launch_at=min(free, arrive - 5.0) - 10,
+                    name=SENDRECV,
+                    stream=20,
+                )
+            piece = (e - a) / pieces
+            for j in range(pieces):
+                b.kernel(a + j * piece, a + (j + 1) * piece - 5.0, launch_at=a + j * piece - 20)
+            if (kind == "F" and k < p - 1) or (kind == "B" and k > 0):
+                b.kernel(e, e + 5.0, launch_at=e - 10, name=SENDRECV, stream=21)
+            free = e
+        b.kernel(span + 2_000.0, span + 3_000.0, launch_at=span + 1_990.0)
+        traces.append(b.build(rank=k, source=f"rank{k}.json", world_size=p))
+    return traces
+
+
+def test_kineto_pipeline_without_layout_is_found_and_measured() -> None:
+    p, m = 4, 8
+    job = summaries(kineto_pipeline_job(p, m, 10_000.0))
+    res = analyze_pipeline(job, {s.rank: 0.0 for s in job})
+    assert res is not None
+    f = res.findings
+    assert f["stage_source"] == "p2p timing"
+    assert res.stage_of == {0: 0, 1: 1, 2: 2, 3: 3}
+    assert f["span_us"] == pytest.approx((m + p - 1) * 30_000.0, rel=0.01)
+    # The 5 us gaps between kernels of a pass are not bubble: slightly under the theory.
+    for row in f["per_stage"]:
+        assert row["bubble_fraction"] == pytest.approx(3 / 11, abs=0.01)
+        assert row["bubble_fraction"] <= 3 / 11 + 0.001
+    # Kernel gaps with no transfer in them are left to the other rules.
+    for s in job:
+        claim = res.claims[s.rank]
+        assert iv.total(iv.intersect(claim, s.lost)) == pytest.approx(iv.total(claim))
