@@ -10,7 +10,8 @@ from test_cross_rank import SLOW, _with_phases
 from test_pipeline_parallel import pipeline_job
 
 from gpuprof.advice import AdviceContext, advise
-from gpuprof.advice.distributed import communication_advice, pipeline_advice, straggler_advice
+from gpuprof.advice.distributed import communication_advice, straggler_advice
+from gpuprof.advice.pipeline import pipeline_advice
 from gpuprof.analysis import intervals as iv
 from gpuprof.analysis.attribution import attribute, merge_claims
 from gpuprof.analysis.cross_rank import analyze_job

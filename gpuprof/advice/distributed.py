@@ -5,8 +5,7 @@ rank's, and a fix saves what it takes off that. Recommendation ids are stable:
 
 ``straggler-rank``        named slow ranks that the others wait for in collectives
 ``straggler-absent-rank`` ranks wait in collectives for a rank that is not in the input
-``pipeline-imbalance``    one pipeline stage computes much longer per microbatch
-``pipeline-bubble``       the schedule's own fill/drain bubble (few microbatches)
+``pipeline-imbalance``, ``pipeline-bubble``: see :mod:`gpuprof.advice.pipeline`
 ``comm-overlap``          exposed collectives that hardly overlap compute
 ``exposed-communication`` exposed collectives that already overlap but still cost time
 """
@@ -19,6 +18,9 @@ from typing import Any
 import numpy as np
 
 from gpuprof.advice import AdviceContext, advisor
+
+# The pipeline advisors live beside these; importing registers them.
+from gpuprof.advice import pipeline as _pipeline  # noqa: F401
 from gpuprof.advice.savings import cause_savings_pct, job_step_time_us, savings_pct, step_time_us
 from gpuprof.analysis import intervals as iv
 from gpuprof.model.report import Cause, RankReport, Recommendation
@@ -26,8 +28,6 @@ from gpuprof.model.timeline import Category
 
 # Below this share of the job step time a finding is not worth a recommendation.
 MIN_SAVINGS_PCT = 1.0
-# A pipeline stage this much slower than the median stage is worth rebalancing.
-IMBALANCE_RATIO = 1.15
 # Exposed collectives whose device time overlaps compute less than this are not overlapped.
 LOW_OVERLAP = 0.3
 
@@ -253,113 +253,6 @@ def _arrivals_text(ctx: AdviceContext) -> list[str]:
             "collectives (it is slower than the others present, but an absent rank may be slower still)"
         )
     ]
-
-
-def _pipeline_removed(reports: Sequence[RankReport], saved_us_per_step: float) -> dict[int, float]:
-    return {r.rank: saved_us_per_step * max(r.steps, 1) for r in reports}
-
-
-@advisor
-def pipeline_advice(ctx: AdviceContext) -> list[Recommendation]:
-    pipe: Mapping[str, Any] | None = ctx.cross.get("pipeline")
-    reports = list(ctx.reports)
-    if not pipe or not reports:
-        return []
-    out: list[Recommendation] = []
-    p = int(pipe.get("stages") or 0)
-    m = pipe.get("microbatches")
-    theory = pipe.get("theoretical_bubble_fraction")
-    rows = [r for r in pipe.get("per_stage", []) if "compute_per_microbatch_us" in r]
-    span = pipe.get("span_us")
-    schedule = pipe.get("schedule", "unknown")
-    ratio = pipe.get("slowest_stage_ratio")
-    if rows and ratio is not None and float(ratio) >= IMBALANCE_RATIO and span:
-        slow = int(pipe["slowest_stage"])
-        slow_row = next(r for r in rows if r["stage"] == slow)
-        others = [r for r in rows if r["stage"] != slow]
-        modelled = float(pipe["modelled_span_us"])
-        balanced = float(pipe["modelled_balanced_span_us"])
-        saved = float(span) * (1.0 - balanced / modelled) if modelled > 0 else 0.0
-        pct = savings_pct(reports, _pipeline_removed(reports, saved))
-        if pct >= MIN_SAVINGS_PCT:
-            o_f = float(np.median([r["forward_per_microbatch_us"] for r in others]))
-            o_b = float(np.median([r["backward_per_microbatch_us"] for r in others]))
-            o_bubble = [float(r["bubble_fraction"]) for r in others]
-            evidence = [
-                (
-                    f"stage {slow}'s compute per microbatch is {_ms(float(slow_row['compute_per_microbatch_us']))}, "
-                    f"{float(ratio):.2f}x the median of the other stages (forward {_ms(float(slow_row['forward_per_microbatch_us']))} "
-                    f"vs {_ms(o_f)}, backward {_ms(float(slow_row['backward_per_microbatch_us']))} vs {_ms(o_b)})"
-                ),
-                f"the other stages sit idle {100 * min(o_bubble):.0f}-{100 * max(o_bubble):.0f}% of the pipeline span "
-                f"waiting for it, against {100 * float(theory):.0f}% that a balanced {schedule} schedule with "
-                f"p={p}, m={m} leaves; stage {slow} itself idles {100 * float(slow_row['bubble_fraction']):.0f}%"
-                if theory is not None
-                else f"the other stages sit idle {100 * min(o_bubble):.0f}-{100 * max(o_bubble):.0f}% of the pipeline span",
-                (
-                    f"with the same total compute spread evenly the pipeline span would drop from about {_ms(float(span))} "
-                    f"to {_ms(float(span) - saved)} per step"
-                ),
-            ]
-            out.append(
-                Recommendation(
-                    id="pipeline-imbalance",
-                    category=Cause.PIPELINE_BUBBLE,
-                    title=f"Pipeline stage {slow} is {float(ratio):.1f}x slower than the others: move layers off it",
-                    estimated_savings_pct=pct,
-                    ranks=tuple(int(r) for r in pipe.get("slowest_stage_ranks", ())),
-                    evidence=tuple(evidence),
-                    actions=(
-                        (
-                            f"Rebalance layers across stages: give stage {slow} fewer transformer layers to pay for what "
-                            "only it runs (embedding, output head, loss) -- e.g. Megatron's "
-                            "--decoder-first-pipeline-num-layers / --decoder-last-pipeline-num-layers, or an uneven "
-                            "split_spec in torch.distributed.pipelining."
-                        ),
-                        "Re-profile after the change: the stages' compute per microbatch should be within ~10% of each other.",
-                    ),
-                )
-            )
-    if theory is not None and m and p > 1 and rows:
-        t_mb = float(np.median([float(r["compute_per_microbatch_us"]) for r in rows]))
-        chunks = int(pipe.get("chunks") or 1)
-        # Doubling the microbatches (half the size) or interleaving 2 chunks halves the
-        # fill/drain: the span shrinks by (p-1) * t_mb / 2 (t_mb: per-microbatch compute).
-        saved = (p - 1) * t_mb / (2.0 * chunks)
-        pct = savings_pct(reports, _pipeline_removed(reports, saved))
-        if pct >= MIN_SAVINGS_PCT and float(theory) >= 0.1:
-            out.append(
-                Recommendation(
-                    id="pipeline-bubble",
-                    category=Cause.PIPELINE_BUBBLE,
-                    title=f"Only {m} microbatches for {p} pipeline stages: use more microbatches or an interleaved schedule",
-                    estimated_savings_pct=pct,
-                    ranks=tuple(sorted(int(r) for row in pipe.get("per_stage", []) for r in row["ranks"])),
-                    evidence=(
-                        f"{schedule} schedule with p={p} stages, m={m} microbatches"
-                        + (f", v={chunks} chunks" if chunks > 1 else "")
-                        + f": even with balanced stages {100 * float(theory):.0f}% of the pipeline span is fill and drain",
-                        "measured bubble per stage: "
-                        + ", ".join(
-                            f"stage {r['stage']} {100 * float(r['bubble_fraction']):.0f}%"
-                            for r in pipe["per_stage"]
-                        ),
-                        f"halving the bubble saves about {_ms(saved)} per step ({p - 1} x {_ms(t_mb)} / 2)",
-                    ),
-                    actions=(
-                        (
-                            f"Raise the number of microbatches to at least {4 * p} (smaller micro-batch size or more "
-                            "gradient-accumulation steps at the same global batch)."
-                        ),
-                        (
-                            "Use an interleaved schedule (virtual pipeline stages: Megatron "
-                            "--num-layers-per-virtual-pipeline-stage, torch.distributed.pipelining "
-                            "ScheduleInterleaved1F1B) or a zero-bubble schedule (ScheduleInterleavedZeroBubble)."
-                        ),
-                    ),
-                )
-            )
-    return out
 
 
 def _overlap_share(ctx: AdviceContext) -> float | None:

@@ -187,7 +187,20 @@ def _claim(s: RankSummary, span: tuple[float, float], p2p: pd.DataFrame) -> iv.I
 
 
 def analyze_pipeline(summaries: Sequence[RankSummary], offsets: Mapping[int, float]) -> PipelineResult | None:
-    """Pipeline-parallel analysis of a job, or ``None`` when it is not pipeline parallel."""
+    """Pipeline-parallel analysis of a job, or ``None`` when it is not pipeline parallel.
+
+    ``offsets`` (us, per rank) align the ranks' clocks. Keys of ``findings``: ``stages``,
+    ``stage_source`` (``layout`` / ``annotations`` / ``p2p timing``), ``microbatches``
+    (None unknown), ``chunks``, ``schedule`` (``gpipe``, ``1f1b``, ``interleaved-1f1b``,
+    ``unknown``), ``theoretical_bubble_fraction`` (None without microbatches),
+    ``span_us`` (median pipeline span of a step), ``steps_measured``, ``per_stage`` (list of
+    ``{stage, ranks, bubble_fraction, bubble_us_per_step}`` plus, where phases are known,
+    ``forward_per_microbatch_us``, ``backward_per_microbatch_us``,
+    ``compute_per_microbatch_us``, ``modelled_bubble_fraction``), and with two or more
+    stages timed ``slowest_stage``, ``slowest_stage_ranks``, ``slowest_stage_ratio``
+    (over the median of the others), ``modelled_span_us`` and ``modelled_balanced_span_us``
+    (the bottleneck model with the measured and with evenly spread stage times).
+    """
     found = _stages(summaries, offsets)
     if found is None:
         return None
