@@ -107,7 +107,7 @@ def real_cases() -> list[Case]:
 def generated(name: str, ranks: int, mb_per_rank: float, jobs: int) -> Case:
     """A generated job folder, made by gen_large.py unless an identical one is there."""
     folder = OUT / "traces" / name
-    stamp = folder / "gen.json"
+    stamp = OUT / "traces" / f"{name}.gen.json"  # beside the folder: gpuprof would read it as a trace
     want = {"ranks": ranks, "mb_per_rank": mb_per_rank, "generator": gen_version()}
     if stamp.is_file() and json.loads(stamp.read_text()).get("spec") == want:
         meta = json.loads(stamp.read_text())
@@ -146,6 +146,7 @@ def gen_version() -> str:
 def _summary(m: Measured) -> dict[str, Any]:
     return {
         "wall_s": m.wall_s,
+        "cpu_s": m.cpu_s,
         "peak_bytes": m.peak_bytes,
         "max_single_rss_bytes": m.max_single_rss_bytes,
         "peak_tree_bytes": m.peak_tree_bytes,
@@ -222,10 +223,21 @@ def fmt(v: float | None, spec: str, na: str = "N/A") -> str:
     return na if v is None else format(v, spec)
 
 
+def cpu_ratio(case: Case) -> float | None:
+    g, h = case.gpuprof, case.hta
+    if "error" in g or "error" in h or not g.get("cpu_s") or not h.get("cpu_s"):
+        return None
+    return float(h["cpu_s"] / g["cpu_s"])
+
+
+def _mb(v: Any) -> float | None:
+    return v / MB if v else None
+
+
 def table(cases: list[Case]) -> str:
     head = (
-        "| case | ranks | jobs | JSON MB | events | gpuprof s | gpuprof peak MB | HTA s | HTA peak MB "
-        "| speed × HTA | memory / HTA | gpuprof MB/s/core | load | note |"
+        "| case | ranks | jobs | JSON MB | events | gpuprof s (CPU s) | gpuprof peak MB | HTA s (CPU s) "
+        "| HTA peak MB | speed × HTA (CPU) | memory / HTA | gpuprof MB/s/core | load | note |"
     )
     lines = [head, "|" + "---|" * (head.count("|") - 1)]
     for c in cases:
@@ -242,9 +254,10 @@ def table(cases: list[Case]) -> str:
         load = max(g.get("load_before", 0.0), h.get("load_before", 0.0))
         lines.append(
             f"| {c.name} | {c.ranks} | {c.jobs} | {c.json_bytes / MB:.1f} | {c.events:,} "
-            f"| {fmt(g.get('wall_s'), '.2f')} | {fmt(g.get('peak_bytes', 0) / MB if g.get('peak_bytes') else None, '.0f')} "
-            f"| {fmt(h.get('wall_s'), '.2f')} | {fmt(h.get('peak_bytes', 0) / MB if h.get('peak_bytes') else None, '.0f')} "
-            f"| {fmt(speed, '.1f')} | {fmt(mem, '.2f')} | {fmt(mbps_per_core(c), '.0f')} | {load:.1f} | {note} |"
+            f"| {fmt(g.get('wall_s'), '.2f')} ({fmt(g.get('cpu_s'), '.2f')}) | {fmt(_mb(g.get('peak_bytes')), '.0f')} "
+            f"| {fmt(h.get('wall_s'), '.2f')} ({fmt(h.get('cpu_s'), '.2f')}) | {fmt(_mb(h.get('peak_bytes')), '.0f')} "
+            f"| {fmt(speed, '.1f')} ({fmt(cpu_ratio(c), '.1f')}) | {fmt(mem, '.2f')} | {fmt(mbps_per_core(c), '.0f')} "
+            f"| {load:.1f} | {note} |"
         )
     return "\n".join(lines)
 
