@@ -296,6 +296,14 @@ def test_memory_samples_and_distributed_info(
     ]
 
 
+def test_negative_durations_become_zero(write_trace: WriteTrace, kineto: Builder, event: Builder) -> None:
+    doc = kineto(
+        [event("kernel", "k", 100, -5, pid=GPU, tid=7), event("cpu_op", "op", 50, -1, pid=CPU, tid=CPU)]
+    )
+    (t,) = load_file(write_trace("neg.json", doc))
+    assert list(t.device["end_us"]) == [100.0] and list(t.host["end_us"]) == [50.0]
+
+
 def test_odd_types_are_coerced(write_trace: WriteTrace, kineto: Builder) -> None:
     # A float pid and a null name would fail strict decoding; the loose path reads them.
     doc = kineto(

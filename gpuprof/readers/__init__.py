@@ -21,12 +21,13 @@ folder listing (with a warning in ``RankTrace.warnings``).
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from pathlib import Path
 
 from gpuprof.errors import BadTraceError
 from gpuprof.model.timeline import RankTrace
-from gpuprof.readers.jsonio import decode_trace
+from gpuprof.readers.chunks import ChunkingFailed
+from gpuprof.readers.jsonio import RawTrace, decode_trace
 from gpuprof.readers.kineto import looks_like_kineto, read_kineto
 from gpuprof.readers.optimeline import looks_like_timeline, read_timeline
 from gpuprof.readers.ranks import check_ranks, rank_hint_from_name, resolve_rank
@@ -59,7 +60,15 @@ def load_file(path: Path, rank_hint: int | None = None, order: int = 0) -> list[
     """
     if rank_hint is None:
         rank_hint = rank_hint_from_name(path)
-    raw = decode_trace(path)
+    try:
+        return _read(decode_trace(path), path, rank_hint, order)
+    except ChunkingFailed:
+        # A piece of a large trace did not decode on its own (e.g. cut inside a nested
+        # object, or a cut-off file): decode the whole text, recovering what it can.
+        return _read(decode_trace(path, chunked=False), path, rank_hint, order)
+
+
+def _read(raw: RawTrace, path: Path, rank_hint: int | None, order: int) -> list[RankTrace]:
     if looks_like_kineto(raw):
         device, host, steps, memory, facts = read_kineto(raw)
         rank, warning = resolve_rank(facts.rank, rank_hint, order)
@@ -149,8 +158,3 @@ def load_all(paths: Sequence[str | Path]) -> list[RankTrace]:
         traces.extend(src.load())
     check_ranks(traces)
     return sorted(traces, key=lambda t: t.rank)
-
-
-def with_rank(trace: RankTrace, rank: int) -> RankTrace:
-    """A copy of ``trace`` with another rank (for callers that renumber)."""
-    return replace(trace, rank=rank)

@@ -32,23 +32,6 @@ def str_column(values: Sequence[Any]) -> list[str]:
     return [v if v.__class__ is str else ("" if v is None else str(v)) for v in values]
 
 
-def str_categorical(values: Sequence[Any]) -> pd.Categorical:
-    """A categorical column of strings, ``""`` for missing; fast when no value is present."""
-    n = len(values)
-    if n == 0 or (values[0] is None and len(set(values)) == 1):
-        return pd.Categorical.from_codes(np.zeros(n, np.int8), pd.Index([""], dtype=object))
-    try:
-        index: dict[Any, int] = {}
-        add = index.setdefault
-        codes = np.array([add(v, len(index)) for v in values], np.int32)
-    except TypeError:  # an unhashable value (a list where a name belongs)
-        return pd.Categorical(str_column(values))
-    # None and "" (and 7 and "7") become the same label: merge their codes.
-    labels: dict[str, int] = {}
-    remap = np.array([labels.setdefault(s, len(labels)) for s in str_column(list(index))], np.int32)
-    return pd.Categorical.from_codes(remap[codes], pd.Index(list(labels), dtype=object))
-
-
 def categorical(values: Sequence[str]) -> tuple[pd.Categorical, npt.NDArray[np.int32], list[str]]:
     """A categorical of ``values`` plus its codes and categories (in order of appearance).
 

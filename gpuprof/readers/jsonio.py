@@ -13,7 +13,9 @@ valid trace fails validation; readers coerce them column by column.
 
 from __future__ import annotations
 
+import re
 import zlib
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -21,9 +23,11 @@ from typing import Any
 import msgspec
 
 from gpuprof.errors import BadTraceError
+from gpuprof.readers.chunks import ChunkingFailed, first_piece, later_pieces, split_points
 
 _GZIP_MAGIC = b"\x1f\x8b"
-_CHUNK_BYTES = 1 << 24
+_IN_BYTES = 1 << 20  # compressed bytes fed to zlib at a time
+_OUT_BYTES = 1 << 24  # most decompressed bytes zlib returns at a time
 # How many candidate cut points to try when recovering a trace cut off mid-write.
 _MAX_RECOVERY_TRIES = 32
 
@@ -90,24 +94,51 @@ class _LooseDoc(msgspec.Struct):
     schemaVersion: Any = None
 
 
-@dataclass(frozen=True)
-class RawTrace:
-    """A decoded trace file: its events and the top-level keys readers use.
+@dataclass
+class TopLevel:
+    """The top-level keys readers use (``None`` when absent).
 
-    ``size_bytes`` is the size of the (decompressed) JSON text; ``warnings`` says what was
-    recovered (a cut-off gzip stream or JSON text).
+    With a trace decoded in pieces, keys after the event list are only known once every
+    piece has been read.
     """
 
-    events: list[Event]
-    device_properties: Any
-    distributed_info: Any
-    schema_version: Any
+    device_properties: Any = None
+    distributed_info: Any = None
+    schema_version: Any = None
+
+    def update(self, props: Any, dist: Any, schema: Any) -> None:
+        if props is not None:
+            self.device_properties = props
+        if dist is not None:
+            self.distributed_info = dist
+        if schema is not None:
+            self.schema_version = schema
+
+
+@dataclass
+class RawTrace:
+    """A trace file being decoded: its first piece of events, an iterator over the rest.
+
+    ``rest`` can be consumed once and may raise :class:`ChunkingFailed` (then decode the
+    file again with ``decode_trace(path, chunked=False)``). ``size_bytes`` is the size of
+    the (decompressed) JSON text; ``warnings`` say what was recovered (a cut-off gzip
+    stream or JSON text).
+    """
+
+    first: list[Event]
+    rest: Iterator[list[Event]]
+    top: TopLevel
     is_object: bool
     size_bytes: int
     warnings: tuple[str, ...]
 
+    def pieces(self) -> Iterator[list[Event]]:
+        """All events, piece by piece (the first piece, then the rest)."""
+        yield self.first
+        yield from self.rest
 
-def read_bytes(path: Path) -> tuple[bytes, list[str]]:
+
+def read_bytes(path: Path) -> tuple[bytes | bytearray, list[str]]:
     """The JSON text of ``path``, gunzipped when it is gzip (by content, not by name).
 
     A gzip stream that ends early yields what it decompressed so far plus a warning.
@@ -127,57 +158,121 @@ def read_bytes(path: Path) -> tuple[bytes, list[str]]:
     return _gunzip(data, path)
 
 
-def _gunzip(data: bytes, path: Path) -> tuple[bytes, list[str]]:
-    out: list[bytes] = []
-    rest = data
+class _Sink:
+    """Decompressed bytes written into one buffer sized from the gzip trailer.
+
+    Joining a list of pieces would briefly hold the text twice; a trace can be GBs.
+    """
+
+    def __init__(self, size_hint: int) -> None:
+        self.buf = bytearray(size_hint)  # zero pages cost nothing until written
+        self.n = 0
+
+    def put(self, piece: bytes) -> None:
+        end = self.n + len(piece)
+        if end > len(self.buf):
+            self.buf.extend(bytes(max(end - len(self.buf), len(self.buf) // 2)))
+        self.buf[self.n : end] = piece
+        self.n = end
+
+    def result(self) -> bytearray:
+        del self.buf[self.n :]
+        return self.buf
+
+
+def _gunzip(data: bytes, path: Path) -> tuple[bytearray, list[str]]:
+    # ISIZE (the last 4 bytes) is the size of the last member mod 2**32; of a cut-off file
+    # it is noise, hence the plausibility bound.
+    isize = int.from_bytes(data[-4:], "little")
+    sink = _Sink(isize if 0 < isize <= 200 * len(data) else 8 * len(data))
+    view = memoryview(data)
     warnings: list[str] = []
-    while rest:
+    pos = 0
+    while pos < len(data):
         d = zlib.decompressobj(16 + zlib.MAX_WBITS)
+        i = pos
         try:
-            # Chunked so that a corrupt tail still leaves the good prefix in ``out``.
-            for i in range(0, len(rest), _CHUNK_BYTES):
-                out.append(d.decompress(rest[i : i + _CHUNK_BYTES]))
-                if d.eof:
-                    break
-            out.append(d.flush())
+            # Fed in pieces so that a corrupt or cut tail still leaves the good prefix.
+            while i < len(data) and not d.eof:
+                piece = view[i : i + _IN_BYTES]
+                i += len(piece)
+                sink.put(d.decompress(piece, _OUT_BYTES))
+                while d.unconsumed_tail and not d.eof:
+                    sink.put(d.decompress(d.unconsumed_tail, _OUT_BYTES))
+            sink.put(d.flush())
         except zlib.error as exc:
-            if not any(out):
+            if not sink.n:
                 raise BadTraceError(f"not a valid gzip file ({exc})", path) from None
-            warnings.append(
-                f"gzip data is corrupt after {sum(map(len, out))} bytes ({exc}); read what came before"
-            )
+            warnings.append(f"gzip data is corrupt after {sink.n} bytes ({exc}); read what came before")
             break
         if not d.eof:
-            if not any(out):
+            if not sink.n:
                 raise BadTraceError("gzip file is cut off before any data", path)
             warnings.append(
                 "gzip file is cut off (the run may have been killed while writing); read what was complete"
             )
             break
-        rest = d.unused_data
-        if rest[:2] != _GZIP_MAGIC:
+        pos = i - len(d.unused_data)
+        if data[pos : pos + 2] != _GZIP_MAGIC:
             break  # trailing garbage after the last member is ignored, as gzip(1) does
-    text = b"".join(out)
-    if not text.strip():
+    if not sink.n:
         raise BadTraceError("gzip file holds no data", path)
-    return text, warnings
+    return sink.result(), warnings
 
 
-def decode_trace(path: Path) -> RawTrace:
-    """Read and decode a Chrome trace-event file (Kineto or op-level timeline)."""
+def decode_trace(path: Path, chunked: bool = True) -> RawTrace:
+    """Read and decode a Chrome trace-event file (Kineto or op-level timeline).
+
+    Large multi-line traces are decoded piece by piece as the caller iterates
+    :meth:`RawTrace.pieces` (see :mod:`gpuprof.readers.chunks`); others are decoded whole.
+    """
     data, warnings = read_bytes(path)
+    is_object = _check_start(data, path)
+    points = split_points(data, is_object) if chunked else []
+    if points:
+        try:
+            events, props, dist, schema = _decode(first_piece(data, is_object, points), is_object)
+        except (msgspec.DecodeError, msgspec.ValidationError):
+            events = None
+        if events:
+            top = TopLevel(props, dist, schema)
+            rest = _later(data, is_object, points, top)
+            return RawTrace(events, rest, top, is_object, len(data), tuple(warnings))
     return decode_text(data, path, warnings)
 
 
-def decode_text(data: bytes, path: Path, warnings: list[str] | None = None) -> RawTrace:
-    warns = list(warnings or [])
-    stripped = data.lstrip()
-    if not stripped:
+def _later(
+    data: bytes | bytearray, is_object: bool, points: list[tuple[int, int]], top: TopLevel
+) -> Iterator[list[Event]]:
+    for piece, last in later_pieces(data, is_object, points):
+        try:
+            events, props, dist, schema = _decode(piece, is_object and last)
+        except (msgspec.DecodeError, msgspec.ValidationError):
+            raise ChunkingFailed from None
+        del piece
+        if last:
+            top.update(props, dist, schema)
+        yield events or []
+
+
+_FIRST_CHAR = re.compile(rb"\S")
+
+
+def _check_start(data: bytes | bytearray, path: Path) -> bool:
+    """True for a JSON object, False for a list; BadTraceError for anything else."""
+    m = _FIRST_CHAR.search(data)  # not data.lstrip(): that would copy the whole text
+    if m is None:
         raise BadTraceError("file holds only whitespace", path)
-    first = stripped[:1]
+    first = data[m.start() : m.start() + 1]
     if first not in (b"{", b"["):
         raise BadTraceError("not JSON (a trace file starts with '{' or '[')", path)
-    is_object = first == b"{"
+    return first == b"{"
+
+
+def decode_text(data: bytes | bytearray, path: Path, warnings: list[str] | None = None) -> RawTrace:
+    """Decode a whole JSON text (recovering a cut-off one) into a one-piece RawTrace."""
+    warns = list(warnings or [])
+    is_object = _check_start(data, path)
     try:
         doc = _decode(data, is_object)
     except msgspec.ValidationError as exc:
@@ -197,13 +292,13 @@ def decode_text(data: bytes, path: Path, warnings: list[str] | None = None) -> R
         raise BadTraceError("JSON is not a trace (no 'traceEvents' list)", path)
     if not events:
         raise BadTraceError("trace holds no events", path)
-    return RawTrace(events, props, dist, schema, is_object, len(data), tuple(warns))
+    return RawTrace(events, iter(()), TopLevel(props, dist, schema), is_object, len(data), tuple(warns))
 
 
 _DocTuple = tuple[list[Event] | None, Any, Any, Any]
 
 
-def _decode(data: bytes, is_object: bool) -> _DocTuple:
+def _decode(data: bytes | bytearray, is_object: bool) -> _DocTuple:
     try:
         if is_object:
             doc = msgspec.json.decode(data, type=_Doc)
@@ -252,7 +347,7 @@ def _coerce(e: _LooseEvent) -> Event:
     )
 
 
-def _recover_cut(data: bytes, is_object: bool) -> tuple[_DocTuple, int] | None:
+def _recover_cut(data: bytes | bytearray, is_object: bool) -> tuple[_DocTuple, int] | None:
     """Decode the longest prefix of a cut-off trace that ends after a complete event.
 
     Candidate cut points are closing braces followed by a comma or ``]`` (the end of one

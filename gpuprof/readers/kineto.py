@@ -16,8 +16,6 @@ where the kernel itself does not carry them, and decides whether an ambiguous
 
 from __future__ import annotations
 
-from collections import Counter
-from collections.abc import Sequence
 from operator import attrgetter
 from typing import Any
 
@@ -36,7 +34,8 @@ from gpuprof.model.timeline import (
     Step,
     make_table,
 )
-from gpuprof.readers.columns import as_int, categorical, int_column, str_categorical, str_column
+from gpuprof.readers.accumulate import DeviceColumns, HostColumns
+from gpuprof.readers.columns import as_int
 from gpuprof.readers.jsonio import Event, RawTrace
 from gpuprof.readers.launch import resolve_comm_kernels
 
@@ -88,80 +87,90 @@ class KinetoFacts:
 
 
 def looks_like_kineto(raw: RawTrace) -> bool:
-    """True when the content is a Kineto trace (by its keys and ``cat`` values)."""
-    if raw.device_properties is not None or raw.schema_version is not None:
+    """True when the content is a Kineto trace (by its top-level keys and ``cat`` values).
+
+    Only the first piece of a large trace is looked at: it holds megabytes of events.
+    """
+    if raw.top.device_properties is not None or raw.top.schema_version is not None:
         return True
-    for e in raw.events[:2000]:
-        if e.cat in KINETO_CATS:
-            return True
-    return any(e.cat in KINETO_CATS for e in raw.events)
+    return any(e.cat in KINETO_CATS for e in raw.first)
 
 
 def read_kineto(
     raw: RawTrace,
 ) -> tuple[pd.DataFrame, pd.DataFrame, tuple[Step, ...], tuple[MemorySample, ...], KinetoFacts]:
-    """Device table, host table, steps, memory samples and facts of one Kineto trace."""
+    """Device table, host table, steps, memory samples and facts of one Kineto trace.
+
+    Consumes ``raw``'s pieces; may raise :class:`ChunkingFailed` (see ``RawTrace``).
+    """
     facts = KinetoFacts()
     facts.warnings.extend(raw.warnings)
-    dev: list[Event] = []
-    host: list[Event] = []
+    host_cols = HostColumns(_HOST_KIND_CODES)
+    dev_cols = DeviceColumns(_DEVICE_KIND_CODES)
     mem: list[Event] = []
-    frames: list[Event] = []
+    frame_verdicts: dict[str, bool] = {}
     dev_cats = DEVICE_CATS
     host_cats = HOST_CATS
-    for e in raw.events:
-        if e.ph == "X":
-            c = e.cat
-            if c in dev_cats:
-                dev.append(e)
-            elif c == "python_function":
-                frames.append(e)
-            elif c in host_cats:
-                host.append(e)
-        elif e.name == "[memory]":
-            mem.append(e)
-    host.extend(_telling_frames(frames))
-    dev = _own_device(dev, facts)
-    _read_distributed(raw.distributed_info, facts)
-    _read_device_props(raw.device_properties, facts)
-    host_table = _host_table(host)
-    device_table = _device_table(dev, host_table)
+    for piece in raw.pieces():
+        dev: list[Event] = []
+        host: list[Event] = []
+        frames: list[Event] = []
+        for e in piece:
+            if e.ph == "X":
+                c = e.cat
+                if c in dev_cats:
+                    dev.append(e)
+                elif c == "python_function":
+                    frames.append(e)
+                elif c in host_cats:
+                    host.append(e)
+            elif e.name == "[memory]":
+                mem.append(e)
+        del piece
+        host.extend(_telling_frames(frames, frame_verdicts))
+        host_cols.add(host)
+        dev_cols.add(dev)
+    keep_pid = _own_device(dev_cols.pid_counts(), facts)
+    _read_distributed(raw.top.distributed_info, facts)
+    _read_device_props(raw.top.device_properties, facts)
+    host_table = _host_table(host_cols.finish())
+    device_table = _device_table(dev_cols.finish(keep_pid), host_table)
     steps = _steps(host_table)
     memory = _memory(mem, facts.device_index)
     return device_table, host_table, steps, memory, facts
 
 
-def _telling_frames(frames: list[Event]) -> list[Event]:
+def _telling_frames(frames: list[Event], verdicts: dict[str, bool]) -> list[Event]:
     """The Python frames whose name gives them a category (data loading, cache flushes...).
 
     ``with_stack`` traces hold a ``python_function`` event per Python call, often most of
     the file; the framework ops and runtime calls already cover the same host time, and
     only frames that classification recognizes tell the analysis anything more. Keeping
-    only those keeps reading fast and memory small on such traces.
+    only those keeps reading fast and memory small on such traces. ``verdicts`` caches
+    the decision per name across pieces.
     """
     if not frames:
         return frames
-    names = set(map(_NAME, frames))
-    keep = {n for n in names if cl.classify(Kind.PYTHON, n) != Category.OTHER}
-    if not keep:
+    for n in set(map(_NAME, frames)) - verdicts.keys():
+        verdicts[n] = cl.classify(Kind.PYTHON, n) != Category.OTHER
+    if not any(verdicts.values()):
         return []
-    return [e for e in frames if e.name in keep]
+    return [e for e in frames if verdicts[e.name]]
 
 
-def _own_device(dev: list[Event], facts: KinetoFacts) -> list[Event]:
-    """Keep the events of the rank's own GPU (the ``pid`` with most device events)."""
-    if not dev:
-        return dev
-    counts = Counter(e.pid for e in dev)
-    pid, _ = counts.most_common(1)[0]
+def _own_device(counts: dict[Any, int], facts: KinetoFacts) -> Any:
+    """The ``pid`` of the rank's own GPU: the one with most device events."""
+    if not counts:
+        return None
+    ranked = sorted(counts.items(), key=lambda kv: -kv[1])
+    pid, n = ranked[0]
     facts.device_index = as_int(pid)
-    if len(counts) > 1:
-        others = ", ".join(f"{p} ({n} events)" for p, n in counts.most_common()[1:])
+    if len(ranked) > 1:
+        others = ", ".join(f"{p} ({m} events)" for p, m in ranked[1:])
         facts.warnings.append(
-            f"the trace holds events of several GPUs; kept GPU {pid} ({counts[pid]} events), dropped {others}"
+            f"the trace holds events of several GPUs; kept GPU {pid} ({n} events), dropped {others}"
         )
-        dev = [e for e in dev if e.pid == pid]
-    return dev
+    return pid
 
 
 def _read_distributed(info: Any, facts: KinetoFacts) -> None:
@@ -209,70 +218,41 @@ def _tid_column(tids: list[Any]) -> np.ndarray:
     return np.array(list(map(mapping.__getitem__, tids)), np.int64)
 
 
-_CAT = attrgetter("cat")
 _NAME = attrgetter("name")
-_ARGS = attrgetter("args")
 _HOST_KIND_CODES = {k: int(v) for k, v in HOST_CATS.items()}
 _DEVICE_KIND_CODES = {k: int(v) for k, v in DEVICE_CATS.items()}
 
 
-def _values(items: Sequence[Any], field: str) -> list[Any]:
-    """One attribute of every item (``map`` + ``attrgetter`` runs at C speed)."""
-    return list(map(attrgetter(field), items))
-
-
-def _floats(items: Sequence[Any], field: str) -> np.ndarray:
-    return np.fromiter(map(attrgetter(field), items), np.float64, len(items))
-
-
-def _host_table(host: list[Event]) -> pd.DataFrame:
-    n = len(host)
-    start = _floats(host, "ts")
-    end = start + _floats(host, "dur")
-    kind = np.array(list(map(_HOST_KIND_CODES.__getitem__, map(_CAT, host))), np.int8)
-    names = list(map(_NAME, host))
-    args = list(map(_ARGS, host))
-    name_cat, codes, uniq = categorical(names)
-    # Classify each unique (kind, name) pair once.
+def _host_table(cols: dict[str, Any]) -> pd.DataFrame:
+    kind = cols["kind"]
+    name: pd.Categorical = cols["name"]
+    codes = np.asarray(name.codes)
+    uniq = list(name.categories)
+    n = len(kind)
     category = np.full(n, int(Category.OTHER), np.int8)
     if n:
-        pair = codes.astype(np.int64) * 32 + kind
-        inverse, upairs = pd.factorize(pair)
+        # Classify each unique (kind, name) pair once.
+        inverse, upairs = pd.factorize(codes.astype(np.int64) * 32 + kind)
         cats = np.array([int(cl.classify(Kind(int(p % 32)), uniq[int(p // 32)])) for p in upairs], np.int8)
         category = cats[inverse]
-    coll = str_categorical(_values(args, "coll_name"))
-    pg = str_categorical(_values(args, "pg_name"))
     # record_param_comms wraps both collectives and send/recv: its args decide.
+    coll: pd.Categorical = cols["coll_name"]
     coll_codes = np.asarray(coll.codes)
     coll_names = list(coll.categories)
     for i in np.flatnonzero(category == int(Category.COLLECTIVE)):
         told = cl.collective_category(coll_names[coll_codes[i]])
         if told is not None:
             category[i] = int(told)
-    return make_table(
-        {
-            "start_us": start,
-            "end_us": end,
-            "kind": kind,
-            "category": category,
-            "tid": _tid_column(_values(host, "tid")),
-            "correlation": int_column(_values(args, "correlation")),
-            "name": name_cat,
-            "pg": pg,
-            "coll_name": coll,
-        },
-        HOST_COLUMNS,
-    )
+    cols["category"] = category
+    return make_table(cols, HOST_COLUMNS)
 
 
-def _device_table(dev: list[Event], host_table: pd.DataFrame) -> pd.DataFrame:
-    n = len(dev)
-    start = _floats(dev, "ts")
-    end = start + _floats(dev, "dur")
-    kind = np.array(list(map(_DEVICE_KIND_CODES.__getitem__, map(_CAT, dev))), np.int8)
-    names = list(map(_NAME, dev))
-    args = list(map(_ARGS, dev))
-    name_cat, codes, uniq = categorical(names)
+def _device_table(cols: dict[str, Any], host_table: pd.DataFrame) -> pd.DataFrame:
+    kind = cols["kind"]
+    name: pd.Categorical = cols["name"]
+    codes = np.asarray(name.codes)
+    uniq = list(name.categories)
+    n = len(kind)
     kernel_cat = np.array([int(cl.classify(Kind.KERNEL, s)) for s in uniq] or [0], np.int8)
     no_copy = (CopyKind.UNKNOWN, False)
     copy_parsed = [cl.parse_copy(s) if s.startswith("Memcpy") else no_copy for s in uniq]
@@ -289,34 +269,20 @@ def _device_table(dev: list[Event], host_table: pd.DataFrame) -> pd.DataFrame:
         is_copy, copy_kind_by_code[codes] if n else copy_kind_by_code[:0], int(CopyKind.NONE)
     ).astype(np.int8)
     pageable = is_copy & (pageable_by_code[codes] if n else pageable_by_code[:0])
-    stream = int_column(_values(args, "stream"))
-    if n and (stream < 0).any():
-        # Old traces and some ROCm events carry the stream only as the row (tid).
-        tids = _tid_column(_values(dev, "tid"))
-        stream = np.where(stream < 0, tids, stream)
-    correlation = int_column(_values(args, "correlation"))
-    coll = str_column(_values(args, "coll_name"))
-    pg = str_column(_values(args, "pg_name"))
+    coll: list[str] = cols["coll_name"]
+    pg: list[str] = cols["pg"]
     comm = np.flatnonzero((category == int(Category.COLLECTIVE)) | (category == int(Category.P2P)))
     if comm.size:
-        resolve_comm_kernels(comm, names, correlation, category, coll, pg, host_table)
-    return make_table(
-        {
-            "start_us": start,
-            "end_us": end,
-            "kind": kind,
-            "category": category,
-            "stream": stream,
-            "correlation": correlation,
-            "name": name_cat,
-            "copy_kind": copy_kind,
-            "pageable": pageable,
-            "bytes": int_column(_values(args, "nbytes")),
-            "coll_name": pd.Categorical(coll),
-            "pg": pd.Categorical(pg),
-        },
-        DEVICE_COLUMNS,
+        names = {r: uniq[c] for r, c in zip(comm.tolist(), codes[comm].tolist())}
+        resolve_comm_kernels(comm, names, cols["correlation"], category, coll, pg, host_table)
+    cols.update(
+        category=category,
+        copy_kind=copy_kind,
+        pageable=pageable,
+        coll_name=pd.Categorical(coll),
+        pg=pd.Categorical(pg),
     )
+    return make_table(cols, DEVICE_COLUMNS)
 
 
 def _steps(host: pd.DataFrame) -> tuple[Step, ...]:

@@ -19,7 +19,7 @@ walk over the sorted host ops of its thread, so this costs little on large trace
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 
 import numpy as np
 import numpy.typing as npt
@@ -36,7 +36,7 @@ _CONTEXT_KINDS = (int(Kind.OP), int(Kind.ANNOTATION))
 
 def resolve_comm_kernels(
     comm_rows: npt.NDArray[np.intp],
-    names: Sequence[str],
+    names: Mapping[int, str],
     correlation: npt.NDArray[np.int64],
     category: npt.NDArray[np.int8],
     coll: list[str],
@@ -45,7 +45,8 @@ def resolve_comm_kernels(
 ) -> None:
     """Refine ``category`` and fill ``coll``/``pg`` of the communication kernels in place.
 
-    The arrays and lists are the reader's own, not yet wrapped in a table.
+    ``names`` maps each row of ``comm_rows`` to its kernel name. The arrays and lists are
+    the reader's own, not yet wrapped in a table.
     """
     if host.empty:
         return
@@ -101,7 +102,7 @@ def resolve_comm_kernels(
             ctx_coll = _coll_from_op_names(context)
         if ctx_coll:
             context.insert(0, ctx_coll)
-        category[row] = int(cl.refine_comm_category(names[row], Category(int(category[row])), context))
+        category[row] = int(cl.refine_comm_category(names[int(row)], Category(int(category[row])), context))
         if not coll[row] and ctx_coll:
             coll[row] = ctx_coll
         if not pg[row] and ctx_pg:

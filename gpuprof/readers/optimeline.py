@@ -81,7 +81,7 @@ def read_meta_sizes(trace_path: Path) -> dict[str, int]:
 
 def looks_like_timeline(raw: RawTrace) -> bool:
     """True when the file has complete (``X``) events at all: the fallback format."""
-    return any(e.ph == "X" for e in raw.events)
+    return any(e.ph == "X" for e in raw.first)
 
 
 def read_timeline(raw: RawTrace, path: Path) -> list[RankTrace]:
@@ -89,7 +89,7 @@ def read_timeline(raw: RawTrace, path: Path) -> list[RankTrace]:
     thread_names: dict[tuple[Any, Any], str] = {}
     process_names: dict[Any, str] = {}
     ops: list[Event] = []
-    for e in raw.events:
+    for e in (e for piece in raw.pieces() for e in piece):
         if e.ph == "X":
             ops.append(e)
         elif e.ph == "M" and isinstance(e.args.name, str):
@@ -191,7 +191,7 @@ def _assign_ranks(
 def _worker_table(evs: list[Event]) -> tuple[pd.DataFrame, tuple[Step, ...]]:
     n = len(evs)
     start = np.fromiter((e.ts for e in evs), np.float64, n)
-    end = start + np.fromiter((e.dur for e in evs), np.float64, n)
+    end = start + np.maximum(np.fromiter((e.dur for e in evs), np.float64, n), 0.0)
     names = [e.name for e in evs]
     cat, codes, uniq = categorical(names)
     cats_by_code = np.array([int(cl.classify(Kind.TIMER, s)) for s in uniq] or [0], np.int8)

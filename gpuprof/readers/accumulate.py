@@ -1,0 +1,207 @@
+"""Columns of Kineto host and device events, accumulated piece by piece.
+
+Each piece of decoded events is turned into numpy arrays and integer codes at once (the
+structs are then dropped); strings are coded through dicts shared by all pieces, so a
+name held by a million events is stored once. :meth:`finish` joins the pieces.
+
+Attribute access goes through ``map`` + ``attrgetter`` (C speed); no per-event dict is
+ever built.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from operator import attrgetter
+from typing import Any
+
+import numpy as np
+import numpy.typing as npt
+import pandas as pd
+
+from gpuprof.readers.columns import as_int, int_column, str_column
+from gpuprof.readers.jsonio import Event
+
+_NAME = attrgetter("name")
+_CAT = attrgetter("cat")
+_ARGS = attrgetter("args")
+
+I32 = npt.NDArray[np.int32]
+
+
+def values(items: Sequence[Any], field: str) -> list[Any]:
+    """One attribute of every item."""
+    return list(map(attrgetter(field), items))
+
+
+def floats(items: Sequence[Any], field: str) -> npt.NDArray[np.float64]:
+    return np.fromiter(map(attrgetter(field), items), np.float64, len(items))
+
+
+class Coder:
+    """Integer codes for values (strings, ids), shared by all pieces of a trace."""
+
+    def __init__(self) -> None:
+        self.index: dict[Any, int] = {}
+
+    def encode(self, vals: Sequence[Any]) -> I32:
+        index = self.index
+        add = index.setdefault
+        try:
+            return np.array([add(v, len(index)) for v in vals], np.int32)
+        except TypeError:  # an unhashable value (a list where a name belongs)
+            return self.encode(str_column(vals))
+
+    def labels(self) -> list[Any]:
+        return list(self.index)
+
+
+def str_categorical(codes: I32, coder: Coder) -> pd.Categorical:
+    """Categorical of string labels; ``None`` and non-strings become ``""`` / ``str(v)``."""
+    labels = str_column(coder.labels())
+    merged: dict[str, int] = {}
+    remap = np.array([merged.setdefault(s, len(merged)) for s in labels] or [0], np.int32)
+    cats = list(merged) or [""]
+    return pd.Categorical.from_codes(remap[codes] if len(codes) else codes, pd.Index(cats, dtype=object))
+
+
+def name_categorical(codes: I32, coder: Coder) -> pd.Categorical:
+    """Categorical of names (always strings in decoded events) from their codes."""
+    return pd.Categorical.from_codes(codes, pd.Index(coder.labels() or [""], dtype=object))
+
+
+def tid_values(codes: I32, coder: Coder) -> npt.NDArray[np.int64]:
+    """Thread / stream ids as int64; old-schema strings ("4093687616", "stream 7") parsed."""
+    out = []
+    for t in coder.labels():
+        v = as_int(t)
+        if v is None and isinstance(t, str):
+            v = as_int(t.rsplit(" ", 1)[-1])
+        out.append(-1 if v is None or not -(2**63) <= v < 2**63 else v)
+    table = np.array(out or [-1], np.int64)
+    return table[codes] if len(codes) else np.zeros(0, np.int64)
+
+
+class _Parts:
+    """Lists of per-piece arrays, one list per column."""
+
+    def __init__(self, columns: Sequence[str]) -> None:
+        self.parts: dict[str, list[np.ndarray]] = {c: [] for c in columns}
+
+    def add(self, **arrays: np.ndarray) -> None:
+        for name, arr in arrays.items():
+            self.parts[name].append(arr)
+
+    def joined(self, name: str, dtype: Any) -> np.ndarray:
+        parts = self.parts[name]
+        return np.concatenate(parts) if parts else np.zeros(0, dtype)
+
+
+class HostColumns:
+    """Host events (ops, runtime/driver calls, annotations, frames) of all pieces."""
+
+    def __init__(self, kind_codes: dict[str, int]) -> None:
+        self.kind_codes = kind_codes
+        self.names, self.tids, self.colls, self.pgs = Coder(), Coder(), Coder(), Coder()
+        self._p = _Parts(("start", "end", "kind", "name", "tid", "corr", "coll", "pg"))
+
+    def add(self, evs: list[Event]) -> None:
+        if not evs:
+            return
+        args = list(map(_ARGS, evs))
+        start = floats(evs, "ts")
+        self._p.add(
+            start=start,
+            end=start + np.maximum(floats(evs, "dur"), 0.0),  # broken traces hold negative durations
+            kind=np.array(list(map(self.kind_codes.__getitem__, map(_CAT, evs))), np.int8),
+            name=self.names.encode(list(map(_NAME, evs))),
+            tid=self.tids.encode(values(evs, "tid")),
+            corr=int_column(values(args, "correlation")),
+            coll=self.colls.encode(values(args, "coll_name")),
+            pg=self.pgs.encode(values(args, "pg_name")),
+        )
+
+    def finish(self) -> dict[str, Any]:
+        """Columns for :func:`make_table` (``category`` still to be filled)."""
+        p = self._p
+        return {
+            "start_us": p.joined("start", np.float64),
+            "end_us": p.joined("end", np.float64),
+            "kind": p.joined("kind", np.int8),
+            "tid": tid_values(p.joined("tid", np.int32), self.tids),
+            "correlation": p.joined("corr", np.int64),
+            "name": name_categorical(p.joined("name", np.int32), self.names),
+            "coll_name": str_categorical(p.joined("coll", np.int32), self.colls),
+            "pg": str_categorical(p.joined("pg", np.int32), self.pgs),
+        }
+
+
+class DeviceColumns:
+    """Device events (kernels, copies, memsets) of all pieces, with their GPU (``pid``)."""
+
+    def __init__(self, kind_codes: dict[str, int]) -> None:
+        self.kind_codes = kind_codes
+        self.names, self.pids, self.tids, self.colls, self.pgs = Coder(), Coder(), Coder(), Coder(), Coder()
+        self._p = _Parts(
+            ("start", "end", "kind", "name", "pid", "tid", "stream", "corr", "bytes", "coll", "pg")
+        )
+
+    def add(self, evs: list[Event]) -> None:
+        if not evs:
+            return
+        args = list(map(_ARGS, evs))
+        start = floats(evs, "ts")
+        self._p.add(
+            start=start,
+            end=start + np.maximum(floats(evs, "dur"), 0.0),
+            kind=np.array(list(map(self.kind_codes.__getitem__, map(_CAT, evs))), np.int8),
+            name=self.names.encode(list(map(_NAME, evs))),
+            pid=self.pids.encode(values(evs, "pid")),
+            tid=self.tids.encode(values(evs, "tid")),
+            stream=int_column(values(args, "stream")),
+            corr=int_column(values(args, "correlation")),
+            bytes=int_column(values(args, "nbytes")),
+            coll=self.colls.encode(values(args, "coll_name")),
+            pg=self.pgs.encode(values(args, "pg_name")),
+        )
+
+    def pid_counts(self) -> dict[Any, int]:
+        """Device events per GPU ``pid``."""
+        codes = self._p.joined("pid", np.int32)
+        if not len(codes):
+            return {}
+        counts = np.bincount(codes, minlength=len(self.pids.index))
+        return {pid: int(n) for pid, n in zip(self.pids.labels(), counts)}
+
+    def finish(self, keep_pid: Any = None) -> dict[str, Any]:
+        """Columns of the events of GPU ``keep_pid`` (all when ``None``).
+
+        ``coll_name``/``pg`` are plain lists of strings here: the launch-context
+        resolution fills them in for communication kernels before the table is made.
+        """
+        p = self._p
+        cols: dict[str, Any] = {
+            "start_us": p.joined("start", np.float64),
+            "end_us": p.joined("end", np.float64),
+            "kind": p.joined("kind", np.int8),
+            "stream": p.joined("stream", np.int64),
+            "correlation": p.joined("corr", np.int64),
+            "bytes": p.joined("bytes", np.int64),
+        }
+        name = p.joined("name", np.int32)
+        tid = p.joined("tid", np.int32)
+        coll = p.joined("coll", np.int32)
+        pg = p.joined("pg", np.int32)
+        if keep_pid is not None and len(self.pids.index) > 1:
+            mask = p.joined("pid", np.int32) == self.pids.index[keep_pid]
+            cols = {k: v[mask] for k, v in cols.items()}
+            name, tid, coll, pg = name[mask], tid[mask], coll[mask], pg[mask]
+        stream = cols["stream"]
+        if (stream < 0).any():
+            # Old traces and some ROCm events carry the stream only as the row (tid).
+            cols["stream"] = np.where(stream < 0, tid_values(tid, self.tids), stream)
+        cols["name"] = name_categorical(name, self.names).remove_unused_categories()
+        coll_labels = str_column(self.colls.labels())
+        pg_labels = str_column(self.pgs.labels())
+        cols["coll_name"] = [coll_labels[c] for c in coll.tolist()]
+        cols["pg"] = [pg_labels[c] for c in pg.tolist()]
+        return cols

@@ -1,0 +1,76 @@
+"""Split a large trace's event list into pieces that decode on their own.
+
+Decoding a whole trace at once holds a struct per event for every event of the file;
+decoding it in pieces of a few MB holds the structs of one piece while readers turn
+them into columns, so memory stays close to the size of the JSON text itself.
+
+Pieces are cut between two events at a ``}`` ``,`` *newline* ``{`` sequence found after
+the ``traceEvents`` key. A JSON string cannot hold a raw newline, so such a cut is never
+inside a string; should a cut fall inside a nested object (a list of dicts in ``args``
+written over several lines), the piece does not decode and the reader falls back to
+decoding the whole text (:class:`ChunkingFailed`). Traces written on one line (no
+newlines) are simply decoded whole.
+
+Each piece is wrapped so that it is valid JSON by itself: the first keeps the top-level
+keys before the events and is closed with ``]}``; middle pieces are bare lists; the last
+is opened with ``{"traceEvents":[`` and keeps the top-level keys after the events.
+"""
+
+from __future__ import annotations
+
+import itertools
+import re
+from collections.abc import Iterator
+
+# Bytes of JSON text per piece: large enough that per-piece costs vanish, small enough
+# that a piece's structs are a small fraction of the text.
+TARGET_BYTES = 8 << 20
+_BOUNDARY = re.compile(rb"\}[ \t\r]*,[ \t\r]*\n[ \t\r\n]*\{")
+
+
+class ChunkingFailed(Exception):
+    """A piece did not decode: the caller decodes the whole text instead."""
+
+
+def split_points(
+    text: bytes | bytearray, is_object: bool, target_bytes: int | None = None
+) -> list[tuple[int, int]]:
+    """``(end, start)`` offsets between events, about every ``target_bytes`` of text.
+
+    ``end`` is just past the ``}`` closing one event, ``start`` at the ``{`` opening the
+    next. Empty when the text is small or offers no cut. ``target_bytes`` defaults to
+    :data:`TARGET_BYTES` (read at call time, so tests can shrink it).
+    """
+    if target_bytes is None:
+        target_bytes = TARGET_BYTES
+    if len(text) < 2 * target_bytes:
+        return []
+    pos = 0
+    if is_object:
+        pos = text.find(b'"traceEvents"')
+        if pos < 0:
+            return []
+    out: list[tuple[int, int]] = []
+    pos += target_bytes
+    stop = len(text) - target_bytes // 2  # no tiny last piece
+    while pos < stop:
+        m = _BOUNDARY.search(text, pos, stop)
+        if m is None:
+            break
+        out.append((m.start() + 1, m.end() - 1))
+        pos = m.end() + target_bytes
+    return out
+
+
+def first_piece(text: bytes | bytearray, is_object: bool, points: list[tuple[int, int]]) -> bytes | bytearray:
+    """The text up to the first cut, closed: ``{... "traceEvents": [e, e]}`` or ``[e, e]``."""
+    return text[: points[0][0]] + (b"]}" if is_object else b"]")
+
+
+def later_pieces(
+    text: bytes | bytearray, is_object: bool, points: list[tuple[int, int]]
+) -> Iterator[tuple[bytes | bytearray, bool]]:
+    """The other pieces, each with ``True`` when it is the last (which may hold top-level keys)."""
+    for (_, begin), (end, _) in itertools.pairwise(points):
+        yield b"[" + text[begin:end] + b"]", False
+    yield (b'{"traceEvents":[' if is_object else b"[") + text[points[-1][1] :], True
