@@ -20,6 +20,7 @@ SAMPLES: dict[str, tuple[str, dict[str, Any]]] = {
     "healthy": ("healthy", {"steps": 2}),
     "pipeline-1f1b": ("pipeline", {"steps": 2}),
     "pipeline-slow-stage": ("pipeline", {"steps": 2, "slow_stage": 2}),
+    "pipeline-dp2": ("pipeline", {"steps": 2, "dp": 2, "microbatches": 4}),
     "dp-exposed": ("dp_exposed", {"steps": 2}),
     "dp-overlapped": ("dp_overlapped", {"steps": 2}),
     "straggler": ("straggler", {"steps": 2}),

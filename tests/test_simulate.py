@@ -211,6 +211,30 @@ def test_balanced_pipeline_bubble_matches_theory(
     )
 
 
+def test_pipeline_times_data_parallel_has_megatron_layout_and_groups(tmp_path: Path) -> None:
+    out = generate("pipeline", tmp_path, stages=2, dp=2, microbatches=2, steps=1, act_mb=0.5)
+    docs = [_load(f) for f in _trace_files(out)]
+    assert len(docs) == 4
+    # rank = stage * dp + replica: rank 1 is stage 0 of replica 1, and sends to rank 3
+    info = docs[1]["distributedInfo"]
+    groups = {g["pg_desc"]: g["ranks"] for g in info["pg_config"]}
+    assert groups == {
+        "default_pg": [0, 1, 2, 3],
+        "PIPELINE_MODEL_PARALLEL_GROUP": [1, 3],
+        "DATA_PARALLEL_GROUP": [0, 1],
+    }
+    names = {e.get("name") for e in docs[1]["traceEvents"]}
+    assert "nccl:send 1->3" in names and "nccl:recv 1<-3" in names
+    dp_kernels = [
+        e
+        for e in docs[1]["traceEvents"]
+        if e.get("cat") == "kernel" and e["args"].get("Process Group Description") == "DATA_PARALLEL_GROUP"
+    ]
+    assert dp_kernels and all(e["args"]["Process Group Ranks"] == "[0, 1]" for e in dp_kernels)
+    truth = read_truth(out)
+    assert truth["expected"]["top_category"] == "pipeline_bubble"
+
+
 def test_slow_stage_widens_the_bubble_and_names_the_stage(tmp_path: Path) -> None:
     truth = read_truth(generate("pipeline", tmp_path, slow_stage=2, slowdown=1.5, microbatches=4, steps=1))
     exp = truth["expected"]

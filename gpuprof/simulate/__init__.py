@@ -143,13 +143,14 @@ def generate(
         for r in range(n):
             name = f"rank{r}.pt.trace.json" + (".gz" if compress else "")
             files[r] = str(Path(trace_dir.name) / name) if plan.session else name
+            groups = [pg] if plan.pg_config is None else plan.pg_config(r)
             dist = (
                 {
                     "backend": "nccl",
                     "rank": r,
                     "world_size": n,
-                    "pg_count": 1,
-                    "pg_config": [pg],
+                    "pg_count": len(groups),
+                    "pg_config": groups,
                     "nccl_version": "2.21.5",
                 }
                 if n > 1
@@ -168,6 +169,8 @@ def generate(
             sim.wait_cause = plan.wait_cause
             sims.append(sim)
         run_job(sims, [plan.program] * n)
+        if plan.post is not None:
+            plan.post(sims)
         for w, sim in zip(writers, sims):
             assert sim.window is not None
             w.close(start_us=sim.window[0] - 50.0, end_us=sim.window[1] + 50.0, trace_name=w.path.name)

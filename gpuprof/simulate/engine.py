@@ -70,6 +70,8 @@ class Job:
     arrivals: dict[tuple[Any, ...], dict[int, float]] = field(default_factory=dict)
     resolved: dict[tuple[Any, ...], tuple[float, float]] = field(default_factory=dict)
     woken: list[tuple[Any, ...]] = field(default_factory=list)
+    # times ranks report for job-level ground truth (e.g. when each stage's pipeline work ended)
+    marks: dict[tuple[Any, ...], dict[int, float]] = field(default_factory=dict)
 
     def post(
         self, key: tuple[Any, ...], rank: int, arrival_us: float, group_size: int, transfer_us: float
@@ -121,6 +123,10 @@ class RankSim:
         writer.name_thread(writer.pid, self.tid, f"thread {self.tid} (pt_main_thread)")
 
     # -- helpers ----------------------------------------------------------------------
+    def mark(self, key: tuple[Any, ...], t_us: float) -> None:
+        """Report a time for job-level bookkeeping (read by a plan's ``post``)."""
+        self.job.marks.setdefault(key, {})[self.rank] = t_us
+
     def jit(self, us: float) -> float:
         """``us`` with the configured relative jitter (never below 5 % of it)."""
         return max(us * 0.05, us * (1.0 + self.rng.gauss(0.0, self.timing.jitter)))

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -22,6 +22,10 @@ class Plan:
     timing: Timing = field(default_factory=Timing)
     wait_cause: Cause = Cause.STRAGGLER  # cause of waiting inside a collective for a late rank
     session: bool = False  # write a gpuprof session folder with NVML-like samples
+    # process groups of a rank for distributedInfo.pg_config (None: only the default group)
+    pg_config: Callable[[int], list[dict[str, Any]]] | None = None
+    # job-level ground truth added once every rank has run (e.g. pipeline drain)
+    post: Callable[[Sequence[RankSim]], None] | None = None
 
 
 def check(cond: bool, message: str) -> None:

@@ -7,12 +7,13 @@ Each function takes the scenario's knobs (units in their names, meanings in
 from __future__ import annotations
 
 import random
+from collections.abc import Generator, Sequence
 from typing import Any
 
 from gpuprof.model.report import Cause
 from gpuprof.simulate import comm
 from gpuprof.simulate import workload as wl
-from gpuprof.simulate.engine import Program, RankSim
+from gpuprof.simulate.engine import COMPUTE_STREAM, Program, RankSim, Wait
 from gpuprof.simulate.plan import Plan, check
 from gpuprof.simulate.schedules import SCHEDULES, stage_order, theoretical_bubble
 from gpuprof.simulate.workload import ALLGATHER_KERNEL, allreduce, dp_step, ring_us
@@ -150,16 +151,24 @@ def pipeline(
     microbatches: int = 8,
     schedule: str = "1f1b",
     chunks: int = 2,
+    dp: int = 1,
     steps: int = 2,
     stage_ms: float = 1.0,
     act_mb: float = 4.0,
+    grad_mb: float = 50.0,
     link_gbs: float = 200.0,
     slow_stage: int = -1,
     slowdown: float = 1.5,
 ) -> Plan:
-    """Pipeline parallelism, one rank per stage; optionally one slow stage."""
+    """Pipeline parallelism (times data parallelism with dp > 1); optionally one slow stage.
+
+    Ranks are laid out as Megatron-LM does with no tensor parallelism: rank = stage * dp +
+    replica. After the pipeline flush each stage all-reduces its gradients over its
+    data-parallel group, then the pipeline group all-reduces the gradient norm and reads it
+    with ``.item()`` before the optimizer step. A slow stage is slow in replica 0 only.
+    """
     check(schedule in SCHEDULES, f"schedule must be one of {', '.join(SCHEDULES)}")
-    check(stages >= 2 and microbatches >= 1, "need stages >= 2 and microbatches >= 1")
+    check(stages >= 2 and microbatches >= 1 and dp >= 1, "need stages >= 2, microbatches >= 1, dp >= 1")
     v = chunks if schedule == "interleaved" else 1
     check(
         schedule != "interleaved" or (chunks >= 2 and microbatches % stages == 0),
@@ -169,13 +178,36 @@ def pipeline(
     p = stages
     xfer_us = act_mb * 1e6 / (link_gbs * 1e3)
     nelems = int(act_mb * 1e6 // 2)
-    ranks = list(range(p))
+
+    def pp_group(replica: int) -> tuple[str, list[int]]:
+        return str(1 + replica), [st * dp + replica for st in range(p)]
+
+    def dp_group(stage: int) -> tuple[str, list[int]]:
+        return str(1 + dp + stage), [stage * dp + d for d in range(dp)]
+
+    def pg_config(rank: int) -> list[dict[str, Any]]:
+        stage, replica = divmod(rank, dp)
+        out = [_pg("0", list(range(p * dp)), desc="default_pg")]
+        out.append(_pg(*pp_group(replica), desc="PIPELINE_MODEL_PARALLEL_GROUP"))
+        if dp > 1:
+            out.append(_pg(*dp_group(stage), desc="DATA_PARALLEL_GROUP"))
+        return out
 
     def program(sim: RankSim) -> Program:
-        s = sim.rank
-        f = slowdown if s == slow_stage else 1.0
+        s, d = divmod(sim.rank, dp)
+        pp_name, pp_ranks = pp_group(d)
+        f = slowdown if (s == slow_stage and d == 0) else 1.0
         chunk_us = stage_ms * 1e3 * f / v
         order = stage_order(schedule, s, p, microbatches, chunks)
+
+        def xfer(
+            kind: str, to_stage: int, key: tuple[Any, ...]
+        ) -> Generator[Wait, None, tuple[float, float]]:
+            peer = (to_stage % p) * dp + d
+            return comm.p2p(
+                sim, kind, peer, key, nelems=nelems, transfer_us=xfer_us, ranks=pp_ranks, pg=pp_name
+            )
+
         for step in range(steps):
             with sim.step(step + 1):
                 if s == 0:
@@ -186,70 +218,79 @@ def pipeline(
                     first, last = vs == 0, vs == p * v - 1
                     if work.kind == "F":
                         if not first:
-                            yield from comm.p2p(
-                                sim,
-                                "recv",
-                                (vs - 1) % p,
-                                ("F", step, work.mb, vs),
-                                nelems=nelems,
-                                transfer_us=xfer_us,
-                                ranks=ranks,
-                            )
+                            yield from xfer("recv", vs - 1, ("F", step, work.mb, vs))
                         with sim.op("forward_step", cat="user_annotation"):
                             _chunk_kernels(sim, chunk_us, backward=False, with_loss=last)
                         if not last:
-                            yield from comm.p2p(
-                                sim,
-                                "send",
-                                (vs + 1) % p,
-                                ("F", step, work.mb, vs + 1),
-                                nelems=nelems,
-                                transfer_us=xfer_us,
-                                ranks=ranks,
-                            )
+                            yield from xfer("send", vs + 1, ("F", step, work.mb, vs + 1))
                     else:
                         if not last:
-                            yield from comm.p2p(
-                                sim,
-                                "recv",
-                                (vs + 1) % p,
-                                ("B", step, work.mb, vs),
-                                nelems=nelems,
-                                transfer_us=xfer_us,
-                                ranks=ranks,
-                            )
+                            yield from xfer("recv", vs + 1, ("B", step, work.mb, vs))
                         with sim.op("backward_step", cat="user_annotation"):
                             _chunk_kernels(sim, chunk_us, backward=True, with_loss=False)
                         if not first:
-                            yield from comm.p2p(
-                                sim,
-                                "send",
-                                (vs - 1) % p,
-                                ("B", step, work.mb, vs - 1),
-                                nelems=nelems,
-                                transfer_us=xfer_us,
-                                ranks=ranks,
-                            )
+                            yield from xfer("send", vs - 1, ("B", step, work.mb, vs - 1))
+                # the drain: this stage is done; the pipeline is not until every stage is
+                sim.mark(("pipeline_end", d, step), sim.stream_free[COMPUTE_STREAM])
                 sim.phase = "optimizer"
-                # Gradient-norm clipping: an all-reduce over the pipeline group, then .item().
-                # Early stages of the drain wait here for the last backward of stage 0.
-                _, end = yield from allreduce(sim, ("gradnorm", step), 4, p, link_gbs)
+                if dp > 1 and grad_mb > 0:
+                    dp_name, dp_ranks = dp_group(s)
+                    _, end = yield from allreduce(
+                        sim,
+                        ("grads", step),
+                        grad_mb * 1e6,
+                        dp_ranks,
+                        link_gbs,
+                        pg=dp_name,
+                        pg_desc="DATA_PARALLEL_GROUP",
+                    )
+                    sim.deps.append((end, Cause.COMMUNICATION))
+                # gradient-norm clipping: an all-reduce over the pipeline group, then .item()
+                _, end = yield from allreduce(
+                    sim,
+                    ("gradnorm", step),
+                    4,
+                    pp_ranks,
+                    link_gbs,
+                    pg=pp_name,
+                    pg_desc="PIPELINE_MODEL_PARALLEL_GROUP",
+                )
                 sim.deps.append((end, Cause.COMMUNICATION))
                 sim.item()
                 wl.optimizer_step(sim, stage_ms * 1e3 * 0.2)
                 wl.zero_grad(sim)
 
-    culprits = [slow_stage] if slow_stage >= 0 else []
+    def post(sims: Sequence[RankSim]) -> None:
+        """Drain bubble: from a stage's last pipeline compute to the pipeline's last one."""
+        for key, ends in sims[0].job.marks.items():
+            if key[0] != "pipeline_end":
+                continue
+            group_end = max(ends.values())
+            for rank, end in ends.items():
+                sims[rank].claim(Cause.PIPELINE_BUBBLE, end, group_end)
+
+    culprits = [slow_stage * dp] if slow_stage >= 0 else []
     return Plan(
-        p,
+        p * dp,
         program,
         {
             "intended": "pipeline_bubble",
             "culprit_ranks": culprits,
             "theoretical_bubble_fraction": round(theoretical_bubble(schedule, p, microbatches, v), 6),
         },
-        wait_cause=Cause.PIPELINE_BUBBLE,
+        pg_config=pg_config,
+        post=post,
     )
+
+
+def _pg(name: str, ranks: list[int], desc: str = "undefined") -> dict[str, Any]:
+    return {
+        "pg_name": name,
+        "pg_desc": desc,
+        "backend_config": "cuda:nccl",
+        "pg_size": len(ranks),
+        "ranks": ranks,
+    }
 
 
 def _chunk_kernels(sim: RankSim, chunk_us: float, *, backward: bool, with_loss: bool) -> None:

@@ -8,7 +8,7 @@ the backward takes twice as long, as for a matmul-dominated layer.
 
 from __future__ import annotations
 
-from collections.abc import Generator
+from collections.abc import Generator, Sequence
 from typing import Any
 
 from gpuprof.model.report import Cause
@@ -128,8 +128,17 @@ def ring_us(nbytes: float, ranks: int, link_gbs: float) -> float:
 
 
 def allreduce(
-    sim: RankSim, key: Any, nbytes: float, ranks: int, link_gbs: float
+    sim: RankSim,
+    key: Any,
+    nbytes: float,
+    ranks: int | Sequence[int],
+    link_gbs: float,
+    *,
+    pg: str = "0",
+    pg_desc: str = "default_pg",
 ) -> Generator[Wait, None, tuple[float, float]]:
+    """A bf16 ring all-reduce of ``nbytes`` over ``ranks`` (a count: ranks 0..n-1, or a list)."""
+    members = list(range(ranks)) if isinstance(ranks, int) else list(ranks)
     return comm.collective(
         sim,
         key,
@@ -139,8 +148,10 @@ def allreduce(
         kernel_name=ALLREDUCE_KERNEL,
         nelems=int(nbytes // 2),
         dtype="BFloat16",
-        ranks=list(range(ranks)),
-        transfer_us=ring_us(nbytes, ranks, link_gbs),
+        ranks=members,
+        transfer_us=ring_us(nbytes, len(members), link_gbs),
+        pg=pg,
+        pg_desc=pg_desc,
     )
 
 
