@@ -309,17 +309,19 @@ def test_bad_knobs_are_one_clear_error_and_leave_no_files(
     assert not (tmp_path / "out").exists() or not any((tmp_path / "out").rglob("*"))
 
 
-def test_traces_read_back_through_the_readers(generated: dict[str, Path]) -> None:
+@pytest.mark.parametrize("name", sorted(SMALL))
+def test_traces_read_back_through_the_readers(generated: dict[str, Path], name: str) -> None:
     readers = pytest.importorskip("gpuprof.readers")
-    for name in ("pipeline", "memory_pressure", "dp_exposed"):
-        out = generated[name]
-        truth = read_truth(out)
-        traces = sorted(readers.load_all([out]), key=lambda t: t.rank)
-        assert [t.rank for t in traces] == list(range(len(truth["ranks"])))
-        for t in traces:
-            assert t.fmt == "kineto" and len(t.device) > 0 and len(t.host) > 0
-            assert len(t.steps) == truth["knobs"]["steps"]
-            assert t.device_name == "NVIDIA H100 80GB HBM3"
+    out = generated[name]
+    truth = read_truth(out)
+    traces = sorted(readers.load_all([out]), key=lambda t: t.rank)
+    assert [t.rank for t in traces] == list(range(len(truth["ranks"])))
+    for t, want in zip(traces, truth["ranks"]):
+        assert t.fmt == "kineto" and len(t.device) > 0 and len(t.host) > 0
+        assert len(t.steps) == truth["knobs"]["steps"]
+        assert t.steps[-1].end_us - t.steps[0].start_us == pytest.approx(want["window_us"], abs=0.01)
+        assert t.device_name == "NVIDIA H100 80GB HBM3"
+        assert not t.warnings, t.warnings
 
 
 def test_rl_writes_a_session_folder_with_samples(generated: dict[str, Path]) -> None:
