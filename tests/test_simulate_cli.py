@@ -82,6 +82,7 @@ def test_simulate_writes_traces_and_truth_then_summarizes(tmp_path: Path) -> Non
         (["pipeline", "microbatchs=3"], "unknown knob"),
         (["pipeline", "microbatches"], "KNOB=VALUE"),
         (["pipeline"], "missing -o"),
+        ([], "missing SCENARIO"),
     ],
 )
 def test_bad_input_is_one_line_and_exit_2(tmp_path: Path, args: list[str], message: str) -> None:

@@ -79,11 +79,11 @@ def simulate(
 ) -> None:
     from gpuprof.simulate import generate, read_truth
 
-    if list_ or scenario is None:
+    if list_:
         typer.echo(_list_text())
-        if scenario is None and not list_:
-            raise typer.Exit(2)
         return
+    if scenario is None:
+        raise GpuprofError("missing SCENARIO (gpuprof simulate --list shows them)")
     if out is None:
         raise GpuprofError("missing -o DIR: the folder to write the traces into")
     parsed: dict[str, Any] = {}
