@@ -6,7 +6,7 @@ from step ``--from-step`` on, i.e. after the profiler's active window (steps 1-1
 default schedule) -- the steady state a long training job spends its time in. Also times
 the optimizer-step hook alone, in-process.
 
-    python benchmarks/run_overhead.py [--steps 4000] [--hidden 256] [--from-step 500]
+    python benchmarks/run_overhead.py [--steps 4000] [--hidden 256] [--from-step 500] [--repeats 1]
 
 The figure is one run of each. On shared CPUs the wall-clock rate swings by tens of percent
 between identical runs, far more than the effect measured; the rate per CPU second of the
@@ -19,6 +19,7 @@ from __future__ import annotations
 import argparse
 import os
 import re
+import statistics
 import subprocess
 import sys
 import tempfile
@@ -77,18 +78,29 @@ def main() -> int:
     ap.add_argument("--steps", type=int, default=4000)
     ap.add_argument("--hidden", type=int, default=256)
     ap.add_argument("--from-step", type=int, default=500)
+    ap.add_argument("--repeats", type=int, default=1, help="plain / gpuprof pairs, alternated (default 1)")
     args = ap.parse_args()
     script = [str(TINY), "--steps", str(args.steps), "--hidden", str(args.hidden), "--report-rate", str(args.from_step)]
-    plain, plain_cpu = rates([sys.executable, *script])
-    with tempfile.TemporaryDirectory() as d:
-        under, under_cpu = rates([sys.executable, "-m", "gpuprof", "run", "--no-report", "--out",
-                                  os.path.join(d, "s"), "--", sys.executable, *script])
+    pairs = []
+    for _ in range(args.repeats):  # alternate, so slow drifts in machine load hit both sides
+        plain, plain_cpu = rates([sys.executable, *script])
+        with tempfile.TemporaryDirectory() as d:
+            under, under_cpu = rates([sys.executable, "-m", "gpuprof", "run", "--no-report", "--out",
+                                      os.path.join(d, "s"), "--", sys.executable, *script])
+        pairs.append((plain, plain_cpu, under, under_cpu))
     cost = hook_cost_us()
     print(f"load average:    {os.getloadavg()[0]:.2f} on {os.cpu_count()} CPUs")
-    print(f"plain:           {plain:10.1f} steps/s wall, {plain_cpu:10.1f} steps/CPU-s ({1e3 / plain_cpu:.3f} ms CPU/step)")
-    print(f"gpuprof run:     {under:10.1f} steps/s wall, {under_cpu:10.1f} steps/CPU-s")
-    print(f"ratio (wall):    {under / plain:10.4f}  (slowdown {100 * (1 - under / plain):+.2f} %)")
-    print(f"ratio (CPU):     {under_cpu / plain_cpu:10.4f}  (slowdown {100 * (1 - under_cpu / plain_cpu):+.2f} %)")
+    for plain, plain_cpu, under, under_cpu in pairs:
+        print(f"plain:           {plain:10.1f} steps/s wall, {plain_cpu:10.1f} steps/CPU-s "
+              f"({1e3 / plain_cpu:.3f} ms CPU/step)")
+        print(f"gpuprof run:     {under:10.1f} steps/s wall, {under_cpu:10.1f} steps/CPU-s")
+        print(f"ratio (wall):    {under / plain:10.4f}  (slowdown {100 * (1 - under / plain):+.2f} %)")
+        print(f"ratio (CPU):     {under_cpu / plain_cpu:10.4f}  (slowdown {100 * (1 - under_cpu / plain_cpu):+.2f} %)")
+    if len(pairs) > 1:
+        wall = statistics.median(u / p for p, _, u, _ in pairs)
+        cpu = statistics.median(uc / pc for _, pc, _, uc in pairs)
+        print(f"median ratio:    wall {wall:.4f}, CPU {cpu:.4f} over {len(pairs)} pairs")
+    plain_cpu = statistics.median(pc for _, pc, _, _ in pairs)
     print(f"hook alone:      {cost:10.2f} us per optimizer step ({100 * cost / (1e6 / plain_cpu):.3f} % of a step)")
     return 0
 

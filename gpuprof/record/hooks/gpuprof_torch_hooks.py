@@ -77,7 +77,7 @@ class _Hooks:
         self.prev_step_s: float | None = None
         self.step_dt_s: float | None = None  # moving average of the step time, seconds
         self.log: Any = None
-        self.last_flush = time.monotonic()
+        self.last_flush = time.time()  # wall clock: the hot path reads only one clock
         self.disabled = False
         # The hot path formats step lines by hand: json.dumps per step costs more than the step.
         self._step_line = '{"time_unix_s":%.6f,"kind":"step","rank":' + str(self.rank) + ',"pid":' + str(
@@ -110,7 +110,7 @@ class _Hooks:
     def flush(self) -> None:
         if self.log is not None:
             self.log.flush()
-        self.last_flush = time.monotonic()
+        self.last_flush = time.time()
 
     # -- installation -------------------------------------------------------------------
     def on_torch_imported(self, torch: Any) -> None:
@@ -126,30 +126,37 @@ class _Hooks:
 
     # -- the per-step hook --------------------------------------------------------------
     def post_step(self, optimizer: Any, args: Any, kwargs: Any) -> None:
+        """Runs after every ``optimizer.step()`` of the job: keep the common path short."""
         if self.disabled:
             return
         try:
-            if self.clock_opt_id is None:
+            if id(optimizer) != self.clock_opt_id:
+                if self.clock_opt_id is not None:
+                    return  # another optimizer of the same job: its steps are not ours to count
                 self.clock_opt_id = id(optimizer)
-            elif id(optimizer) != self.clock_opt_id:
-                return
             self.step += 1
             now = time.time()
-            if self.prev_step_s is not None:
-                dt = now - self.prev_step_s
-                self.step_dt_s = dt if self.step_dt_s is None else 0.9 * self.step_dt_s + 0.1 * dt
-            self.prev_step_s = now
-            if not self.cuda_checked or (self.memory_on and self.step % self.memory_every == 0):
-                self._memory_step(now)
+            if self.profiler_done and self.cuda_checked and not self.memory_on:
+                self.log.write(self._step_line % (now, self.step))  # the steady state
             else:
-                self.log.write(self._step_line % (now, self.step))
-            if not self.profiler_done:
-                self._profiler_step()
-            if time.monotonic() - self.last_flush >= _FLUSH_INTERVAL_S:
+                self._slow_step(now)
+            if now - self.last_flush >= _FLUSH_INTERVAL_S or now < self.last_flush:
                 self.flush()
         except Exception as exc:
             self.disabled = True  # one failure: stop hooking steps, keep the job running
             self.error("step hook", exc)
+
+    def _slow_step(self, now: float) -> None:
+        if self.prev_step_s is not None:
+            dt = now - self.prev_step_s
+            self.step_dt_s = dt if self.step_dt_s is None else 0.9 * self.step_dt_s + 0.1 * dt
+        self.prev_step_s = now
+        if not self.cuda_checked or (self.memory_on and self.step % self.memory_every == 0):
+            self._memory_step(now)
+        else:
+            self.log.write(self._step_line % (now, self.step))
+        if not self.profiler_done:
+            self._profiler_step()
 
     def _memory_step(self, now: float) -> None:
         cuda = self.torch.cuda
