@@ -82,7 +82,7 @@ def _no_trace_note(session_dir: Path) -> str:
     if h is None or "kind" not in h or not (h["kind"] == "start").any():
         return "no trace: no Python process of the job imported torch; report from NVML samples only"
     steps = int(h["step"].max()) if "step" in h and h["step"].notna().any() else 0
-    sched = s.meta.get("profile_schedule", {})
+    sched = s.meta.get("profile_schedule") or {}
     need = 1 + int(sched.get("wait", 0)) + int(sched.get("warmup", 0)) + int(sched.get("active", 0))
     if s.hook_errors:
         return f"no trace: a hook failed ({s.hook_errors[0]}); see {session_dir}/hooks"
