@@ -336,3 +336,31 @@ def test_error_while_listing_gpus_is_backend_unavailable() -> None:
     with pytest.raises(BackendUnavailable, match="could not list"):
         NvmlBackend(stub)
     assert stub.shutdown_called
+
+
+def test_sampler_over_stubbed_nvml_keeps_going_after_a_gpu_is_lost(tmp_path: object) -> None:
+    from pathlib import Path
+
+    from gpuprof.record.sampler import Sampler
+    from gpuprof.session import read_session
+    from gpuprof.session.layout import SESSION_SCHEMA
+    from gpuprof.session.writer import SessionWriter
+
+    root = Path(str(tmp_path))
+    gpus = three_gpus()
+    gpus[1].lost_after_polls = 3
+    gpus[2].not_supported = {"power"}
+    t = [100.0]
+    writer = SessionWriter(root, clock=lambda: t[0])
+    writer.write_meta({"schema": SESSION_SCHEMA, "status": "finished"})
+    sampler = Sampler(NvmlBackend(StubNvml(gpus)), writer, interval_s=1.0, clock=lambda: t[0])
+    for _ in range(6):
+        sampler.poll_once()
+        t[0] += 1.0
+    writer.close()
+    df = read_session(root).samples
+    assert df is not None
+    assert (df["gpu"] == 0).sum() == 6 and (df["gpu"] == 2).sum() == 6
+    g1 = df[df["gpu"] == 1]
+    assert list(g1["lost"]) == [False, False, False, True]
+    assert df[df["gpu"] == 2]["power_w"].isna().all() and (df[df["gpu"] == 0]["power_w"] == 512.0).all()

@@ -76,9 +76,16 @@ def child_env(base: dict[str, str], session_dir: Path, opts: RunOptions) -> dict
 
 
 def _versions() -> dict[str, Any]:
+    from importlib import metadata
+
     from gpuprof import __version__
 
-    return {"gpuprof": __version__, "python": platform.python_version()}
+    out: dict[str, Any] = {"gpuprof": __version__, "python": platform.python_version(), "nvidia-ml-py": None}
+    try:
+        out["nvidia-ml-py"] = metadata.version("nvidia-ml-py")
+    except metadata.PackageNotFoundError:
+        pass
+    return out
 
 
 class _Forwarder:

@@ -21,7 +21,8 @@ gpuprof returned, 128+N for signal N; null while running), ``signal`` (N or null
 ``pid`` (the job's process id, also its process group id),
 ``sample_interval_ms``, ``hooks_enabled``, ``profile_schedule`` (``{"wait", "warmup",
 "active"}`` in optimizer steps), ``gpus`` (list of ``{"index", "uuid", "name",
-"mem_total_bytes", "mig"}``), ``versions`` (``gpuprof``, ``python``, ``driver``, ``nvml``),
+"mem_total_bytes", "mig"}``), ``versions`` (``gpuprof``, ``python``, ``nvidia-ml-py``, ``driver``, ``nvml``; the torch
+version of each Python process is in its hook ``start`` record),
 ``warnings`` (list of strings).
 
 ``samples.jsonl`` keys, one line per GPU per poll; ``null`` means the metric is
