@@ -13,17 +13,22 @@ folder stays readable by ``gpuprof analyze`` whatever moment the run stopped at:
       hooks/rank<R>-<pid>.jsonl torch hook records: steps, memory stats, hook errors
       traces/rank<R>.pt.trace.json.gz   one Kineto (PyTorch profiler) trace per rank
 
-``session.json`` keys: ``schema`` (``"gpuprof.session/1"``), ``status``
-(``"running"`` until the run ends, then ``"finished"``; a session still ``"running"`` with
-no gpuprof process was killed), ``command`` (argv list), ``cwd``, ``host``,
-``start_time_unix_s``, ``end_time_unix_s`` (null while running), ``exit_code`` (the code
-gpuprof returned, 128+N for signal N; null while running), ``signal`` (N or null),
-``pid`` (the job's process id, also its process group id),
-``sample_interval_ms``, ``hooks_enabled``, ``profile_schedule`` (``{"wait", "warmup",
-"active"}`` in optimizer steps), ``gpus`` (list of ``{"index", "uuid", "name",
-"mem_total_bytes", "mig"}``), ``versions`` (``gpuprof``, ``python``, ``nvidia-ml-py``, ``driver``, ``nvml``; the torch
-version of each Python process is in its hook ``start`` record),
-``warnings`` (list of strings).
+``session.json`` keys:
+
+* ``schema``: ``"gpuprof.session/1"``;
+* ``status``: ``"running"`` until the run ends, then ``"finished"`` (a session still
+  ``"running"`` with no gpuprof process left was killed);
+* ``command`` (argv list), ``cwd``, ``host``, ``pid`` (the job's process id, which is also
+  its process group id);
+* ``start_time_unix_s``, ``end_time_unix_s`` (null while running);
+* ``exit_code`` (what gpuprof returned: the job's code, 128+N for signal N; null while
+  running), ``signal`` (N or null);
+* ``sample_interval_ms``, ``hooks_enabled``, ``profile_schedule`` (``{"wait", "warmup",
+  "active"}`` in optimizer steps);
+* ``gpus``: list of ``{"index", "uuid", "name", "mem_total_bytes", "mig"}``;
+* ``versions``: ``gpuprof``, ``python``, ``nvidia-ml-py``, ``driver``, ``nvml`` (the torch
+  version of each Python process is in its hook ``start`` record);
+* ``warnings``: list of strings (e.g. no driver: no samples).
 
 ``samples.jsonl`` keys, one line per GPU per poll; ``null`` means the metric is
 unsupported or could not be read -- never 0. :data:`SAMPLE_COLUMNS` lists them with units.
