@@ -73,7 +73,6 @@ class KinetoWriter:
         head: dict[str, Any] = {"schemaVersion": 1, "deviceProperties": list(device_properties)}
         if distributed_info is not None:
             head["distributedInfo"] = dict(distributed_info)
-        head["record_shapes"] = 1
         text = _ENC.encode(head)
         self._out.write(text[:-1] + b', "traceEvents": [\n')
         self.events_written = 0
