@@ -1,8 +1,8 @@
 """Streaming writer of new-schema Kineto (PyTorch profiler) JSON traces.
 
 The output has the layout of the traces ``torch.profiler`` writes with CUPTI on a GPU
-job: the header keys (``schemaVersion``, ``deviceProperties``, ``distributedInfo``,
-``record_shapes``) come first, then ``traceEvents``, then the trailer keys
+job: the header keys (``schemaVersion``, ``deviceProperties``, ``distributedInfo``)
+come first, then ``traceEvents``, then the trailer keys
 (``traceName``, ``displayTimeUnit``, ``baseTimeNanoseconds``). Events are encoded and
 written one at a time as the simulator produces them, so a trace of a gigabyte never has
 to fit in memory as Python objects.
