@@ -227,3 +227,28 @@ def test_run_command_without_driver_warns_once_and_runs(tmp_path: Path) -> None:
     s = read_session(tmp_path / "s")
     assert s.samples is None and s.meta["gpus"] == [] and len(s.meta["warnings"]) == 1
 
+
+
+def test_help_explains_the_command_and_its_options() -> None:
+    from typer.testing import CliRunner
+
+    from gpuprof.cli import app
+
+    res = CliRunner().invoke(app, ["run", "--help"], terminal_width=200)
+    assert res.exit_code == 0
+    text = res.output
+    for needle in ("-- CMD", "exit code", "--interval-ms", "--out", "--no-hooks", "--profile-wait",
+                   "--profile-warmup", "--profile-active", "--no-report", "CUDA_VISIBLE_DEVICES"):
+        assert needle in text, needle
+
+
+def test_default_session_dir_names_the_script(tmp_path: Path) -> None:
+    from gpuprof.cli.run import default_session_dir
+
+    now = time.mktime((2026, 11, 30, 4, 5, 6, 0, 0, -1))
+    a = default_session_dir(["python", "train/rl step.py", "--x"], now=now, base=tmp_path)
+    assert a == tmp_path / "20261130-040506-rl_step"
+    a.mkdir()
+    assert default_session_dir(["python", "train/rl step.py"], now=now, base=tmp_path).name == "20261130-040506-rl_step-2"
+    assert default_session_dir(["python3", "-m", "pkg.train"], now=now, base=tmp_path).name.endswith("-train")
+    assert default_session_dir(["torchrun", "x.py"], now=now, base=tmp_path).name.endswith("-torchrun")

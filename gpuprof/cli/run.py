@@ -41,8 +41,11 @@ def default_session_dir(argv: list[str], now: float | None = None, base: Path = 
     name = re.sub(r"[^A-Za-z0-9_.-]+", "_", Path(argv[0]).name)[:40] or "cmd"
     # For `python train.py` / `python -m pkg`, the script says more than the interpreter.
     if name.startswith("python") and len(argv) > 1:
-        target = argv[2] if argv[1] == "-m" and len(argv) > 2 else argv[1]
-        name = re.sub(r"[^A-Za-z0-9_.-]+", "_", Path(target).stem)[:40] or name
+        if argv[1] == "-m" and len(argv) > 2:
+            target = argv[2].rsplit(".", 1)[-1]  # python -m pkg.train -> train
+        else:
+            target = Path(argv[1]).stem
+        name = re.sub(r"[^A-Za-z0-9_.-]+", "_", target)[:40] or name
     candidate = base / f"{stamp}-{name}"
     n = 2
     while candidate.exists():
