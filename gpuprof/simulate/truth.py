@@ -19,15 +19,25 @@ reason covers it. Nothing here reads a trace or calls the analyzer.
       "scenario": "pipeline", "knobs": {...}, "seed": 0,
       "files": {"0": "rank0.pt.trace.json.gz", ...},
       "ranks": [{"rank": 0, "window_us": ..., "compute_us": ...,
-                 "lost_us": {"pipeline_bubble": ..., ... all eight causes}}, ...],
-      "expected": {"top_category": "pipeline_bubble" | null, "culprit_ranks": [..],
+                 "lost_us": {"pipeline_bubble": ..., ... all eight causes},
+                 "compute_by_phase_us": {"pipeline": ..., "optimizer": ...}}, ...],
+      "expected": {"top_category": "pipeline_bubble" | null,
+                   "intended": "pipeline_bubble" | null,
+                   "culprit_ranks": [2],
                    "theoretical_bubble_fraction": 0.27 | null,
-                   "measured_bubble_fraction": 0.27 | null,
-                   "notes": "..."}
+                   "measured_bubble_fraction": 0.29 | null, ...}
     }
 
-``top_category`` is ``null`` for a run with nothing worth fixing (every cause under
-:data:`MINOR_SHARE` of the window on every rank).
+Times are microseconds; per rank ``compute_us + sum(lost_us) == window_us``.
+``top_category`` is the cause with the most lost time over all ranks, or ``null`` for a run
+with nothing worth fixing (no cause reaches :data:`MINOR_SHARE` of the summed windows).
+``intended`` is what the scenario is built to show with its default knobs (other knobs
+can change the answer; ``top_category`` always follows the simulation). ``culprit_ranks``
+are the ranks where the cause originates (the slow rank or stage; for imbalance and RL,
+each step's slowest rank). ``measured_bubble_fraction`` is the mean over ranks of
+``pipeline_bubble / (pipeline_bubble + compute_by_phase_us["pipeline"])``, to compare with
+the schedule's theoretical fraction. Scenarios may add keys (``seq_lens``,
+``rollout_tokens``, ``slowest_rank_per_step``).
 """
 
 from __future__ import annotations
