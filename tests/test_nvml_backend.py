@@ -169,7 +169,7 @@ class StubNvml:
 
     def nvmlGpmMetricsGet(self, req: Any) -> Any:
         values = {pynvml.NVML_GPM_METRIC_SM_UTIL: 71.5, pynvml.NVML_GPM_METRIC_SM_OCCUPANCY: 33.0,
-                  pynvml.NVML_GPM_METRIC_ANY_TENSOR_UTIL: 55.25}
+                  pynvml.NVML_GPM_METRIC_ANY_TENSOR_UTIL: 55.25, pynvml.NVML_GPM_METRIC_PCIE_TX_PER_SEC: 10.0}
         for i in range(req.numMetrics):
             m = req.metrics[i]
             if m.metricId in values:
@@ -307,6 +307,9 @@ def test_gpm_metrics_from_the_second_poll_on() -> None:
     assert second.gpm_sm_occupancy_pct == 33.0
     assert second.gpm_tensor_active_pct == 55.25
     assert second.gpm_dram_bw_pct is None  # unsupported metric stays unknown
+    assert second.pcie_tx_bytes_per_s == 10.0 * 1024 * 1024  # GPM's MiB/s
+    assert second.pcie_rx_bytes_per_s is None
+    assert "pcie" not in be.nvml.calls  # the blocking PCIe counter is not used when GPM works
 
 
 def test_close_shuts_nvml_down() -> None:

@@ -23,12 +23,15 @@ _UINT_MAX = 0xFFFFFFFF
 # PCIe throughput is reported in KB/s; NVML's KB is 1024 bytes.
 _PCIE_KB_BYTES = 1024.0
 
-# GPM metric ids (nvml.h nvmlGpmMetricId_t) -> our sample field.
-_GPM_FIELDS: dict[str, str] = {
-    "NVML_GPM_METRIC_SM_UTIL": "gpm_sm_active_pct",
-    "NVML_GPM_METRIC_SM_OCCUPANCY": "gpm_sm_occupancy_pct",
-    "NVML_GPM_METRIC_ANY_TENSOR_UTIL": "gpm_tensor_active_pct",
-    "NVML_GPM_METRIC_DRAM_BW_UTIL": "gpm_dram_bw_pct",
+# GPM metric ids (nvml.h nvmlGpmMetricId_t) -> (our sample field, factor to its unit).
+_GPM_FIELDS: dict[str, tuple[str, float]] = {
+    "NVML_GPM_METRIC_SM_UTIL": ("gpm_sm_active_pct", 1.0),
+    "NVML_GPM_METRIC_SM_OCCUPANCY": ("gpm_sm_occupancy_pct", 1.0),
+    "NVML_GPM_METRIC_ANY_TENSOR_UTIL": ("gpm_tensor_active_pct", 1.0),
+    "NVML_GPM_METRIC_DRAM_BW_UTIL": ("gpm_dram_bw_pct", 1.0),
+    # PCIe from GPM (MiB/s) where available: nvmlDeviceGetPcieThroughput blocks ~20 ms a call.
+    "NVML_GPM_METRIC_PCIE_TX_PER_SEC": ("pcie_tx_bytes_per_s", 1024.0 * 1024.0),
+    "NVML_GPM_METRIC_PCIE_RX_PER_SEC": ("pcie_rx_bytes_per_s", 1024.0 * 1024.0),
 }
 
 
@@ -218,10 +221,16 @@ class NvmlBackend:
         )
         reasons = q(dev, "reasons", reasons_fn, h)
         temp = q(dev, "temp", nv.nvmlDeviceGetTemperature, h, nv.NVML_TEMPERATURE_GPU)
-        tx = q(dev, "pcie_tx", nv.nvmlDeviceGetPcieThroughput, h, nv.NVML_PCIE_UTIL_TX_BYTES)
-        rx = q(dev, "pcie_rx", nv.nvmlDeviceGetPcieThroughput, h, nv.NVML_PCIE_UTIL_RX_BYTES)
-        nvl_tx, nvl_rx = self._nvlink(dev)
         gpm = self._gpm(dev)
+        tx = rx = None
+        if not dev.gpm_ok:  # the slow PCIe counters only where GPM cannot give them
+            kb_tx = q(dev, "pcie_tx", nv.nvmlDeviceGetPcieThroughput, h, nv.NVML_PCIE_UTIL_TX_BYTES)
+            kb_rx = q(dev, "pcie_rx", nv.nvmlDeviceGetPcieThroughput, h, nv.NVML_PCIE_UTIL_RX_BYTES)
+            tx = None if kb_tx is None else float(kb_tx) * _PCIE_KB_BYTES
+            rx = None if kb_rx is None else float(kb_rx) * _PCIE_KB_BYTES
+        pcie_tx = gpm.pop("pcie_tx_bytes_per_s", None)
+        pcie_rx = gpm.pop("pcie_rx_bytes_per_s", None)
+        nvl_tx, nvl_rx = self._nvlink(dev)
         sample = GpuSample(
             gpu=gpu,
             uuid=dev.info.uuid,
@@ -235,8 +244,8 @@ class NvmlBackend:
             clock_mem_mhz=None if memclk is None else float(memclk),
             clock_event_reasons=None if reasons is None else int(reasons),
             temperature_c=None if temp is None else float(temp),
-            pcie_tx_bytes_per_s=None if tx is None else float(tx) * _PCIE_KB_BYTES,
-            pcie_rx_bytes_per_s=None if rx is None else float(rx) * _PCIE_KB_BYTES,
+            pcie_tx_bytes_per_s=tx if pcie_tx is None else pcie_tx,
+            pcie_rx_bytes_per_s=rx if pcie_rx is None else pcie_rx,
             nvlink_tx_kib=nvl_tx,
             nvlink_rx_kib=nvl_rx,
             **gpm,
@@ -262,7 +271,7 @@ class NvmlBackend:
 
     def _gpm(self, dev: _Device) -> dict[str, float | None]:
         """GPM metrics between the previous poll and this one (None on the first poll)."""
-        result: dict[str, float | None] = {f: None for f in _GPM_FIELDS.values()}
+        result: dict[str, float | None] = {f: None for f, _ in _GPM_FIELDS.values()}
         if not dev.gpm_ok:
             return result
         nv = self.nvml
@@ -288,10 +297,10 @@ class NvmlBackend:
                 req.metrics[i].metricId = mid
             try:
                 nv.nvmlGpmMetricsGet(req)
-                for i, field in enumerate(_GPM_FIELDS.values()):
+                for i, (field, factor) in enumerate(_GPM_FIELDS.values()):
                     m = req.metrics[i]
                     if m.nvmlReturn == nv.NVML_SUCCESS:
-                        result[field] = float(m.value)
+                        result[field] = float(m.value) * factor
             except nv.NVMLError:
                 pass
         dev.gpm_primed = True
