@@ -5,7 +5,8 @@ stretch of the compute stream that holds no compute, the reason it knows for it:
 was late because it waited for data, blocked on a synchronization, freed memory, or was
 simply slow to launch; the stream waited for a point-to-point transfer or a collective; a
 copy or memset ran. A collective kernel is split into the wait for the last rank and the
-transfer itself.
+transfer itself. Job-level reasons are added once all ranks have run: in a pipeline, the
+drain is the time from a stage's last pipeline compute to the last one of its pipeline.
 
 The truth per rank is then the same accounting that SPEC.md asks of the analysis: the
 window (the span of the ``ProfilerStep`` ranges) splits into compute and lost time, and
