@@ -45,11 +45,13 @@ class Coder:
 
     def encode(self, vals: Sequence[Any]) -> I32:
         index = self.index
-        add = index.setdefault
         try:
-            return np.array([add(v, len(index)) for v in vals], np.int32)
+            for v in dict.fromkeys(vals):  # the distinct values, found in C
+                if v not in index:
+                    index[v] = len(index)
         except TypeError:  # an unhashable value (a list where a name belongs)
             return self.encode(str_column(vals))
+        return np.fromiter(map(index.__getitem__, vals), np.int32, len(vals))
 
     def labels(self) -> list[Any]:
         return list(self.index)

@@ -62,15 +62,25 @@ def split_points(
     return out
 
 
-def first_piece(text: bytes | bytearray, is_object: bool, points: list[tuple[int, int]]) -> bytes | bytearray:
+def _wrapped(opening: bytes, body: memoryview, closing: bytes) -> bytearray:
+    """``opening + body + closing`` with a single copy of ``body``."""
+    out = bytearray(len(opening) + len(body) + len(closing))
+    out[: len(opening)] = opening
+    out[len(opening) : len(opening) + len(body)] = body
+    out[len(out) - len(closing) :] = closing
+    return out
+
+
+def first_piece(text: bytes | bytearray, is_object: bool, points: list[tuple[int, int]]) -> bytearray:
     """The text up to the first cut, closed: ``{... "traceEvents": [e, e]}`` or ``[e, e]``."""
-    return text[: points[0][0]] + (b"]}" if is_object else b"]")
+    return _wrapped(b"", memoryview(text)[: points[0][0]], b"]}" if is_object else b"]")
 
 
 def later_pieces(
     text: bytes | bytearray, is_object: bool, points: list[tuple[int, int]]
-) -> Iterator[tuple[bytes | bytearray, bool]]:
+) -> Iterator[tuple[bytearray, bool]]:
     """The other pieces, each with ``True`` when it is the last (which may hold top-level keys)."""
+    view = memoryview(text)
     for (_, begin), (end, _) in itertools.pairwise(points):
-        yield b"[" + text[begin:end] + b"]", False
-    yield (b'{"traceEvents":[' if is_object else b"[") + text[points[-1][1] :], True
+        yield _wrapped(b"[", view[begin:end], b"]"), False
+    yield _wrapped(b'{"traceEvents":[' if is_object else b"[", view[points[-1][1] :], b""), True
