@@ -8,7 +8,12 @@ not asked again on that GPU. Nothing here changes a GPU setting.
 Visible GPUs follow ``CUDA_VISIBLE_DEVICES`` as CUDA reads it: indices, ``GPU-<uuid>``
 (prefixes allowed), ``MIG-<uuid>``; parsing stops at the first entry that names no device;
 an empty value hides every GPU. A MIG device reports what NVML supports for MIG devices
-(memory, processes, GPM through its parent); the rest is None.
+(memory, processes, GPM through its parent); the rest is None. Without
+``CUDA_VISIBLE_DEVICES`` a physical GPU in MIG mode is sampled as a whole (NVML reports no
+utilization for it, so that stays None).
+
+Per-process rows match the job's process tree by PID; inside a container whose PID
+namespace differs from the host's, NVML reports host PIDs and the rows stay empty.
 """
 
 from __future__ import annotations
