@@ -197,3 +197,21 @@ def test_failing_memory_stats_is_logged_and_steps_go_on(tmp_path: Path) -> None:
     errors = [r for r in recs if r["kind"] == "error"]
     assert len(errors) == 1 and "illegal memory access" in str(errors[0]["message"])
     assert max(int(str(r["step"])) for r in recs if r["kind"] == "step") == 6
+
+
+def test_job_summary_counts_allocator_retries_across_processes(tmp_path: Path) -> None:
+    from gpuprof.cli.run import job_summary
+    from gpuprof.session.layout import SESSION_SCHEMA
+
+    (tmp_path / "hooks").mkdir()
+    (tmp_path / "session.json").write_text(json.dumps({"schema": SESSION_SCHEMA, "status": "finished",
+                                                       "exit_code": 0, "gpus": []}))
+    lines = []
+    for pid, retries in ((10, [0, 1, 3]), (11, [0, 0, 2])):
+        for i, r in enumerate(retries, 1):
+            lines.append(json.dumps({"time_unix_s": 100 + i, "kind": "step", "pid": pid, "rank": pid - 10,
+                                     "step": i, "alloc_retries": r, "ooms": 0}))
+    (tmp_path / "hooks" / "rank0-10.jsonl").write_text("\n".join(lines) + "\n")
+    line = job_summary(tmp_path)
+    assert "3 optimizer steps" in line and "(median 1000.00 ms per step)" in line
+    assert "5 CUDA allocator retries" in line and "0 CUDA OOMs" in line

@@ -132,6 +132,11 @@ def job_summary(session_dir: Path) -> str:
                 if len(dts):
                     text += f" (median {dts.median() * 1000:.2f} ms per step)"
             parts.append(text)
+        for col, what in (("alloc_retries", "CUDA allocator retries"), ("ooms", "CUDA OOMs")):
+            if col in steps and steps[col].notna().any():
+                # Cumulative per process: the job's total is the sum of each process's last value.
+                total = int(steps.groupby("pid")[col].max().sum()) if "pid" in steps else int(steps[col].max())
+                parts.append(f"{total} {what}")
     parts.append(f"{len(s.trace_paths)} trace{'s' if len(s.trace_paths) != 1 else ''}")
     n_gpus = len(s.meta.get("gpus") or [])
     parts.append(f"{n_gpus} GPU{'s' if n_gpus != 1 else ''} sampled" if s.samples is not None else "no GPU samples")
