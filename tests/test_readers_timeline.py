@@ -118,3 +118,12 @@ def test_generic_timeline_without_integer_pids_uses_order(write_trace: WriteTrac
     events = [_op("compute", pid, 0, 0, 5, step=-1) for pid in ("b", "a")]
     traces = load_file(write_trace("names.json", events))
     assert [(t.rank, t.steps) for t in traces] == [(0, ()), (1, ())]
+
+
+def test_structured_timeline_with_an_unnamed_thread_warns(write_trace: WriteTrace) -> None:
+    events = _megatron_like(pp=2, dp=1)
+    events.append(_op("checkpoint-save", 0, 99, 5000, 10, step=6))  # thread 99 has no name
+    traces = load_file(write_trace("mixed.json", events))
+    assert len(traces) == 3
+    assert len({t.rank for t in traces}) == 3
+    assert all(any("without 'PP rank k, TP rank t' names" in w for w in t.warnings) for t in traces)

@@ -5,10 +5,13 @@ Both schemas are read: the current one (``cat`` = ``kernel``, ``gpu_memcpy``,
 ``python_function``) and the old one (``Kernel``, ``Memcpy``, ``Memset``, ``Runtime``,
 ``Operator``; ``tid`` strings such as ``"stream 7"``), from CUDA and ROCm alike.
 
-Device events are the kernels, copies and memsets; their ``pid`` is the GPU index. Host
-events are framework ops, runtime/driver calls, annotations and Python frames of the CPU
-process(es). Kernels are tied to the runtime call that launched them by
-``args.correlation``. Communication kernels are tied to the host ops around their launch
+Device events are the kernels, copies and memsets; their ``pid`` is the GPU index (a
+trace holding several GPUs keeps the one with most events, with a warning). Host events
+are framework ops, runtime/driver calls and annotations of the CPU process(es), plus the
+``python_function`` frames that classification recognizes (data loading, cache flushes):
+plain Python frames, most of a ``with_stack`` trace, are left out. ``gpu_user_annotation``
+duplicates of host annotations, flows and metadata are not rows. Kernels are tied to the
+runtime call that launched them by ``args.correlation``. Communication kernels are tied to the host ops around their launch
 (see :mod:`gpuprof.readers.launch`), which gives them a collective name and process group
 where the kernel itself does not carry them, and decides whether an ambiguous
 ``SendRecv``/``Generic`` kernel is a collective or point-to-point.
@@ -16,6 +19,7 @@ where the kernel itself does not carry them, and decides whether an ambiguous
 
 from __future__ import annotations
 
+from dataclasses import dataclass, field
 from operator import attrgetter
 from typing import Any
 
@@ -63,27 +67,18 @@ KINETO_CATS = (
 )
 
 
+@dataclass
 class KinetoFacts:
-    """What a Kineto trace says about its rank, besides the event tables."""
+    """What a Kineto trace says about its rank, besides the event tables (filled in while
+    reading; ``None`` where the trace does not say)."""
 
-    __slots__ = (
-        "device_index",
-        "device_memory_bytes",
-        "device_name",
-        "process_groups",
-        "rank",
-        "warnings",
-        "world_size",
-    )
-
-    def __init__(self) -> None:
-        self.rank: int | None = None
-        self.device_index: int | None = None
-        self.device_name: str | None = None
-        self.device_memory_bytes: int | None = None
-        self.world_size: int | None = None
-        self.process_groups: tuple[ProcessGroup, ...] = ()
-        self.warnings: list[str] = []
+    rank: int | None = None
+    device_index: int | None = None
+    device_name: str | None = None
+    device_memory_bytes: int | None = None
+    world_size: int | None = None
+    process_groups: tuple[ProcessGroup, ...] = ()
+    warnings: list[str] = field(default_factory=list)
 
 
 def looks_like_kineto(raw: RawTrace) -> bool:

@@ -111,18 +111,19 @@ def read_timeline(raw: RawTrace, path: Path) -> list[RankTrace]:
     sizes = read_meta_sizes(path)
     warnings = list(raw.warnings)
     structured = bool(layout)
+    pp_size = tp_size = dp_size = 1
     if structured:
         pp_size = sizes.get("pp_size") or 1 + max((k.pp_rank or 0) for k in groups)
         tp_size = sizes.get("tp_size") or 1 + max((k.tp_rank or 0) for k in groups)
         dp_size = sizes.get("dp_size") or 1 + max((d or 0) for d in dp_of.values())
-    ranks = _assign_ranks(
-        groups,
-        dp_of,
-        structured,
-        pp_size if structured else 1,
-        tp_size if structured else 1,
-        dp_size if structured else 1,
-    )
+        unnamed = sorted({str(k.pid) for k in groups if k.pp_rank is None})
+        if unnamed:
+            warnings.append(
+                f"ops on threads without 'PP rank k, TP rank t' names in process(es) {', '.join(unnamed)}; "
+                "ranks are numbered in file order instead of Megatron's order"
+            )
+    ranks = _assign_ranks(groups, dp_of, structured, pp_size, tp_size, dp_size)
+    world = sizes.get("world_size") or (pp_size * tp_size * dp_size if structured else None)
     no_host = empty_host_table()  # shared: tables are never mutated
     out: list[RankTrace] = []
     for wk, evs in groups.items():
@@ -138,7 +139,6 @@ def read_timeline(raw: RawTrace, path: Path) -> list[RankTrace]:
             dp = dp_of[wk.pid]
             if dp is not None:
                 parallel["dp_rank"] = dp
-        world = sizes.get("world_size")
         device, steps = _worker_table(evs)
         out.append(
             RankTrace(
@@ -148,7 +148,7 @@ def read_timeline(raw: RawTrace, path: Path) -> list[RankTrace]:
                 device=device,
                 host=no_host,
                 steps=steps,
-                world_size=world if world else (len(groups) if structured else None),
+                world_size=world,
                 parallel=parallel,
                 warnings=tuple(warnings),
             )
