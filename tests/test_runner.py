@@ -249,6 +249,7 @@ def test_default_session_dir_names_the_script(tmp_path: Path) -> None:
     a = default_session_dir(["python", "train/rl step.py", "--x"], now=now, base=tmp_path)
     assert a == tmp_path / "20261130-040506-rl_step"
     a.mkdir()
-    assert default_session_dir(["python", "train/rl step.py"], now=now, base=tmp_path).name == "20261130-040506-rl_step-2"
+    again = default_session_dir(["python", "train/rl step.py"], now=now, base=tmp_path)
+    assert again.name == "20261130-040506-rl_step-2"
     assert default_session_dir(["python3", "-m", "pkg.train"], now=now, base=tmp_path).name.endswith("-train")
     assert default_session_dir(["torchrun", "x.py"], now=now, base=tmp_path).name.endswith("-torchrun")

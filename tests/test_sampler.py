@@ -165,7 +165,10 @@ def test_rl_script_alternates_busy_and_idle() -> None:
 
 @pytest.mark.skipif(not os.path.isdir("/proc"), reason="needs /proc")
 def test_process_tree_includes_grandchildren() -> None:
-    code = "import subprocess,sys,time; p=subprocess.Popen([sys.executable,'-c','import time; time.sleep(30)']); print(p.pid, flush=True); time.sleep(30)"
+    code = (
+        "import subprocess,sys,time; p=subprocess.Popen([sys.executable,'-c','import time; time.sleep(30)']); "
+        "print(p.pid, flush=True); time.sleep(30)"
+    )
     child = subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE, text=True)
     try:
         assert child.stdout is not None

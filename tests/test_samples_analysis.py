@@ -16,7 +16,9 @@ from gpuprof.session.layout import SAMPLE_COLUMNS
 GiB = 1024**3
 
 
-def table(n_gpus: int, duration_s: float, interval_s: float, values: Callable[[int, float], dict[str, Any]]) -> pd.DataFrame:
+def table(
+    n_gpus: int, duration_s: float, interval_s: float, values: Callable[[int, float], dict[str, Any]]
+) -> pd.DataFrame:
     """One row per GPU per poll; columns the session's, NaN where ``values`` says nothing."""
     rows = []
     for t in np.arange(0.0, duration_s, interval_s):

@@ -64,7 +64,8 @@ def _other_idle(f: SampleFindings) -> list[Recommendation]:
                     id="samples-idle-phases",
                     category=Cause.OTHER,
                     title=(
-                        f"GPUs idle {pct:.0f}% of the run in {len(interior)} phase(s), longest {longest.duration_s:.0f} s "
+                        f"GPUs idle {pct:.0f}% of the run in {len(interior)} phase(s), "
+                        f"longest {longest.duration_s:.0f} s "
                         f"at {longest.start_s:.0f} s: find what the job does then"
                     ),
                     estimated_savings_pct=pct,

@@ -262,7 +262,9 @@ def _periodic(phases: tuple[IdlePhase, ...], duration_s: float) -> PeriodicIdle 
     with_startup = False
     if startup:
         s = startup[0]
-        if abs(s.duration_s - mean_idle) <= 0.5 * mean_idle and abs((interior[0].start_s - s.start_s) - period) <= MAX_PERIOD_CV * period:
+        same_length = abs(s.duration_s - mean_idle) <= 0.5 * mean_idle
+        one_period_before = abs((interior[0].start_s - s.start_s) - period) <= MAX_PERIOD_CV * period
+        if same_length and one_period_before:
             interior = [s] + interior
             with_startup = True
     durations = np.array([p.duration_s for p in interior])
