@@ -1,8 +1,8 @@
 """Bytes -> decoded trace events, for every Chrome trace-event based format.
 
 Reading is split from interpretation: this module turns a file (plain or gzip, whole or
-cut off mid-write) into a list of :class:`Event` structs plus the few top-level keys the
-readers need. Decoding uses ``msgspec`` into structs that keep only the fields we use, so
+cut off mid-write) into :class:`Event` structs, piece by piece for large traces (see
+:mod:`gpuprof.readers.chunks`), plus the few top-level keys the readers need. Decoding uses ``msgspec`` into structs that keep only the fields we use, so
 a trace is never turned into per-event Python dicts (the unused ``args`` such as input
 shapes and call stacks are skipped by the decoder).
 
@@ -37,18 +37,15 @@ class Args(msgspec.Struct, frozen=True, gc=False):
 
     correlation: Any = None
     stream: Any = None
-    device: Any = None
     nbytes: Any = msgspec.field(default=None, name="bytes")
     coll_name: Any = msgspec.field(default=None, name="Collective name")
     pg_name: Any = msgspec.field(default=None, name="Process Group Name")
     name: Any = None  # metadata events: thread_name / process_name
-    labels: Any = None  # metadata events: process_labels ("GPU 0", "CPU")
     step: Any = None  # op-level timelines
     mb_id: Any = None  # op-level timelines
     total_allocated: Any = msgspec.field(default=None, name="Total Allocated")
     total_reserved: Any = msgspec.field(default=None, name="Total Reserved")
     device_id: Any = msgspec.field(default=None, name="Device Id")
-    device_type: Any = msgspec.field(default=None, name="Device Type")
 
 
 NO_ARGS = Args()

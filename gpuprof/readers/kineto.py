@@ -56,6 +56,10 @@ HOST_CATS: dict[str, Kind] = {
     "Runtime": Kind.RUNTIME,
     "cuda_driver": Kind.DRIVER,
     "Driver": Kind.DRIVER,
+    "xpu_runtime": Kind.RUNTIME,  # Intel GPUs, same layout
+    "xpu_driver": Kind.DRIVER,
+    "privateuse1_runtime": Kind.RUNTIME,  # out-of-tree backends
+    "privateuse1_driver": Kind.DRIVER,
     "cpu_op": Kind.OP,
     "Operator": Kind.OP,
     "user_annotation": Kind.ANNOTATION,
