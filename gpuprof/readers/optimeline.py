@@ -16,6 +16,11 @@ Global rank of a worker
     rank seen plus one. In the generic case the rank is the integer ``pid`` (or the
     worker's position when pids are not integers).
 
+Tables
+    The timer ops go to the ``device`` table (kind TIMER, category from the op name,
+    ``step`` and ``mb_id`` from ``args``, ``stream`` = the thread id, i.e. the worker's
+    lane: compute, pp-comm, ...); the ``host`` table is empty.
+
 Steps
     Step ``s`` of a worker spans from its first op of step ``s`` to its first op of the
     next step in the file; the last step ends at the end of its last op.
