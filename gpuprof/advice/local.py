@@ -16,8 +16,26 @@ included, so it has no advisor here.
 | ``host-overhead`` | host | launches arrive late otherwise: Python / CPU work in the loop |
 
 A finding is reported for the ranks where it costs at least :data:`MIN_SHARE` of the window;
+``ranks`` are the ranks where the cause originates.
+
 ``estimated_savings_pct`` comes from :mod:`gpuprof.advice.savings` (job step time is set by
-the slowest rank), ``ranks`` are the ranks where the cause originates.
+the slowest rank). For the host-side findings it uses the what-if replay of
+:mod:`gpuprof.analysis.whatif` where the summary has one (``whatif_step_times_us``): the
+time a rank would save is its replayed step time without the cause subtracted from the
+replayed step time with it, so a stall that also leaves the device to run launch-bound
+afterwards saves more than its own share, and one the device was busy through saves
+nothing. Which what-if each finding uses:
+
+| id | what-if |
+|---|---|
+| ``dataloader-starvation`` | ``dataloader``: input ready when asked for |
+| ``sync-host-blocking`` | ``sync``: no blocking calls |
+| ``memory-allocator`` | ``allocator``: allocator calls cost nothing |
+| ``host-launch-bound`` | ``launch``: kernel launch calls cost nothing (conservative for CUDA graphs) |
+
+Ranks without a replay (launches not in the trace) fall back to removing the cause's
+attributed time; ``host-overhead`` always does, since what Python work a user can remove
+is not in the trace. The fix is assumed to apply on every rank that has the cause.
 """
 
 from __future__ import annotations
@@ -115,6 +133,36 @@ def _idle_line(hits: Sequence[_Hit], what: str) -> str:
     return line + "."
 
 
+def _replay_cut_us(s: RankSummary, whatif: str) -> float | None:
+    """Window time the replay says ``whatif`` saves on one rank (``None``: no replay)."""
+    times: Mapping[str, Sequence[float]] | None = s.facts.get("whatif_step_times_us")
+    if not times or whatif not in times or "baseline" not in times:
+        return None
+    return max(0.0, float(sum(times["baseline"])) - float(sum(times[whatif])))
+
+
+_WHATIF_WHAT = {
+    "dataloader": "DataLoader wait",
+    "sync": "blocking calls",
+    "allocator": "allocator calls",
+    "launch": "kernel launch calls",
+}
+
+
+def _replay_line(ctx: AdviceContext, hits: Sequence[_Hit], whatif: str, cut_us: float) -> str:
+    w = _worst(hits)
+    r, s = w.report, w.summary
+    per = r.steps if r.steps > 0 else 1
+    now = r.window_us / per
+    removed = float((s.facts.get("whatif_removed_us") or {}).get(whatif, 0.0)) / per
+    unit = "per step" if r.steps > 0 else "in the window"
+    return (
+        f"Replaying rank {r.rank}'s timeline without the {_ms(removed)} of {_WHATIF_WHAT[whatif]} "
+        f"{unit}: {_ms(now)} -> {_ms(now - cut_us / per)} {unit} (device work re-issued at the earlier "
+        "launch times, stream order and durations kept; model in gpuprof/analysis/whatif.py)."
+    )
+
+
 def _recommend(
     ctx: AdviceContext,
     hits: Sequence[_Hit],
@@ -123,14 +171,31 @@ def _recommend(
     title: str,
     evidence: Sequence[str],
     actions: Sequence[str],
+    whatif: str | None = None,
 ) -> list[Recommendation]:
     removed = {h.report.rank: h.lost_us for h in hits}
+    estimate = savings_pct(ctx.reports, removed)
+    evidence = list(evidence)
+    if whatif is not None:
+        # Replayed savings on every rank that has a replay; the plain cut elsewhere.
+        cuts = dict(removed)
+        replayed = {}
+        for s, r in _pairs(ctx):
+            cut = _replay_cut_us(s, whatif)
+            if cut is not None:
+                replayed[r.rank] = cut
+        if replayed:
+            cuts.update(replayed)
+            estimate = savings_pct(ctx.reports, cuts)
+            worst = _worst(hits)
+            if worst.report.rank in replayed:
+                evidence.append(_replay_line(ctx, hits, whatif, replayed[worst.report.rank]))
     return [
         Recommendation(
             id=rec_id,
             category=cause,
             title=title,
-            estimated_savings_pct=savings_pct(ctx.reports, removed),
+            estimated_savings_pct=estimate,
             ranks=tuple(sorted(removed)),
             evidence=tuple(evidence),
             actions=tuple(actions),
@@ -180,6 +245,7 @@ def dataloader_starvation(ctx: AdviceContext) -> list[Recommendation]:
         "The GPU waits for input data: speed up the DataLoader",
         evidence,
         actions,
+        whatif="dataloader",
     )
 
 
@@ -220,6 +286,7 @@ def sync_host_blocking(ctx: AdviceContext) -> list[Recommendation]:
         "The host blocks on the GPU inside the loop: remove the syncs",
         evidence,
         actions,
+        whatif="sync",
     )
 
 
@@ -354,6 +421,7 @@ def memory_allocator(ctx: AdviceContext) -> list[Recommendation]:
         "The GPU waits on memory allocation and release: stop allocator churn",
         evidence,
         actions,
+        whatif="allocator",
     )
 
 
@@ -395,6 +463,7 @@ def host_launch(ctx: AdviceContext) -> list[Recommendation]:
                 ),
                 "Give each kernel more work: a larger batch per GPU, or fewer, bigger layers.",
             ],
+            whatif="launch",
         )
     return _recommend(
         ctx,

@@ -9,7 +9,8 @@ Steps, in order:
    to it, ``lost`` = the rest;
 4. run the local rules (:mod:`gpuprof.analysis.rules`), which claim lost time per cause;
    attribution (precedence) happens later, together with the cross-rank claims;
-5. measure the facts for the advice (keys documented in :mod:`gpuprof.analysis.facts`);
+5. measure the facts for the advice (keys documented in :mod:`gpuprof.analysis.facts`),
+   including the what-if replays of the host-side causes (:mod:`gpuprof.analysis.whatif`);
 6. where the cross-rank helpers exist, build the ``comms`` table
    (``gpuprof.analysis.comms.build_comms``) and the phase times
    (``gpuprof.analysis.phases.phase_times``).
@@ -30,6 +31,7 @@ from gpuprof.analysis.facts import rank_facts
 from gpuprof.analysis.launches import activity_mask, match_launches
 from gpuprof.analysis.rules import build_context, claims_by_cause, claims_by_rule
 from gpuprof.analysis.summary import COMMS_COLUMNS, RankSummary
+from gpuprof.analysis.whatif import whatif_facts
 from gpuprof.analysis.window import StepSelection, Window, select_window
 from gpuprof.model.timeline import Category, RankTrace
 
@@ -92,6 +94,7 @@ def summarize(trace: RankTrace, selection: StepSelection = _ALL_STEPS) -> RankSu
     facts = rank_facts(ctx, len(window.steps), [s.duration_us for s in window.steps], by_rule)
     facts["device_aligned_steps"] = window.device_aligned
     facts["launch_matched_share"] = launches.matched_share
+    facts.update(whatif_facts(ctx, window.steps))
     warnings = trace.warnings + ((window.note,) if window.note else ())
     return RankSummary(
         rank=trace.rank,

@@ -1,0 +1,310 @@
+"""What-if replay: the step time a rank would have without one host-side cause.
+
+Attribution (:mod:`gpuprof.analysis.attribution`) says which cause each lost microsecond
+belongs to, but removing a cause can save more or less than its share. A DataLoader wait
+lets the device drain its queue; when the host resumes, the next kernels run as fast as the
+host launches them (launch-bound) until the host gets ahead again, so those ``host`` gaps
+are the stall's consequence too. A host stall while the device is busy anyway saves
+nothing. This module replays the window's device work to measure that.
+
+The model
+---------
+For every device activity that starts in the window we know its device start ``s``,
+duration ``d``, stream, and its *launch time* ``a`` (end of the runtime call that enqueued
+it, matched by correlation id; :mod:`gpuprof.analysis.launches`).
+
+1. *Host time compresses.* Removing a cause deletes a set ``X`` of host intervals (the
+   launching threads' DataLoader ``__next__`` calls, sync calls, allocator calls, or kernel
+   launch calls): a launch at host time ``t`` moves to ``t - |X ∩ [lo, t)|``. The host is
+   treated as one sequential timeline, since a backward thread's launches follow the main
+   thread's work that triggered them.
+2. *Syncs are dependencies.* A blocking call that is kept (``cudaStreamSynchronize``,
+   ``aten::item``, ...) returns once the device work it waited for is done: in the replay it
+   returns at ``max(its shifted start, the replayed end of that work)`` plus the part of the
+   call that was not waiting, and every later host time moves with it. The awaited work is
+   the latest-ending device event launched before the call that ended before it returned.
+3. *Device work replays in stream order*, durations unchanged: each event starts at
+   ``max(shifted launch + its launch latency, end of the previous event on its stream +
+   fixed gap)``. An event that started within :data:`HOST_BOUND_SLACK_US` of its launch was
+   host-bound: its observed latency is kept and it has no fixed gap. An event held back
+   longer after its launch waited for something the host does not explain (an event on
+   another stream, a collective): its gap after its stream predecessor is kept as a
+   minimum. Events whose launch is unknown keep their original start as a lower bound.
+   Per stream this is a scan, ``end_i = max(r_i + d_i, end_{i-1} + g_i + d_i)``, computed
+   with a cumulative maximum: ``end_i = E_i + max(c, max_{j<=i}(r_j + d_j - E_j))`` where
+   ``E`` is the prefix sum of ``g + d`` and ``c`` the stream's end before the window.
+4. *Steps.* The window ends at the later of the replayed host end and the last replayed
+   device end; each step boundary moves to the shifted host boundary, but not before the
+   replayed end of the work that started before it nor after the start of the work after it.
+
+With nothing removed the replay reproduces the measured steps (the ``baseline`` entry); the
+advice uses the difference ``baseline - cause`` so that the model's residual error cancels.
+
+What each cause's what-if removes (keys of ``whatif_step_times_us``):
+
+``dataloader``  the DataLoader ``__next__`` calls (input ready when asked for).
+``sync``        the blocking calls (no sync; the host runs ahead).
+``allocator``   the device allocator calls (``cudaMalloc``, ``cudaFree``, ...).
+``launch``      the kernel launch calls themselves (CUDA graphs / ``torch.compile``:
+                launches cost nothing). Conservative: the Python and framework time
+                between launches stays, although ``torch.compile`` removes much of it.
+
+Limits: host work is not re-timed (a faster host after the fix, e.g. less CPU contention
+without in-process data loading, is not predicted); cross-stream dependencies are only kept
+as fixed gaps; kept allocator calls are not sync points. Pure: the trace is only read.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+import numpy.typing as npt
+
+from gpuprof.analysis import intervals as iv
+from gpuprof.analysis.intervals import Intervals
+from gpuprof.analysis.rules.context import LAUNCH_QUEUE_US, LAUNCH_SLACK_US, RuleContext
+from gpuprof.model.timeline import Category, Kind, Step
+
+FloatArray = npt.NDArray[np.float64]
+
+# An event that starts within this long after its launch returned was waiting for it.
+HOST_BOUND_SLACK_US = LAUNCH_SLACK_US
+# Latency from a launch call's return to the device start, for events that were held back.
+QUEUE_LATENCY_US = LAUNCH_QUEUE_US
+# Below this share of device work with a known launch the replay is not attempted.
+MIN_MATCHED_SHARE = 0.5
+WHATIF_CAUSES: tuple[str, ...] = ("dataloader", "sync", "allocator", "launch")
+
+
+@dataclass(frozen=True)
+class _Events:
+    """Window events in per-stream order (stream, then device start); times relative to lo."""
+
+    start: FloatArray
+    dur: FloatArray
+    launch: FloatArray  # launch call end, NaN unknown
+    launch_start: FloatArray  # launch call start, NaN unknown
+    lat: FloatArray  # latency kept from launch to start
+    gap: FloatArray  # fixed minimum gap after the stream predecessor
+    bounds: npt.NDArray[np.int64]  # stream i is rows bounds[i]:bounds[i+1]
+    carry: FloatArray  # per stream: end of its last event before the window (-inf none)
+
+
+@dataclass(frozen=True)
+class Replay:
+    """A replayed window: its length and per-step times, microseconds."""
+
+    window_us: float
+    step_times_us: tuple[float, ...]
+
+
+def _events(ctx: RuleContext) -> _Events | None:
+    dev = ctx.trace.device
+    lo, hi = ctx.lo_us, ctx.hi_us
+    act = ctx.act
+    ds_all, de_all = dev["start_us"].to_numpy(), dev["end_us"].to_numpy()
+    stream_all = dev["stream"].to_numpy()
+    sel = act & (ds_all >= lo) & (ds_all < hi)
+    if not sel.any():
+        return None
+    ds, de, stream = ds_all[sel] - lo, de_all[sel] - lo, stream_all[sel]
+    la, ls = ctx.launches.end_us[sel] - lo, ctx.launches.start_us[sel] - lo
+    order = np.lexsort((ds, stream))
+    ds, de, stream, la, ls = ds[order], de[order], stream[order], la[order], ls[order]
+    dur = np.maximum(de - ds, 0.0)
+    cut = np.flatnonzero(np.diff(stream)) + 1
+    bounds = np.r_[0, cut, ds.size].astype(np.int64)
+    # Predecessor end on the same stream; the first of each stream looks before the window.
+    prev_end = np.r_[-np.inf, de[:-1]]
+    carry = np.full(bounds.size - 1, -np.inf)
+    pre = act & (ds_all < lo)
+    for k, b in enumerate(bounds[:-1]):
+        on = pre & (stream_all == stream[b])
+        carry[k] = float(de_all[on].max()) - lo if on.any() else -np.inf
+        prev_end[b] = carry[k]
+    known = ~np.isnan(la)
+    lat_obs = ds - la
+    host_bound = known & (lat_obs <= HOST_BOUND_SLACK_US)
+    lat = np.where(host_bound, lat_obs, QUEUE_LATENCY_US)
+    lat = np.where(known, lat, 0.0)
+    gap = np.where(host_bound, 0.0, np.maximum(ds - np.where(np.isfinite(prev_end), prev_end, ds), 0.0))
+    return _Events(ds, dur, la, ls, lat, gap, bounds, carry)
+
+
+class _HostMap:
+    """Shifted host time ``t - removed_before(t) + shift`` (relative to lo)."""
+
+    def __init__(self, removed: Intervals) -> None:
+        self.rs, self.re = removed
+        self.cum = np.r_[0.0, np.cumsum(self.re - self.rs)]
+        self.shift = 0.0
+
+    def removed_before(self, t: FloatArray) -> FloatArray:
+        """Removed host time in ``[0, t)``."""
+        if self.rs.size == 0:
+            return np.zeros_like(t)
+        i = np.maximum(np.searchsorted(self.rs, t, side="right") - 1, 0)
+        inside = np.clip(t - self.rs[i], 0.0, self.re[i] - self.rs[i])
+        return np.asarray(self.cum[i] + inside, dtype=np.float64)
+
+    def __call__(self, t: FloatArray) -> FloatArray:
+        return t - self.removed_before(t) + self.shift
+
+
+def _scan(r: FloatArray, d: FloatArray, g: FloatArray, carry: float) -> FloatArray:
+    """Ends of a serialized stream: ``end_i = max(r_i + d_i, end_{i-1} + g_i + d_i)``."""
+    e = np.cumsum(g + d)
+    x = np.maximum.accumulate(r + d - e)
+    return np.asarray(e + np.maximum(x, carry), dtype=np.float64)
+
+
+def replay(
+    ev: _Events,
+    removed: Intervals,
+    syncs: Intervals,
+    host_end: float,
+    boundaries: FloatArray,
+    ready_at_call_start: bool = False,
+) -> Replay:
+    """Replay ``ev`` with ``removed`` host intervals deleted (times relative to lo).
+
+    ``syncs`` are the kept blocking calls, ``host_end`` the window's original end,
+    ``boundaries`` the original inner step boundaries. ``ready_at_call_start``: an event is
+    ready when its launch call began (launches cost nothing).
+    """
+    hmap = _HostMap(removed)
+    n_streams = ev.bounds.size - 1
+    known = ~np.isnan(ev.launch)
+    key = np.where(known, ev.launch, ev.start)  # what decides when an event is issued
+    # Per stream, the issue key as a running max so that "issued before t" is a prefix.
+    key_run = key.copy()
+    for k in range(n_streams):
+        a, b = ev.bounds[k], ev.bounds[k + 1]
+        key_run[a:b] = np.maximum.accumulate(key[a:b])
+    base = np.where(known, np.where(ready_at_call_start, np.nan_to_num(ev.launch_start), ev.launch), 0.0)
+    base = np.where(known & ready_at_call_start & np.isnan(ev.launch_start), ev.launch, base)
+    new_end = np.full(ev.start.size, np.nan)
+    done = ev.bounds[:-1].copy()  # per stream: next row to replay
+    last_end = ev.carry.copy()
+    orig_end = ev.start + ev.dur
+
+    def run_until(limit: float) -> None:
+        for k in range(n_streams):
+            a, b = done[k], ev.bounds[k + 1]
+            stop = a + int(np.searchsorted(key_run[a:b], limit, side="left"))
+            if stop <= a:
+                continue
+            sl = slice(a, stop)
+            ready = np.where(known[sl], hmap(base[sl]) + ev.lat[sl], ev.start[sl])
+            ends = _scan(ready, ev.dur[sl], ev.gap[sl], float(last_end[k]))
+            new_end[sl] = ends
+            last_end[k] = ends[-1]
+            done[k] = stop
+
+    ss, se = syncs
+    for s0, s1 in zip(ss.tolist(), se.tolist()):
+        run_until(s0)
+        # The awaited work: latest original end <= s1 among the replayed events.
+        best_orig, best_new = -np.inf, -np.inf
+        for k in range(n_streams):
+            a, b = ev.bounds[k], done[k]
+            if b <= a:
+                continue
+            j = a + int(np.searchsorted(orig_end[a:b], s1, side="right")) - 1
+            if j >= a and orig_end[j] > best_orig:
+                best_orig, best_new = float(orig_end[j]), float(new_end[j])
+        s_new = float(hmap(np.array([s0]))[0])
+        tail = s1 - max(best_orig, s0)
+        e_new = max(s_new, best_new) + tail
+        hmap.shift = e_new - (s1 - float(hmap.removed_before(np.array([s1]))[0]))
+    run_until(np.inf)
+    dev_end = float(np.nanmax(new_end)) if new_end.size else 0.0
+    end = max(dev_end, float(hmap(np.array([host_end]))[0]))
+    step_bounds = _step_bounds(ev, new_end, hmap, boundaries)
+    edges = np.r_[0.0, np.minimum(step_bounds, end), end]
+    edges = np.maximum.accumulate(edges)
+    return Replay(window_us=end, step_times_us=tuple(float(x) for x in np.diff(edges)))
+
+
+def _step_bounds(ev: _Events, new_end: FloatArray, hmap: _HostMap, boundaries: FloatArray) -> FloatArray:
+    """Replayed inner step boundaries (see the module docstring, 4)."""
+    if boundaries.size == 0:
+        return boundaries
+    order = np.argsort(ev.start, kind="stable")
+    s_sorted = ev.start[order]
+    end_sorted = new_end[order]
+    start_sorted = end_sorted - ev.dur[order]
+    prev_max = np.maximum.accumulate(end_sorted)
+    next_min = np.minimum.accumulate(start_sorted[::-1])[::-1]
+    i = np.searchsorted(s_sorted, boundaries, side="left")
+    before = np.where(i > 0, prev_max[np.maximum(i - 1, 0)], 0.0)
+    after = np.where(i < s_sorted.size, next_min[np.minimum(i, s_sorted.size - 1)], np.inf)
+    return np.asarray(np.minimum(np.maximum(hmap(boundaries), before), after), dtype=np.float64)
+
+
+def _launch_tids(ctx: RuleContext) -> npt.NDArray[np.int64]:
+    sel = ctx.act & (ctx.launches.tid >= 0)
+    return np.unique(ctx.launches.tid[sel])
+
+
+def _host_union(ctx: RuleContext, mask: npt.NDArray[np.bool_]) -> Intervals:
+    """Union of the masked host rows on the launching threads, relative to lo, clipped."""
+    host = ctx.trace.host
+    tids = _launch_tids(ctx)
+    if tids.size:
+        mask = mask & np.isin(host["tid"].to_numpy(), tids)
+    hs, he = host["start_us"].to_numpy()[mask], host["end_us"].to_numpy()[mask]
+    return iv.clip(iv.union(hs - ctx.lo_us, he - ctx.lo_us), 0.0, ctx.hi_us - ctx.lo_us)
+
+
+def _kernel_launch_mask(ctx: RuleContext) -> npt.NDArray[np.bool_]:
+    host, dev = ctx.trace.host, ctx.trace.device
+    kern = dev["kind"].to_numpy() == int(Kind.KERNEL)
+    corr = dev["correlation"].to_numpy()[kern]
+    hc = host["correlation"].to_numpy()
+    return ctx.host_mask(Category.LAUNCH) & (hc >= 0) & np.isin(hc, corr[corr >= 0])
+
+
+def whatif_facts(ctx: RuleContext, steps: tuple[Step, ...]) -> dict[str, Any]:
+    """``whatif_step_times_us`` ({``baseline`` and each of :data:`WHATIF_CAUSES`: per-step
+    replayed times}) and ``whatif_removed_us`` ({cause: host time removed}); both ``None``
+    when the launches are not known well enough to replay."""
+    none: dict[str, Any] = {"whatif_step_times_us": None, "whatif_removed_us": None}
+    share = ctx.launches.matched_share
+    if share is None or share < MIN_MATCHED_SHARE:
+        return none
+    ev = _events(ctx)
+    if ev is None:
+        return none
+    lo, hi = ctx.lo_us, ctx.hi_us
+    bounds = np.array([s.start_us - lo for s in steps[1:]], dtype=np.float64)
+    sync_rows = ctx.host_mask(Category.SYNC)
+    syncs = _host_union(ctx, sync_rows)
+    removed = {
+        "dataloader": _host_union(ctx, ctx.host_mask(Category.DATALOAD)),
+        "sync": syncs,
+        "allocator": _host_union(ctx, ctx.host_mask(Category.ALLOC)),
+        "launch": _host_union(ctx, _kernel_launch_mask(ctx)),
+    }
+    host_end = hi - lo
+    out: dict[str, list[float]] = {}
+    base = replay(ev, iv.empty(), syncs, host_end, bounds)
+    out["baseline"] = list(base.step_times_us)
+    for cause, rem in removed.items():
+        kept = iv.subtract(syncs, rem) if rem[0].size else syncs
+        if cause == "sync":
+            kept = iv.empty()
+        if rem[0].size == 0:
+            out[cause] = list(base.step_times_us)
+            continue
+        r = replay(ev, rem, kept, host_end, bounds, ready_at_call_start=cause == "launch")
+        out[cause] = list(r.step_times_us)
+    return {
+        "whatif_step_times_us": out,
+        "whatif_removed_us": {c: iv.total(r) for c, r in removed.items()},
+    }
+
+
+__all__ = ["WHATIF_CAUSES", "Replay", "replay", "whatif_facts"]
