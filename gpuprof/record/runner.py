@@ -257,6 +257,7 @@ def run_command(
             # preexec_fn is safe here: gpuprof has no other thread yet (the sampler starts after).
             proc = subprocess.Popen(list(argv), env=env, preexec_fn=terminal.child_setup)
         except OSError as exc:
+            terminal.take_back()  # the forked child may have taken the terminal before exec failed
             # Like a shell: 127 for a command that is not found, 126 for one that cannot run.
             code = 127 if isinstance(exc, FileNotFoundError) else 126
             msg = f"cannot run {argv[0]!r}: {exc.strerror or exc}"
