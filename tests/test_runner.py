@@ -253,3 +253,11 @@ def test_default_session_dir_names_the_script(tmp_path: Path) -> None:
     assert again.name == "20261130-040506-rl_step-2"
     assert default_session_dir(["python3", "-m", "pkg.train"], now=now, base=tmp_path).name.endswith("-train")
     assert default_session_dir(["torchrun", "x.py"], now=now, base=tmp_path).name.endswith("-torchrun")
+
+
+def test_command_that_cannot_run_is_126(tmp_path: Path) -> None:
+    script = tmp_path / "not-executable.sh"
+    script.write_text("#!/bin/sh\necho hi\n")
+    script.chmod(0o644)
+    p = run([str(script)], tmp_path / "s")
+    assert p.returncode == 126
