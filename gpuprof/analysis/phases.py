@@ -12,7 +12,8 @@ out (unknown, not 0).
 
 Kineto traces
     A phase is the host time spans of its markers: ``## forward ##``, ``*.forward``
-    annotations (``DistributedDataParallel.forward``) and ``Forward <i>`` ranges of
+    annotations (``DistributedDataParallel.forward``), Megatron-style ``forward_step`` /
+    ``backward_step`` ranges (one per microbatch) and ``Forward <i>`` ranges of
     ``torch.distributed.pipelining`` for forward; ``## backward ##``,
     ``autograd::engine::evaluate_function: ...`` and ``Backward <i>`` for backward;
     ``PP:<stage>F<mb>`` / ``PP:<stage>B|I|W<mb>`` actions of its multi-stage schedules,
@@ -47,15 +48,22 @@ PHASES: tuple[str, ...] = ("forward", "backward", "optimizer", "data")
 # ``PP:<stage><action><microbatch>`` are the actions of torch.distributed.pipelining's
 # multi-stage schedules: F forward, B full backward, I / W backward for inputs / weights.
 _PP_ACTION = re.compile(r"^PP:(\d+)(F|B|I|W)(\d+)$")
-_FORWARD = re.compile(r"^## forward ##$|\.forward$|(?:^|[\s:_])Forward\s*\d+|^PP:\d+F\d+$", re.IGNORECASE)
+_FORWARD = re.compile(
+    r"^## forward ##$|\.forward$|(?:^|[\s:_])Forward\s*\d+|^PP:\d+F\d+$|^forward_step$", re.IGNORECASE
+)
 _BACKWARD = re.compile(
-    r"^## backward ##$|^autograd::engine::evaluate_function|(?:^|[\s:_])Backward\s*\d+|^PP:\d+[BIW]\d+$",
+    r"^## backward ##$|^autograd::engine::evaluate_function|(?:^|[\s:_])Backward\s*\d+|^PP:\d+[BIW]\d+$"
+    r"|^backward_step$",
     re.IGNORECASE,
 )
 _OPTIMIZER = re.compile(r"^Optimizer\.(?:step|zero_grad)#|^## optimizer ##$|^## zero_grad ##$", re.IGNORECASE)
 # Markers that stand for one pass (one microbatch) each, for the *_calls counts.
-_FORWARD_PASS = re.compile(r"^## forward ##$|(?:^|[\s:_])Forward\s*\d+|^PP:\d+F\d+$", re.IGNORECASE)
-_BACKWARD_PASS = re.compile(r"^## backward ##$|(?:^|[\s:_])Backward\s*\d+|^PP:\d+[BI]\d+$", re.IGNORECASE)
+_FORWARD_PASS = re.compile(
+    r"^## forward ##$|(?:^|[\s:_])Forward\s*\d+|^PP:\d+F\d+$|^forward_step$", re.IGNORECASE
+)
+_BACKWARD_PASS = re.compile(
+    r"^## backward ##$|(?:^|[\s:_])Backward\s*\d+|^PP:\d+[BI]\d+$|^backward_step$", re.IGNORECASE
+)
 
 
 def _bounds(window: Any) -> tuple[float, float, int]:

@@ -4,7 +4,9 @@ Detection and stage order
     From the parallel layout a reader found (``pp_rank``/``pp_size``, e.g. the thread names
     of a Megatron timeline); else from the stage indices of torch.distributed.pipelining's
     ``PP:<stage><action><mb>`` ranges (``pp_stage`` of the phases; a rank running several
-    stages runs an interleaved schedule); otherwise, when two or more ranks run
+    stages runs an interleaved schedule); else from the process group of the ranks'
+    point-to-point calls (a rank's stage is its position in that group's rank list, which
+    also tells data-parallel replicas of a stage apart); otherwise, when two or more ranks run
     point-to-point calls, each such rank is taken as a stage, ordered by when it starts
     computing in the first step (the first stage starts first: every later stage waits for
     its activations).
@@ -16,6 +18,7 @@ Microbatches and schedule
     otherwise). The schedule is GPipe
     when the first stage sends all its forward activations before it receives the first
     gradient, 1F1B when it receives a gradient earlier, interleaved 1F1B when ``v > 1``.
+    (A plain NCCL send on the first stage is a forward send, a receive a backward one.)
     Both GPipe and 1F1B leave a theoretical bubble of ``(p-1)/(m+p-1)`` of the pipeline's
     span with ``p`` balanced stages; interleaving shrinks it to ``(p-1)/(v*m+p-1)``.
 
@@ -29,9 +32,14 @@ Bubble (the ``pipeline_bubble`` claim)
     On a stage, each idle gap inside the span during which the stage sends or receives
     activations or gradients is time spent waiting for a neighbour -- fill, drain and the
     waits of the steady state. A gap with no transfer in it is left to the other rules
-    (host overhead, memory, ...), and the stage's own collectives (data-parallel gradient
-    reduction) stay communication. The measured bubble fraction of a stage is its claimed
-    time over the span, averaged over steps, to be set beside the theoretical one.
+    (host overhead, memory, ...). Collectives inside such a gap are bubble too: a stage
+    that drains into the step-end all-reduce (or reduces its gradients during the drain)
+    waits for the pipeline, and the collective only ends when the first stage's last
+    backward is done; tuning the collective would not shorten the step. The measured
+    bubble fraction of a stage is its claimed time inside the span over the span, averaged
+    over steps, to be set beside the theoretical one. A later stage that already waits for
+    activations before the first stage starts computing (from the start of its step) is
+    filling the pipeline as well: that wait is claimed too, outside the fraction.
 
 Imbalance
     A stage's compute per microbatch is its forward plus backward time per step over ``m``.
@@ -87,6 +95,29 @@ def _p2p(s: RankSummary) -> pd.DataFrame:
     return c.loc[c["category"].to_numpy() == int(Category.P2P)]
 
 
+def _stages_from_groups(summaries: Sequence[RankSummary]) -> dict[int, int] | None:
+    """Stage = position of the rank in the process group its point-to-point calls use.
+
+    Pipeline groups list their ranks in stage order (Megatron builds them so, and so do
+    users of torch.distributed.pipelining); data-parallel replicas of a stage sit at the
+    same position of their own pipeline group.
+    """
+    out: dict[int, int] = {}
+    for s in summaries:
+        p = _p2p(s)
+        if len(p) == 0 or "pg" not in p:
+            continue
+        for pg in pd.unique(p["pg"].astype(str)):
+            members = tuple((s.process_groups or {}).get(str(pg), ()))
+            if len(members) >= 2 and s.rank in members:
+                out[s.rank] = members.index(s.rank)
+                break
+    with_p2p = sum(1 for s in summaries if len(_p2p(s)))
+    if len(out) >= 2 and len(set(out.values())) >= 2 and len(out) == with_p2p:
+        return out
+    return None
+
+
 def _stages(
     summaries: Sequence[RankSummary], offsets: Mapping[int, float]
 ) -> tuple[dict[int, int], str] | None:
@@ -98,6 +129,9 @@ def _stages(
     if len(marked) >= 2 and len(set(marked.values())) >= 2:
         # torch.distributed.pipelining names its actions by stage (``PP:1F0``).
         return marked, "annotations"
+    grouped = _stages_from_groups(summaries)
+    if grouped is not None:
+        return grouped, "process groups"
     with_p2p = [s for s in summaries if len(_p2p(s)) and s.compute[0].size]
     if len(with_p2p) < 2:
         return None
@@ -127,8 +161,11 @@ def _schedule(first_stage: Sequence[RankSummary], m: int | None, chunks: int) ->
     for s in first_stage:
         p = _p2p(s)
         names = p["name"].astype(str)
-        fwd = p.loc[names.str.contains("forward-send")]
-        bwd = p.loc[names.str.contains("backward-recv")]
+        coll = p["coll_name"].astype(str) if "coll_name" in p else names
+        # The first stage only sends activations forward and receives gradients back, so
+        # a plain NCCL send / recv there is a forward send / a backward receive.
+        fwd = p.loc[names.str.contains("forward-send") | (coll == "send")]
+        bwd = p.loc[names.str.contains("backward-recv") | (coll == "recv")]
         if len(fwd) == 0 or len(bwd) == 0 or m is None:
             continue
         early = []
@@ -178,12 +215,7 @@ def _claim(s: RankSummary, span: tuple[float, float], p2p: pd.DataFrame) -> iv.I
     pe = p2p["end_us"].to_numpy(dtype=np.float64)
     # A gap holds a transfer when they overlap (a zero-length timer op counts if inside).
     covered = iv.overlap_with_each(lost, iv.make(ps, np.maximum(pe, ps + 1e-3)))
-    gaps = (lost[0][covered > 0], lost[1][covered > 0])
-    c = s.comms
-    coll = c.loc[c["category"].to_numpy() == int(Category.COLLECTIVE)] if len(c) else c
-    if len(coll):
-        gaps = iv.subtract(gaps, iv.make(coll["start_us"].to_numpy(), coll["end_us"].to_numpy()))
-    return gaps
+    return lost[0][covered > 0], lost[1][covered > 0]
 
 
 def analyze_pipeline(summaries: Sequence[RankSummary], offsets: Mapping[int, float]) -> PipelineResult | None:
@@ -243,13 +275,17 @@ def analyze_pipeline(summaries: Sequence[RankSummary], offsets: Mapping[int, flo
         parts_s: list[np.ndarray] = []
         parts_e: list[np.ndarray] = []
         fracs: list[float] = []
+        own_steps = _step_spans(s)
         for number, (a0, a1) in spans.items():
             lo, hi = a0 + off, a1 + off
-            p2p = p2p_all.loc[(p2p_all["end_us"] > lo) & (p2p_all["start_us"] < hi)]
-            got = _claim(s, (lo, hi), p2p)
+            # A later stage that waits for activations from the start of its step (before
+            # the first stage has begun computing) is filling the pipeline too.
+            begin = min(lo, own_steps[number][0]) if number in own_steps else lo
+            p2p = p2p_all.loc[(p2p_all["end_us"] > begin) & (p2p_all["start_us"] < hi)]
+            got = _claim(s, (begin, hi), p2p)
             parts_s.append(got[0])
             parts_e.append(got[1])
-            fracs.append(iv.total(got) / (hi - lo) if hi > lo else 0.0)
+            fracs.append(iv.total(iv.clip(got, lo, hi)) / (hi - lo) if hi > lo else 0.0)
         claim = iv.union(np.concatenate(parts_s), np.concatenate(parts_e)) if parts_s else iv.empty()
         claims[s.rank] = claim
         fraction[s.rank] = float(np.mean(fracs)) if fracs else 0.0
