@@ -215,3 +215,44 @@ def test_job_summary_counts_allocator_retries_across_processes(tmp_path: Path) -
     line = job_summary(tmp_path)
     assert "3 optimizer steps" in line and "(median 1000.00 ms per step)" in line
     assert "5 CUDA allocator retries" in line and "0 CUDA OOMs" in line
+
+
+_FORKING = """
+import os, sys, torch
+m = torch.nn.Linear(4, 1)
+opt = torch.optim.SGD(m.parameters(), lr=0.1)
+def train(n):
+    for _ in range(n):
+        opt.zero_grad(); m(torch.randn(2, 4)).sum().backward(); opt.step()
+train(5)
+helper = os.fork()  # like a DataLoader worker: never steps, ends with os._exit
+if helper == 0:
+    os._exit(0)
+os.waitpid(helper, 0)
+trainer = os.fork()  # a forked trainer (Hogwild style) that exits normally
+if trainer == 0:
+    train(7)
+    sys.exit(0)
+os.waitpid(trainer, 0)
+train(2)
+print(trainer, flush=True)
+"""
+
+
+def test_forked_children_get_their_own_records_and_no_duplicates(tmp_path: Path) -> None:
+    session = tmp_path / "s"
+    session.mkdir()
+    env = dict(os.environ, PYTHONPATH=str(HOOKS), GPUPROF_SESSION_DIR=str(session), GPUPROF_PROFILE="0,0,0")
+    p = subprocess.run([sys.executable, "-c", _FORKING], capture_output=True, text=True, timeout=120, env=env)
+    assert p.returncode == 0, p.stderr
+    trainer = int(p.stdout.split()[-1])
+    files = sorted(f.name for f in (session / "hooks").glob("*.jsonl"))
+    assert len(files) == 2  # the parent and the forked trainer; the idle helper left nothing
+    recs = [json.loads(line) for f in (session / "hooks").glob("*.jsonl") for line in f.read_text().splitlines()]
+    steps_by_pid: dict[int, list[int]] = {}
+    for r in recs:
+        if r["kind"] == "step":
+            steps_by_pid.setdefault(int(r["pid"]), []).append(int(r["step"]))
+    assert steps_by_pid.pop(trainer) == list(range(1, 8))
+    (parent_steps,) = steps_by_pid.values()
+    assert parent_steps == list(range(1, 8))  # 5 before the forks, 2 after: none twice

@@ -79,17 +79,39 @@ class _Hooks:
         self.log: Any = None
         self.last_flush = time.time()  # wall clock: the hot path reads only one clock
         self.disabled = False
-        # The hot path formats step lines by hand: json.dumps per step costs more than the step.
-        self._step_line = '{"time_unix_s":%.6f,"kind":"step","rank":' + str(self.rank) + ',"pid":' + str(
-            self.pid
-        ) + ',"step":%d}\n'
+        self.forked = False
+        self._step_line = self._step_line_for()
 
     # -- the log ------------------------------------------------------------------------
-    def _open_log(self) -> None:
+    def _log_path(self) -> str:
         hooks_dir = os.path.join(self.session_dir, "hooks")
         os.makedirs(hooks_dir, exist_ok=True)
-        self.log = open(os.path.join(hooks_dir, f"rank{self.rank}-{self.pid}.jsonl"), "a",
-                        encoding="utf-8", buffering=1 << 16)
+        return os.path.join(hooks_dir, f"rank{self.rank}-{self.pid}.jsonl")
+
+    def _open_log(self) -> None:
+        self.log = open(self._log_path(), "a", encoding="utf-8", buffering=1 << 16)
+
+    def _step_line_for(self) -> str:
+        # The hot path formats step lines by hand: json.dumps per step costs more than the step.
+        return '{"time_unix_s":%.6f,"kind":"step","rank":' + str(self.rank) + ',"pid":' + str(self.pid) + ',"step":%d}\n'
+
+    def before_fork(self) -> None:
+        # A forked child inherits our write buffer: empty it first, so no line is written twice.
+        try:
+            self.flush()
+        except Exception:
+            pass
+
+    def after_fork_in_child(self) -> None:
+        """A forked child (a DataLoader worker, a Hogwild trainer) gets its own, lazily created log."""
+        self.pid = os.getpid()
+        self._step_line = self._step_line_for()
+        self.log = _LazyLog(self._log_path)
+        self.prof = None
+        self.profiler_done = True  # the profiler session belongs to the parent
+        self.clock_opt_id = None
+        self.step = 0
+        self.forked = True
 
     def record(self, kind: str, **fields: Any) -> None:
         if self.log is None:
@@ -123,6 +145,8 @@ class _Hooks:
 
         register_optimizer_step_post_hook(self.post_step)
         atexit.register(self.at_exit)
+        if hasattr(os, "register_at_fork"):
+            os.register_at_fork(before=self.before_fork, after_in_child=self.after_fork_in_child)
 
     # -- the per-step hook --------------------------------------------------------------
     def post_step(self, optimizer: Any, args: Any, kwargs: Any) -> None:
@@ -240,6 +264,8 @@ class _Hooks:
             self.error("trace export", exc)
 
     def at_exit(self) -> None:
+        if self.forked and self.step == 0:
+            return  # a forked helper process that never trained: leave no file behind
         try:
             if self.prof is not None:
                 self._stop_profiler()
@@ -247,6 +273,27 @@ class _Hooks:
             self.flush()
         except Exception as exc:
             self.error("exit", exc)
+
+
+class _LazyLog:
+    """A log file opened on the first write, so forked helpers that never log leave no file."""
+
+    def __init__(self, path: Any) -> None:
+        self._path = path
+        self._fh: Any = None
+
+    def write(self, text: str) -> None:
+        if self._fh is None:
+            self._fh = open(self._path(), "a", encoding="utf-8", buffering=1 << 16)
+        self._fh.write(text)
+
+    def flush(self) -> None:
+        if self._fh is not None:
+            self._fh.flush()
+
+    def close(self) -> None:
+        if self._fh is not None:
+            self._fh.close()
 
 
 _HOOKS: _Hooks | None = None
