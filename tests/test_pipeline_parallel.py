@@ -247,41 +247,69 @@ def test_stage_order_and_chunks_from_pipelining_annotations() -> None:
 
 
 SENDRECV = "ncclKernel_SendRecv_RING_SIMPLE_Sum_int8_t(ncclDevComm*, unsigned long, ncclWork*)"
+ALLREDUCE_KERNEL = "ncclKernel_AllReduce_RING_LL_Sum_float(ncclDevComm*, unsigned long, ncclWork*)"
 
 
-def kineto_pipeline_job(p: int, m: int, t_us: float, pieces: int = 10) -> list[RankTrace]:
+def kineto_pipeline_job(
+    p: int, m: int, t_us: float, pieces: int = 10, dp: int = 1, drain_allreduce: bool = False
+) -> list[RankTrace]:
     """A Kineto-like pipeline: each pass is ``pieces`` kernels with 5 us gaps; receives are
     NCCL SendRecv kernels that spin from when the stage is free until the data arrives;
-    no parallel layout, ranks numbered by stage. One step, then an optimizer 2 ms later."""
+    no parallel layout. One step, then an optimizer 2 ms later.
+
+    With ``dp > 1`` there are ``dp`` replicas of the pipeline, ranks numbered Megatron-style
+    (``rank = stage * dp + replica``) and each replica's transfers on its own process
+    group, whose rank list is in stage order. With ``drain_allreduce`` every rank enters a
+    step-end all-reduce after its last backward; it ends 500 us after the first stage's
+    last backward (the last rank to arrive).
+    """
     from rankbuilder import RankBuilder
+
+    from gpuprof.model.timeline import ProcessGroup
 
     ops = simulate(p, m, [t_us] * p, [2 * t_us] * p, "gpipe")
     span = max(e for k in ops for _, _, _, e in ops[k])
     traces = []
-    for k in range(p):
-        b = RankBuilder()
-        b.step(1, -100.0, span + 5_000.0)
-        free = 0.0
-        for kind, i, a, e in ops[k]:
-            src = k - 1 if kind == "F" else k + 1
-            if (kind == "F" and k > 0) or (kind == "B" and k < p - 1):
-                arrive = next(x[3] for x in ops[src] if x[:2] == (kind, i))
-                b.kernel(
-                    min(free, arrive - 5.0),
-                    arrive,
-                    launch_at=min(free, arrive - 5.0) - 10,
-                    name=SENDRECV,
-                    stream=20,
-                )
-            piece = (e - a) / pieces
-            for j in range(pieces):
-                b.kernel(a + j * piece, a + (j + 1) * piece - 5.0, launch_at=a + j * piece - 20)
-            if (kind == "F" and k < p - 1) or (kind == "B" and k > 0):
-                b.kernel(e, e + 5.0, launch_at=e - 10, name=SENDRECV, stream=21)
-            free = e
-        b.kernel(span + 2_000.0, span + 3_000.0, launch_at=span + 1_990.0)
-        traces.append(b.build(rank=k, source=f"rank{k}.json", world_size=p))
-    return traces
+    for d in range(dp):
+        group = f"pp{d}" if dp > 1 else ""
+        members = tuple(k * dp + d for k in range(p))
+        for k in range(p):
+            b = RankBuilder()
+            b.step(1, -100.0, span + 5_000.0)
+            free = 0.0
+
+            def p2p(
+                start: float, end: float, stream: int, what: str, b: RankBuilder = b, group: str = group
+            ) -> None:
+                b.kernel(start, end, launch_at=start - 10, name=SENDRECV, stream=stream)
+                b.dev[-1].update(pg=group, coll_name=what)
+
+            for kind, i, a, e in ops[k]:
+                src = k - 1 if kind == "F" else k + 1
+                if (kind == "F" and k > 0) or (kind == "B" and k < p - 1):
+                    arrive = next(x[3] for x in ops[src] if x[:2] == (kind, i))
+                    p2p(min(free + 5.0, arrive - 5.0), arrive, 20, "recv")  # posted after its send
+                piece = (e - a) / pieces
+                for j in range(pieces):
+                    b.kernel(a + j * piece, a + (j + 1) * piece - 5.0, launch_at=a + j * piece - 20)
+                if (kind == "F" and k < p - 1) or (kind == "B" and k > 0):
+                    p2p(e, e + 5.0, 21, "send")
+                free = e
+            if drain_allreduce:
+                b.kernel(free + 5.0, span + 500.0, launch_at=free, name=ALLREDUCE_KERNEL, stream=22)
+                b.dev[-1].update(pg="world", coll_name="allreduce")
+            b.kernel(span + 2_000.0, span + 3_000.0, launch_at=span + 1_990.0)
+            for row in b.dev:
+                row.setdefault("pg", "")
+                row.setdefault("coll_name", "")
+            groups = (ProcessGroup("world", None, tuple(range(p * dp))),)
+            if dp > 1:
+                groups += (ProcessGroup(group, None, members),)
+            rank = k * dp + d
+            traces.append(
+                b.build(rank=rank, source=f"rank{rank}.json", world_size=p * dp, process_groups=groups)
+            )
+    return sorted(traces, key=lambda t: t.rank)
 
 
 def test_kineto_pipeline_without_layout_is_found_and_measured() -> None:
@@ -301,3 +329,28 @@ def test_kineto_pipeline_without_layout_is_found_and_measured() -> None:
     for s in job:
         claim = res.claims[s.rank]
         assert iv.total(iv.intersect(claim, s.lost)) == pytest.approx(iv.total(claim))
+
+
+def test_replicated_pipeline_stages_come_from_the_p2p_process_groups() -> None:
+    from gpuprof.analysis.cross_rank import analyze_job
+    from gpuprof.model.report import Cause
+
+    job = summaries(kineto_pipeline_job(2, 4, 10_000.0, dp=2, drain_allreduce=True))
+    res = analyze_pipeline(job, {s.rank: 0.0 for s in job})
+    assert res is not None
+    f = res.findings
+    assert f["stage_source"] == "process groups"
+    assert res.stage_of == {0: 0, 1: 0, 2: 1, 3: 1}
+    assert f["stages"] == 2 and [r["ranks"] for r in f["per_stage"]] == [[0, 1], [2, 3]]
+    assert f["schedule"] == "gpipe"  # all forward sends of the first stage before a gradient
+    # The last stage drains into the step-end all-reduce: waiting for the first stage's last
+    # backward there is pipeline bubble, not a straggler.
+    cross = analyze_job(job)
+    last = next(s for s in job if s.rank == 2)
+    drain = (last.comms["coll_name"] == "allreduce").to_numpy()
+    ar = (float(last.comms["start_us"][drain].iloc[0]), float(last.comms["end_us"][drain].iloc[0]))
+    bubble = cross.claims[2][Cause.PIPELINE_BUBBLE]
+    inside = iv.total(iv.intersect(bubble, iv.make([ar[0]], [ar[1]])))
+    # (up to the first stage's last kernel, which ends 5 us before its pass does)
+    assert inside == pytest.approx(ar[1] - 500.0 - ar[0], abs=10.0)
+    assert f["per_stage"][1]["bubble_fraction"] == pytest.approx(1 / 5, abs=0.01)

@@ -166,15 +166,17 @@ def _schedule(first_stage: Sequence[RankSummary], m: int | None, chunks: int) ->
         # a plain NCCL send / recv there is a forward send / a backward receive.
         fwd = p.loc[names.str.contains("forward-send") | (coll == "send")]
         bwd = p.loc[names.str.contains("backward-recv") | (coll == "recv")]
-        if len(fwd) == 0 or len(bwd) == 0 or m is None:
+        if len(fwd) == 0 or len(bwd) == 0:
             continue
-        early = []
+        gpipe = []
         for step, f in fwd.groupby("step"):
             b = bwd.loc[bwd["step"] == step]
             if len(b):
-                early.append(int((f["start_us"] < b["start_us"].min()).sum()))
-        if early:
-            return "gpipe" if float(np.median(early)) >= m else "1f1b"
+                # GPipe sends every activation before the first gradient comes back.
+                early = int((f["start_us"] < b["start_us"].min()).sum())
+                gpipe.append(early >= (m if m is not None else len(f)))
+        if gpipe:
+            return "gpipe" if all(gpipe) else "1f1b"
     return "unknown"
 
 
