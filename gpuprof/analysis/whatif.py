@@ -118,12 +118,14 @@ def _events(ctx: RuleContext) -> _Events | None:
     bounds = np.r_[0, cut, ds.size].astype(np.int64)
     # Predecessor end on the same stream; the first of each stream looks before the window.
     prev_end = np.r_[-np.inf, de[:-1]]
-    carry = np.full(bounds.size - 1, -np.inf)
+    firsts = stream[bounds[:-1]]
     pre = act & (ds_all < lo)
-    for k, b in enumerate(bounds[:-1]):
-        on = pre & (stream_all == stream[b])
-        carry[k] = float(de_all[on].max()) - lo if on.any() else -np.inf
-        prev_end[b] = carry[k]
+    carry = np.full(firsts.size, -np.inf)
+    if pre.any():
+        slot = np.searchsorted(firsts, stream_all[pre])  # firsts is sorted (lexsort by stream)
+        ok = (slot < firsts.size) & (firsts[np.minimum(slot, firsts.size - 1)] == stream_all[pre])
+        np.maximum.at(carry, slot[ok], de_all[pre][ok] - lo)
+    prev_end[bounds[:-1]] = carry
     known = ~np.isnan(la)
     lat_obs = ds - la
     host_bound = known & (lat_obs <= HOST_BOUND_SLACK_US)
@@ -166,13 +168,12 @@ def replay(
     syncs: Intervals,
     host_end: float,
     boundaries: FloatArray,
-    ready_at_call_start: bool = False,
 ) -> Replay:
     """Replay ``ev`` with ``removed`` host intervals deleted (times relative to lo).
 
-    ``syncs`` are the kept blocking calls, ``host_end`` the window's original end,
-    ``boundaries`` the original inner step boundaries. ``ready_at_call_start``: an event is
-    ready when its launch call began (launches cost nothing).
+    ``syncs`` are the kept blocking calls, ``host_end`` the host's original end of the
+    window, ``boundaries`` the original inner step boundaries: per step, the host start
+    (``boundaries[0]``) and the device-aligned start (``boundaries[1]``).
     """
     hmap = _HostMap(removed)
     n_streams = ev.bounds.size - 1
@@ -183,8 +184,11 @@ def replay(
     for k in range(n_streams):
         a, b = ev.bounds[k], ev.bounds[k + 1]
         key_run[a:b] = np.maximum.accumulate(key[a:b])
-    base = np.where(known, np.where(ready_at_call_start, np.nan_to_num(ev.launch_start), ev.launch), 0.0)
-    base = np.where(known & ready_at_call_start & np.isnan(ev.launch_start), ev.launch, base)
+    base = np.where(known, ev.launch, 0.0)
+    # No event starts before the host reached its launch call: a kernel often starts before
+    # its launch call returns (negative latency), which must not carry over when the call
+    # itself is removed.
+    floor = np.where(known & ~np.isnan(ev.launch_start), ev.launch_start, base)
     new_end = np.full(ev.start.size, np.nan)
     done = ev.bounds[:-1].copy()  # per stream: next row to replay
     last_end = ev.carry.copy()
@@ -193,11 +197,12 @@ def replay(
     def run_until(limit: float) -> None:
         for k in range(n_streams):
             a, b = done[k], ev.bounds[k + 1]
-            stop = a + int(np.searchsorted(key_run[a:b], limit, side="left"))
+            stop = a + int(np.searchsorted(key_run[a:b], limit, side="right"))
             if stop <= a:
                 continue
             sl = slice(a, stop)
-            ready = np.where(known[sl], hmap(base[sl]) + ev.lat[sl], ev.start[sl])
+            ready = np.maximum(hmap(base[sl]) + ev.lat[sl], hmap(floor[sl]))
+            ready = np.where(known[sl], ready, ev.start[sl])
             ends = _scan(ready, ev.dur[sl], ev.gap[sl], float(last_end[k]))
             new_end[sl] = ends
             last_end[k] = ends[-1]
@@ -205,7 +210,7 @@ def replay(
 
     ss, se = syncs
     for s0, s1 in zip(ss.tolist(), se.tolist()):
-        run_until(s0)
+        run_until(s1)
         # The awaited work: latest original end <= s1 among the replayed events.
         best_orig, best_new = -np.inf, -np.inf
         for k in range(n_streams):
@@ -229,19 +234,21 @@ def replay(
 
 
 def _step_bounds(ev: _Events, new_end: FloatArray, hmap: _HostMap, boundaries: FloatArray) -> FloatArray:
-    """Replayed inner step boundaries (see the module docstring, 4)."""
-    if boundaries.size == 0:
-        return boundaries
+    """Replayed inner step boundaries (see the module docstring, 4). ``boundaries`` is
+    ``(2, k)``: per step, its host start and its device-aligned start."""
+    host0, dev0 = boundaries[0], boundaries[1]
+    if dev0.size == 0:
+        return dev0
     order = np.argsort(ev.start, kind="stable")
     s_sorted = ev.start[order]
     end_sorted = new_end[order]
     start_sorted = end_sorted - ev.dur[order]
     prev_max = np.maximum.accumulate(end_sorted)
     next_min = np.minimum.accumulate(start_sorted[::-1])[::-1]
-    i = np.searchsorted(s_sorted, boundaries, side="left")
-    before = np.where(i > 0, prev_max[np.maximum(i - 1, 0)], 0.0)
+    i = np.searchsorted(s_sorted, dev0, side="left")
+    before = np.where(i > 0, prev_max[np.maximum(i - 1, 0)], -np.inf)
     after = np.where(i < s_sorted.size, next_min[np.minimum(i, s_sorted.size - 1)], np.inf)
-    return np.asarray(np.minimum(np.maximum(hmap(boundaries), before), after), dtype=np.float64)
+    return np.asarray(np.minimum(np.maximum(hmap(host0), before), after), dtype=np.float64)
 
 
 def _launch_tids(ctx: RuleContext) -> npt.NDArray[np.int64]:
@@ -260,6 +267,7 @@ def _host_union(ctx: RuleContext, mask: npt.NDArray[np.bool_]) -> Intervals:
 
 
 def _kernel_launch_mask(ctx: RuleContext) -> npt.NDArray[np.bool_]:
+    """Host rows that are the launch calls of kernels."""
     host, dev = ctx.trace.host, ctx.trace.device
     kern = dev["kind"].to_numpy() == int(Kind.KERNEL)
     corr = dev["correlation"].to_numpy()[kern]
@@ -267,10 +275,39 @@ def _kernel_launch_mask(ctx: RuleContext) -> npt.NDArray[np.bool_]:
     return ctx.host_mask(Category.LAUNCH) & (hc >= 0) & np.isin(hc, corr[corr >= 0])
 
 
+def _blocking_copies(ctx: RuleContext) -> Intervals:
+    """Launch calls of copies that returned only once their copy had finished (pageable or
+    synchronous ``cudaMemcpy``): the host waited for the device in them, like a sync."""
+    dev = ctx.trace.device
+    ds, de = dev["start_us"].to_numpy(), dev["end_us"].to_numpy()
+    ls, le = ctx.launches.start_us, ctx.launches.end_us
+    copy = ctx.act & (dev["category"].to_numpy() == int(Category.COPY)) & (ds >= ctx.lo_us) & (ds < ctx.hi_us)
+    blocking = copy & ~np.isnan(le) & (de <= le)
+    return iv.clip(iv.union(ls[blocking] - ctx.lo_us, le[blocking] - ctx.lo_us), 0.0, ctx.hi_us - ctx.lo_us)
+
+
+def _step_edges(ctx: RuleContext, steps: tuple[Step, ...]) -> tuple[FloatArray, float]:
+    """Per inner step boundary its host and device-aligned start, and the host's end of the
+    window (relative to lo); the host ranges are the trace's step markers of the same number."""
+    lo, hi = ctx.lo_us, ctx.hi_us
+    host_steps = {st.number: st for st in ctx.trace.steps}
+    dev0 = np.array([st.start_us - lo for st in steps[1:]], dtype=np.float64)
+    host0 = np.array(
+        [
+            host_steps[st.number].start_us - lo if st.number in host_steps else st.start_us - lo
+            for st in steps[1:]
+        ],
+        dtype=np.float64,
+    )
+    last = host_steps.get(steps[-1].number) if steps else None
+    host_end = min(hi, last.end_us) - lo if last is not None else hi - lo
+    return np.vstack([np.minimum(host0, dev0), dev0]), float(host_end)
+
+
 def whatif_facts(ctx: RuleContext, steps: tuple[Step, ...]) -> dict[str, Any]:
     """``whatif_step_times_us`` ({``baseline`` and each of :data:`WHATIF_CAUSES`: per-step
-    replayed times}) and ``whatif_removed_us`` ({cause: host time removed}); both ``None``
-    when the launches are not known well enough to replay."""
+    replayed times, or the whole window without steps}) and ``whatif_removed_us`` ({cause:
+    host time removed}); both ``None`` when the launches are not known well enough."""
     none: dict[str, Any] = {"whatif_step_times_us": None, "whatif_removed_us": None}
     share = ctx.launches.matched_share
     if share is None or share < MIN_MATCHED_SHARE:
@@ -278,29 +315,24 @@ def whatif_facts(ctx: RuleContext, steps: tuple[Step, ...]) -> dict[str, Any]:
     ev = _events(ctx)
     if ev is None:
         return none
-    lo, hi = ctx.lo_us, ctx.hi_us
-    bounds = np.array([s.start_us - lo for s in steps[1:]], dtype=np.float64)
-    sync_rows = ctx.host_mask(Category.SYNC)
-    syncs = _host_union(ctx, sync_rows)
+    edges, host_end = _step_edges(ctx, steps)
+    sync_calls = _host_union(ctx, ctx.host_mask(Category.SYNC))
+    blocking = iv.normalize(iv.union(*(np.r_[a, b] for a, b in zip(sync_calls, _blocking_copies(ctx)))))
     removed = {
         "dataloader": _host_union(ctx, ctx.host_mask(Category.DATALOAD)),
-        "sync": syncs,
+        "sync": sync_calls,
         "allocator": _host_union(ctx, ctx.host_mask(Category.ALLOC)),
         "launch": _host_union(ctx, _kernel_launch_mask(ctx)),
     }
-    host_end = hi - lo
-    out: dict[str, list[float]] = {}
-    base = replay(ev, iv.empty(), syncs, host_end, bounds)
-    out["baseline"] = list(base.step_times_us)
+    base = replay(ev, iv.empty(), blocking, host_end, edges)
+    out: dict[str, list[float]] = {"baseline": list(base.step_times_us)}
     for cause, rem in removed.items():
-        kept = iv.subtract(syncs, rem) if rem[0].size else syncs
-        if cause == "sync":
-            kept = iv.empty()
         if rem[0].size == 0:
             out[cause] = list(base.step_times_us)
             continue
-        r = replay(ev, rem, kept, host_end, bounds, ready_at_call_start=cause == "launch")
-        out[cause] = list(r.step_times_us)
+        # The removed calls no longer block (for ``sync``: all of them).
+        kept = iv.subtract(blocking, rem)
+        out[cause] = list(replay(ev, rem, kept, host_end, edges).step_times_us)
     return {
         "whatif_step_times_us": out,
         "whatif_removed_us": {c: iv.total(r) for c, r in removed.items()},
