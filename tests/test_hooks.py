@@ -51,14 +51,20 @@ def test_tiny_training_under_gpuprof_run(tmp_path: Path) -> None:
     assert s.meta["exit_code"] == 5
 
 
-def test_no_hooks_means_no_trace_and_a_clear_note(tmp_path: Path) -> None:
+def test_no_hooks_means_no_hook_code_in_the_child_and_a_clear_note(tmp_path: Path) -> None:
     out = tmp_path / "s"
-    p = subprocess.run([*GPUPROF, "--out", str(out), "--no-hooks", "--", sys.executable, str(TINY), "--steps", "3"],
+    probe = "import sys; print('gpuprof_torch_hooks' in sys.modules, any('record/hooks' in p for p in sys.path))"
+    p = subprocess.run([*GPUPROF, "--out", str(out), "--no-hooks", "--", sys.executable, "-c", probe],
                        capture_output=True, text=True, timeout=120)
     assert p.returncode == 0
+    assert p.stdout.split() == ["False", "False"]
     s = read_session(out)
-    assert s.trace_paths == () and s.hook_events is None
+    assert s.trace_paths == () and s.hook_events is None and s.meta["hooks_enabled"] is False
     assert "hooks were switched off" in p.stderr
+    # With hooks on, the same probe sees them armed (the contrast that makes the test mean something).
+    on = subprocess.run([*GPUPROF, "--no-report", "--out", str(tmp_path / "on"), "--", sys.executable, "-c", probe],
+                        capture_output=True, text=True, timeout=120)
+    assert on.stdout.split() == ["True", "True"]
 
 
 def test_existing_sitecustomize_runs_and_python_m_and_rank_work(tmp_path: Path) -> None:
