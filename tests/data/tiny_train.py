@@ -3,7 +3,8 @@
 Used by the tests and examples of ``gpuprof run``; it knows nothing about gpuprof.
 Arguments: ``--steps N`` (default 40), ``--exit-code C`` (exit with C after training),
 ``--hidden H`` (default 64), ``--report-rate FROM`` (print steps per wall second and per CPU
-second measured from step FROM on, for benchmarks/run_overhead.py).
+second measured from step FROM on, for benchmarks/run_overhead.py), ``--device D`` (default
+cpu; ``cuda`` for the GPU check in tests/test_hooks_cuda.py).
 """
 
 import argparse
@@ -19,15 +20,16 @@ def main() -> int:
     parser.add_argument("--exit-code", type=int, default=0)
     parser.add_argument("--hidden", type=int, default=64)
     parser.add_argument("--report-rate", type=int, default=None)
+    parser.add_argument("--device", default="cpu")
     args = parser.parse_args()
 
     torch.manual_seed(0)
     torch.set_num_threads(1)
-    x = torch.randn(256, 32)
-    y = torch.randn(256, 1)
+    x = torch.randn(256, 32).to(args.device)
+    y = torch.randn(256, 1).to(args.device)
     model = torch.nn.Sequential(
         torch.nn.Linear(32, args.hidden), torch.nn.ReLU(), torch.nn.Linear(args.hidden, 1)
-    )
+    ).to(args.device)
     optimizer = torch.optim.SGD(model.parameters(), lr=0.01)
     loss_fn = torch.nn.MSELoss()
     t_from = c_from = None
