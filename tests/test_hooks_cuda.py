@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import gzip
 import json
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -16,6 +17,9 @@ import pytest
 
 from gpuprof.session import read_session
 
+if not (Path("/dev/nvidiactl").exists() or shutil.which("nvidia-smi")):
+    # Checked before importing torch, so that collecting the suite on a CPU machine stays cheap.
+    pytest.skip("needs an NVIDIA GPU and driver (none here)", allow_module_level=True)
 torch = pytest.importorskip("torch")
 pytestmark = [
     pytest.mark.torch,
