@@ -78,9 +78,22 @@ def first_piece(text: bytes | bytearray, is_object: bool, points: list[tuple[int
 
 def later_pieces(
     text: bytes | bytearray, is_object: bool, points: list[tuple[int, int]]
-) -> Iterator[tuple[bytearray, bool]]:
-    """The other pieces, each with ``True`` when it is the last (which may hold top-level keys)."""
+) -> Iterator[tuple[bytearray | memoryview, bool]]:
+    """The other pieces, each with ``True`` when it is the last (which may hold top-level keys).
+
+    In a mutable ``text`` a middle piece is decoded in place, without a copy: the byte
+    before its first ``{`` becomes ``[`` and the byte after its last ``}`` becomes ``]``.
+    Both bytes are in the gap between two events (a cut's gap holds at least a comma and
+    a newline), so no other piece covers them. ``text`` is thereby changed: decode it
+    afresh to read it again.
+    """
     view = memoryview(text)
+    mutable = text if isinstance(text, bytearray) else None
     for (_, begin), (end, _) in itertools.pairwise(points):
-        yield _wrapped(b"[", view[begin:end], b"]"), False
+        if mutable is not None:
+            mutable[begin - 1] = 0x5B  # "["
+            mutable[end] = 0x5D  # "]"
+            yield view[begin - 1 : end + 1], False
+        else:
+            yield _wrapped(b"[", view[begin:end], b"]"), False
     yield _wrapped(b'{"traceEvents":[' if is_object else b"[", view[points[-1][1] :], b""), True

@@ -13,6 +13,7 @@ valid trace fails validation; readers coerce them column by column.
 
 from __future__ import annotations
 
+import os
 import re
 import zlib
 from collections.abc import Iterator
@@ -135,13 +136,19 @@ class RawTrace:
         yield from self.rest
 
 
-def read_bytes(path: Path) -> tuple[bytes | bytearray, list[str]]:
+def read_bytes(path: Path) -> tuple[bytearray, list[str]]:
     """The JSON text of ``path``, gunzipped when it is gzip (by content, not by name).
 
-    A gzip stream that ends early yields what it decompressed so far plus a warning.
+    A mutable buffer, so that pieces of a large trace can be decoded in place (see
+    :func:`gpuprof.readers.chunks.later_pieces`). A gzip stream that ends early yields
+    what it decompressed so far plus a warning.
     """
     try:
-        data = path.read_bytes()
+        with path.open("rb") as fh:
+            data = bytearray(os.fstat(fh.fileno()).st_size)
+            n = fh.readinto(data)
+            if n < len(data):  # the file shrank while being read
+                del data[n:]
     except FileNotFoundError:
         raise BadTraceError("no such file", path) from None
     except IsADirectoryError:
@@ -152,7 +159,7 @@ def read_bytes(path: Path) -> tuple[bytes | bytearray, list[str]]:
         raise BadTraceError("file is empty", path)
     if data[:2] != _GZIP_MAGIC:
         return data, []
-    return _gunzip(data, path)
+    return _gunzip(bytes(data) if len(data) < (1 << 20) else data, path)
 
 
 class _Sink:
@@ -177,7 +184,7 @@ class _Sink:
         return self.buf
 
 
-def _gunzip(data: bytes, path: Path) -> tuple[bytearray, list[str]]:
+def _gunzip(data: bytes | bytearray, path: Path) -> tuple[bytearray, list[str]]:
     # ISIZE (the last 4 bytes) is the size of the last member mod 2**32; of a cut-off file
     # it is noise, hence the plausibility bound.
     isize = int.from_bytes(data[-4:], "little")
@@ -295,7 +302,7 @@ def decode_text(data: bytes | bytearray, path: Path, warnings: list[str] | None 
 _DocTuple = tuple[list[Event] | None, Any, Any, Any]
 
 
-def _decode(data: bytes | bytearray, is_object: bool) -> _DocTuple:
+def _decode(data: bytes | bytearray | memoryview, is_object: bool) -> _DocTuple:
     try:
         if is_object:
             doc = msgspec.json.decode(data, type=_Doc)
