@@ -201,3 +201,20 @@ def test_concatenated_gzip_members(write_trace: WriteTrace, event: Builder) -> N
     half = len(text) // 2
     (t,) = load_file(write_trace("rank0.json.gz", gzip.compress(text[:half]) + gzip.compress(text[half:])))
     assert len(t.device) == 50 and not t.warnings
+
+
+@pytest.mark.parametrize("mutable", [False, True])
+def test_pieces_of_bytes_and_bytearray_decode_to_every_event(mutable: bool, event: Builder) -> None:
+    events = [event("kernel", f"k{i}", i, 1, pid=0, tid=7) for i in range(100)]
+    text = json.dumps({"schemaVersion": 1, "traceEvents": events, "traceName": "t"}, indent=1).encode()
+    buf = bytearray(text) if mutable else text
+    points = chunks.split_points(buf, True, 500)
+    assert len(points) > 5
+    first = json.loads(bytes(chunks.first_piece(buf, True, points)))
+    names = [e["name"] for e in first["traceEvents"]]
+    for piece, last in chunks.later_pieces(buf, True, points):
+        doc = json.loads(bytes(piece))
+        names += [e["name"] for e in (doc["traceEvents"] if last else doc)]
+        if last:
+            assert doc["traceName"] == "t"
+    assert names == [f"k{i}" for i in range(100)]
