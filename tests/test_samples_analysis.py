@@ -192,3 +192,13 @@ def test_empty_table_has_no_findings() -> None:
     assert summarize_samples(pd.DataFrame(columns=list(SAMPLE_COLUMNS))) is None
     assert advise_samples(None) == []
     assert IDLE_UTIL_PCT == 5.0
+
+
+def test_gpus_polled_at_slightly_different_times_are_one_poll() -> None:
+    df = table(2, 400.0, 0.5, rl())
+    df.loc[df["gpu"] == 1, "time_unix_s"] += 0.013  # GPU 1 read 13 ms after GPU 0 in each poll
+    f = summarize_samples(df)
+    assert f is not None and f.periodic_idle is not None
+    assert f.interval_s == pytest.approx(0.5)
+    assert f.periodic_idle.period_s == pytest.approx(40.0, abs=0.5)
+    assert f.idle_pct == pytest.approx(37.5, abs=1.0)

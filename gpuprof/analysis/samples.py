@@ -219,14 +219,19 @@ def _timeline(live: pd.DataFrame, t0: float, bin_s: float) -> tuple[UtilBin, ...
 
 
 def _idle_phases(live: pd.DataFrame, t0: float, t_end: float, interval_s: float) -> tuple[IdlePhase, ...]:
-    util = live.pivot_table(index="time_unix_s", columns="gpu", values="util_gpu_pct", aggfunc="mean")
+    # Polls of different GPUs may carry slightly different times (another writer, a slow
+    # GPU): put them on the poll grid so that one row holds one poll of every GPU.
+    df = live[["time_unix_s", "gpu", "util_gpu_pct"]].copy()
+    step = interval_s if interval_s > 0 else 1.0
+    df["poll"] = ((df["time_unix_s"] - t0) / step).round().astype("int64")
+    util = df.pivot_table(index="poll", columns="gpu", values="util_gpu_pct", aggfunc="mean", dropna=False)
     known = util.notna().any(axis=1)
     idle = (util.fillna(-1.0) < IDLE_UTIL_PCT).where(util.notna(), True).all(axis=1) & known
-    times = util.index.to_numpy(dtype=float)
+    times = t0 + util.index.to_numpy(dtype=float) * step
     flags = idle.to_numpy()
     phases: list[tuple[float, float]] = []
     start: float | None = None
-    for i, (t, is_idle) in enumerate(zip(times, flags)):
+    for t, is_idle in zip(times, flags):
         if is_idle and start is None:
             start = t
         if not is_idle and start is not None:
@@ -324,7 +329,11 @@ def summarize_samples(samples: pd.DataFrame) -> SampleFindings | None:
     live = df[~df["lost"].astype(bool)]
     times = np.unique(df["time_unix_s"].to_numpy(dtype=float))
     t0 = float(times[0])
-    interval_s = float(np.median(np.diff(times))) if len(times) >= 2 else 0.0
+    # The poll interval from each GPU's own series: GPUs read a few ms apart must not look
+    # like polls a few ms apart.
+    per_gpu_gaps = [np.diff(np.unique(g.to_numpy(dtype=float))) for _, g in df.groupby("gpu")["time_unix_s"]]
+    gaps = np.concatenate(per_gpu_gaps) if per_gpu_gaps else np.array([])
+    interval_s = float(np.median(gaps)) if len(gaps) else 0.0
     t_end = float(times[-1]) + interval_s
     duration_s = t_end - t0
     gpus = _per_gpu(live, df, t0)
