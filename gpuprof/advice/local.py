@@ -31,7 +31,8 @@ nothing. Which what-if each finding uses:
 | ``dataloader-starvation`` | ``dataloader``: input ready when asked for |
 | ``sync-host-blocking`` | ``sync``: no blocking calls |
 | ``memory-allocator`` | ``allocator``: allocator calls cost nothing |
-| ``host-launch-bound`` | ``launch``: kernel launch calls cost nothing (conservative for CUDA graphs) |
+| ``host-launch-bound`` | ``launch``: kernel launch calls cost nothing (conservative for CUDA graphs; the
+  ``operators`` replay, whole kernel-launching operators free, is shown as an upper bound) |
 
 Ranks without a replay (launches not in the trace) fall back to removing the cause's
 attributed time; ``host-overhead`` always does, since what Python work a user can remove
@@ -43,6 +44,8 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
+
+import numpy as np
 
 from gpuprof.advice import AdviceContext, advisor
 from gpuprof.advice.savings import savings_pct
@@ -146,20 +149,49 @@ _WHATIF_WHAT = {
     "sync": "blocking calls",
     "allocator": "allocator calls",
     "launch": "kernel launch calls",
+    "operators": "framework operators that launch kernels",
 }
 
 
-def _replay_line(ctx: AdviceContext, hits: Sequence[_Hit], whatif: str, cut_us: float) -> str:
-    w = _worst(hits)
-    r, s = w.report, w.summary
-    per = r.steps if r.steps > 0 else 1
-    now = r.window_us / per
-    removed = float((s.facts.get("whatif_removed_us") or {}).get(whatif, 0.0)) / per
-    unit = "per step" if r.steps > 0 else "in the window"
+def _per_step(hit: _Hit, whatif: str, cut_us: float) -> tuple[float, float, str]:
+    """Step time now and after ``whatif`` on one rank: medians where the rank has steps
+    (as the report shows them), else the window."""
+    r, s = hit.report, hit.summary
+    if r.steps <= 0 or not r.step_times_us:
+        return r.window_us, r.window_us - cut_us, "in the window"
+    times: Mapping[str, Sequence[float]] = s.facts.get("whatif_step_times_us") or {}
+    now = float(np.median(r.step_times_us))
+    if "baseline" in times and whatif in times and len(times[whatif]) == len(times["baseline"]):
+        drop = float(np.median(times["baseline"])) - float(np.median(times[whatif]))
+    else:
+        drop = cut_us / r.steps
+    return now, now - max(drop, 0.0), "per step"
+
+
+def _removed_per(hit: _Hit, whatif: str) -> float:
+    removed = float((hit.summary.facts.get("whatif_removed_us") or {}).get(whatif, 0.0))
+    return removed / hit.report.steps if hit.report.steps > 0 else removed
+
+
+def _replay_line(hit: _Hit, whatif: str, cut_us: float) -> str:
+    now, after, unit = _per_step(hit, whatif, cut_us)
     return (
-        f"Replaying rank {r.rank}'s timeline without the {_ms(removed)} of {_WHATIF_WHAT[whatif]} "
-        f"{unit}: {_ms(now)} -> {_ms(now - cut_us / per)} {unit} (device work re-issued at the earlier "
-        "launch times, stream order and durations kept; model in gpuprof/analysis/whatif.py)."
+        f"Replaying rank {hit.report.rank}'s timeline without the {_ms(_removed_per(hit, whatif))} of "
+        f"{_WHATIF_WHAT[whatif]} {unit}: {_ms(now)} -> {_ms(after)} {unit} (device work re-issued at the "
+        "earlier launch times, stream order and durations kept; model in gpuprof/analysis/whatif.py)."
+    )
+
+
+def _bound_line(hit: _Hit, whatif: str) -> str | None:
+    """The optimistic what-if beside the one the estimate uses, as a range for the user."""
+    cut = _replay_cut_us(hit.summary, whatif)
+    if cut is None:
+        return None
+    _, after, unit = _per_step(hit, whatif, cut)
+    return (
+        f"Upper bound: if the {_ms(_removed_per(hit, whatif))} {unit} of {_WHATIF_WHAT[whatif]} cost nothing "
+        f"on the host (as a CUDA graph replay achieves; Python between them kept), rank {hit.report.rank} "
+        f"would take {_ms(after)} {unit}. The estimate uses the conservative replay above."
     )
 
 
@@ -172,6 +204,8 @@ def _recommend(
     evidence: Sequence[str],
     actions: Sequence[str],
     whatif: str | None = None,
+    upper: str | None = None,
+    replay_note: str | None = None,
 ) -> list[Recommendation]:
     removed = {h.report.rank: h.lost_us for h in hits}
     estimate = savings_pct(ctx.reports, removed)
@@ -189,7 +223,12 @@ def _recommend(
             estimate = savings_pct(ctx.reports, cuts)
             worst = _worst(hits)
             if worst.report.rank in replayed:
-                evidence.append(_replay_line(ctx, hits, whatif, replayed[worst.report.rank]))
+                evidence.append(_replay_line(worst, whatif, replayed[worst.report.rank]))
+                bound = _bound_line(worst, upper) if upper is not None else None
+                if bound is not None:
+                    evidence.append(bound)
+                if replay_note is not None:
+                    evidence.append(replay_note)
     return [
         Recommendation(
             id=rec_id,
@@ -225,6 +264,7 @@ def dataloader_starvation(ctx: AdviceContext) -> list[Recommendation]:
         actions.append(
             "Load in worker processes: DataLoader(..., num_workers=N) with N up to the CPU cores per GPU."
         )
+
     else:
         actions.append(
             "Raise DataLoader num_workers (up to the CPU cores per GPU) and prefetch_factor (default 2)."
@@ -246,6 +286,12 @@ def dataloader_starvation(ctx: AdviceContext) -> list[Recommendation]:
         evidence,
         actions,
         whatif="dataloader",
+        replay_note=(
+            "The replay keeps the host's measured speed between launches; loading outside the training "
+            "process can also speed that up (less CPU and cache contention), which it does not predict."
+        )
+        if single
+        else None,
     )
 
 
@@ -464,6 +510,7 @@ def host_launch(ctx: AdviceContext) -> list[Recommendation]:
                 "Give each kernel more work: a larger batch per GPU, or fewer, bigger layers.",
             ],
             whatif="launch",
+            upper="operators",
         )
     return _recommend(
         ctx,

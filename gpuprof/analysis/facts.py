@@ -52,6 +52,11 @@ Keys:
     allocated) / capacity.
 ``comm_us``, ``comm_exposed_us`` (float)
     device time in collective / P2P kernels, and the part no compute overlaps.
+``whatif_step_times_us`` (dict str -> list of float | None), ``whatif_removed_us`` (dict str -> float | None)
+    set by :func:`gpuprof.analysis.summarize.summarize` from :mod:`gpuprof.analysis.whatif`:
+    per-step times of the window replayed with nothing removed (``baseline``) and without
+    each host-side cause (``dataloader``, ``sync``, ``allocator``, ``launch``), and the host
+    time each what-if removed; ``None`` when the launches are not known well enough.
 ``device_aligned_steps`` (bool), ``launch_matched_share`` (float | None)
     set by :func:`gpuprof.analysis.summarize.summarize`: whether step bounds follow the
     device (see :mod:`gpuprof.analysis.window`), and the share of device work whose launch

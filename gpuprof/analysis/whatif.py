@@ -48,6 +48,9 @@ What each cause's what-if removes (keys of ``whatif_step_times_us``):
 ``launch``      the kernel launch calls themselves (CUDA graphs / ``torch.compile``:
                 launches cost nothing). Conservative: the Python and framework time
                 between launches stays, although ``torch.compile`` removes much of it.
+``operators``   the framework operators that launch kernels, whole (dispatch, checks and
+                launch), as a CUDA graph replay removes them; Python between them stays.
+                An optimistic bound for the same fixes, shown beside the ``launch`` one.
 
 Limits: host work is not re-timed (a faster host after the fix, e.g. less CPU contention
 without in-process data loading, is not predicted); cross-stream dependencies are only kept
@@ -75,7 +78,7 @@ HOST_BOUND_SLACK_US = LAUNCH_SLACK_US
 QUEUE_LATENCY_US = LAUNCH_QUEUE_US
 # Below this share of device work with a known launch the replay is not attempted.
 MIN_MATCHED_SHARE = 0.5
-WHATIF_CAUSES: tuple[str, ...] = ("dataloader", "sync", "allocator", "launch")
+WHATIF_CAUSES: tuple[str, ...] = ("dataloader", "sync", "allocator", "launch", "operators")
 
 
 @dataclass(frozen=True)
@@ -90,6 +93,8 @@ class _Events:
     gap: FloatArray  # fixed minimum gap after the stream predecessor
     bounds: npt.NDArray[np.int64]  # stream i is rows bounds[i]:bounds[i+1]
     carry: FloatArray  # per stream: end of its last event before the window (-inf none)
+    issued: FloatArray  # per stream, running max of the issue time (launch, else start)
+    by_start: npt.NDArray[np.int64]  # rows in device start order
 
 
 @dataclass(frozen=True)
@@ -132,7 +137,13 @@ def _events(ctx: RuleContext) -> _Events | None:
     lat = np.where(host_bound, lat_obs, QUEUE_LATENCY_US)
     lat = np.where(known, lat, 0.0)
     gap = np.where(host_bound, 0.0, np.maximum(ds - np.where(np.isfinite(prev_end), prev_end, ds), 0.0))
-    return _Events(ds, dur, la, ls, lat, gap, bounds, carry)
+    # What decides when an event is issued, as a running max per stream so that "issued
+    # before t" is a prefix of the stream.
+    issued = np.where(known, la, ds)
+    for k in range(bounds.size - 1):
+        issued[bounds[k] : bounds[k + 1]] = np.maximum.accumulate(issued[bounds[k] : bounds[k + 1]])
+    by_start = np.argsort(ds, kind="stable").astype(np.int64)
+    return _Events(ds, dur, la, ls, lat, gap, bounds, carry, issued, by_start)
 
 
 class _HostMap:
@@ -178,12 +189,7 @@ def replay(
     hmap = _HostMap(removed)
     n_streams = ev.bounds.size - 1
     known = ~np.isnan(ev.launch)
-    key = np.where(known, ev.launch, ev.start)  # what decides when an event is issued
-    # Per stream, the issue key as a running max so that "issued before t" is a prefix.
-    key_run = key.copy()
-    for k in range(n_streams):
-        a, b = ev.bounds[k], ev.bounds[k + 1]
-        key_run[a:b] = np.maximum.accumulate(key[a:b])
+    key_run = ev.issued
     base = np.where(known, ev.launch, 0.0)
     # No event starts before the host reached its launch call: a kernel often starts before
     # its launch call returns (negative latency), which must not carry over when the call
@@ -239,7 +245,7 @@ def _step_bounds(ev: _Events, new_end: FloatArray, hmap: _HostMap, boundaries: F
     host0, dev0 = boundaries[0], boundaries[1]
     if dev0.size == 0:
         return dev0
-    order = np.argsort(ev.start, kind="stable")
+    order = ev.by_start
     s_sorted = ev.start[order]
     end_sorted = new_end[order]
     start_sorted = end_sorted - ev.dur[order]
@@ -273,6 +279,25 @@ def _kernel_launch_mask(ctx: RuleContext) -> npt.NDArray[np.bool_]:
     corr = dev["correlation"].to_numpy()[kern]
     hc = host["correlation"].to_numpy()
     return ctx.host_mask(Category.LAUNCH) & (hc >= 0) & np.isin(hc, corr[corr >= 0])
+
+
+def _kernel_op_mask(ctx: RuleContext) -> npt.NDArray[np.bool_]:
+    """Framework operator rows (any depth) that contain a kernel launch call of their thread."""
+    host = ctx.trace.host
+    hs, he, tid = host["start_us"].to_numpy(), host["end_us"].to_numpy(), host["tid"].to_numpy()
+    launch = _kernel_launch_mask(ctx)
+    ops = ctx.host_mask(Category.OTHER, Category.COPY, Category.LAUNCH) & (
+        host["kind"].to_numpy() == int(Kind.OP)
+    )
+    out = np.zeros(len(host), dtype=bool)
+    for t in np.unique(tid[launch]):
+        starts = np.sort(hs[launch & (tid == t)])
+        rows = np.flatnonzero(ops & (tid == t))
+        inside = np.searchsorted(starts, he[rows], side="left") - np.searchsorted(
+            starts, hs[rows], side="left"
+        )
+        out[rows[inside > 0]] = True
+    return out
 
 
 def _blocking_copies(ctx: RuleContext) -> Intervals:
@@ -323,6 +348,7 @@ def whatif_facts(ctx: RuleContext, steps: tuple[Step, ...]) -> dict[str, Any]:
         "sync": sync_calls,
         "allocator": _host_union(ctx, ctx.host_mask(Category.ALLOC)),
         "launch": _host_union(ctx, _kernel_launch_mask(ctx)),
+        "operators": _host_union(ctx, _kernel_op_mask(ctx)),
     }
     base = replay(ev, iv.empty(), blocking, host_end, edges)
     out: dict[str, list[float]] = {"baseline": list(base.step_times_us)}
