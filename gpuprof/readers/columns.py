@@ -7,7 +7,6 @@ from typing import Any
 
 import numpy as np
 import numpy.typing as npt
-import pandas as pd
 
 _INT64_MIN = -(2**63)
 _INT64_MAX = 2**63 - 1
@@ -30,18 +29,6 @@ def str_column(values: Sequence[Any]) -> list[str]:
     if None in values and len(set(values)) == 1:
         return [""] * len(values)  # the common case: no event carries the key
     return [v if v.__class__ is str else ("" if v is None else str(v)) for v in values]
-
-
-def categorical(values: Sequence[str]) -> tuple[pd.Categorical, npt.NDArray[np.int32], list[str]]:
-    """A categorical of ``values`` plus its codes and categories (in order of appearance).
-
-    A dict is faster here than ``pd.Categorical(values)``, which also sorts the categories.
-    """
-    index: dict[str, int] = {}
-    add = index.setdefault
-    codes = np.array([add(v, len(index)) for v in values], np.int32)
-    uniq = list(index)
-    return pd.Categorical.from_codes(codes, pd.Index(uniq, dtype=object)), codes, uniq
 
 
 def as_int(value: Any) -> int | None:

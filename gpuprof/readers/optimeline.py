@@ -30,6 +30,7 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass
+from operator import attrgetter
 from pathlib import Path
 from typing import Any
 
@@ -38,13 +39,16 @@ import pandas as pd
 
 from gpuprof.model import classify as cl
 from gpuprof.model.timeline import DEVICE_COLUMNS, Kind, RankTrace, Step, empty_host_table, make_table
-from gpuprof.readers.columns import as_int, categorical, int_column
+from gpuprof.readers.accumulate import Coder, floats, values
+from gpuprof.readers.columns import as_int, int_column
 from gpuprof.readers.jsonio import Event, RawTrace
 
 _THREAD_LAYOUT = re.compile(r"PP\s*rank\s*(\d+)\s*,\s*TP\s*rank\s*(\d+)", re.IGNORECASE)
 _DP_IN_PROCESS = re.compile(r"DP\s*rank\s*\[?\s*(\d+)", re.IGNORECASE)
 _META_LINE = re.compile(r"^\s*([A-Za-z_][A-Za-z0-9_]*)\s*:\s*(-?\d+)\s*(?:#.*)?$")
 _META_MAX_BYTES = 1 << 16
+_NAME = attrgetter("name")
+_ARGS = attrgetter("args")
 
 
 @dataclass(frozen=True)
@@ -89,29 +93,74 @@ def looks_like_timeline(raw: RawTrace) -> bool:
     return any(e.ph == "X" for e in raw.first)
 
 
+class _Ops:
+    """Timer ops of all pieces as columns (names, pids and tids as codes)."""
+
+    def __init__(self) -> None:
+        self.names, self.pids, self.tids = Coder(), Coder(), Coder()
+        self.parts: dict[str, list[np.ndarray]] = {
+            k: [] for k in ("start", "end", "name", "pid", "tid", "step", "mb")
+        }
+
+    def add(self, ops: list[Event]) -> None:
+        if not ops:
+            return
+        args = list(map(_ARGS, ops))
+        start = floats(ops, "ts")
+        p = self.parts
+        p["start"].append(start)
+        p["end"].append(start + np.maximum(floats(ops, "dur"), 0.0))
+        p["name"].append(self.names.encode(list(map(_NAME, ops))))
+        p["pid"].append(self.pids.encode(values(ops, "pid")))
+        p["tid"].append(self.tids.encode(values(ops, "tid")))
+        p["step"].append(int_column(values(args, "step")))
+        p["mb"].append(int_column(values(args, "mb_id")))
+
+    def column(self, key: str, dtype: Any) -> np.ndarray:
+        parts = self.parts[key]
+        return np.concatenate(parts) if parts else np.zeros(0, dtype)
+
+    def lanes(self) -> tuple[list[tuple[Any, Any]], np.ndarray]:
+        """The distinct (pid, tid) threads and, per op, the index of its thread."""
+        pid = self.column("pid", np.int32).astype(np.int64)
+        tid = self.column("tid", np.int32).astype(np.int64)
+        pair, lane = np.unique(pid * (len(self.tids.index) + 1) + tid, return_inverse=True)
+        pids, tids = self.pids.labels(), self.tids.labels()
+        width = len(self.tids.index) + 1
+        return [(pids[int(x // width)], tids[int(x % width)]) for x in pair], lane.reshape(-1)
+
+
 def read_timeline(raw: RawTrace, path: Path) -> list[RankTrace]:
     """One :class:`RankTrace` per worker of an op-level timeline, sorted by rank."""
     thread_names: dict[tuple[Any, Any], str] = {}
     process_names: dict[Any, str] = {}
-    ops: list[Event] = []
-    for e in (e for piece in raw.pieces() for e in piece):
-        if e.ph == "X":
-            ops.append(e)
-        elif e.ph == "M" and isinstance(e.args.name, str):
-            if e.name == "thread_name":
-                thread_names[(e.pid, e.tid)] = e.args.name
-            elif e.name == "process_name":
-                process_names[e.pid] = e.args.name
+    ops = _Ops()
+    for piece in raw.pieces():
+        xs: list[Event] = []
+        for e in piece:
+            if e.ph == "X":
+                xs.append(e)
+            elif e.ph == "M" and isinstance(e.args.name, str):
+                if e.name == "thread_name":
+                    thread_names[(e.pid, e.tid)] = e.args.name
+                elif e.name == "process_name":
+                    process_names[e.pid] = e.args.name
+        del piece
+        ops.add(xs)
     layout: dict[tuple[Any, Any], tuple[int, int]] = {}
     for key, tname in thread_names.items():
         m = _THREAD_LAYOUT.search(tname)
         if m:
             layout[key] = (int(m.group(1)), int(m.group(2)))
-    groups: dict[_WorkerKey, list[Event]] = {}
-    for e in ops:
-        pp_tp = layout.get((e.pid, e.tid))
-        wk = _WorkerKey(e.pid, pp_tp[0], pp_tp[1]) if pp_tp else _WorkerKey(e.pid, None, None)
-        groups.setdefault(wk, []).append(e)
+    # Each lane (pid, tid) belongs to one worker; rows are grouped by worker with a sort.
+    lanes, lane = ops.lanes()
+    keys: dict[_WorkerKey, int] = {}
+    lane_worker = []
+    for pid, tid in lanes:
+        pp_tp = layout.get((pid, tid))
+        wk = _WorkerKey(pid, pp_tp[0], pp_tp[1]) if pp_tp else _WorkerKey(pid, None, None)
+        lane_worker.append(keys.setdefault(wk, len(keys)))
+    groups = list(keys)
     dp_of = {pid: _dp_rank(pid, process_names.get(pid)) for pid in {k.pid for k in groups}}
     sizes = read_meta_sizes(path)
     warnings = list(raw.warnings)
@@ -129,9 +178,23 @@ def read_timeline(raw: RawTrace, path: Path) -> list[RankTrace]:
             )
     ranks = _assign_ranks(groups, dp_of, structured, pp_size, tp_size, dp_size)
     world = sizes.get("world_size") or (pp_size * tp_size * dp_size if structured else None)
+    worker = np.array(lane_worker or [0], np.int64)[lane] if len(lane) else np.zeros(0, np.int64)
+    by_worker = np.argsort(worker, kind="stable")
+    bounds = np.searchsorted(worker[by_worker], np.arange(len(groups) + 1))
+    cols = {
+        "start_us": ops.column("start", np.float64),
+        "end_us": ops.column("end", np.float64),
+        "name": ops.column("name", np.int32),
+        "step": ops.column("step", np.int64),
+        "mb_id": ops.column("mb", np.int64),
+        "stream": np.array([_lane_tid(t) for _, t in lanes] or [-1], np.int64)[lane] if len(lane) else lane,
+    }
+    names = ops.names.labels()
+    category_of = np.array([int(cl.classify(Kind.TIMER, s)) for s in names] or [0], np.int8)
     no_host = empty_host_table()  # shared: tables are never mutated
     out: list[RankTrace] = []
-    for wk, evs in groups.items():
+    for w, wk in enumerate(groups):
+        rows = by_worker[bounds[w] : bounds[w + 1]]
         parallel: dict[str, int] = {}
         if structured and wk.pp_rank is not None and wk.tp_rank is not None:
             parallel = {
@@ -144,7 +207,7 @@ def read_timeline(raw: RawTrace, path: Path) -> list[RankTrace]:
             dp = dp_of[wk.pid]
             if dp is not None:
                 parallel["dp_rank"] = dp
-        device, steps = _worker_table(evs)
+        device, steps = _worker_table({k: v[rows] for k, v in cols.items()}, names, category_of)
         out.append(
             RankTrace(
                 rank=ranks[wk],
@@ -162,6 +225,11 @@ def read_timeline(raw: RawTrace, path: Path) -> list[RankTrace]:
     return out
 
 
+def _lane_tid(tid: Any) -> int:
+    v = as_int(tid)
+    return -1 if v is None or not -(2**63) <= v < 2**63 else v
+
+
 def _dp_rank(pid: Any, process_name: str | None) -> int | None:
     if process_name:
         m = _DP_IN_PROCESS.search(process_name)
@@ -171,7 +239,7 @@ def _dp_rank(pid: Any, process_name: str | None) -> int | None:
 
 
 def _assign_ranks(
-    groups: dict[_WorkerKey, list[Event]],
+    groups: list[_WorkerKey],
     dp_of: dict[Any, int | None],
     structured: bool,
     pp_size: int,
@@ -193,28 +261,22 @@ def _assign_ranks(
     return {k: i for i, k in enumerate(ordered)}
 
 
-def _worker_table(evs: list[Event]) -> tuple[pd.DataFrame, tuple[Step, ...]]:
-    n = len(evs)
-    start = np.fromiter((e.ts for e in evs), np.float64, n)
-    end = start + np.maximum(np.fromiter((e.dur for e in evs), np.float64, n), 0.0)
-    names = [e.name for e in evs]
-    cat, codes, uniq = categorical(names)
-    cats_by_code = np.array([int(cl.classify(Kind.TIMER, s)) for s in uniq] or [0], np.int8)
-    step = int_column([e.args.step for e in evs])
+def _worker_table(
+    cols: dict[str, np.ndarray], names: list[str], category_of: np.ndarray
+) -> tuple[pd.DataFrame, tuple[Step, ...]]:
+    codes = cols.pop("name")
+    n = len(codes)
+    name = pd.Categorical.from_codes(codes, pd.Index(names or [""], dtype=object)).remove_unused_categories()
     table = make_table(
         {
-            "start_us": start,
-            "end_us": end,
+            **cols,
             "kind": np.full(n, int(Kind.TIMER), np.int8),
-            "category": cats_by_code[codes] if n else np.zeros(0, np.int8),
-            "stream": int_column([e.tid for e in evs]),
-            "name": cat,
-            "mb_id": int_column([e.args.mb_id for e in evs]),
-            "step": step,
+            "category": category_of[codes] if n else np.zeros(0, np.int8),
+            "name": name,
         },
         DEVICE_COLUMNS,
     )
-    return table, _timer_steps(start, end, step)
+    return table, _timer_steps(cols["start_us"], cols["end_us"], cols["step"])
 
 
 def _timer_steps(start: np.ndarray, end: np.ndarray, step: np.ndarray) -> tuple[Step, ...]:
