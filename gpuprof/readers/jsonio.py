@@ -131,8 +131,13 @@ class RawTrace:
     warnings: tuple[str, ...]
 
     def pieces(self) -> Iterator[list[Event]]:
-        """All events, piece by piece (the first piece, then the rest)."""
-        yield self.first
+        """All events, piece by piece (the first piece, then the rest); consumes them.
+
+        ``first`` is emptied as it is handed out, so that no piece outlives its turn.
+        """
+        first, self.first = self.first, []
+        yield first
+        del first
         yield from self.rest
 
 
@@ -159,7 +164,7 @@ def read_bytes(path: Path) -> tuple[bytearray, list[str]]:
         raise BadTraceError("file is empty", path)
     if data[:2] != _GZIP_MAGIC:
         return data, []
-    return _gunzip(bytes(data) if len(data) < (1 << 20) else data, path)
+    return _gunzip(data, path)
 
 
 class _Sink:
