@@ -214,3 +214,28 @@ def test_real_resnet_leads_with_the_dataloader(shared_traces: Path) -> None:
     # The launch what-if is far below the host share the stall inflated.
     host = next(r for r in recs if r.category is Cause.HOST)
     assert host.estimated_savings_pct < host_share / 2
+
+
+def test_launch_replay_removes_only_the_launch_calls() -> None:
+    # Every 100 µs the host runs a 60 µs operator that launches one 2 µs kernel with an
+    # 8 µs call; the rest is Python. Free launch calls save 8 µs of each 100 µs; free
+    # operators (the CUDA graph bound) save 60 µs of each 100 µs.
+    b = RankBuilder(launch_us=8)
+    n = 200
+    b.step(1, 0, n * 100.0)
+    for i in range(n):
+        t0 = i * 100.0
+        b.host(t0 + 20, t0 + 80, "aten::add_")
+        b.kernel(t0 + 39, t0 + 41, launch_at=t0 + 30)
+    ctx = _ctx(b.build())
+    s = ctx.summaries[0]
+    window = ctx.reports[0].window_us
+    assert 100 * _cut_us(s, "launch") / window == pytest.approx(8.0, abs=1.0)
+    assert 100 * _cut_us(s, "operators") / window == pytest.approx(60.0, abs=1.5)
+    rec = _only(local.host_launch(ctx))
+    assert rec.id == "host-launch-bound"
+    assert rec.estimated_savings_pct == pytest.approx(8.0, abs=1.0)
+    assert 100 * ctx.reports[0].lost_us[Cause.HOST] / window > 90  # the attributed share
+    assert any(
+        e.startswith("Upper bound: if the 12.0 ms per step of framework operators") for e in rec.evidence
+    )
