@@ -19,7 +19,9 @@ it, matched by correlation id; :mod:`gpuprof.analysis.launches`).
    treated as one sequential timeline, since a backward thread's launches follow the main
    thread's work that triggered them.
 2. *Syncs are dependencies.* A blocking call that is kept (``cudaStreamSynchronize``,
-   ``aten::item``, ...) returns once the device work it waited for is done: in the replay it
+   ``aten::item``, ..., or a copy's launch call that returned only after its copy had
+   finished: pageable or synchronous copies) returns once the device work it waited for is
+   done: in the replay it
    returns at ``max(its shifted start, the replayed end of that work)`` plus the part of the
    call that was not waiting, and every later host time moves with it. The awaited work is
    the latest-ending device event launched before the call that ended before it returned.
@@ -52,9 +54,16 @@ What each cause's what-if removes (keys of ``whatif_step_times_us``):
                 launch), as a CUDA graph replay removes them; Python between them stays.
                 An optimistic bound for the same fixes, shown beside the ``launch`` one.
 
+Only calls on threads that launch device work are removed or kept as syncs; a background
+thread's calls do not hold the launches back.
+
 Limits: host work is not re-timed (a faster host after the fix, e.g. less CPU contention
 without in-process data loading, is not predicted); cross-stream dependencies are only kept
-as fixed gaps; kept allocator calls are not sync points. Pure: the trace is only read.
+as fixed gaps; kept allocator calls are not sync points; collectives keep their measured
+durations, so a rank's wait for a late peer stays (the job-level combination, the slowest
+rank's step, is :mod:`gpuprof.advice.savings`'). Cost: a few vectorized passes over the
+window's device events per what-if, plus a loop over the kept sync calls (per stream).
+Pure: the trace is only read.
 """
 
 from __future__ import annotations
