@@ -212,6 +212,8 @@ def replay(
     def run_until(limit: float) -> None:
         for k in range(n_streams):
             a, b = done[k], ev.bounds[k + 1]
+            if a >= b or key_run[a] > limit:  # nothing issued on this stream yet
+                continue
             stop = a + int(np.searchsorted(key_run[a:b], limit, side="right"))
             if stop <= a:
                 continue
