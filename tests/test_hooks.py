@@ -262,3 +262,19 @@ def test_forked_children_get_their_own_records_and_no_duplicates(tmp_path: Path)
     assert steps_by_pid.pop(trainer) == list(range(1, 8))
     (parent_steps,) = steps_by_pid.values()
     assert parent_steps == list(range(1, 8))  # 5 before the forks, 2 after: none twice
+
+
+def test_memory_records_thin_out_when_steps_are_very_short(tmp_path: Path) -> None:
+    stats = {"allocated_bytes.all.current": 1, "num_alloc_retries": 0}
+
+    class SlowStats(_FakeCuda):
+        def memory_stats(self) -> dict[str, int]:
+            time.sleep(0.002)  # 2 ms per query against steps far shorter than that
+            return super().memory_stats()
+
+    cuda = SlowStats(stats)
+    recs = _run_hooks(tmp_path, cuda, 200)
+    steps = [r for r in recs if r["kind"] == "step"]
+    assert [r["step"] for r in steps] == list(range(1, 201))  # every step is still recorded
+    with_memory = [r for r in steps if "allocated_bytes" in r]
+    assert 2 <= len(with_memory) < 50  # but memory_stats() only every N steps

@@ -189,18 +189,19 @@ class _Hooks:
             # Only once CUDA is initialized by the job: never initialize it ourselves.
             self.memory_on = bool(cuda.is_available() and cuda.is_initialized())
             self.cuda_checked = self.memory_on or self.step >= 3
+        t0 = time.perf_counter()
         if self.memory_on:
             try:
-                t0 = time.perf_counter()
                 raw = cuda.memory_stats()
-                cost_s = time.perf_counter() - t0
                 stats = {ours: raw.get(key) for key, ours in _MEMORY_STAT_KEYS.items()}
-                if self.step_dt_s:
-                    self.memory_every = max(1, min(1000, math.ceil(cost_s / (_MEMORY_BUDGET * self.step_dt_s))))
             except Exception as exc:
                 self.memory_on = False
                 self.error("memory_stats", exc)
         self.record("step", step=self.step, **stats)
+        if self.memory_on and self.step_dt_s:
+            # What this memory record cost (the query and the JSON line) sets how often to take it.
+            cost_s = time.perf_counter() - t0
+            self.memory_every = max(1, min(1000, math.ceil(cost_s / (_MEMORY_BUDGET * self.step_dt_s))))
 
     def _profiler_step(self) -> None:
         try:
