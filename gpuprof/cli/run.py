@@ -200,6 +200,7 @@ def run(
         raise GpuprofError(f"cannot create session folder: {exc.strerror or exc}", session_dir) from None
     opts = RunOptions(interval_ms=interval_ms, hooks=not no_hooks, profile_wait=profile_wait,
                       profile_warmup=profile_warmup, profile_active=profile_active)
+    print(f"gpuprof: recording {argv[0]} into {session_dir}", file=sys.stderr, flush=True)
     result = run_command(argv, session_dir, opts)
     if not no_report:
         print_report(session_dir, report_format)
