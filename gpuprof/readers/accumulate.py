@@ -18,6 +18,8 @@ import numpy as np
 import numpy.typing as npt
 import pandas as pd
 
+from gpuprof.model import classify as cl
+from gpuprof.model.timeline import Category, Kind
 from gpuprof.readers.columns import as_int, int_column, str_column
 from gpuprof.readers.jsonio import Event
 
@@ -26,6 +28,9 @@ _CAT = attrgetter("cat")
 _ARGS = attrgetter("args")
 
 I32 = npt.NDArray[np.int32]
+_COMM = (Category.COLLECTIVE, Category.P2P)
+_RUNTIME = int(Kind.RUNTIME)
+_DRIVER = int(Kind.DRIVER)
 
 
 def values(items: Sequence[Any], field: str) -> list[Any]:
@@ -99,27 +104,53 @@ class _Parts:
 
 
 class HostColumns:
-    """Host events (ops, runtime/driver calls, annotations, frames) of all pieces."""
+    """Host events (ops, runtime/driver calls, annotations, frames) of all pieces.
+
+    Only runtime/driver calls carry a correlation id and only communication ops (as
+    classified by name: ``record_param_comms``, ``nccl:*``, ``c10d::*``...) carry a
+    collective name and process group, so those ``args`` are read for those rows alone:
+    each pass over a piece's events costs about as much as decoding them.
+    """
 
     def __init__(self, kind_codes: dict[str, int]) -> None:
         self.kind_codes = kind_codes
         self.names, self.tids, self.colls, self.pgs = Coder(), Coder(), Coder(), Coder()
+        self.colls.index[None] = 0  # code 0: no collective name
+        self.pgs.index[None] = 0
+        self._comm_name: list[bool] = []  # per name code: a communication op?
         self._p = _Parts(("start", "end", "kind", "name", "tid", "corr", "coll", "pg"))
 
     def add(self, evs: list[Event]) -> None:
         if not evs:
             return
+        n = len(evs)
         args = list(map(_ARGS, evs))
         start = floats(evs, "ts")
+        kind = np.array(list(map(self.kind_codes.__getitem__, map(_CAT, evs))), np.int8)
+        name = self.names.encode(list(map(_NAME, evs)))
+        labels = self.names.labels() if len(self._comm_name) < len(self.names.index) else []
+        for label in labels[len(self._comm_name) :]:
+            self._comm_name.append(cl.classify_host(Kind.OP, label) in _COMM)
+        corr = np.full(n, -1, np.int64)
+        launches = np.flatnonzero((kind == _RUNTIME) | (kind == _DRIVER))
+        if launches.size:
+            corr[launches] = int_column([args[i].correlation for i in launches.tolist()])
+        coll = np.zeros(n, np.int32)
+        pg = np.zeros(n, np.int32)
+        comm = np.flatnonzero(np.array(self._comm_name, bool)[name])
+        if comm.size:
+            comm_args = [args[i] for i in comm.tolist()]
+            coll[comm] = self.colls.encode(values(comm_args, "coll_name"))
+            pg[comm] = self.pgs.encode(values(comm_args, "pg_name"))
         self._p.add(
             start=start,
             end=start + np.maximum(floats(evs, "dur"), 0.0),  # broken traces hold negative durations
-            kind=np.array(list(map(self.kind_codes.__getitem__, map(_CAT, evs))), np.int8),
-            name=self.names.encode(list(map(_NAME, evs))),
+            kind=kind,
+            name=name,
             tid=self.tids.encode(values(evs, "tid")),
-            corr=int_column(values(args, "correlation")),
-            coll=self.colls.encode(values(args, "coll_name")),
-            pg=self.pgs.encode(values(args, "pg_name")),
+            corr=corr,
+            coll=coll,
+            pg=pg,
         )
 
     def finish(self) -> dict[str, Any]:
