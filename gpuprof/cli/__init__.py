@@ -62,9 +62,12 @@ for _name in _COMMAND_MODULES:
 
 def main() -> None:
     """Entry point of the ``gpuprof`` console script."""
-    debug = "--debug" in sys.argv
+    # --debug belongs to gpuprof only before `--`: after it, the argument is the wrapped
+    # command's own (gpuprof run -- python train.py --debug).
+    own = sys.argv[: sys.argv.index("--")] if "--" in sys.argv else sys.argv
+    debug = "--debug" in own
     if debug:
-        sys.argv.remove("--debug")
+        sys.argv.remove("--debug")  # removes the first occurrence, which is gpuprof's
     try:
         rc = app(standalone_mode=False)
         # Non-standalone click returns typer.Exit's code instead of exiting.
