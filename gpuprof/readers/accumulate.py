@@ -31,6 +31,7 @@ I32 = npt.NDArray[np.int32]
 _COMM = (Category.COLLECTIVE, Category.P2P)
 _RUNTIME = int(Kind.RUNTIME)
 _DRIVER = int(Kind.DRIVER)
+_KERNEL = int(Kind.KERNEL)
 
 
 def values(items: Sequence[Any], field: str) -> list[Any]:
@@ -169,11 +170,19 @@ class HostColumns:
 
 
 class DeviceColumns:
-    """Device events (kernels, copies, memsets) of all pieces, with their GPU (``pid``)."""
+    """Device events (kernels, copies, memsets) of all pieces, with their GPU (``pid``).
+
+    As for host events, ``args`` read by few rows are read for those rows alone: byte
+    counts of copies and memsets, collective names of communication kernels, and the row
+    (``tid``) of events whose ``args`` lack a stream.
+    """
 
     def __init__(self, kind_codes: dict[str, int]) -> None:
         self.kind_codes = kind_codes
         self.names, self.pids, self.tids, self.colls, self.pgs = Coder(), Coder(), Coder(), Coder(), Coder()
+        for coder in (self.tids, self.colls, self.pgs):
+            coder.index[None] = 0  # code 0: not read / not given
+        self._comm_name: list[bool] = []  # per name code: a communication kernel?
         self._p = _Parts(
             ("start", "end", "kind", "name", "pid", "tid", "stream", "corr", "bytes", "coll", "pg")
         )
@@ -181,20 +190,42 @@ class DeviceColumns:
     def add(self, evs: list[Event]) -> None:
         if not evs:
             return
+        n = len(evs)
         args = list(map(_ARGS, evs))
         start = floats(evs, "ts")
+        kind = np.array(list(map(self.kind_codes.__getitem__, map(_CAT, evs))), np.int8)
+        name = self.names.encode(list(map(_NAME, evs)))
+        labels = self.names.labels() if len(self._comm_name) < len(self.names.index) else []
+        for label in labels[len(self._comm_name) :]:
+            self._comm_name.append(cl.classify(Kind.KERNEL, label) in _COMM)
+        stream = int_column(values(args, "stream"))
+        tid = np.zeros(n, np.int32)
+        no_stream = np.flatnonzero(stream < 0)
+        if no_stream.size:
+            tid[no_stream] = self.tids.encode([evs[i].tid for i in no_stream.tolist()])
+        nbytes = np.full(n, -1, np.int64)
+        transfers = np.flatnonzero(kind != _KERNEL)
+        if transfers.size:
+            nbytes[transfers] = int_column([args[i].nbytes for i in transfers.tolist()])
+        coll = np.zeros(n, np.int32)
+        pg = np.zeros(n, np.int32)
+        comm = np.flatnonzero((kind == _KERNEL) & np.array(self._comm_name, bool)[name])
+        if comm.size:
+            comm_args = [args[i] for i in comm.tolist()]
+            coll[comm] = self.colls.encode(values(comm_args, "coll_name"))
+            pg[comm] = self.pgs.encode(values(comm_args, "pg_name"))
         self._p.add(
             start=start,
             end=start + np.maximum(floats(evs, "dur"), 0.0),
-            kind=np.array(list(map(self.kind_codes.__getitem__, map(_CAT, evs))), np.int8),
-            name=self.names.encode(list(map(_NAME, evs))),
+            kind=kind,
+            name=name,
             pid=self.pids.encode(values(evs, "pid")),
-            tid=self.tids.encode(values(evs, "tid")),
-            stream=int_column(values(args, "stream")),
+            tid=tid,
+            stream=stream,
             corr=int_column(values(args, "correlation")),
-            bytes=int_column(values(args, "nbytes")),
-            coll=self.colls.encode(values(args, "coll_name")),
-            pg=self.pgs.encode(values(args, "pg_name")),
+            bytes=nbytes,
+            coll=coll,
+            pg=pg,
         )
 
     def pid_counts(self) -> dict[Any, int]:
