@@ -14,17 +14,17 @@ number format and key of the original survives exactly. Writing is atomic.
 from __future__ import annotations
 
 import gzip
-import os
-import tempfile
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import IO, Any
+from typing import Any
 
 import msgspec
 
+from gpuprof import atomic
+
 from gpuprof.analysis.attribution import Attribution
-from gpuprof.errors import BadTraceError, GpuprofError
+from gpuprof.errors import BadTraceError
 from gpuprof.model.report import CAUSES
 
 TRACK_PREFIX = "gpuprof: lost time"
@@ -149,30 +149,9 @@ def _existing_pids(data: bytes, path: Path) -> list[Any]:
     return [e.pid for e in events]
 
 
-def _open_out(fh: IO[bytes], gz: bool) -> IO[bytes]:
-    return gzip.GzipFile(fileobj=fh, mode="wb", compresslevel=6, mtime=0) if gz else fh  # type: ignore[return-value]
-
-
 def write_atomic(dest: Path, pieces: Iterable[bytes]) -> None:
     """Write ``pieces`` to ``dest`` (gzip when it ends in ``.gz``) through a temporary file."""
-    parent = dest.parent if str(dest.parent) else Path(".")
-    if not parent.is_dir():
-        raise GpuprofError("output folder does not exist", parent)
-    fd, tmp = tempfile.mkstemp(prefix=f".{dest.name}.", dir=parent)
-    try:
-        with os.fdopen(fd, "wb") as raw:
-            out = _open_out(raw, dest.name.lower().endswith(".gz"))
-            for piece in pieces:
-                out.write(piece)
-            if out is not raw:
-                out.close()
-        os.replace(tmp, dest)
-    except BaseException:
-        try:
-            os.unlink(tmp)
-        except OSError:
-            pass
-        raise
+    atomic.write_atomic(dest, pieces)
 
 
 def annotate_file(src: Path, dest: Path, attributions: Mapping[int, Attribution], ranks: Sequence[int] | None = None) -> Annotated:

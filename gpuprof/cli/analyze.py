@@ -4,13 +4,13 @@ from __future__ import annotations
 
 import os
 import sys
-import tempfile
 import time
 from pathlib import Path
 from typing import Callable, List, Optional
 
 import typer
 
+from gpuprof.atomic import write_text_atomic
 from gpuprof.cli import app
 from gpuprof.errors import GpuprofError
 
@@ -40,22 +40,8 @@ class StderrProgress:
 
 
 def write_output(text: str, out: Path) -> None:
-    """Write atomically: a failed run never leaves a half-written report behind."""
-    out = out.expanduser()
-    parent = out.parent if str(out.parent) else Path(".")
-    if not parent.is_dir():
-        raise GpuprofError("output folder does not exist", parent)
-    fd, tmp = tempfile.mkstemp(prefix=f".{out.name}.", dir=parent)
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8") as fh:
-            fh.write(text)
-        os.replace(tmp, out)
-    except BaseException:
-        try:
-            os.unlink(tmp)
-        except OSError:
-            pass
-        raise
+    """Write a report atomically: a failed run never leaves a half-written file behind."""
+    write_text_atomic(out, text)
 
 
 def emit(text: str, output: Optional[Path]) -> None:

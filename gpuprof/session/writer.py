@@ -11,11 +11,11 @@ from __future__ import annotations
 import json
 import math
 import os
-import tempfile
 import time
 from pathlib import Path
 from typing import IO, Any, Callable, Mapping
 
+from gpuprof.atomic import write_text_atomic
 from gpuprof.session.layout import (
     EVENTS_FILE,
     HOOKS_DIR,
@@ -39,20 +39,7 @@ def dumps_record(record: Mapping[str, Any]) -> str:
 
 def write_json_atomic(path: Path, data: Mapping[str, Any]) -> None:
     """Replace ``path`` with ``data`` as JSON so that no reader ever sees a partial file."""
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8") as fh:
-            json.dump(data, fh, indent=2, sort_keys=False)
-            fh.write("\n")
-            fh.flush()
-            os.fsync(fh.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        try:
-            os.unlink(tmp)
-        except OSError:
-            pass
-        raise
+    write_text_atomic(path, json.dumps(data, indent=2, sort_keys=False) + "\n", fsync=True)
 
 
 class JsonlAppender:
