@@ -63,6 +63,9 @@ def choose_format(fmt: Optional[str], output: Optional[Path]) -> str:
         found = render.format_for_path(str(output))
         if found:
             return found
+        raise GpuprofError(
+            f"cannot tell the report format from the file name; add --format ({', '.join(render.names())})", output
+        )
     return "text"
 
 
@@ -113,6 +116,8 @@ def analyze(
         # A report saved with --format json is rendered again (e.g. as HTML) without the traces.
         if len(paths) > 1:
             raise GpuprofError("a saved report cannot be combined with other inputs; give it alone", saved[0])
+        if steps or jobs != 1 or scheduler:
+            raise GpuprofError("--steps, --jobs and --scheduler apply to traces, not to a saved report", saved[0])
         report = read_report(saved[0])
     else:
         options = AnalyzeOptions(steps=StepSelection.parse(steps), jobs=jobs, scheduler=scheduler)

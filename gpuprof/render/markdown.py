@@ -19,7 +19,7 @@ MAX_WARNINGS = 10
 
 def md_escape(text: object) -> str:
     """Plain text safe inside Markdown paragraphs, lists and table cells."""
-    s = html.escape(str(text), quote=True)
+    s = html.escape(str(text), quote=False)  # <, >, & only: quotes are safe in Markdown text
     for ch in ("\\", "`", "*", "_", "[", "]", "|"):
         s = s.replace(ch, "\\" + ch)
     # A newline would end a table row or a list item.
