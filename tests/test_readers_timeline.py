@@ -127,3 +127,64 @@ def test_structured_timeline_with_an_unnamed_thread_warns(write_trace: WriteTrac
     assert len(traces) == 3
     assert len({t.rank for t in traces}) == 3
     assert all(any("without 'PP rank k, TP rank t' names" in w for w in t.warnings) for t in traces)
+
+
+def _steps_of_one_worker(steps: list[tuple[int, float]]) -> list[dict[str, Any]]:
+    """One worker (pid 0, two lanes); each step's ops span 700 us from its start."""
+    events = [_thread(0, 0, "PP rank 0, TP rank 0, compute"), _thread(0, 1, "PP rank 0, TP rank 0, pp-comm")]
+    for step, base in steps:
+        events += [
+            _op("forward-compute", 0, 0, base, 100, step, 0),
+            _op("forward-send", 0, 1, base + 100, 20, step, 0),
+            _op("backward-compute", 0, 0, base + 400, 200, step, 0),
+            _op("optimizer", 0, 0, base + 650, 50, step),
+        ]
+    return events
+
+
+def test_sampled_steps_on_a_real_clock_end_at_their_last_op_before_a_jump(write_trace: WriteTrace) -> None:
+    # Steps 5, 6, then 15: 8 steps of about 1000 us were not recorded between 6 and 15, and
+    # the clock shows it (step 15 starts 9000 us after step 6), so the clock is real.
+    events = _steps_of_one_worker([(5, 0.0), (6, 1000.0), (15, 10000.0)])
+    (t,) = load_file(write_trace("sampled.json", {"traceEvents": events}))
+    # Step 5 keeps the real time up to step 6 (300 us no timer covers); step 6 is followed
+    # by unrecorded steps, so it ends at its last op; the last step too.
+    assert [(s.number, s.start_us, s.end_us) for s in t.steps] == [
+        (5, 0.0, 1000.0),
+        (6, 1000.0, 1700.0),
+        (15, 10000.0, 10700.0),
+    ]
+    (note,) = [w for w in t.warnings if "non-consecutive" in w]
+    assert "step 6, then step 15" in note and "stitched" not in note
+
+
+def test_stitched_clock_ends_every_step_at_its_last_op(write_trace: WriteTrace) -> None:
+    # Steps 5, 6, then 100 only 300 us after 6 ended: 93 steps of 700 us cannot have run
+    # in 300 us, so the clock is stitched and even the gap between 5 and 6 is made up.
+    events = _steps_of_one_worker([(5, 0.0), (6, 1000.0), (100, 2000.0)])
+    (t,) = load_file(write_trace("stitched.json", {"traceEvents": events}))
+    assert [(s.number, s.start_us, s.end_us) for s in t.steps] == [
+        (5, 0.0, 700.0),
+        (6, 1000.0, 1700.0),
+        (100, 2000.0, 2700.0),
+    ]
+    assert sum(s.duration_us for s in t.steps) == 3 * 700.0  # the op spans, no filler
+    (note,) = [w for w in t.warnings if "non-consecutive" in w]
+    assert "step 6 is followed by step 100" in note and "93 steps between" in note and "stitched" in note
+
+
+def test_consecutive_steps_give_no_step_warning(write_trace: WriteTrace) -> None:
+    traces = load_file(write_trace("timeline.json", {"traceEvents": _megatron_like(pp=2, dp=1)}))
+    assert all(not any("non-consecutive" in w for w in t.warnings) for t in traces)
+
+
+def test_one_step_warning_per_file_even_with_many_workers(write_trace: WriteTrace) -> None:
+    events = _megatron_like(pp=2, dp=2)
+    for e in events:
+        if e["ph"] == "X" and e["args"]["step"] == 6:
+            e["args"]["step"] = 9  # 5 then 9, 1000 us apart: steps 6-8 cannot fit
+    traces = load_file(write_trace("timeline.json", {"traceEvents": events}))
+    assert len(traces) == 4
+    for t in traces:
+        assert sum("non-consecutive" in w for w in t.warnings) == 1
+        assert t.steps[0].end_us == 750.0  # step 5's last op (the optimizer) ends at 750

@@ -22,8 +22,10 @@ Tables
     lane: compute, pp-comm, ...); the ``host`` table is empty.
 
 Steps
-    Step ``s`` of a worker spans from its first op of step ``s`` to its first op of the
-    next step in the file; the last step ends at the end of its last op.
+    Step ``s`` of a worker spans from its first op of step ``s`` to its first op of step
+    ``s + 1``; when the next recorded step is not ``s + 1``, or the file's clock is
+    stitched from separate recordings, it ends at its last op (see
+    :mod:`gpuprof.readers.timersteps`).
 """
 
 from __future__ import annotations
@@ -38,10 +40,12 @@ import numpy as np
 import pandas as pd
 
 from gpuprof.model import classify as cl
-from gpuprof.model.timeline import DEVICE_COLUMNS, Kind, RankTrace, Step, empty_host_table, make_table
+from gpuprof.model.timeline import DEVICE_COLUMNS, Kind, RankTrace, empty_host_table, make_table
+from gpuprof.readers import timersteps as ts
 from gpuprof.readers.accumulate import Coder, floats, values
 from gpuprof.readers.columns import as_int, int_column
 from gpuprof.readers.jsonio import Event, RawTrace
+from gpuprof.readers.timersteps import OpSpans
 
 _THREAD_LAYOUT = re.compile(r"PP\s*rank\s*(\d+)\s*,\s*TP\s*rank\s*(\d+)", re.IGNORECASE)
 _DP_IN_PROCESS = re.compile(r"DP\s*rank\s*\[?\s*(\d+)", re.IGNORECASE)
@@ -192,7 +196,7 @@ def read_timeline(raw: RawTrace, path: Path) -> list[RankTrace]:
     names = ops.names.labels()
     category_of = np.array([int(cl.classify(Kind.TIMER, s)) for s in names] or [0], np.int8)
     no_host = empty_host_table()  # shared: tables are never mutated
-    out: list[RankTrace] = []
+    built: list[tuple[_WorkerKey, dict[str, int], pd.DataFrame, OpSpans]] = []
     for w, wk in enumerate(groups):
         rows = by_worker[bounds[w] : bounds[w + 1]]
         parallel: dict[str, int] = {}
@@ -207,20 +211,28 @@ def read_timeline(raw: RawTrace, path: Path) -> list[RankTrace]:
             dp = dp_of[wk.pid]
             if dp is not None:
                 parallel["dp_rank"] = dp
-        device, steps = _worker_table({k: v[rows] for k, v in cols.items()}, names, category_of)
-        out.append(
-            RankTrace(
-                rank=ranks[wk],
-                source=str(path),
-                fmt="timeline",
-                device=device,
-                host=no_host,
-                steps=steps,
-                world_size=world,
-                parallel=parallel,
-                warnings=tuple(warnings),
-            )
+        device, spans = _worker_table({k: v[rows] for k, v in cols.items()}, names, category_of)
+        built.append((wk, parallel, device, spans))
+    # All workers of a file share its clock: whether it is stitched is decided once.
+    all_jumps = [j for *_, spans in built for j in ts.jumps(spans)]
+    real_clock = ts.stitched_jump(all_jumps) is None
+    note = ts.steps_warning(all_jumps)
+    if note:
+        warnings.append(note)
+    out: list[RankTrace] = [
+        RankTrace(
+            rank=ranks[wk],
+            source=str(path),
+            fmt="timeline",
+            device=device,
+            host=no_host,
+            steps=ts.timer_steps(spans, real_clock),
+            world_size=world,
+            parallel=parallel,
+            warnings=tuple(warnings),
         )
+        for wk, parallel, device, spans in built
+    ]
     out.sort(key=lambda t: t.rank)
     return out
 
@@ -263,7 +275,7 @@ def _assign_ranks(
 
 def _worker_table(
     cols: dict[str, np.ndarray], names: list[str], category_of: np.ndarray
-) -> tuple[pd.DataFrame, tuple[Step, ...]]:
+) -> tuple[pd.DataFrame, OpSpans]:
     codes = cols.pop("name")
     n = len(codes)
     name = pd.Categorical.from_codes(codes, pd.Index(names or [""], dtype=object)).remove_unused_categories()
@@ -276,25 +288,4 @@ def _worker_table(
         },
         DEVICE_COLUMNS,
     )
-    return table, _timer_steps(cols["start_us"], cols["end_us"], cols["step"])
-
-
-def _timer_steps(start: np.ndarray, end: np.ndarray, step: np.ndarray) -> tuple[Step, ...]:
-    known = step >= 0
-    if not known.any():
-        return ()
-    s, e, st = start[known], end[known], step[known]
-    # Per step: first op start and last op end, grouped by a sort (no per-step scans).
-    by_step = np.argsort(st, kind="stable")
-    s, e, st = s[by_step], e[by_step], st[by_step]
-    bounds = np.flatnonzero(np.r_[True, st[1:] != st[:-1]])
-    numbers = st[bounds]
-    firsts = np.minimum.reduceat(s, bounds)
-    lasts = np.maximum.reduceat(e, bounds)
-    order = np.argsort(firsts, kind="stable")
-    numbers, firsts, lasts = numbers[order], firsts[order], lasts[order]
-    out: list[Step] = []
-    for i, num in enumerate(numbers):
-        stop = firsts[i + 1] if i + 1 < len(numbers) else lasts[i]
-        out.append(Step(int(num), float(firsts[i]), float(stop)))
-    return tuple(out)
+    return table, ts.op_spans(cols["start_us"], cols["end_us"], cols["step"])
