@@ -10,7 +10,10 @@ from __future__ import annotations
 import pytest
 from rankbuilder import RankBuilder, lost_by_cause
 
+from gpuprof.analysis import intervals as iv
 from gpuprof.analysis.rules.hostside import DRAIN_RELAUNCH_US
+from gpuprof.analysis.summarize import summarize
+from gpuprof.model.report import Cause
 from gpuprof.model.timeline import Kind
 
 DL = "enumerate(DataLoader)#_SingleProcessDataLoaderIter.__next__"
@@ -194,3 +197,31 @@ def test_launch_still_in_flight_when_the_device_went_idle_is_host() -> None:
     got = lost_by_cause(b.build())
     assert got["host"] == 6
     assert got["other"] == 3
+
+
+def test_long_queued_gap_inside_a_launch_free_host_op_is_host() -> None:
+    # The next kernel was queued before the gap, yet the device idles 5 ms while the
+    # launching thread sits in one optimizer op issuing nothing (a sampled trace, or an
+    # event the host records late): the device waits on that thread.
+    b = RankBuilder()
+    b.kernel(0, 100, launch_at=-20)
+    b.kernel(5100, 5200, launch_at=50)
+    b.host(80, 5150, "Optimizer.step#Shampoo.step", kind=Kind.ANNOTATION)
+    b.host(90, 5090, "aten::_foreach_mul_")
+    got = lost_by_cause(b.build())
+    assert got["host"] == 5000
+    assert got["other"] == 0
+
+
+def test_long_queued_gap_while_the_host_keeps_launching_stays_other() -> None:
+    # Same gap, but the thread launches work every 200 us (to another stream that is not
+    # in the trace's window of interest): it is not stuck, the wait is elsewhere.
+    b = RankBuilder()
+    b.kernel(0, 100, launch_at=-20)
+    b.kernel(5100, 5200, launch_at=50)
+    b.host(90, 5090, "aten::_foreach_mul_")
+    for t in range(300, 5000, 200):
+        b.memset(5300 + t, 5301 + t, launch_at=t)
+    s = summarize(b.build())
+    host = iv.intersect(s.claims.get(Cause.HOST, iv.empty()), iv.make([100], [5100]))
+    assert iv.total(host) == 0

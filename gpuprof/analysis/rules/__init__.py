@@ -17,9 +17,11 @@ reading who wins.
 | ``input_timers`` | dataloader | op-level timelines: the worker's own data-loading ops |
 | ``sync`` | sync | host in a sync call while the device waits for it; gaps that began inside one (drain) |
 | ``late_launch`` | host | every remaining part of a gap where the next kernel was launched late |
+| ``blocked_host`` | host | queued gaps while a launching thread sat >= 1 ms in one host op issuing nothing |
 
-What no rule claims is ``other``: chiefly gaps where the next kernel was already queued
-(waiting on another stream, device-side scheduling) and gaps whose launch is unknown.
+What no rule claims is ``other``: chiefly short gaps where the next kernel was already
+queued (waiting on another stream, device-side scheduling) while the host kept issuing
+work, and gaps whose launch is unknown.
 """
 
 from __future__ import annotations
@@ -53,6 +55,7 @@ RULES: tuple[LocalRule, ...] = (
     LocalRule("input_timers", Cause.DATALOADER, device.input_timers),
     LocalRule("sync", Cause.SYNC, hostside.sync),
     LocalRule("late_launch", Cause.HOST, hostside.late_launch),
+    LocalRule("blocked_host", Cause.HOST, hostside.blocked_host),
 )
 
 

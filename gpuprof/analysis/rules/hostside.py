@@ -27,11 +27,15 @@ import numpy.typing as npt
 from gpuprof.analysis import intervals as iv
 from gpuprof.analysis.intervals import Intervals
 from gpuprof.analysis.rules.context import RuleContext
-from gpuprof.model.timeline import Category
+from gpuprof.model.timeline import Category, Kind
 
 # After a draining call returns, this much of the device's further wait for the next launch
 # still counts as the call's cost (relaunching after a sync); the rest is the host's.
 DRAIN_RELAUNCH_US = 200.0
+
+# A launching thread that sits this long inside one host op (or annotation) without issuing
+# any launch, while the device idles with its next kernel queued, is what the device waits on.
+QUIET_HOST_MIN_US = 1000.0
 
 # Allocator calls that synchronize the device (the drain rule applies to them).
 _SYNCING_ALLOC_WORDS: tuple[str, ...] = ("Free", "empty_cache", "emptyCache", "Release", "Unmap")
@@ -105,6 +109,55 @@ def sync(ctx: RuleContext) -> Intervals:
     """The host blocked on the device (or had just been), see the module docstring."""
     calls = ctx.host_mask(Category.SYNC)
     return _concat([_per_thread(ctx, calls, drain=False), _per_thread(ctx, calls, drain=True)])
+
+
+def _launch_calls(ctx: RuleContext) -> npt.NDArray[np.bool_]:
+    """Host rows that launched device activity present in the trace (matched by correlation)."""
+    host, dev = ctx.trace.host, ctx.trace.device
+    corr = dev["correlation"].to_numpy()[ctx.act]
+    hc = host["correlation"].to_numpy()
+    kinds = host["kind"].to_numpy()
+    api = np.isin(kinds, (int(Kind.RUNTIME), int(Kind.DRIVER))) & (hc >= 0)
+    return api & np.isin(hc, corr[corr >= 0])
+
+
+def _quiet_busy(ctx: RuleContext, tid: int, launch: npt.NDArray[np.bool_]) -> Intervals:
+    """Where thread ``tid`` sat inside a host op or annotation (not a step marker) and issued
+    no launch for at least :data:`QUIET_HOST_MIN_US`."""
+    host = ctx.trace.host
+    hs, he, htid = host["start_us"].to_numpy(), host["end_us"].to_numpy(), host["tid"].to_numpy()
+    mine = htid == tid
+    ls, le = hs[launch & mine], he[launch & mine]
+    order = np.argsort(ls, kind="stable")
+    ls, le = ls[order], np.maximum.accumulate(le[order]) if le.size else le
+    q0 = np.r_[-np.inf, le]
+    q1 = np.r_[ls, np.inf]
+    long = (q1 - q0) >= QUIET_HOST_MIN_US
+    quiet = iv.clip(iv.make(q0[long], q1[long]), ctx.lo_us, ctx.hi_us)
+    ranges = (
+        mine
+        & np.isin(host["kind"].to_numpy(), (int(Kind.OP), int(Kind.ANNOTATION)))
+        & (host["category"].to_numpy() != int(Category.STEP))
+        & (he > ctx.lo_us)
+        & (hs < ctx.hi_us)
+    )
+    return iv.intersect(iv.normalize(quiet), iv.union(hs[ranges], he[ranges]))
+
+
+def blocked_host(ctx: RuleContext) -> Intervals:
+    """Queued gaps (the next kernel had been launched, yet the device sat idle with nothing
+    else running) during which a launching thread was inside a host op for a long stretch
+    without issuing any launch: the device waited on work that thread had not issued yet
+    (an event, a collective, or kernels a sampled trace left out). Short queued gaps stay
+    ``other`` (device-side scheduling, cross-stream event latency)."""
+    if ctx.queued[0].size == 0:
+        return iv.empty()
+    launch = _launch_calls(ctx)
+    tids = np.unique(ctx.trace.host["tid"].to_numpy()[launch])
+    parts = [_quiet_busy(ctx, int(t), launch) for t in tids]
+    got_s, got_e = iv.intersect(iv.normalize(ctx.queued), _concat(parts))
+    long = (got_e - got_s) >= QUIET_HOST_MIN_US
+    return got_s[long], got_e[long]
 
 
 def late_launch(ctx: RuleContext) -> Intervals:
