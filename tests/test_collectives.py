@@ -83,6 +83,86 @@ def allreduce_job(
     return traces
 
 
+def arrivals_job(
+    arrive_us: dict[int, list[float]],
+    steps: int = 1,
+    transfer_us: float = 200.0,
+    msg_bytes: int = -1,
+    coll: str = "allreduce",
+    kernel: str = ALLREDUCE,
+    world_size: int | None = None,
+    step_start_us: dict[int, float] | None = None,
+) -> list[RankTrace]:
+    """Each step, rank r computes until ``arrive_us[r][k]`` (after the step start), then
+    runs collective k, which ends on every rank ``transfer_us`` after the last arrival.
+
+    Rank r starts each step at ``step_start_us[r]`` (default 0) after the step's start,
+    computing from then on. Steps follow each other with no gap.
+    """
+    ranks = sorted(arrive_us)
+    n_coll = len(arrive_us[ranks[0]])
+    ends = [max(arrive_us[r][k] for r in ranks) + transfer_us for k in range(n_coll)]
+    period = ends[-1] + 100.0
+    step_start_us = step_start_us or {}
+    traces = []
+    for r in ranks:
+        start, end, kind, name, colls, pg, nbytes = [], [], [], [], [], [], []
+        step_list = []
+        for st in range(steps):
+            base = st * period
+            prev = base + step_start_us.get(r, 0.0)
+            for k in range(n_coll):
+                a = base + arrive_us[r][k]
+                if a > prev:
+                    start.append(prev)
+                    end.append(a)
+                    kind.append(int(Kind.KERNEL))
+                    name.append(GEMM)
+                    colls.append("")
+                    pg.append("")
+                    nbytes.append(-1)
+                start.append(a)
+                end.append(base + ends[k])
+                kind.append(int(Kind.KERNEL))
+                name.append(kernel)
+                colls.append(coll)
+                pg.append("0")
+                nbytes.append(msg_bytes)
+                prev = base + ends[k]
+            start.append(prev)
+            end.append(base + period - 10.0)
+            kind.append(int(Kind.KERNEL))
+            name.append(GEMM)
+            colls.append("")
+            pg.append("")
+            nbytes.append(-1)
+            step_list.append(Step(st, base + step_start_us.get(r, 0.0), base + period))
+        cols = {
+            "start_us": start,
+            "end_us": end,
+            "kind": kind,
+            "category": [int(classify(Kind.KERNEL, n)) for n in name],
+            "name": name,
+            "coll_name": colls,
+            "pg": pg,
+            "bytes": nbytes,
+        }
+        n = world_size or len(ranks)
+        traces.append(
+            RankTrace(
+                rank=r,
+                source=f"rank{r}.json",
+                fmt="kineto",
+                device=make_table(cols, DEVICE_COLUMNS),
+                host=empty_host_table(),
+                steps=tuple(step_list),
+                world_size=n,
+                process_groups=(ProcessGroup("0", "default_pg", tuple(range(n))),),
+            )
+        )
+    return traces
+
+
 def summaries(traces: list[RankTrace]) -> list[RankSummary]:
     return [summarize(t) for t in traces]
 

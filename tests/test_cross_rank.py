@@ -8,7 +8,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from test_collectives import allreduce_job, summaries
+from test_collectives import allreduce_job, arrivals_job, summaries
 from test_pipeline_parallel import pipeline_job
 
 from gpuprof.analysis import intervals as iv
@@ -179,3 +179,44 @@ def test_single_gpu_job_gets_no_note_about_missing_ranks() -> None:
     res = analyze_job([summarize(b.build())])
     assert "note" not in res.findings["straggler_analysis"]
     assert res.claims == {}
+
+
+def test_critical_path_gain_is_the_margin_over_the_next_latest_rank() -> None:
+    # Rank 2 arrives 1 ms after the start of each of 5 collectives; ranks 0, 1, 3 arrive
+    # 0, 50 and 100 us in: rank 2's margin over the next-latest (rank 3) is 900 us each time.
+    base = [2_000.0 * k for k in range(1, 6)]
+    arrive = {r: [b + d for b in base] for r, d in {0: 0.0, 1: 50.0, 3: 100.0}.items()}
+    arrive[2] = [b + 1_000.0 for b in base]
+    f = analyze_job(summaries(arrivals_job(arrive, steps=3))).findings
+    (st,) = f["stragglers"]
+    assert st["rank"] == 2 and st["last_arrivals"] == 15
+    assert st["gain_us_per_step"] == pytest.approx(5 * 900.0)
+    assert st["gains_us"] == pytest.approx([900.0] * 15)
+    assert f["straggler_analysis"]["arrivals"]["rotating"] is False
+    # The others wait far longer than the gain: 1000, 950, 900 us each time.
+    assert st["caused_wait_us_per_step"] == pytest.approx(5 * 950.0)
+
+
+def test_lateness_that_moves_between_ranks_names_no_straggler() -> None:
+    base = [2_000.0 * k for k in range(1, 9)]
+    arrive = {r: [b + (800.0 if k % 4 == r else 0.0) for k, b in enumerate(base)] for r in range(4)}
+    f = analyze_job(summaries(arrivals_job(arrive, steps=2))).findings
+    assert f["stragglers"] == []
+    arr = f["straggler_analysis"]["arrivals"]
+    assert arr["rotating"] is True and arr["last_counts"] == {"0": 4, "1": 4, "2": 4, "3": 4}
+    assert arr["gain_us_per_step"] == pytest.approx(8 * 800.0)
+
+
+def test_ranks_that_start_the_step_early_are_reported_as_arrival_skew() -> None:
+    # Ranks 1 and 3 begin 5 ms before the others, run the same compute and then wait.
+    base = [8_000.0, 10_000.0, 12_000.0]
+    arrive = {r: list(base) for r in range(6)}
+    arrive[5] = [b + 300.0 for b in base]
+    early = {1: -5_000.0, 3: -5_000.0}
+    arrive[1] = [b - 5_000.0 for b in base[:1]] + base[1:]
+    arrive[3] = [b - 5_000.0 for b in base[:1]] + base[1:]
+    job = arrivals_job(arrive, steps=2, step_start_us={r: 5_000.0 + early.get(r, 0.0) for r in range(6)})
+    f = analyze_job(summaries(job)).findings
+    skew = f["straggler_analysis"]["early_starters"]
+    assert sorted(e["rank"] for e in skew) == [1, 3]
+    assert all(e["lead_us"] == pytest.approx(5_000.0) for e in skew)

@@ -93,6 +93,164 @@ _PHASE_ACTIONS: Mapping[str | None, tuple[str, ...]] = {
 }
 
 
+def _one_step_note(reports: Sequence[RankReport]) -> list[str]:
+    """Say so when the conclusion rests on a single profiled step."""
+    if reports and max(r.steps for r in reports) <= 1:
+        return [
+            "this rests on one profiled step: arrival order can change from step to step, so profile "
+            "several steps (torch.profiler schedule with active >= 5) before acting on it"
+        ]
+    return []
+
+
+def _skew_text(ctx: AdviceContext, reports: Sequence[RankReport]) -> tuple[list[str], list[int]]:
+    """Evidence about ranks that start their steps early and wait (arrival skew)."""
+    early = list((ctx.cross.get("straggler_analysis") or {}).get("early_starters") or [])
+    if not early:
+        return [], []
+    ranks = [int(e["rank"]) for e in early]
+    leads = [float(e["lead_us"]) for e in early]
+    waits = [float(e["wait_us_per_step"]) for e in early]
+    lead_txt = _ms(min(leads)) if max(leads) - min(leads) < 0.1 * max(leads) else f"{_ms(min(leads))}-{_ms(max(leads))}"
+    wait_txt = _ms(min(waits)) if len(waits) == 1 else f"{_ms(min(waits))}-{_ms(max(waits))}"
+    return [
+        (
+            f"arrival skew: rank{'s' if len(ranks) > 1 else ''} {_ranks_text(ranks)} begin{'' if len(ranks) > 1 else 's'} "
+            f"the step {lead_txt} before the median rank and wait{'' if len(ranks) > 1 else 's'} {wait_txt} per step in "
+            "collectives: most of that waiting is their early start, not another rank's lateness"
+        )
+    ], ranks
+
+
+_SKEW_ACTION = (
+    "Arrival skew (some ranks start the step early and wait): find what the other ranks do before the "
+    "first collective that these do not (data loading, host-side preprocessing of rank-specific input, "
+    "logging) and even it out; it costs the early ranks idle time, not the job's step time."
+)
+
+
+def _named_straggler_advice(
+    ctx: AdviceContext,
+    reports: Sequence[RankReport],
+    stragglers: Sequence[Mapping[str, Any]],
+    wait: Mapping[int, float],
+) -> Recommendation | None:
+    """Named slow ranks. The estimate is the critical-path gain: if a slow rank arrived
+    with the next-latest member, each collective it is last at would end that much
+    sooner on every rank; the rest of the spread of arrivals is not its doing. Without the
+    gains (older findings) the waits of the others are the estimate."""
+    slow = [int(x["rank"]) for x in stragglers]
+    others = [r for r in reports if r.rank not in slow]
+    if not others:
+        return None
+    steps = max(1, int(np.median([max(r.steps, 1) for r in others])))
+    have_gain = all(x.get("gain_us_per_step") is not None for x in stragglers)
+    if have_gain:
+        gain = sum(float(x["gain_us_per_step"]) for x in stragglers)
+        removed = {r.rank: gain * max(r.steps, 1) for r in reports}
+    else:
+        median_wait = float(np.median([wait[r.rank] for r in others]))
+        removed = {r.rank: wait[r.rank] for r in others}
+        removed.update({r: median_wait for r in slow})
+    pct = savings_pct(reports, removed)
+    if pct < MIN_SAVINGS_PCT:
+        return None
+    evidence = []
+    for x in stragglers:
+        gains = [float(g) for g in x.get("gains_us") or []]
+        if gains:
+            evidence.append(
+                f"rank {x['rank']} arrived last at {x['last_arrivals']} of {x['collectives']} collectives, by "
+                + ", ".join(_ms(g) for g in gains)
+                + f" over the next-latest rank: {_ms(float(x['gain_us_per_step']))} per step on the critical path"
+            )
+        else:
+            evidence.append(f"rank {x['rank']} arrived last at {x['last_arrivals']} of {x['collectives']} collectives")
+        evidence.append(
+            f"the other ranks waited {_ms(float(x['caused_wait_us_per_step']))} per step at those collectives "
+            "(median per collective, summed); only the margin over the next-latest rank is this rank's doing"
+        )
+        if x.get("phase"):
+            evidence.append(
+                f"rank {x['rank']}'s {x['phase']} takes {float(x['phase_ratio']):.2f}x the median of the other "
+                f"{len(others)} ranks ({_ms(float(x['phase_excess_us_per_step']))} more per step)"
+            )
+        elif x.get("late_start_us") is not None and float(x["late_start_us"]) > 0:
+            evidence.append(
+                f"rank {x['rank']} begins its step {_ms(float(x['late_start_us']))} after the median rank; "
+                "no phase inside the step is markedly slower"
+            )
+    arrivals = (ctx.cross.get("straggler_analysis") or {}).get("arrivals") or {}
+    counts = {int(r): int(n) for r, n in (arrivals.get("last_counts") or {}).items()}
+    also = [r for r in counts if r not in slow]
+    if also:
+        evidence.append(
+            "other ranks arrive last elsewhere: "
+            + ", ".join(f"rank {r} at {counts[r]}" for r in also)
+            + f" of {arrivals.get('collectives')} collectives"
+        )
+    skew, early = _skew_text(ctx, reports)
+    evidence.extend(skew)
+    if have_gain:
+        evidence.append(
+            "estimate: every rank's step shortens by the critical-path gain above, through the slowest-rank "
+            "step-time model"
+        )
+    evidence.extend(_one_step_note(reports))
+    n_last = sum(int(x["last_arrivals"]) for x in stragglers)
+    n_coll = max(int(x["collectives"]) for x in stragglers)
+    many = len(slow) > 1
+    phase = stragglers[0].get("phase")
+    actions = tuple(_PHASE_ACTIONS.get(phase, _PHASE_ACTIONS[None])) + ((_SKEW_ACTION,) if early else ())
+    return Recommendation(
+        id="straggler-rank",
+        category=Cause.STRAGGLER,
+        title=f"Rank{'s' if many else ''} {_ranks_text(slow)} arrive{'' if many else 's'} last at {n_last} of "
+        f"{n_coll} collectives: make {'them' if many else 'it'} as fast as the others",
+        estimated_savings_pct=pct,
+        ranks=tuple(slow),
+        evidence=tuple(evidence),
+        actions=actions,
+    )
+
+
+def _rotating_advice(ctx: AdviceContext, reports: Sequence[RankReport]) -> Recommendation | None:
+    """Lateness that moves from rank to rank: data-dependent imbalance, not one slow rank."""
+    arrivals = (ctx.cross.get("straggler_analysis") or {}).get("arrivals") or {}
+    if not arrivals.get("rotating"):
+        return None
+    gain = float(arrivals.get("gain_us_per_step") or 0.0)
+    pct = savings_pct(reports, {r.rank: gain * max(r.steps, 1) for r in reports})
+    if pct < MIN_SAVINGS_PCT:
+        return None
+    counts = {int(r): int(n) for r, n in (arrivals.get("last_counts") or {}).items()}
+    ranks = sorted(counts, key=lambda r: (-counts[r], r))
+    skew, _ = _skew_text(ctx, reports)
+    return Recommendation(
+        id="straggler-rotating",
+        category=Cause.STRAGGLER,
+        title="A different rank arrives last at each collective: balance the work per rank",
+        estimated_savings_pct=pct,
+        ranks=tuple(ranks),
+        evidence=(
+            f"of {arrivals.get('collectives')} collectives, the last to arrive was "
+            + ", ".join(f"rank {r} at {counts[r]}" for r in ranks),
+            f"the last arrival leads the next-latest by {_ms(gain)} per step in total: what evening out "
+            "the work would take off the critical path",
+            *skew,
+            *_one_step_note(reports),
+        ),
+        actions=(
+            (
+                "Lateness that moves between ranks is data-dependent: give every rank the same work "
+                "(length bucketing or sequence packing so each rank gets the same number of tokens; "
+                "balanced sharding of embedding tables or experts)."
+            ),
+            "Check for host-side jitter on all ranks alike (garbage collection, logging, page cache).",
+        ),
+    )
+
+
 @advisor
 def straggler_advice(ctx: AdviceContext) -> list[Recommendation]:
     stragglers: list[Mapping[str, Any]] = list(ctx.cross.get("stragglers") or [])
@@ -102,53 +260,11 @@ def straggler_advice(ctx: AdviceContext) -> list[Recommendation]:
     wait = {r.rank: float(r.lost_us.get(Cause.STRAGGLER, 0.0)) for r in reports}
     out: list[Recommendation] = []
     if stragglers:
-        slow = [int(x["rank"]) for x in stragglers]
-        others = [r for r in reports if r.rank not in slow]
-        if not others:
-            return []
-        median_wait = float(np.median([wait[r.rank] for r in others]))
-        # If the slow ranks ran at the median pace nobody would wait for them: the others
-        # lose their waits, and the slow ranks lose the lead they made the others wait.
-        removed = {r.rank: wait[r.rank] for r in others}
-        removed.update({r: median_wait for r in slow})
-        pct = savings_pct(reports, removed)
-        if pct < MIN_SAVINGS_PCT:
-            return []
-        steps = max(1, int(np.median([max(r.steps, 1) for r in others])))
-        evidence = []
-        for x in stragglers:
-            evidence.append(
-                f"rank {x['rank']} arrived last at {x['last_arrivals']} of {x['collectives']} collectives; "
-                f"the other ranks waited {_ms(float(x['caused_wait_us_per_step']))} per step for it (median per collective summed)"
-            )
-            if x.get("phase"):
-                evidence.append(
-                    f"rank {x['rank']}'s {x['phase']} takes {float(x['phase_ratio']):.2f}x the median of the other "
-                    f"{len(others)} ranks ({_ms(float(x['phase_excess_us_per_step']))} more per step)"
-                )
-            elif x.get("late_start_us") is not None and float(x["late_start_us"]) > 0:
-                evidence.append(
-                    f"rank {x['rank']} begins its step {_ms(float(x['late_start_us']))} after the median rank; "
-                    "no phase inside the step is markedly slower"
-                )
-        evidence.append(
-            f"the waiting ranks lose a median {_ms(median_wait / steps)} per step in collectives "
-            f"({100.0 * median_wait / steps / max(job_step_time_us(reports), 1e-9):.1f}% of the step)"
-        )
-        phase = stragglers[0].get("phase")
-        out.append(
-            Recommendation(
-                id="straggler-rank",
-                category=Cause.STRAGGLER,
-                title=f"Rank{'s' if len(slow) > 1 else ''} {_ranks_text(slow)} hold{'' if len(slow) > 1 else 's'} up "
-                f"every collective: make {'them' if len(slow) > 1 else 'it'} as fast as the others",
-                estimated_savings_pct=pct,
-                ranks=tuple(slow),
-                evidence=tuple(evidence),
-                actions=_PHASE_ACTIONS.get(phase, _PHASE_ACTIONS[None]),
-            )
-        )
-        return out
+        rec = _named_straggler_advice(ctx, reports, stragglers, wait)
+        return [rec] if rec is not None else []
+    rotating = _rotating_advice(ctx, reports)
+    if rotating is not None:
+        return [rotating]
     barrier = _barrier_advice(ctx, reports, wait)
     if barrier is not None:
         return [barrier]

@@ -20,11 +20,21 @@ Findings (all JSON-serializable), keys of :attr:`CrossRankResult.findings`:
                        ``collectives`` (matched), ``last_arrivals`` (arrived last among those present),
                        and for pipeline stages ``stage``, ``bubble_fraction``.
 ``stragglers``         list of ``{rank, caused_wait_us_per_step, last_arrivals, collectives,
-                       phase, phase_ratio, phase_excess_us_per_step, late_start_us}``; a
+                       phase, phase_ratio, phase_excess_us_per_step, late_start_us,
+                       gain_us_per_step, gains_us}``: ``gain_us_per_step`` is what the job's
+                       critical path loses to that rank per step, the sum over the collectives
+                       it arrives last at of its arrival minus the next-latest member's
+                       (``gains_us`` lists them, largest first); a
                        straggler is a rank that arrives last at collectives and whose lateness
                        accounts for a fair share of everyone else's waiting.
 ``straggler_analysis`` how the waits were measured: collectives matched, clock offsets,
-                       incomplete groups and why no straggler could be named.
+                       incomplete groups and why no straggler could be named; ``arrivals``:
+                       how lateness is spread over the complete collectives (``collectives``,
+                       ``last_counts`` {rank: times last}, ``rotating``: no rank is last at
+                       most of them, ``gain_us_per_step``: sum over collectives of the last
+                       arrival minus the next-latest, per step), and ``early_starters``:
+                       ranks that begin the step well before the others and wait for them
+                       (``{rank, lead_us, wait_us_per_step}``, lead over the median rank).
 ``critical_rank_per_step`` list of ``{step, rank, waited_us}``: the rank that waited least
                        (in collectives and pipeline bubbles) in that step, i.e. set the pace.
 ``compute_imbalance``  ``{across_ranks: {...}, across_stages: {...}}``: max over median of
@@ -43,6 +53,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
+import pandas as pd
 
 from gpuprof.analysis import intervals as iv
 from gpuprof.analysis.collectives import (
@@ -68,6 +79,14 @@ STRAGGLER_MIN_STEP_SHARE = 0.01
 # A phase is named as the reason only when its excess over the other ranks' median
 # explains at least this share of the waiting the straggler causes per step.
 PHASE_MIN_SHARE = 0.25
+# Lateness "rotates" when no rank is last at more than this share of the complete
+# collectives and at least ROTATING_MIN_RANKS ranks take turns: data-dependent imbalance,
+# not one slow rank.
+ROTATING_MAX_SHARE = 0.4
+ROTATING_MIN_RANKS = 3
+# A rank "starts early" when it begins the step at least this share of the largest such
+# lead before the median rank (and by at least STRAGGLER_MIN_STEP_SHARE of the step).
+EARLY_LEAD_SHARE = 0.5
 
 
 @dataclass(frozen=True)
@@ -106,6 +125,81 @@ def _caused_waits(matched: MatchedCollectives) -> dict[int, tuple[float, int]]:
     return out
 
 
+def _net_exposed_waits(matched: MatchedCollectives, bubbles: Mapping[int, Intervals]) -> np.ndarray:
+    """Per call, its exposed wait less the part a pipeline-bubble claim covers: a stage
+    waiting in a collective for the pipeline to drain is structural (bubble, which takes
+    precedence in the attribution), not a late rank's doing."""
+    calls = matched.calls
+    out = calls["exposed_wait_us"].to_numpy(dtype=np.float64).copy()
+    if not bubbles or len(calls) == 0:
+        return out
+    ranks = calls["rank"].to_numpy()
+    start = calls["start_us"].to_numpy(dtype=np.float64)
+    wait = calls["wait_us"].to_numpy(dtype=np.float64)
+    for rank, claim in bubbles.items():
+        idx = np.flatnonzero(ranks == rank)
+        if idx.size == 0 or claim[0].size == 0:
+            continue
+        covered = iv.overlap_with_each((start[idx], start[idx] + wait[idx]), claim)
+        out[idx] = np.maximum(out[idx] - covered, 0.0)
+    return out
+
+
+def _critical_gains(matched: MatchedCollectives, bubbles: Mapping[int, Intervals]) -> pd.DataFrame:
+    """One row per complete collective: ``key``, ``rank`` (the last to arrive), ``gain_us``
+    (how much sooner the collective could end if that rank had arrived with the
+    next-latest member: the next-latest member's exposed wait, which is at most the gap
+    between the two arrivals; the rest of the spread of arrivals is not the last rank's
+    doing, and a wait that compute hides costs nothing)."""
+    calls = matched.calls.assign(exposed_wait_us=_net_exposed_waits(matched, bubbles))
+    full = calls.loc[
+        calls["complete"] & (calls["n_present"] >= 2), ["key", "rank", "arrival_us", "exposed_wait_us"]
+    ]
+    if len(full) == 0:
+        return pd.DataFrame({"key": [], "rank": [], "gain_us": []})
+    full = full.sort_values(["key", "arrival_us"], kind="stable")
+    by_key = full.groupby("key", sort=False)
+    full = full.assign(
+        prev=by_key["arrival_us"].shift(1),
+        prev_exposed=by_key["exposed_wait_us"].shift(1),
+    )
+    last = full.groupby("key", sort=False).tail(1)
+    gap = (last["arrival_us"] - last["prev"]).clip(lower=0.0)
+    gain = np.minimum(gap.to_numpy(), last["prev_exposed"].to_numpy())
+    return pd.DataFrame(
+        {"key": last["key"].to_numpy(), "rank": last["rank"].to_numpy(), "gain_us": np.nan_to_num(gain)}
+    )
+
+
+def _early_starters(
+    summaries: Sequence[RankSummary], matched: MatchedCollectives, floor_us: float
+) -> list[dict[str, Any]]:
+    """Ranks that begin their steps well before the median rank and wait for the others:
+    the spread of arrivals at the first collective is their early start, not someone's
+    lateness."""
+    starts = {
+        s.rank: float(np.median([st.start_us for st in s.steps])) - matched.offsets_us.get(s.rank, 0.0)
+        for s in summaries
+        if s.steps
+    }
+    if len(starts) < 3:
+        return []
+    med = float(np.median(list(starts.values())))
+    lead = {r: med - t for r, t in starts.items()}
+    top = max(lead.values())
+    if top <= max(floor_us, 0.0):
+        return []
+    waits = per_rank_waits(matched)
+    out = []
+    for r in sorted(lead, key=lambda x: -lead[x]):
+        if lead[r] < EARLY_LEAD_SHARE * top or lead[r] < floor_us:
+            continue
+        s = next(x for x in summaries if x.rank == r)
+        wait = float(waits["exposed_wait_us"].get(r, 0.0)) if len(waits) else 0.0
+        out.append({"rank": r, "lead_us": round(lead[r], 3), "wait_us_per_step": round(wait / _steps(s), 3)})
+    return out
+
+
 def _phase_of(s: RankSummary, others: Sequence[RankSummary]) -> tuple[str | None, float | None, float | None]:
     """The phase where ``s`` spends most more time per step than the median of ``others``."""
     best: tuple[str | None, float | None, float | None] = (None, None, None)
@@ -134,7 +228,9 @@ def _late_start_us(
 
 
 def _stragglers(
-    summaries: Sequence[RankSummary], matched: MatchedCollectives
+    summaries: Sequence[RankSummary],
+    matched: MatchedCollectives,
+    bubbles: Mapping[int, Intervals] | None = None,
 ) -> tuple[list[dict[str, Any]], dict[str, Any]]:
     info: dict[str, Any] = {
         "collectives_matched": int(matched.calls["key"].nunique()) if len(matched.calls) else 0,
@@ -170,6 +266,26 @@ def _stragglers(
     calls_per_rank = per_rank_waits(matched)
     out: list[dict[str, Any]] = []
     names = [r for r, (c, _) in caused.items() if total > 0 and c >= STRAGGLER_SHARE * total and c >= floor]
+    gains = _critical_gains(matched, bubbles or {})
+    if len(gains):
+        counts = gains["rank"].value_counts()
+        rotating = bool(
+            counts.size >= ROTATING_MIN_RANKS
+            and counts.iloc[0] <= ROTATING_MAX_SHARE * len(gains)
+            and float(gains["gain_us"].sum()) >= floor
+        )
+        info["arrivals"] = {
+            "collectives": int(len(gains)),
+            "last_counts": {str(r): int(n) for r, n in counts.items()},
+            "rotating": rotating,
+            "gain_us_per_step": round(float(gains["gain_us"].sum()) / steps, 3),
+        }
+        if rotating:
+            # Every rank takes its turn at being last: no one rank to fix.
+            names = []
+    early = _early_starters(summaries, matched, floor / max(steps, 1.0))
+    if early:
+        info["early_starters"] = early
     for rank in sorted(names, key=lambda r: -caused[r][0]):
         s = by_rank[rank]
         others = [x for x in summaries if x.rank not in names]
@@ -178,6 +294,7 @@ def _stragglers(
             # A phase a little slower than the others does not explain the wait it causes.
             phase, ratio, excess = None, None, None
         late = _late_start_us(s, summaries, matched.offsets_us)
+        mine = gains.loc[gains["rank"] == rank, "gain_us"] if len(gains) else pd.Series([], dtype=float)
         out.append(
             {
                 "rank": rank,
@@ -190,6 +307,8 @@ def _stragglers(
                 "phase_ratio": None if ratio is None else round(ratio, 3),
                 "phase_excess_us_per_step": None if excess is None else round(excess, 3),
                 "late_start_us": None if late is None else round(late, 3),
+                "gain_us_per_step": round(float(mine.sum()) / _steps(s), 3),
+                "gains_us": [round(float(g), 3) for g in sorted(mine.to_numpy(), reverse=True)],
             }
         )
     return out, info
@@ -294,7 +413,7 @@ def analyze_job(summaries: Sequence[RankSummary]) -> CrossRankResult:
             if b[0].size:
                 claims.setdefault(rank, {})[Cause.PIPELINE_BUBBLE] = b
 
-    stragglers, info = _stragglers(active, matched)
+    stragglers, info = _stragglers(active, matched, pipe.claims if pipe is not None else None)
     slow = {x["rank"] for x in stragglers}
     waits_by_rank = per_rank_waits(matched)
     per_rank: dict[int, dict[str, Any]] = {}
