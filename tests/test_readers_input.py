@@ -131,6 +131,47 @@ def test_cut_before_any_event_is_an_error(write_trace: WriteTrace, kineto: Build
     assert "JSON" in _error(write_trace("early.json", cut)).message
 
 
+def _old_schema_text(event: Builder) -> bytes:
+    """An old-schema trace as Kineto wrote it: all host events first, GPU events last."""
+    host = [event("Operator", f"aten::op{i}", 10 * i, 5, pid=1, tid=2) for i in range(6)]
+    host += [
+        event("Runtime", "cudaLaunchKernel", 10 * i + 1, 2, pid=1, tid=2, correlation=i) for i in range(6)
+    ]
+    gpu = [event("Kernel", f"k{i}", 10 * i + 3, 4, pid=0, tid="stream 7", correlation=i) for i in range(6)]
+    body = ",\n".join(json.dumps(e) for e in host + gpu)
+    return ('{"schemaVersion": 1, "traceEvents": [\n' + body + "\n]}").encode()
+
+
+def test_trace_cut_before_its_gpu_events_is_not_called_cpu_only(
+    write_trace: WriteTrace, event: Builder
+) -> None:
+    text = _old_schema_text(event)
+    cut = text[: text.index(b'"Kernel"') - 20]  # inside the first GPU event
+    (t,) = load_file(write_trace("cut.json", cut))
+    assert len(t.device) == 0 and len(t.host) == 12 and t.truncated
+    (note,) = [w for w in t.warnings if "cut off" in w]
+    assert "none of them GPU events" in note and "GPU events may be missing" in note
+    assert "not known to be CPU-only" in note
+
+
+def test_trace_cut_after_some_gpu_events_keeps_the_plain_cut_warning(
+    write_trace: WriteTrace, event: Builder
+) -> None:
+    text = _old_schema_text(event)
+    cut = text[: text.index(b'"k3"')]
+    (t,) = load_file(write_trace("cut.json", cut))
+    assert list(t.device["name"].astype(str)) == ["k0", "k1", "k2"] and t.truncated
+    assert not any("GPU events may be missing" in w for w in t.warnings)
+
+
+def test_whole_trace_without_gpu_events_is_not_truncated(write_trace: WriteTrace, event: Builder) -> None:
+    text = _old_schema_text(event)
+    host_only = text[: text.index(b'{"ph": "X", "cat": "Kernel"') - 2] + b"\n]}"
+    (t,) = load_file(write_trace("cpu.json", host_only))
+    assert len(t.device) == 0 and not t.truncated
+    assert not any("cut off" in w for w in t.warnings)
+
+
 # --- discovery -----------------------------------------------------------------------
 
 

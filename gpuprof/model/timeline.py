@@ -220,6 +220,9 @@ class RankTrace:
     warnings: tuple[str, ...] = ()
     # Index of the GPU the device events came from (Kineto's device ``pid``); None if unknown.
     device_index: int | None = None
+    # The file was cut off mid-write and only the events before the cut were read: what is
+    # absent (e.g. GPU events, which older Kineto traces write last) may just be missing.
+    truncated: bool = False
 
     @property
     def has_device_activity(self) -> bool:

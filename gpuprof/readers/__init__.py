@@ -90,6 +90,7 @@ def _read(raw: RawTrace, path: Path, rank_hint: int | None, order: int) -> list[
                 memory=memory,
                 warnings=tuple(warnings),
                 device_index=facts.device_index,
+                truncated=raw.cut_off_at_bytes is not None,
             )
         ]
     if looks_like_timeline(raw):

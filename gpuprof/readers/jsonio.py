@@ -129,6 +129,10 @@ class RawTrace:
     is_object: bool
     size_bytes: int
     warnings: tuple[str, ...]
+    # Bytes of JSON text before the cut of a cut-off trace (``None``: the text is whole).
+    # Events after the cut are missing: readers must not conclude from what is absent.
+    cut_off_at_bytes: int | None = None
+    cut_off_note: str | None = None  # the warning (one of ``warnings``) saying so
 
     def pieces(self) -> Iterator[list[Event]]:
         """All events, piece by piece (the first piece, then the rest); consumes them.
@@ -282,6 +286,8 @@ def decode_text(data: bytes | bytearray, path: Path, warnings: list[str] | None 
     """Decode a whole JSON text (recovering a cut-off one) into a one-piece RawTrace."""
     warns = list(warnings or [])
     is_object = _check_start(data, path)
+    cut: int | None = None
+    note: str | None = None
     try:
         doc = _decode(data, is_object)
     except msgspec.ValidationError as exc:
@@ -291,17 +297,19 @@ def decode_text(data: bytes | bytearray, path: Path, warnings: list[str] | None 
         if recovered is None:
             raise BadTraceError(f"not valid JSON ({exc})", path) from None
         doc, n_bytes = recovered
-        n_events = len(doc[0] or ())
-        warns.append(
+        cut = n_bytes
+        note = (
             f"trace is cut off after {n_bytes} bytes (written while the job was killed?); "
-            f"read the {n_events} complete events before the cut"
+            f"read the {len(doc[0] or ())} complete events before the cut"
         )
+        warns.append(note)
     events, props, dist, schema = doc
     if events is None:
         raise BadTraceError("JSON is not a trace (no 'traceEvents' list)", path)
     if not events:
         raise BadTraceError("trace holds no events", path)
-    return RawTrace(events, iter(()), TopLevel(props, dist, schema), is_object, len(data), tuple(warns))
+    top = TopLevel(props, dist, schema)
+    return RawTrace(events, iter(()), top, is_object, len(data), tuple(warns), cut, note)
 
 
 _DocTuple = tuple[list[Event] | None, Any, Any, Any]

@@ -129,7 +129,17 @@ def read_kineto(
         host.extend(_telling_frames(frames, frame_verdicts))
         host_cols.add(host)
         dev_cols.add(dev)
-    keep_pid = _own_device(dev_cols.pid_counts(), facts)
+    pid_counts = dev_cols.pid_counts()
+    if raw.cut_off_at_bytes is not None and not pid_counts:
+        # Older Kineto traces write the GPU events after all host events: a file cut off
+        # mid-write can hold none of them, which does not make the job CPU-only.
+        said = raw.cut_off_note
+        told = (
+            f"{said}, none of them GPU events: GPU events may be missing (older traces write "
+            "them last), so the trace is not known to be CPU-only"
+        )
+        facts.warnings[:] = [told if w == said else w for w in facts.warnings]
+    keep_pid = _own_device(pid_counts, facts)
     _read_distributed(raw.top.distributed_info, facts)
     _read_device_props(raw.top.device_properties, facts)
     host_table = _host_table(host_cols.finish())

@@ -230,6 +230,7 @@ def read_timeline(raw: RawTrace, path: Path) -> list[RankTrace]:
             world_size=world,
             parallel=parallel,
             warnings=tuple(warnings),
+            truncated=raw.cut_off_at_bytes is not None,
         )
         for wk, parallel, device, spans in built
     ]
