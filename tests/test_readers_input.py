@@ -202,6 +202,31 @@ def test_discover_session_folder_reads_traces_subfolder(
     assert [t.rank for t in load_all([tmp_path / "session"])] == [0, 1]
 
 
+def test_folder_of_several_jobs_is_refused_before_reading(
+    write_trace: WriteTrace, kineto: Builder, event: Builder, tmp_path: Path
+) -> None:
+    doc = kineto([event("kernel", "k", 0, 1, pid=0)], rank=0)
+    for job in ("job-b", "job-a", "job-c", "job-d"):
+        write_trace(f"all/{job}/trace.json", doc)
+    write_trace("all/notes/readme.md", "x")  # a subfolder without traces is no job
+    with pytest.raises(BadTraceError) as info:
+        discover([tmp_path / "all"])
+    err = info.value
+    assert err.path == str(tmp_path / "all")
+    assert "holds 4 separate trace folders (job-a, job-b, job-c, ...)" in err.message
+    assert f"gpuprof analyze {tmp_path / 'all' / 'job-a'}" in err.message
+
+
+def test_folder_with_one_trace_subfolder_reads_it(
+    write_trace: WriteTrace, kineto: Builder, event: Builder, tmp_path: Path
+) -> None:
+    doc = kineto([event("kernel", "k", 0, 1, pid=0)])
+    write_trace("run/traces/rank0.json", doc)
+    write_trace("run/traces/rank1.json", doc)
+    write_trace("run/logs/out.txt", "x")
+    assert [s.path.name for s in discover([tmp_path / "run"])] == ["rank0.json", "rank1.json"]
+
+
 def test_discover_errors(tmp_path: Path, write_trace: WriteTrace) -> None:
     with pytest.raises(BadTraceError, match="no such file or folder") as info:
         discover([tmp_path / "missing"])

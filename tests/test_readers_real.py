@@ -18,6 +18,7 @@ from typing import Any
 import numpy as np
 import pytest
 
+from gpuprof.errors import BadTraceError
 from gpuprof.model.timeline import Category, CopyKind, Kind, RankTrace
 from gpuprof.readers import discover, load_all
 
@@ -303,3 +304,10 @@ def test_discover_real_folder_order_and_hints(shared_traces: Path) -> None:
     sources = discover([shared_traces / "megatron-pp4-timeline"])
     assert [s.path.name for s in sources] == ["timeline-ST.json.gz"]
     assert np.all(np.diff([s.order for s in sources]) >= 0)
+
+
+def test_folder_of_all_real_jobs_names_them_instead_of_reading_them(shared_traces: Path) -> None:
+    jobs = sorted(p.name for p in shared_traces.iterdir() if p.is_dir() and any(p.glob("*.json*")))
+    with pytest.raises(BadTraceError) as info:
+        discover([shared_traces])
+    assert f"holds {len(jobs)} separate trace folders ({', '.join(jobs[:3])}, ...)" in info.value.message

@@ -116,14 +116,27 @@ def _scan_folder(folder: Path) -> list[Path]:
     if files and not is_session:
         return files
     # A session folder keeps its traces under traces/; other folders may do the same.
+    by_sub: dict[str, list[Path]] = {}
     for sub in (p for p in entries if p.is_dir() and not p.name.startswith(".")):
         try:
-            files += sorted(
+            found = sorted(
                 (p for p in sub.iterdir() if p.is_file() and is_trace_name(p)), key=lambda p: p.name
             )
         except OSError:
             continue
-    return files
+        if found:
+            by_sub[sub.name] = found
+    if len(by_sub) > 1 and not files and not is_session:
+        # Each subfolder is most likely a job of its own (a folder of collected traces):
+        # reading them all would only end in ranks claimed twice, after reading them all.
+        names = list(by_sub)
+        shown = ", ".join(names[:3]) + (", ..." if len(names) > 3 else "")
+        raise BadTraceError(
+            f"holds {len(names)} separate trace folders ({shown}): analyze one job at a time, "
+            f"e.g. gpuprof analyze {folder / names[0]}",
+            folder,
+        )
+    return files + [f for found in by_sub.values() for f in found]
 
 
 def discover(paths: Sequence[str | Path]) -> list[TraceSource]:
@@ -132,7 +145,8 @@ def discover(paths: Sequence[str | Path]) -> list[TraceSource]:
     Files are taken as given (whatever their name); folders contribute their ``*.json`` and
     ``*.json.gz`` files (``session.json``, ``samples*`` and non-JSON files are skipped),
     and when they hold none at top level (or are a ``gpuprof run`` session), those one
-    level down, e.g. in ``traces/``.
+    level down, e.g. in ``traces/``. A folder (not a session) with no traces at top level
+    and traces in several subfolders is a collection of jobs: :class:`BadTraceError`.
     """
     if not paths:
         raise BadTraceError("no trace path given")
