@@ -92,6 +92,7 @@ def arrivals_job(
     kernel: str = ALLREDUCE,
     world_size: int | None = None,
     step_start_us: dict[int, float] | None = None,
+    device: str | None = None,
 ) -> list[RankTrace]:
     """Each step, rank r computes until ``arrive_us[r][k]`` (after the step start), then
     runs collective k, which ends on every rank ``transfer_us`` after the last arrival.
@@ -156,6 +157,7 @@ def arrivals_job(
                 device=make_table(cols, DEVICE_COLUMNS),
                 host=empty_host_table(),
                 steps=tuple(step_list),
+                device_name=device,
                 world_size=n,
                 process_groups=(ProcessGroup("0", "default_pg", tuple(range(n))),),
             )

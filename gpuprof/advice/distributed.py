@@ -6,6 +6,8 @@ rank's, and a fix saves what it takes off that. Recommendation ids are stable:
 ``straggler-rank``        named slow ranks that the others wait for in collectives
 ``straggler-absent-rank`` ranks wait in collectives for a rank that is not in the input
 ``pipeline-imbalance``, ``pipeline-bubble``: see :mod:`gpuprof.advice.pipeline`
+``communication-slow-collectives`` collectives far slower than their bytes need at link
+                          speed: waiting for ranks not in the input, or a slow transport
 ``comm-overlap``          exposed collectives that hardly overlap compute
 ``exposed-communication`` exposed collectives that already overlap but still cost time
 """
@@ -97,8 +99,10 @@ def _one_step_note(reports: Sequence[RankReport]) -> list[str]:
     """Say so when the conclusion rests on a single profiled step."""
     if reports and max(r.steps for r in reports) <= 1:
         return [
-            "this rests on one profiled step: arrival order can change from step to step, so profile "
-            "several steps (torch.profiler schedule with active >= 5) before acting on it"
+            (
+                "this rests on one profiled step: arrival order can change from step to step, so profile "
+                "several steps (torch.profiler schedule with active >= 5) before acting on it"
+            )
         ]
     return []
 
@@ -111,7 +115,11 @@ def _skew_text(ctx: AdviceContext, reports: Sequence[RankReport]) -> tuple[list[
     ranks = [int(e["rank"]) for e in early]
     leads = [float(e["lead_us"]) for e in early]
     waits = [float(e["wait_us_per_step"]) for e in early]
-    lead_txt = _ms(min(leads)) if max(leads) - min(leads) < 0.1 * max(leads) else f"{_ms(min(leads))}-{_ms(max(leads))}"
+    lead_txt = (
+        _ms(min(leads))
+        if max(leads) - min(leads) < 0.1 * max(leads)
+        else f"{_ms(min(leads))}-{_ms(max(leads))}"
+    )
     wait_txt = _ms(min(waits)) if len(waits) == 1 else f"{_ms(min(waits))}-{_ms(max(waits))}"
     return [
         (
@@ -143,7 +151,6 @@ def _named_straggler_advice(
     others = [r for r in reports if r.rank not in slow]
     if not others:
         return None
-    steps = max(1, int(np.median([max(r.steps, 1) for r in others])))
     have_gain = all(x.get("gain_us_per_step") is not None for x in stragglers)
     if have_gain:
         gain = sum(float(x["gain_us_per_step"]) for x in stragglers)
@@ -165,7 +172,9 @@ def _named_straggler_advice(
                 + f" over the next-latest rank: {_ms(float(x['gain_us_per_step']))} per step on the critical path"
             )
         else:
-            evidence.append(f"rank {x['rank']} arrived last at {x['last_arrivals']} of {x['collectives']} collectives")
+            evidence.append(
+                f"rank {x['rank']} arrived last at {x['last_arrivals']} of {x['collectives']} collectives"
+            )
         evidence.append(
             f"the other ranks waited {_ms(float(x['caused_wait_us_per_step']))} per step at those collectives "
             "(median per collective, summed); only the margin over the next-latest rank is this rank's doing"
@@ -235,8 +244,10 @@ def _rotating_advice(ctx: AdviceContext, reports: Sequence[RankReport]) -> Recom
         evidence=(
             f"of {arrivals.get('collectives')} collectives, the last to arrive was "
             + ", ".join(f"rank {r} at {counts[r]}" for r in ranks),
-            f"the last arrival leads the next-latest by {_ms(gain)} per step in total: what evening out "
-            "the work would take off the critical path",
+            (
+                f"the last arrival leads the next-latest by {_ms(gain)} per step in total: what evening out "
+                "the work would take off the critical path"
+            ),
             *skew,
             *_one_step_note(reports),
         ),
@@ -390,6 +401,40 @@ def _overlap_share(ctx: AdviceContext) -> float | None:
     return hidden / total if total > 0 else None
 
 
+def _inference_comm(pct: float, ranks: tuple[int, ...], evidence: list[str]) -> Recommendation:
+    """Exposed collectives of an inference job: tensor-parallel all-reduces sit on the
+    critical path by design (there is no backward to hide them behind)."""
+    return Recommendation(
+        id="exposed-communication",
+        category=Cause.COMMUNICATION,
+        title="Tensor-parallel collectives sit on the inference critical path: make them cheaper or fewer",
+        estimated_savings_pct=pct,
+        ranks=ranks,
+        evidence=(
+            *evidence,
+            (
+                "inference job (no backward or optimizer work): each layer's all-reduce must finish before the "
+                "next layer starts, so it cannot be hidden behind backward"
+            ),
+        ),
+        actions=(
+            (
+                "Use a one-shot / custom all-reduce for small messages (vLLM's custom all-reduce, PyTorch "
+                "symmetric-memory multimem all-reduce) and fuse the all-reduce with the following RMSNorm "
+                "(vLLM / torch.compile fusion passes)."
+            ),
+            (
+                "Lower the tensor-parallel degree and serve with more replicas (data parallel) when the model "
+                "fits: fewer all-reduce hops per token."
+            ),
+            (
+                "Capture decode steps in CUDA graphs so collectives and small kernels launch back to back; "
+                "with NCCL_DEBUG=INFO check that the all-reduce uses NVLink (P2P/NVLS), not SHM or the network."
+            ),
+        ),
+    )
+
+
 def _is_megatron(ctx: AdviceContext) -> bool:
     for s in ctx.summaries:
         c = s.comms
@@ -402,6 +447,162 @@ def _is_megatron(ctx: AdviceContext) -> bool:
     return False
 
 
+def _inference(ctx: AdviceContext) -> bool:
+    """An inference job: said by the summary's ``workload`` fact, else guessed from a
+    Kineto trace whose host side was recorded (its collectives have launch times) and
+    shows neither backward nor optimizer work."""
+    said = [s.facts.get("workload") for s in ctx.summaries if s.facts]
+    if any(w == "training" for w in said):
+        return False
+    if any(w == "inference" for w in said):
+        return True
+    kineto = [s for s in ctx.summaries if s.fmt == "kineto"]
+    return bool(kineto) and all(
+        "backward" not in s.phases_us
+        and "optimizer" not in s.phases_us
+        and len(s.comms) > 0
+        and bool(s.comms["launch_us"].notna().any())
+        for s in kineto
+    )
+
+
+def _slow_excess_us(ctx: AdviceContext, reports: Sequence[RankReport]) -> dict[int, float]:
+    """Per rank, exposed collective time beyond what the bytes need at link speed (slow
+    collectives only), capped by the rank's lost ``communication`` time (waits measured
+    against ranks present are ``straggler`` already)."""
+    bw: Mapping[str, Mapping[str, Any]] = ctx.cross.get("collective_bandwidth") or {}
+    out: dict[int, float] = {}
+    for r in reports:
+        b = bw.get(str(r.rank))
+        if not b or not b.get("excess_us_per_step"):
+            continue
+        excess = float(b["excess_us_per_step"]) * max(r.steps, 1)
+        out[r.rank] = min(excess, float(r.lost_us.get(Cause.COMMUNICATION, 0.0)))
+    return out
+
+
+def _gb(gbps: float) -> str:
+    return f"{gbps:.1f} GB/s" if gbps < 100 else f"{gbps:.0f} GB/s"
+
+
+def _size(nbytes: float) -> str:
+    if nbytes >= 1e5:
+        return f"{nbytes / 1e6:.1f} MB"
+    return f"{nbytes / 1e3:.0f} KB" if nbytes >= 1e3 else f"{nbytes:.0f} B"
+
+
+def _range(lo: float, hi: float, fmt: Any) -> str:
+    return str(fmt(lo)) if fmt(lo) == fmt(hi) else f"{fmt(lo)}-{fmt(hi)}"
+
+
+def _slow_text(b: Mapping[str, Any], rank: int, device: str | None) -> str:
+    d = b["slow"]
+    peak = float(b["peak_gbps"])
+    lo, hi = (float(x) for x in d["busbw_gbps"])
+    s_lo, s_hi = (float(x) for x in d["sizes_bytes"])
+    d_lo, d_hi = (float(x) for x in d["duration_us"])
+    return (
+        f"rank {rank}: {b['slow_calls']} {'/'.join(d['names']) or 'collective'} calls of "
+        f"{_range(s_lo, s_hi, _size)} take {_range(d_lo, d_hi, _ms)}: "
+        f"{_range(lo, hi, _gb)} achieved bus bandwidth, {peak / max(hi, 1e-9):.0f}-{peak / max(lo, 1e-9):.0f}x "
+        f"below the ~{_gb(peak)} link peak of {device or 'this GPU'}"
+    )
+
+
+def _bandwidth_text(b: Mapping[str, Any], rank: int, device: str | None) -> str:
+    lo, hi = b["sizes_bytes"]
+    d_lo, d_hi = b["duration_us"]
+    names = "/".join(b.get("names") or ["collective"])
+    sizes = _size(lo) if lo == hi else f"{_size(lo)}-{_size(hi)}"
+    durs = _ms(d_lo) if d_lo == d_hi else f"{_ms(d_lo)}-{_ms(d_hi)}"
+    bw = b.get("busbw_gbps")
+    kind = "bus" if bw is not None else "algorithm"
+    bw = bw if bw is not None else b["algbw_gbps"]
+    text = f"rank {rank}: {b['calls']} {names} calls of {sizes} take {durs}: median {kind} bandwidth {_gb(float(bw))}"
+    peak = b.get("peak_gbps")
+    if peak:
+        text += f", {100.0 * float(bw) / float(peak):.1f}% of the ~{_gb(float(peak))} link peak of {device or 'this GPU'}"
+    return text
+
+
+@advisor
+def slow_collectives_advice(ctx: AdviceContext) -> list[Recommendation]:
+    """Collectives far slower than their bytes need: a late (maybe absent) rank, or a
+    transport that does not use the fast links. Estimate: the exposed time beyond the
+    time at link speed (see :mod:`gpuprof.analysis.linkspeed`) vanishes."""
+    reports = list(ctx.reports)
+    excess = _slow_excess_us(ctx, reports)
+    if not excess:
+        return []
+    pct = savings_pct(reports, excess)
+    if pct < MIN_SAVINGS_PCT:
+        return []
+    bw: Mapping[str, Mapping[str, Any]] = ctx.cross.get("collective_bandwidth") or {}
+    info = ctx.cross.get("straggler_analysis") or {}
+    absent = bool(info.get("note"))
+    devices = {s.rank: s.device_name for s in ctx.summaries}
+    evidence: list[str] = []
+    for rank in sorted(excess):
+        b = bw[str(rank)]
+        evidence.append(
+            _slow_text(b, rank, devices.get(rank))
+            if b.get("slow")
+            else _bandwidth_text(b, rank, devices.get(rank))
+        )
+        steps = max(next((r.steps for r in reports if r.rank == rank), 1), 1)
+        evidence.append(
+            f"rank {rank}: at link speed its exposed collectives would take {_ms(float(b['at_link_us_per_step']))} "
+            f"per step; {_ms(excess[rank] / steps)} per step more is spent in {b['slow_calls']} collectives that "
+            f"take over 10x what their bytes need"
+        )
+    share = _overlap_share(ctx)
+    if share is not None:
+        evidence.append(f"{100 * share:.0f}% of collective device time already overlaps compute")
+    if absent:
+        evidence.append(
+            "only part of each process group is in the input: a collective ends when its last member arrives, "
+            "so the time beyond the transfer is most likely this rank waiting for the others"
+        )
+    evidence.append(
+        "estimate (an upper bound): that excess vanishes, i.e. the late ranks arrive with this one or the "
+        "transport runs at link speed; link peaks are approximate datasheet figures (both directions), and "
+        "collectives are taken to reach 40% of them. Overlap or bucket tuning could at most hide the time at "
+        "link speed"
+    )
+    ranks = tuple(sorted(excess)) if not absent else ()
+    title = (
+        "Collectives take 10x+ longer than their bytes need: other ranks are likely late (or the transport is slow); "
+        "profile all ranks"
+        if absent
+        else "Collectives run far below the link speed: check the transport NCCL/RCCL uses"
+    )
+    return [
+        Recommendation(
+            id="communication-slow-collectives",
+            category=Cause.COMMUNICATION,
+            title=title,
+            estimated_savings_pct=pct,
+            ranks=ranks,
+            evidence=tuple(evidence),
+            actions=(
+                (
+                    "Profile all ranks (or whole process groups) and rerun gpuprof analyze on the folder: the "
+                    "cross-rank analysis then names the late rank(s) and measures how long the others wait."
+                ),
+                (
+                    "Check the transport with NCCL_DEBUG=INFO (RCCL: the same variable): the log names the path "
+                    "per peer (P2P/CUMEM or NVLS over NVLink/xGMI is fast; SHM, NET/Socket or a disabled P2P "
+                    "(NCCL_P2P_DISABLE=1) is not) and the protocol chosen."
+                ),
+                (
+                    "If a rank is late, look at what it does before the collective (data loading, host-side "
+                    "work, checkpointing, logging) on that rank."
+                ),
+            ),
+        )
+    ]
+
+
 @advisor
 def communication_advice(ctx: AdviceContext) -> list[Recommendation]:
     reports = list(ctx.reports)
@@ -411,7 +612,11 @@ def communication_advice(ctx: AdviceContext) -> list[Recommendation]:
     if sum(comm.values()) <= 0:
         return []
     # Assume half of the exposed time can be hidden or removed: overlap is rarely perfect.
-    pct = cause_savings_pct(reports, Cause.COMMUNICATION, fraction=0.5)
+    # Time that slow collectives spend beyond their transfer at link speed is not
+    # something overlap or bucket tuning removes (see slow_collectives_advice): only the
+    # rest counts.
+    excess = _slow_excess_us(ctx, reports)
+    pct = savings_pct(reports, {r: 0.5 * max(comm[r] - excess.get(r, 0.0), 0.0) for r in comm})
     if pct < MIN_SAVINGS_PCT:
         return []
     share = _overlap_share(ctx)
@@ -434,8 +639,20 @@ def communication_advice(ctx: AdviceContext) -> list[Recommendation]:
             "part of this may be waiting for ranks that are not in the input: "
             + str(info["note"]).split(":")[0]
         )
-    evidence.append("estimate assumes half of the exposed time can be hidden")
+    if excess:
+        evidence.append(
+            "estimate assumes half of the exposed time can be hidden, leaving out the time slow collectives "
+            "spend beyond their transfer at link speed"
+        )
+    else:
+        evidence.append("estimate assumes half of the exposed time can be hidden")
+    bw: Mapping[str, Mapping[str, Any]] = ctx.cross.get("collective_bandwidth") or {}
+    if str(worst.rank) in bw:
+        evidence.append(_bandwidth_text(bw[str(worst.rank)], worst.rank, worst.device))
+    evidence.extend(_one_step_note(reports))
     ranks = tuple(r.rank for r in reports if comm[r.rank] > 0)
+    if _inference(ctx):
+        return [_inference_comm(pct, ranks, evidence)]
     if _is_megatron(ctx):
         overlap_actions: tuple[str, ...] = (
             (

@@ -44,6 +44,9 @@ Findings (all JSON-serializable), keys of :attr:`CrossRankResult.findings`:
                        before precedence), ``last_arrivals``, ``waited_for_ranks``,
                        ``last_activity`` (what the last arriver did just before, counted).
 ``pipeline``           see :func:`gpuprof.analysis.pipeline_parallel.analyze_pipeline`.
+``collective_bandwidth`` ``{rank: {...}}`` for ranks whose collectives have known sizes:
+                       achieved bus bandwidth against the link peak, see
+                       :func:`gpuprof.analysis.linkspeed.rank_bandwidth`.
 """
 
 from __future__ import annotations
@@ -65,6 +68,7 @@ from gpuprof.analysis.collectives import (
     wait_claims,
 )
 from gpuprof.analysis.intervals import Intervals
+from gpuprof.analysis.linkspeed import job_bandwidth
 from gpuprof.analysis.phases import PHASES
 from gpuprof.analysis.pipeline_parallel import PipelineResult, analyze_pipeline
 from gpuprof.analysis.summary import RankSummary
@@ -275,7 +279,7 @@ def _stragglers(
             and float(gains["gain_us"].sum()) >= floor
         )
         info["arrivals"] = {
-            "collectives": int(len(gains)),
+            "collectives": len(gains),
             "last_counts": {str(r): int(n) for r, n in counts.items()},
             "rotating": rotating,
             "gain_us_per_step": round(float(gains["gain_us"].sum()) / steps, 3),
@@ -459,4 +463,7 @@ def analyze_job(summaries: Sequence[RankSummary]) -> CrossRankResult:
         findings["barrier_waits"] = _barrier_findings(barriers, active)
     if pipe is not None:
         findings["pipeline"] = dict(pipe.findings)
+    bandwidth = job_bandwidth(active)
+    if bandwidth:
+        findings["collective_bandwidth"] = dict(bandwidth)
     return CrossRankResult(claims=claims, findings=findings)

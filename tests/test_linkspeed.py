@@ -1,0 +1,67 @@
+"""Achieved collective bandwidth against the interconnect peak, on jobs with known sizes."""
+
+from __future__ import annotations
+
+import pytest
+from test_collectives import arrivals_job, summaries
+
+from gpuprof.analysis.linkspeed import (
+    LINK_EFFICIENCY,
+    bus_factor,
+    expected_us,
+    link_peak_gbps,
+    rank_bandwidth,
+)
+
+
+def test_bus_factors_follow_the_nccl_tests_definitions() -> None:
+    assert bus_factor("allreduce", 8) == pytest.approx(2 * 7 / 8)
+    assert bus_factor("all_reduce", 2) == pytest.approx(1.0)
+    assert bus_factor("_allgather_base", 8) == pytest.approx(7 / 8)
+    assert bus_factor("reduce_scatter_tensor", 4) == pytest.approx(3 / 4)
+    assert bus_factor("all_to_all", 8) == pytest.approx(7 / 8)
+    assert bus_factor("broadcast", None) == 1.0
+    assert bus_factor("allreduce", None) is None
+    assert bus_factor("barrier", 8) is None
+
+
+def test_link_peaks_are_known_for_datacenter_gpus_and_unknown_otherwise() -> None:
+    assert link_peak_gbps("NVIDIA A100-SXM4-80GB") == 600.0
+    assert link_peak_gbps("NVIDIA H100 80GB HBM3") == 900.0
+    assert link_peak_gbps("NVIDIA B200") == 1800.0
+    assert link_peak_gbps("Tesla V100-SXM2-16GB") == 300.0
+    assert link_peak_gbps("AMD Instinct MI300X") == 896.0
+    assert link_peak_gbps("NVIDIA H100 PCIe") is None
+    assert link_peak_gbps("NVIDIA GeForce RTX 4090") is None
+    assert link_peak_gbps(None) is None
+
+
+def test_bandwidth_from_message_size_and_time() -> None:
+    # One rank of 8 (the others absent): 5 all-reduces of 100 MB per step, each 5 ms.
+    arrive = {0: [10_000.0 * k for k in range(1, 6)]}
+    job = summaries(
+        arrivals_job(
+            arrive,
+            steps=2,
+            transfer_us=5_000.0,
+            msg_bytes=100_000_000,
+            world_size=8,
+            device="NVIDIA A100-SXM4-40GB",
+        )
+    )
+    b = rank_bandwidth(job[0])
+    assert b is not None
+    assert b["calls"] == 10 and b["bytes_per_step"] == pytest.approx(5e8)
+    assert b["algbw_gbps"] == pytest.approx(20.0)  # 100 MB / 5 ms
+    assert b["busbw_gbps"] == pytest.approx(20.0 * 2 * 7 / 8)
+    assert b["peak_gbps"] == 600.0
+    need = expected_us(100e6 * 1.75, 600.0)
+    assert need == pytest.approx(20.0 + 175e6 / (LINK_EFFICIENCY * 600e3))
+    assert b["slow_calls"] == 0  # 5 ms is less than 10x the ~750 us the bytes need
+    assert b["exposed_us_per_step"] == pytest.approx(5 * 5_000.0)
+    assert b["at_link_us_per_step"] == pytest.approx(5 * need)
+
+
+def test_collectives_without_sizes_have_no_bandwidth() -> None:
+    job = summaries(arrivals_job({0: [1_000.0, 2_000.0]}, world_size=8, device="NVIDIA B200"))
+    assert rank_bandwidth(job[0]) is None
