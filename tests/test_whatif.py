@@ -233,9 +233,12 @@ def test_launch_replay_removes_only_the_launch_calls() -> None:
     assert 100 * _cut_us(s, "launch") / window == pytest.approx(8.0, abs=1.0)
     assert 100 * _cut_us(s, "operators") / window == pytest.approx(60.0, abs=1.5)
     rec = _only(local.host_launch(ctx))
-    assert rec.id == "host-launch-bound"
-    assert rec.estimated_savings_pct == pytest.approx(8.0, abs=1.0)
+    # The launch calls are 8 of the ~98 µs the device waits each time: framework overhead.
+    assert rec.id == "host-overhead"
+    # The headline is the CUDA-graph model (operators free); the launch-only replay is the
+    # lower end of the range.
+    assert rec.estimated_savings_pct == pytest.approx(60.0, abs=1.5)
     assert 100 * ctx.reports[0].lost_us[Cause.HOST] / window > 90  # the attributed share
-    assert any(
-        e.startswith("Upper bound: if the 12.0 ms per step of framework operators") for e in rec.evidence
-    )
+    line = next(e for e in rec.evidence if e.startswith("Model: the framework operators"))
+    assert "between 8." in line or "between 7." in line
+    assert f"and {rec.estimated_savings_pct:.1f}%" in line

@@ -59,6 +59,10 @@ MIN_SHARE = 0.02
 # shorter than its launch call, at a rate of at least this many launches per millisecond.
 LAUNCH_BOUND_TINY_SHARE = 0.3
 LAUNCH_BOUND_RATE_PER_MS = 2.0
+# ... and the host spent at least this share of the device's wait inside launch calls.
+LAUNCH_BOUND_CALL_SHARE = 0.5
+# No saving is estimated from a window shorter than this (a few kernels, no step).
+MIN_WINDOW_US = 1000.0
 
 
 @dataclass(frozen=True)
@@ -150,6 +154,7 @@ _WHATIF_WHAT = {
     "allocator": "allocator calls",
     "launch": "kernel launch calls",
     "operators": "framework operators that launch kernels",
+    "ddp_buffers": "DDP buffer broadcast",
 }
 
 
@@ -182,17 +187,14 @@ def _replay_line(hit: _Hit, whatif: str, cut_us: float) -> str:
     )
 
 
-def _bound_line(hit: _Hit, whatif: str) -> str | None:
-    """The optimistic what-if beside the one the estimate uses, as a range for the user."""
-    cut = _replay_cut_us(hit.summary, whatif)
-    if cut is None:
-        return None
-    _, after, unit = _per_step(hit, whatif, cut)
-    return (
-        f"Upper bound: if the {_ms(_removed_per(hit, whatif))} {unit} of {_WHATIF_WHAT[whatif]} cost nothing "
-        f"on the host (as a CUDA graph replay achieves; Python between them kept), rank {hit.report.rank} "
-        f"would take {_ms(after)} {unit}. The estimate uses the conservative replay above."
-    )
+def _replayed_cuts(ctx: AdviceContext, whatif: str) -> dict[int, float]:
+    """Per rank with a replay: the window time ``whatif`` saves."""
+    out = {}
+    for s, r in _pairs(ctx):
+        cut = _replay_cut_us(s, whatif)
+        if cut is not None:
+            out[r.rank] = cut
+    return out
 
 
 def _recommend(
@@ -204,31 +206,37 @@ def _recommend(
     evidence: Sequence[str],
     actions: Sequence[str],
     whatif: str | None = None,
-    upper: str | None = None,
+    lower: str | None = None,
     replay_note: str | None = None,
 ) -> list[Recommendation]:
     removed = {h.report.rank: h.lost_us for h in hits}
     estimate = savings_pct(ctx.reports, removed)
     evidence = list(evidence)
     if whatif is not None:
-        # Replayed savings on every rank that has a replay; the plain cut elsewhere.
-        cuts = dict(removed)
-        replayed = {}
-        for s, r in _pairs(ctx):
-            cut = _replay_cut_us(s, whatif)
-            if cut is not None:
-                replayed[r.rank] = cut
+        replayed = _replayed_cuts(ctx, whatif)
         if replayed:
-            cuts.update(replayed)
-            estimate = savings_pct(ctx.reports, cuts)
+            estimate = savings_pct(ctx.reports, {**removed, **replayed})
             worst = _worst(hits)
             if worst.report.rank in replayed:
                 evidence.append(_replay_line(worst, whatif, replayed[worst.report.rank]))
-                bound = _bound_line(worst, upper) if upper is not None else None
-                if bound is not None:
-                    evidence.append(bound)
+                low = _replayed_cuts(ctx, lower) if lower is not None else {}
+                if low:
+                    low_pct = min(estimate, savings_pct(ctx.reports, {**removed, **low}))
+                    evidence.append(
+                        f"Model: the {_WHATIF_WHAT[whatif]} cost nothing on the host, as CUDA graph capture or "
+                        "torch.compile achieve; the Python between them is kept. Estimated saving between "
+                        f"{low_pct:.1f}% (only the {_WHATIF_WHAT[lower or whatif]} free) and {estimate:.1f}%."
+                    )
                 if replay_note is not None:
                     evidence.append(replay_note)
+    if any(h.report.window_us < MIN_WINDOW_US for h in hits):
+        estimate = 0.0
+        evidence.append(
+            f"The analysed window is under {MIN_WINDOW_US / 1000:.0f} ms: too little to estimate a saving "
+            "(profile a few full steps)."
+        )
+    elif any(0 < h.report.steps < 2 for h in hits):
+        evidence.append("Only one profiled step: low confidence; profile a few steps to confirm.")
     return [
         Recommendation(
             id=rec_id,
@@ -287,8 +295,9 @@ def dataloader_starvation(ctx: AdviceContext) -> list[Recommendation]:
         actions,
         whatif="dataloader",
         replay_note=(
-            "The replay keeps the host's measured speed between launches; loading outside the training "
-            "process can also speed that up (less CPU and cache contention), which it does not predict."
+            "The replay keeps the host's measured speed between launches. Host ops run slow while the "
+            "DataLoader works in-process (CPU and cache contention); loading in worker processes speeds them "
+            "up too, which the estimate does not include, so it is a lower bound."
         )
         if single
         else None,
@@ -471,6 +480,84 @@ def memory_allocator(ctx: AdviceContext) -> list[Recommendation]:
     )
 
 
+def _op_line(hit: _Hit, cause: str, what: str) -> str | None:
+    """Where the lost time of ``cause`` sits on the worst rank: its top enclosing ops."""
+    ops: Sequence[Mapping[str, Any]] = (hit.fact.get("lost_by_op") or {}).get(cause) or []
+    parts = []
+    for o in ops[:5]:
+        per = o.get("lost_us_per_step")
+        amount = f"{_ms(float(per))}/step" if per is not None else _ms(float(o["lost_us"]))
+        calls = f", {o['calls']} calls" if o.get("calls") else ""
+        parts.append(f"{o['op']} {amount}{calls}")
+    if not parts:
+        return None
+    return f"On rank {hit.report.rank} the {what} sits under: " + "; ".join(parts) + "."
+
+
+def _top_ops(hit: _Hit, cause: str = "host") -> list[str]:
+    return [str(o["op"]) for o in (hit.fact.get("lost_by_op") or {}).get(cause) or []]
+
+
+def _inference(hits: Sequence[_Hit]) -> bool:
+    return any(h.fact.get("workload") == "inference" for h in hits)
+
+
+def _vllm(hit: _Hit) -> bool:
+    return any("vllm" in op or "execute_context" in op or "execute_model" in op for op in _top_ops(hit))
+
+
+def _host_actions(w: _Hit, launch_bound: bool, inference: bool) -> list[str]:
+    if inference:
+        actions = []
+        if _vllm(w):
+            actions.append(
+                "vLLM: do not set enforce_eager=True; let it capture CUDA graphs (compilation_config "
+                "cudagraph_capture_sizes covering your batch sizes) and torch.compile the model."
+            )
+        actions += [
+            (
+                "Capture the decode step in CUDA graphs (torch.compile(mode='reduce-overhead') or "
+                "torch.cuda.graphs) so one replay replaces hundreds of eager launches."
+            ),
+            "Batch more requests per step so each kernel does more work.",
+        ]
+        return actions
+    ops = _top_ops(w)
+    actions = []
+    if any(op.startswith("Optimizer.zero_grad") for op in ops[:3]):
+        actions.append(
+            "optimizer.zero_grad(set_to_none=True): the trace zero-fills every gradient with its own kernel "
+            "launch (set_to_none is the default since PyTorch 2.0)."
+        )
+    step = next((op for op in ops[:3] if op.startswith("Optimizer.step")), None)
+    if step is not None:
+        actions.append(
+            f"{step} runs long on the host: use a fused or foreach implementation (fused=True), keep its "
+            "state on the GPU, or run the expensive part (preconditioner updates) every N steps."
+        )
+    if launch_bound:
+        actions += [
+            (
+                "Compile the model: torch.compile(model) fuses elementwise kernels; "
+                "mode='reduce-overhead' also captures CUDA graphs."
+            ),
+            "Capture the static part of the step in a CUDA graph (torch.cuda.graphs / make_graphed_callables).",
+            "Give each kernel more work: a larger batch per GPU, or fewer, bigger layers.",
+        ]
+    else:
+        actions += [
+            (
+                "torch.compile(model) removes most per-op Python and framework overhead (mode='reduce-overhead' "
+                "also captures CUDA graphs)."
+            ),
+            "Profile the host side (py-spy record --native, or the torch profiler's CPU view) to find the slow Python.",
+            "Move CPU pre-processing, logging and metric code out of the step or into background threads.",
+        ]
+    if not any("fused" in a for a in actions):
+        actions.append("Use fused/foreach optimizers (torch.optim.AdamW(..., fused=True)).")
+    return actions
+
+
 @advisor
 def host_launch(ctx: AdviceContext) -> list[Recommendation]:
     hits = _hits(ctx, Cause.HOST)
@@ -478,7 +565,13 @@ def host_launch(ctx: AdviceContext) -> list[Recommendation]:
         return []
     w = _worst(hits)
     tiny = w.fact.get("kernels_shorter_than_launch_share")
+    in_launch = w.fact.get("host_wait_in_launch_share")
     evidence = [_idle_line(hits, "waiting for the host to launch the next kernel")]
+    if in_launch is not None:
+        evidence.append(
+            f"Rank {w.report.rank}: while the GPU waited, the host spent {100 * float(in_launch):.0f}% of that "
+            "time inside kernel launch calls, the rest in framework and Python work between them."
+        )
     kmed, lmed = w.fact.get("kernel_median_us"), w.fact.get("launch_median_us")
     if tiny is not None and kmed is not None and lmed is not None:
         evidence.append(
@@ -488,40 +581,105 @@ def host_launch(ctx: AdviceContext) -> list[Recommendation]:
     rate = w.fact.get("launches_per_ms")
     if rate is not None:
         evidence.append(f"Rank {w.report.rank} launched {float(rate):.1f} compute kernels per ms.")
-    # Launch-bound: many kernels, a good share of them shorter than their own launch.
-    if tiny is not None and tiny >= LAUNCH_BOUND_TINY_SHARE and (rate or 0.0) >= LAUNCH_BOUND_RATE_PER_MS:
-        return _recommend(
-            ctx,
-            hits,
-            "host-launch-bound",
-            Cause.HOST,
-            "Kernel launches cannot keep up with many tiny kernels: fuse them or capture CUDA graphs",
-            evidence,
-            [
-                (
-                    "Compile the model: torch.compile(model) fuses elementwise kernels; "
-                    "mode='reduce-overhead' also captures CUDA graphs."
-                ),
-                "Capture the static part of the step in a CUDA graph (torch.cuda.graphs / make_graphed_callables).",
-                (
-                    "Use fused/foreach optimizers (torch.optim.AdamW(..., fused=True)) and "
-                    "zero_grad(set_to_none=True)."
-                ),
-                "Give each kernel more work: a larger batch per GPU, or fewer, bigger layers.",
-            ],
-            whatif="launch",
-            upper="operators",
+    ops = _op_line(w, "host", "time the GPU waited for the host")
+    if ops is not None:
+        evidence.append(ops)
+    ddp = w.fact.get("ddp_buffer_sync")
+    if ddp and ddp.get("lost_us_per_step") is not None:
+        evidence.append(
+            f"Rank {w.report.rank}: DistributedDataParallel broadcasts its buffers at the start of every forward "
+            f"({ddp['broadcasts']} broadcasts, {_ms(float(ddp['host_us_per_step']))}/step on the host, "
+            f"{_ms(float(ddp['lost_us_per_step']))}/step of GPU idle inside it); see host-ddp-buffer-sync."
         )
+    inference = _inference(hits)
+    if inference:
+        evidence.append("This is an inference workload (no backward or optimizer ops; inference markers).")
+    # Launch-bound only when the launch calls themselves dominate the host's wait and many
+    # kernels are shorter than their launch; otherwise it is framework / Python overhead.
+    launch_bound = (
+        in_launch is not None
+        and in_launch >= LAUNCH_BOUND_CALL_SHARE
+        and tiny is not None
+        and tiny >= LAUNCH_BOUND_TINY_SHARE
+        and (rate or 0.0) >= LAUNCH_BOUND_RATE_PER_MS
+    )
+    actions = _host_actions(w, launch_bound, inference)
+    if launch_bound:
+        rec_id, title = (
+            "host-launch-bound",
+            "Kernel launches cannot keep up with many tiny kernels: fuse them or capture CUDA graphs",
+        )
+    else:
+        rec_id, title = (
+            "host-overhead",
+            "The host issues GPU work too slowly: framework and Python overhead between kernels",
+        )
+    if _loader_in_process(hits):
+        # The in-process DataLoader slows every host op (CPU and cache contention): the
+        # CUDA-graph replay would count host time the DataLoader fix removes anyway. Until
+        # that is fixed, only the launch-call replay is claimed.
+        graphs = _replayed_cuts(ctx, "operators")
+        upper = savings_pct(ctx.reports, {**{h.report.rank: h.lost_us for h in hits}, **graphs})
+        evidence.append(
+            "The DataLoader runs in the training process and slows the host ops between kernels; fix "
+            "dataloader-starvation first and profile again. Until then the estimate counts only the launch "
+            f"calls (the CUDA-graph replay, operators free, gives {upper:.1f}%, much of it host time the "
+            "DataLoader fix removes)."
+        )
+        return _recommend(ctx, hits, rec_id, Cause.HOST, title, evidence, actions, whatif="launch")
+    return _recommend(
+        ctx, hits, rec_id, Cause.HOST, title, evidence, actions, whatif="operators", lower="launch"
+    )
+
+
+def _loader_in_process(hits: Sequence[_Hit]) -> bool:
+    """A rank of ``hits`` loads its data in the training process and waits on it."""
+    for h in hits:
+        dl = float(h.report.lost_us.get(Cause.DATALOADER, 0.0))
+        if (
+            h.fact.get("dataloader_single_process")
+            and h.report.window_us > 0
+            and dl / h.report.window_us >= MIN_SHARE
+        ):
+            return True
+    return False
+
+
+@advisor
+def host_ddp_buffer_sync(ctx: AdviceContext) -> list[Recommendation]:
+    hits = []
+    for s, r in _pairs(ctx):
+        ddp = s.facts.get("ddp_buffer_sync")
+        if ddp:
+            h = _Hit(s, r, min(float(ddp.get("lost_us") or 0.0), sum(float(v) for v in r.lost_us.values())))
+            if h.share >= MIN_SHARE:
+                hits.append(h)
+    if not hits:
+        return []
+    w = _worst(hits)
+    ddp = w.fact["ddp_buffer_sync"]
+    unit = "/step" if w.report.steps > 0 else " in the window"
+    host_us = ddp["host_us_per_step"] if ddp.get("host_us_per_step") is not None else ddp["host_us"]
+    evidence = [
+        _idle_line(hits, "while DistributedDataParallel broadcast its buffers at the start of the forward"),
+        (
+            f"Rank {w.report.rank}: {ddp['broadcasts']} buffer broadcasts (flatten_dense_tensors, broadcast, "
+            f"unflatten_dense_tensors) take {_ms(float(host_us))}{unit} on the host before the forward's first kernels."
+        ),
+    ]
     return _recommend(
         ctx,
         hits,
-        "host-overhead",
+        "host-ddp-buffer-sync",
         Cause.HOST,
-        "The host issues GPU work too slowly: take Python and CPU work off the step's critical path",
+        "DDP re-broadcasts its buffers every step: turn it off",
         evidence,
         [
-            "Profile the host side (py-spy record --native, or the torch profiler's CPU view) to find the slow Python.",
-            "Move CPU pre-processing, logging and metric code out of the step or into background threads.",
-            "torch.compile(model) removes most per-op Python and framework overhead.",
+            (
+                "DistributedDataParallel(model, broadcast_buffers=False): the buffers (e.g. BatchNorm running "
+                "stats) start equal on every rank; broadcasting them each forward is rarely needed."
+            ),
+            "If buffers must agree, use SyncBatchNorm or sync them every N steps instead.",
         ],
+        whatif="ddp_buffers",
     )

@@ -57,6 +57,22 @@ Keys:
     per-step times of the window replayed with nothing removed (``baseline``) and without
     each host-side cause (``dataloader``, ``sync``, ``allocator``, ``launch``), and the host
     time each what-if removed; ``None`` when the launches are not known well enough.
+``lost_by_op`` (dict cause -> list of dict)
+    for ``host``, ``sync`` and ``other`` (local attribution): the top enclosing host ops or
+    annotations of that lost time, each ``{"op", "lost_us", "lost_us_per_step", "calls"}``
+    (:func:`gpuprof.analysis.hostfacts.lost_by_op`).
+``host_wait_in_launch_share`` (float | None)
+    of the time the device waited for a late launch, the share the launching threads spent
+    inside launch API calls (high: launch-bound; low: framework / Python overhead).
+``workload`` (str | None)
+    ``"training"``, ``"inference"`` or ``None`` (unknown), from op names.
+``ddp_buffer_sync`` (dict | None)
+    DDP's per-forward buffer broadcast: ``broadcasts``, ``host_us``, ``lost_us`` and their
+    ``*_per_step``.
+``python_stacks`` (bool), ``empty_op_median_us`` (float | None), ``runtime_calls`` (int),
+``runtime_calls_matched_share`` (float | None)
+    how far host times and the trace's completeness can be trusted
+    (:func:`gpuprof.analysis.hostfacts.trust`).
 ``device_aligned_steps`` (bool), ``launch_matched_share`` (float | None)
     set by :func:`gpuprof.analysis.summarize.summarize`: whether step bounds follow the
     device (see :mod:`gpuprof.analysis.window`), and the share of device work whose launch
@@ -71,6 +87,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
+from gpuprof.analysis import hostfacts
 from gpuprof.analysis import intervals as iv
 from gpuprof.analysis.attribution import PRECEDENCE
 from gpuprof.analysis.rules import RULES
@@ -194,14 +211,48 @@ def rank_facts(
     f["comm_us"] = iv.total(comm_iv)
     f["comm_exposed_us"] = iv.total(iv.subtract(comm_iv, ctx.compute))
     f.update(_memory_facts(ctx))
-    f["local_lost_us_by_rule"] = _lost_by_rule(ctx, by_rule)
+    lost_us, lost_iv = _lost_by_rule(ctx, by_rule)
+    f["local_lost_us_by_rule"] = lost_us
+    f.update(_host_facts(ctx, lost_iv, per_step))
     return f
 
 
-def _lost_by_rule(ctx: RuleContext, by_rule: Mapping[str, iv.Intervals]) -> dict[str, float]:
-    """Local-only attribution, split further by rule inside each cause."""
+def _host_facts(
+    ctx: RuleContext, lost_iv: Mapping[str, iv.Intervals], per_step: int | None
+) -> dict[str, Any]:
+    """Enclosing ops of the local host / sync / other time, launch share, workload, trust."""
+
+    def cause_iv(*rules: str) -> iv.Intervals:
+        parts = [lost_iv[r] for r in rules if r in lost_iv]
+        if not parts:
+            return iv.empty()
+        return iv.union(np.concatenate([p[0] for p in parts]), np.concatenate([p[1] for p in parts]))
+
+    host_rules = [r.name for r in RULES if r.cause is Cause.HOST]
+    sync_rules = [r.name for r in RULES if r.cause is Cause.SYNC]
+    host_lost = cause_iv(*host_rules)
+    out: dict[str, Any] = {
+        "lost_by_op": {
+            "host": hostfacts.lost_by_op(ctx, host_lost, per_step),
+            "sync": hostfacts.lost_by_op(ctx, cause_iv(*sync_rules), per_step),
+            "other": hostfacts.lost_by_op(ctx, cause_iv("unclaimed"), per_step),
+        },
+        "host_wait_in_launch_share": hostfacts.host_wait_in_launch_share(ctx, cause_iv("late_launch")),
+        "workload": hostfacts.workload(ctx),
+        "ddp_buffer_sync": hostfacts.ddp_buffer_sync(ctx, per_step),
+    }
+    out.update(hostfacts.trust(ctx))
+    return out
+
+
+def _lost_by_rule(
+    ctx: RuleContext, by_rule: Mapping[str, iv.Intervals]
+) -> tuple[dict[str, float], dict[str, iv.Intervals]]:
+    """Local-only attribution, split further by rule inside each cause (µs and intervals;
+    ``unclaimed`` is what no rule got)."""
     remaining = ctx.lost
     out: dict[str, float] = {}
+    out_iv: dict[str, iv.Intervals] = {}
     by_cause: dict[Cause, list[tuple[str, iv.Intervals]]] = {}
     for rule in RULES:
         if rule.name in by_rule:
@@ -210,10 +261,12 @@ def _lost_by_rule(ctx: RuleContext, by_rule: Mapping[str, iv.Intervals]) -> dict
         for name, claim in by_cause.get(cause, []):
             got = iv.intersect(remaining, claim)
             out[name] = iv.total(got)
+            out_iv[name] = got
             if got[0].size:
                 remaining = iv.subtract(remaining, got)
     out["unclaimed"] = iv.total(remaining)
-    return out
+    out_iv["unclaimed"] = remaining
+    return out, out_iv
 
 
 def _memory_facts(ctx: RuleContext) -> dict[str, Any]:

@@ -28,6 +28,7 @@ import pandas as pd
 
 from gpuprof.analysis import intervals as iv
 from gpuprof.analysis.facts import rank_facts
+from gpuprof.analysis.hostfacts import trust_warnings
 from gpuprof.analysis.launches import activity_mask, match_launches
 from gpuprof.analysis.rules import build_context, claims_by_cause, claims_by_rule
 from gpuprof.analysis.summary import COMMS_COLUMNS, RankSummary
@@ -96,6 +97,7 @@ def summarize(trace: RankTrace, selection: StepSelection = _ALL_STEPS) -> RankSu
     facts["launch_matched_share"] = launches.matched_share
     facts.update(whatif_facts(ctx, window.steps))
     warnings = trace.warnings + ((window.note,) if window.note else ())
+    warnings += trust_warnings(facts) + data_warnings(hi - lo, len(window.steps))
     return RankSummary(
         rank=trace.rank,
         source=trace.source,
@@ -115,6 +117,28 @@ def summarize(trace: RankTrace, selection: StepSelection = _ALL_STEPS) -> RankSu
         facts=facts,
         warnings=warnings,
     )
+
+
+# Below this window no savings are estimated (a few kernels say nothing about a job), and
+# with fewer steps than this the step's variation is unknown: low confidence.
+MIN_WINDOW_US = 1000.0
+MIN_STEPS = 2
+
+
+def data_warnings(window_us: float, steps: int) -> tuple[str, ...]:
+    """Low-confidence warnings for a window too short or with too few steps."""
+    if window_us < MIN_WINDOW_US:
+        return (
+            (
+                f"the analysed window is only {window_us:.0f} µs (under {MIN_WINDOW_US / 1000:.0f} ms): far "
+                "too little to judge a job; no savings are estimated from it"
+            ),
+        )
+    if steps == 1:
+        return (
+            "only one profiled step: estimates rest on a single step and may not be typical (low confidence)",
+        )
+    return ()
 
 
 def _comms(trace: RankTrace, lo: float, hi: float) -> pd.DataFrame:

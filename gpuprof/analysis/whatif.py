@@ -51,8 +51,14 @@ What each cause's what-if removes (keys of ``whatif_step_times_us``):
                 launches cost nothing). Conservative: the Python and framework time
                 between launches stays, although ``torch.compile`` removes much of it.
 ``operators``   the framework operators that launch kernels, whole (dispatch, checks and
-                launch), as a CUDA graph replay removes them; Python between them stays.
-                An optimistic bound for the same fixes, shown beside the ``launch`` one.
+                launch), and any launch call outside them, as a CUDA graph replay removes
+                them; Python between them stays.
+                The CUDA-graph / ``torch.compile`` model of the host-side findings; the
+                ``launch`` replay is its conservative lower end.
+``ddp_buffers`` DDP's buffer broadcast at the start of each forward (the spans from the
+                first to the last ``flatten_dense_tensors`` / ``broadcast`` /
+                ``unflatten_dense_tensors`` inside ``DistributedDataParallel.forward``):
+                ``broadcast_buffers=False``. Its broadcast kernels stay on the device.
 
 Only calls on threads that launch device work are removed or kept as syncs; a background
 thread's calls do not hold the launches back.
@@ -75,6 +81,7 @@ import numpy as np
 import numpy.typing as npt
 
 from gpuprof.analysis import intervals as iv
+from gpuprof.analysis.hostfacts import ddp_buffer_spans
 from gpuprof.analysis.intervals import Intervals
 from gpuprof.analysis.rules.context import LAUNCH_QUEUE_US, LAUNCH_SLACK_US, RuleContext
 from gpuprof.model.timeline import Category, Kind, Step
@@ -87,7 +94,7 @@ HOST_BOUND_SLACK_US = LAUNCH_SLACK_US
 QUEUE_LATENCY_US = LAUNCH_QUEUE_US
 # Below this share of device work with a known launch the replay is not attempted.
 MIN_MATCHED_SHARE = 0.5
-WHATIF_CAUSES: tuple[str, ...] = ("dataloader", "sync", "allocator", "launch", "operators")
+WHATIF_CAUSES: tuple[str, ...] = ("dataloader", "sync", "allocator", "launch", "operators", "ddp_buffers")
 
 
 @dataclass(frozen=True)
@@ -340,6 +347,12 @@ def _step_edges(ctx: RuleContext, steps: tuple[Step, ...]) -> tuple[FloatArray, 
     return np.vstack([np.minimum(host0, dev0), dev0]), float(host_end)
 
 
+def _ddp_spans(ctx: RuleContext) -> Intervals:
+    """DDP's per-forward buffer sync (flatten, broadcast, unflatten), relative to lo."""
+    spans, _ = ddp_buffer_spans(ctx)
+    return spans[0] - ctx.lo_us, spans[1] - ctx.lo_us
+
+
 def whatif_facts(ctx: RuleContext, steps: tuple[Step, ...]) -> dict[str, Any]:
     """``whatif_step_times_us`` ({``baseline`` and each of :data:`WHATIF_CAUSES`: per-step
     replayed times, or the whole window without steps}) and ``whatif_removed_us`` ({cause:
@@ -359,7 +372,9 @@ def whatif_facts(ctx: RuleContext, steps: tuple[Step, ...]) -> dict[str, Any]:
         "sync": sync_calls,
         "allocator": _host_union(ctx, ctx.host_mask(Category.ALLOC)),
         "launch": _host_union(ctx, _kernel_launch_mask(ctx)),
-        "operators": _host_union(ctx, _kernel_op_mask(ctx)),
+        # Launch calls outside any operator go too: a CUDA graph replays without them.
+        "operators": _host_union(ctx, _kernel_op_mask(ctx) | _kernel_launch_mask(ctx)),
+        "ddp_buffers": _ddp_spans(ctx),
     }
     base = replay(ev, iv.empty(), blocking, host_end, edges)
     out: dict[str, list[float]] = {"baseline": list(base.step_times_us)}

@@ -1,0 +1,298 @@
+"""Facts about the host side of one rank: where its lost time sits, what the job is, and
+how far the trace itself can be trusted.
+
+* **Lost time by enclosing op.** For the lost time of a cause (``host``, ``sync``,
+  ``other``), the host range that the thread waited on sat in: the *outermost meaningful*
+  op or annotation of that thread covering each lost microsecond. Wrappers that only say
+  which phase it is (``## forward ##``, ``DistributedDataParallel.forward``, a bare
+  ``forward``) are looked through to the range inside them; where nothing else covers the
+  time they are named themselves, as is a range lasting half a step or more (a phase, not
+  an op); what no range covers is ``(no op: Python)``. The thread is the one that
+  launched the kernel ending the gap (the busiest launching thread when that is unknown),
+  then, for what that one leaves, the busiest launching thread (a backward thread's gaps
+  while the main thread sits in the optimizer).
+* **Launch share.** Of the time the device waited for a late launch, the share the
+  launching thread spent inside launch API calls (``cudaLaunchKernel``, ...). High: the
+  launches themselves are the bottleneck; low: framework / Python work between them is.
+* **Workload.** ``training`` when backward or optimizer ops appear, ``inference`` when none
+  do and inference markers do (vLLM ops, ``execute_model``, prefill / decode, generation
+  contexts), else ``None``.
+* **DDP buffer sync.** ``DistributedDataParallel.forward`` broadcasting its buffers
+  (``flatten_dense_tensors`` / ``broadcast`` / ``unflatten_dense_tensors``, or
+  ``_sync_buffers``) at the start of every forward.
+* **Trust.** Python stacks recorded (``python_function`` events) and slow trivial ops
+  (``aten::empty``) mean the profiler inflated host time; runtime calls all matched to
+  device work (none of the usual event / stream calls) mean a filtered or sampled trace.
+
+Times in microseconds on the trace's clock. Pure: the trace is only read.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Mapping
+from typing import Any
+
+import numpy as np
+import numpy.typing as npt
+import pandas as pd
+
+from gpuprof.analysis import intervals as iv
+from gpuprof.analysis.intervals import Intervals
+from gpuprof.analysis.rules.context import RuleContext
+from gpuprof.model.timeline import Category, Kind
+
+# Names that only say which phase the time is in: looked through to the op inside.
+_WRAPPER = re.compile(
+    r"^(## .* ##|DistributedDataParallel\.forward|FullyShardedDataParallel\.forward|forward|backward)$"
+)
+_PHASE = re.compile(r"^## .* ##$")
+NO_OP = "(no op: Python)"
+TOP_OPS = 5
+_TRAINING = re.compile(
+    r"Backward|autograd::engine|^Optimizer\.(step|zero_grad)|## backward ##|## optimizer ##"
+)
+_INFERENCE = re.compile(
+    r"vllm|execute_model|model_runner|prefill|decode|_generation_|generate|sglang|inference", re.IGNORECASE
+)
+_DDP_SYNC = re.compile(r"_sync_buffers|_sync_module_buffers|_sync_params_and_buffers")
+_DDP_PARTS = re.compile(r"^(aten::flatten_dense_tensors|aten::unflatten_dense_tensors|c10d::broadcast_)$")
+# ``aten::empty`` only asks the caching allocator for a block: a few µs. Slower than this
+# (median), the profiler itself (with_stack, record_shapes) or a starved CPU slows the host.
+SLOW_EMPTY_US = 15.0
+# A filtered trace keeps only runtime calls that launched something; a full one always has
+# event / stream calls (cudaEventRecord, cudaStreamWaitEvent, ...) without device work.
+FILTERED_MIN_RUNTIME_CALLS = 100
+
+
+def _names(host: pd.DataFrame) -> npt.NDArray[np.str_]:
+    return np.asarray(host["name"].astype(str).to_numpy(), dtype=str)
+
+
+def _measure_before(ivs: Intervals, t: npt.NDArray[np.float64]) -> npt.NDArray[np.float64]:
+    """Length of ``ivs`` (normalized) inside ``(-inf, t)``."""
+    s, e = ivs
+    if s.size == 0:
+        return np.zeros_like(t)
+    cum = np.r_[0.0, np.cumsum(e - s)]
+    i = np.searchsorted(s, t, side="right") - 1
+    ok = i >= 0
+    j = np.maximum(i, 0)
+    inside = np.clip(t - s[j], 0.0, e[j] - s[j])
+    return np.where(ok, cum[j] + inside, 0.0)
+
+
+def _outer(s: npt.NDArray[np.float64], e: npt.NDArray[np.float64]) -> npt.NDArray[np.bool_]:
+    order = np.lexsort((-e, s))
+    prev_end = np.maximum.accumulate(np.r_[-np.inf, e[order][:-1]])
+    out = np.zeros(s.size, dtype=bool)
+    out[order] = s[order] >= prev_end
+    return out
+
+
+def _main_tid(ctx: RuleContext) -> int:
+    tids = ctx.launches.tid[ctx.act & (ctx.launches.tid >= 0)]
+    if tids.size == 0:
+        return -1
+    vals, counts = np.unique(tids, return_counts=True)
+    return int(vals[np.argmax(counts)])
+
+
+def lost_by_op(ctx: RuleContext, lost: Intervals, per_step: int | None) -> list[dict[str, Any]]:
+    """The top :data:`TOP_OPS` enclosing ops of ``lost`` (normalized): ``op``, ``lost_us``,
+    ``lost_us_per_step`` (``None`` without steps), ``calls`` (ranges of that name that hold
+    some of it)."""
+    total = iv.total(lost)
+    if total <= 0:
+        return []
+    host = ctx.trace.host
+    hs, he, htid = host["start_us"].to_numpy(), host["end_us"].to_numpy(), host["tid"].to_numpy()
+    ranges = (
+        np.isin(host["kind"].to_numpy(), (int(Kind.OP), int(Kind.ANNOTATION)))
+        & ~np.isin(host["category"].to_numpy(), (int(Category.STEP), int(Category.LAUNCH)))
+        & (he > ctx.lo_us)
+        & (hs < ctx.hi_us)
+    )
+    names = _names(host)
+    g = ctx.gaps
+    main = _main_tid(ctx)
+    gtid = np.where(g.tid >= 0, g.tid, main)
+    by_name: dict[str, list[float]] = {}
+    # A range as long as half a step (or window) only says which phase it is, like a wrapper.
+    steps = per_step or 1
+    phase_us = 0.5 * (ctx.hi_us - ctx.lo_us) / steps
+    covered = 0.0
+    for tid in np.unique(gtid):
+        mine = iv.intersect(lost, iv.normalize((g.start_us[gtid == tid], g.end_us[gtid == tid])))
+        # The gap's own thread first; what it leaves, the busiest launching thread.
+        for t in dict.fromkeys((int(tid), main)):
+            rows = np.flatnonzero(ranges & (htid == t))
+            if rows.size == 0 or mine[0].size == 0:
+                continue
+            phase = np.array([bool(_PHASE.match(n)) for n in names[rows]], dtype=bool)
+            wrap = phase | (he[rows] - hs[rows] >= phase_us)
+            wrap |= np.array([bool(_WRAPPER.match(n)) for n in names[rows]], dtype=bool)
+            # Layers, most specific first; each names only what the ones before left.
+            for layer in (~wrap, wrap & ~phase, phase):
+                sel = rows[layer]
+                if sel.size == 0 or mine[0].size == 0:
+                    continue
+                sel = sel[_outer(hs[sel], he[sel])]
+                got = _measure_before(mine, he[sel]) - _measure_before(mine, hs[sel])
+                for n, us in zip(names[sel][got > 0], got[got > 0]):
+                    acc = by_name.setdefault(str(n), [0.0, 0.0])
+                    acc[0] += float(us)
+                    acc[1] += 1
+                covered += float(got.sum())
+                mine = iv.subtract(mine, iv.union(hs[sel], he[sel]))
+    if total - covered > 0.5:
+        by_name[NO_OP] = [total - covered, 0.0]
+    top = sorted(by_name.items(), key=lambda kv: -kv[1][0])[:TOP_OPS]
+    return [
+        {
+            "op": n,
+            "lost_us": us,
+            "lost_us_per_step": us / per_step if per_step else None,
+            "calls": int(c),
+        }
+        for n, (us, c) in top
+    ]
+
+
+def host_wait_in_launch_share(ctx: RuleContext, host_lost: Intervals) -> float | None:
+    """Share of ``host_lost`` (the device waiting for late launches) during which a
+    launching thread was inside a launch API call; ``None`` when there is none."""
+    total = iv.total(host_lost)
+    if total <= 0:
+        return None
+    host = ctx.trace.host
+    launch = ctx.host_mask(Category.LAUNCH)
+    tids = np.unique(ctx.launches.tid[ctx.act & (ctx.launches.tid >= 0)])
+    if tids.size:
+        launch &= np.isin(host["tid"].to_numpy(), tids)
+    calls = iv.union(host["start_us"].to_numpy()[launch], host["end_us"].to_numpy()[launch])
+    return iv.total(iv.intersect(host_lost, calls)) / total
+
+
+def workload(ctx: RuleContext) -> str | None:
+    """``"training"``, ``"inference"`` or ``None`` (unknown), from op and annotation names."""
+    names = ctx.trace.host["name"].cat.categories.astype(str)
+    if any(_TRAINING.search(n) for n in names):
+        return "training"
+    if any(_INFERENCE.search(n) for n in names):
+        return "inference"
+    return None
+
+
+def ddp_buffer_spans(ctx: RuleContext) -> tuple[Intervals, int]:
+    """Per ``DistributedDataParallel.forward`` in the window, the span from its first to its
+    last buffer-sync op (normalized, clipped to the window), and the broadcasts in them."""
+    host = ctx.trace.host
+    hs, he, htid = host["start_us"].to_numpy(), host["end_us"].to_numpy(), host["tid"].to_numpy()
+    win = (he > ctx.lo_us) & (hs < ctx.hi_us)
+    cats = host["name"].cat.categories.astype(str)
+    codes = host["name"].cat.codes.to_numpy()
+    if cats.size == 0:
+        return iv.empty(), 0
+
+    def by_name(flag: list[bool]) -> npt.NDArray[np.bool_]:
+        f = np.asarray(flag, dtype=bool)
+        return (codes >= 0) & f[np.maximum(codes, 0)]
+
+    fwd = np.flatnonzero(win & by_name([c == "DistributedDataParallel.forward" for c in cats]))
+    if fwd.size == 0:
+        return iv.empty(), 0
+    parts = win & by_name([bool(_DDP_PARTS.match(c) or _DDP_SYNC.search(c)) for c in cats])
+    bcast = by_name([c == "c10d::broadcast_" for c in cats])
+    spans_s, spans_e = [], []
+    n_bcast = 0
+    for k in fwd:
+        inside = parts & (htid == htid[k]) & (hs >= hs[k]) & (he <= he[k])
+        if not inside.any():
+            continue
+        n_bcast += int(np.sum(inside & bcast))
+        spans_s.append(float(hs[inside].min()))
+        spans_e.append(float(he[inside].max()))
+    if not spans_s:
+        return iv.empty(), 0
+    return iv.clip(iv.union(np.array(spans_s), np.array(spans_e)), ctx.lo_us, ctx.hi_us), n_bcast
+
+
+def ddp_buffer_sync(ctx: RuleContext, per_step: int | None) -> dict[str, Any] | None:
+    """DDP's per-forward buffer broadcast: ``broadcasts`` (count), ``host_us`` (the spans
+    of :func:`ddp_buffer_spans`) and ``lost_us`` (lost time inside those spans), with
+    ``*_per_step``; ``None`` when not seen."""
+    spans, n_bcast = ddp_buffer_spans(ctx)
+    if spans[0].size == 0:
+        return None
+    host_us = iv.total(spans)
+    lost_us = iv.total(iv.intersect(ctx.lost, spans))
+    return {
+        "broadcasts": n_bcast,
+        "host_us": host_us,
+        "lost_us": lost_us,
+        "host_us_per_step": host_us / per_step if per_step else None,
+        "lost_us_per_step": lost_us / per_step if per_step else None,
+    }
+
+
+def trust(ctx: RuleContext) -> dict[str, Any]:
+    """``python_stacks`` (bool), ``empty_op_median_us`` (float | None), ``runtime_calls``
+    (int) and ``runtime_calls_matched_share`` (float | None): share of runtime calls whose
+    device work is in the trace."""
+    host, dev = ctx.trace.host, ctx.trace.device
+    kinds = host["kind"].to_numpy()
+    names = host["name"]
+    empty = (kinds == int(Kind.OP)) & (names == "aten::empty").to_numpy()
+    durs = (host["end_us"].to_numpy() - host["start_us"].to_numpy())[empty]
+    runtime = kinds == int(Kind.RUNTIME)
+    corr = dev["correlation"].to_numpy()
+    hc = host["correlation"].to_numpy()[runtime]
+    n_rt = int(runtime.sum())
+    return {
+        "python_stacks": bool((kinds == int(Kind.PYTHON)).any()),
+        "empty_op_median_us": float(np.median(durs)) if durs.size else None,
+        "runtime_calls": n_rt,
+        "runtime_calls_matched_share": float(np.mean(np.isin(hc, corr[corr >= 0]))) if n_rt else None,
+    }
+
+
+def trust_warnings(f: Mapping[str, Any]) -> tuple[str, ...]:
+    """Warnings for the rank from :func:`trust`'s facts and ``launch_matched_share``."""
+    out = []
+    if f.get("python_stacks"):
+        out.append(
+            "the trace recorded Python stacks (with_stack=True): the profiler slows the host, so host "
+            "time and host-bound estimates may be inflated"
+        )
+    empty = f.get("empty_op_median_us")
+    if empty is not None and empty > SLOW_EMPTY_US:
+        out.append(
+            f"host ops run slow (median aten::empty {empty:.0f} µs, normally a few µs): the profiler itself "
+            "(record_shapes, with_stack, profile_memory) or a busy CPU may inflate host time"
+        )
+    n_rt, matched = f.get("runtime_calls") or 0, f.get("runtime_calls_matched_share")
+    launch = f.get("launch_matched_share")
+    if n_rt >= FILTERED_MIN_RUNTIME_CALLS and matched is not None and matched >= 0.999:
+        out.append(
+            "the trace looks filtered or sampled (every runtime call launched device work; none of the usual "
+            "event/stream calls): ops or kernels left out may show as idle time"
+        )
+    elif launch is not None and launch < 0.5:
+        out.append(
+            f"only {100 * launch:.0f}% of device work has its launch call in the trace (filtered or sampled?): "
+            "host-side causes cannot be told apart for the rest"
+        )
+    return tuple(out)
+
+
+__all__ = [
+    "NO_OP",
+    "ddp_buffer_spans",
+    "ddp_buffer_sync",
+    "host_wait_in_launch_share",
+    "lost_by_op",
+    "trust",
+    "trust_warnings",
+    "workload",
+]
