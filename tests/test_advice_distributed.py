@@ -255,3 +255,34 @@ def test_b200_inference_gets_no_backward_overlap_advice(shared_traces: Path) -> 
             assert "backward" not in rec.title.lower() and "fsdp" not in words and "bucket" not in words
     comm = communication_advice(ctx)
     assert [r.id for r in comm] in ([], ["exposed-communication"])
+
+
+def test_barrier_advice_names_the_communication_that_makes_ranks_late() -> None:
+    from test_collectives import timeline_late_comm_job
+
+    comm = {0: [30_000.0, 2_000.0, 2_000.0, 2_000.0], 3: [30_000.0, 2_000.0, 2_000.0, 2_000.0]}
+    job = summaries(timeline_late_comm_job(comm))
+    ctx = context(job)
+    (rec,) = straggler_advice(ctx)
+    assert rec.ranks == (0, 3)
+    assert "embedding-gradient all-reduce" in rec.title
+    text = " ".join(rec.evidence)
+    assert "embedding-grads-all-reduce: 2.0 ms median" in text and "2 outliers of 30.0 ms" in text
+    assert any("untie" in a for a in rec.actions)
+    # Critical path: the barrier comes sooner by the waiting ranks' wait (the smallest of them).
+    waits = [r.lost_us[Cause.STRAGGLER] / r.steps for r in ctx.reports if r.rank in (1, 2)]
+    step_us = max(r.window_us / r.steps for r in ctx.reports)
+    assert rec.estimated_savings_pct == pytest.approx(100 * min(waits) / step_us, rel=0.01)
+
+
+def test_megatron_straggler_item_is_the_embedding_all_reduce_and_pipeline_items_say_they_overlap(
+    shared_traces: Path,
+) -> None:
+    recs = {r.id: r for r in advise(_real_context(shared_traces / "megatron-pp4-timeline"))}
+    st = recs["straggler-rank"]
+    assert set(st.ranks) == {0, 1, 6, 7}
+    assert "embedding" in st.title and "stages 0, 3" in st.title.lower()
+    text = " ".join(st.evidence)
+    assert "embedding-grads-all-reduce: 10.5 ms median" in text and "outliers" in text
+    for rid in ("pipeline-bubble", "pipeline-imbalance"):
+        assert any("do not add up" in e for e in recs[rid].evidence)

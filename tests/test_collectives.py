@@ -292,6 +292,50 @@ def timeline_barrier_job(before_us: dict[int, float], steps: int = 3) -> list[Ra
     return traces
 
 
+def timeline_late_comm_job(comm_us: dict[int, list[float]], ranks: int = 4) -> list[RankTrace]:
+    """Workers compute 1 ms, then the ranks in ``comm_us`` run an
+    ``embedding-grads-all-reduce`` of ``comm_us[rank][step]``; then all start
+    ``optimizer`` at one instant (the barrier), 100 us after the last one is done."""
+    steps = len(next(iter(comm_us.values())))
+    barrier = [1_000.0 + max(v[s] for v in comm_us.values()) + 100.0 for s in range(steps)]
+    period = max(barrier) + 1_000.0
+    traces = []
+    for r in range(ranks):
+        start, end, name, step = [], [], [], []
+        step_list = []
+        for s in range(steps):
+            base = s * period
+            start += [base, base + barrier[s]]
+            end += [base + 1_000.0, base + barrier[s] + 500.0]
+            name += ["forward-compute", "optimizer"]
+            step += [s, s]
+            if r in comm_us:
+                start.append(base + 1_000.0)
+                end.append(base + 1_000.0 + comm_us[r][s])
+                name.append("embedding-grads-all-reduce")
+                step.append(s)
+            step_list.append(Step(s, base, base + period))
+        cols = {
+            "start_us": start,
+            "end_us": end,
+            "kind": [int(Kind.TIMER)] * len(start),
+            "category": [int(classify(Kind.TIMER, n)) for n in name],
+            "name": name,
+            "step": step,
+        }
+        traces.append(
+            RankTrace(
+                rank=r,
+                source="timeline.json",
+                fmt="timeline",
+                device=make_table(cols, DEVICE_COLUMNS),
+                host=empty_host_table(),
+                steps=tuple(step_list),
+            )
+        )
+    return traces
+
+
 def test_barrier_before_a_timer_op_is_found_and_its_waits_measured() -> None:
     from gpuprof.analysis.collectives import barrier_waits
 

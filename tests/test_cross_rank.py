@@ -8,7 +8,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from test_collectives import allreduce_job, arrivals_job, summaries
+from test_collectives import allreduce_job, arrivals_job, summaries, timeline_late_comm_job
 from test_pipeline_parallel import pipeline_job
 
 from gpuprof.analysis import intervals as iv
@@ -220,3 +220,17 @@ def test_ranks_that_start_the_step_early_are_reported_as_arrival_skew() -> None:
     skew = f["straggler_analysis"]["early_starters"]
     assert sorted(e["rank"] for e in skew) == [1, 3]
     assert all(e["lead_us"] == pytest.approx(5_000.0) for e in skew)
+
+
+def test_barrier_findings_say_what_the_late_ranks_communicate_before_it() -> None:
+    # Ranks 0 and 3 run a 2 ms embedding all-reduce after compute (30 ms at step 0);
+    # ranks 1 and 2 have nothing to do and wait at the optimizer barrier.
+    comm = {0: [30_000.0, 2_000.0, 2_000.0, 2_000.0], 3: [30_000.0, 2_000.0, 2_000.0, 2_000.0]}
+    f = analyze_job(summaries(timeline_late_comm_job(comm))).findings
+    b = f["barrier_waits"]
+    assert b["waited_for_ranks"] == [0, 3]
+    (op,) = b["late_comm"]
+    assert op["name"] == "embedding-grads-all-reduce" and op["only_late_ranks"] is True
+    assert op["calls"] == 8 and op["median_us"] == pytest.approx(2_000.0)
+    assert op["outliers"] == 2 and op["outlier_us"] == pytest.approx([30_000.0, 30_000.0])
+    assert op["outlier_barriers"] == [0]

@@ -315,10 +315,45 @@ def straggler_advice(ctx: AdviceContext) -> list[Recommendation]:
     return out
 
 
+def _stages_text(ctx: AdviceContext, ranks: Sequence[int]) -> str:
+    """``stages 0, 3 (ranks 0, 1, 6, 7)`` when the pipeline stages are known, else the ranks."""
+    per = ctx.cross.get("per_rank") or {}
+    stages = sorted({int(per[r]["stage"]) for r in ranks if r in per and "stage" in per[r]})
+    if stages and all(r in per and "stage" in per[r] for r in ranks):
+        word = "stage" if len(stages) == 1 else "stages"
+        return f"{word} {_ranks_text(stages)} (ranks {_ranks_text(ranks)})"
+    return f"rank{'s' if len(ranks) > 1 else ''} {_ranks_text(ranks)}"
+
+
+def _late_comm_text(ops: Sequence[Mapping[str, Any]], barriers: int) -> list[str]:
+    out = []
+    for op in ops:
+        if float(op["total_us"]) <= 0 or float(op["median_us"]) < 1000.0:
+            continue
+        text = f"{op['name']}: {_ms(float(op['median_us']))} median over {op['calls']} calls"
+        if op["only_late_ranks"]:
+            text += " (only these ranks run it before the barrier)"
+        elif op.get("waiting_median_us") is not None:
+            text += f" (the waiting ranks' take {_ms(float(op['waiting_median_us']))})"
+        if op["outliers"]:
+            lo, hi = (float(x) for x in op["outlier_us"])
+            at = ", ".join(str(int(j) + 1) for j in op["outlier_barriers"])
+            text += (
+                f"; {op['outliers']} outliers of {_ms(lo)}-{_ms(hi)} at barrier{'s' if len(op['outlier_barriers']) > 1 else ''} "
+                f"{at} of {barriers}"
+            )
+        out.append(text)
+    return out
+
+
 def _barrier_advice(
     ctx: AdviceContext, reports: Sequence[RankReport], wait: Mapping[int, float]
 ) -> Recommendation | None:
-    """Ranks that wait at barriers of an op-level timeline for ranks that arrive late."""
+    """Ranks that wait at barriers of an op-level timeline for ranks that arrive late.
+
+    The estimate follows the critical-path model of the named stragglers: if the late
+    ranks arrived with the latest waiting rank, the barrier would come sooner by that
+    rank's wait (the smallest wait among the waiting ranks), on every rank."""
     b: Mapping[str, Any] | None = ctx.cross.get("barrier_waits")
     if not b or not b.get("waited_for_ranks"):
         return None
@@ -326,45 +361,75 @@ def _barrier_advice(
     waiting = [r for r in reports if r.rank not in slow and wait[r.rank] > 0]
     if not waiting:
         return None
+    gain = min(wait[r.rank] / max(r.steps, 1) for r in waiting)
     median_wait = float(np.median([wait[r.rank] for r in waiting]))
-    removed = {r.rank: wait[r.rank] for r in waiting}
-    removed.update({r: median_wait for r in slow})
-    pct = savings_pct(reports, removed)
+    pct = savings_pct(reports, {r.rank: gain * max(r.steps, 1) for r in reports})
     if pct < MIN_SAVINGS_PCT:
         return None
     activity: Mapping[str, int] = b.get("last_activity") or {}
-    doing = ", ".join(f"{name} ({n} of {b['barriers']})" for name, n in activity.items())
+    late_ops: list[Mapping[str, Any]] = list(b.get("late_comm") or [])
     comm_bound = any(name != "compute" for name in list(activity)[:1])
     steps = max(1, int(np.median([max(r.steps, 1) for r in waiting])))
+    who = _stages_text(ctx, slow)
     evidence = [
-        f"{b['barriers']} barriers (ops that start at the same instant on every rank); ranks "
-        f"{_ranks_text([r.rank for r in waiting])} wait at them {_ms(median_wait / steps)} per step "
-        "(median, pipeline bubble excluded) for ranks " + _ranks_text(slow),
-        f"just before each barrier the last rank to arrive was in: {doing}",
+        (
+            f"{b['barriers']} barriers (ops that start at the same instant on every rank); ranks "
+            f"{_ranks_text([r.rank for r in waiting])} wait at them {_ms(median_wait / steps)} per step "
+            f"(median, pipeline bubble excluded) for {who}"
+        ),
     ]
-    actions: tuple[str, ...]
-    if comm_bound:
-        actions = (
-            (
-                "The ranks everyone waits for are late because of their own communication before the barrier: "
-                "overlap it with compute (Megatron: --overlap-grad-reduce with --use-distributed-optimizer) or "
-                "shrink it (fewer, larger buckets; check which link the slow group's collective uses)."
-            ),
-            (
-                "For a first/last pipeline stage all-reduce of tied embeddings: untie the input and output "
-                "embeddings (--untie-embeddings-and-output-weights) or make sure its group runs over NVLink."
-            ),
+    ops_text = _late_comm_text(late_ops, int(b["barriers"]))
+    if ops_text:
+        evidence.append(
+            f"between their last compute and each barrier, {who} run communication only: "
+            + "; ".join(ops_text)
         )
     else:
-        actions = _PHASE_ACTIONS["backward"]
+        doing = ", ".join(f"{name} ({n} of {b['barriers']})" for name, n in activity.items())
+        evidence.append(f"just before each barrier the last rank to arrive was in: {doing}")
+    evidence.append(
+        f"estimate: the barrier comes {_ms(gain)} per step sooner on every rank (the smallest wait among the "
+        "waiting ranks) if the late ranks arrive with them"
+    )
+    evidence.extend(_one_step_note(reports))
+    embedding = [
+        op for op in late_ops if "embedding" in str(op["name"]).lower() and float(op["median_us"]) >= 1000.0
+    ]
+    actions: list[str] = []
+    if embedding:
+        actions.append(
+            "The embedding-gradient all-reduce between the first and last pipeline stage (tied input/output "
+            "embeddings) runs after the pipeline drain while the other stages wait: untie the embeddings "
+            "(--untie-embeddings-and-output-weights), or place the first and last stage so that group's "
+            "all-reduce runs over NVLink."
+        )
+        if any(op["outliers"] for op in embedding):
+            actions.append(
+                "Its outliers (10x+ the usual time) mark a slow or contended link at those steps: check that "
+                "group's transport with NCCL_DEBUG=INFO and what else ran on the link then."
+            )
+    if comm_bound or late_ops:
+        actions.append(
+            "Overlap the gradient reduce-scatter with backward (Megatron: --overlap-grad-reduce with "
+            "--use-distributed-optimizer) so the last stages to drain do not add it after their compute."
+        )
+    if not actions:
+        actions.extend(_PHASE_ACTIONS["backward"])
+    title = f"{who[0].upper()}{who[1:]} reach the barrier after the pipeline drain last: " + (
+        "their embedding-gradient all-reduce holds up the other stages"
+        if embedding
+        else "their communication after compute holds up the others"
+        if late_ops or comm_bound
+        else "the other ranks wait for them"
+    )
     return Recommendation(
         id="straggler-rank",
         category=Cause.STRAGGLER,
-        title=f"Ranks {_ranks_text(slow)} reach the synchronization points last: the other ranks wait for them",
+        title=title,
         estimated_savings_pct=pct,
         ranks=tuple(slow),
         evidence=tuple(evidence),
-        actions=actions,
+        actions=tuple(actions),
     )
 
 

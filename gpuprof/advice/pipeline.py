@@ -10,6 +10,7 @@ follow :mod:`gpuprof.advice.savings`: a shorter pipeline span shortens every ran
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
+from dataclasses import replace
 from typing import Any
 
 import numpy as np
@@ -134,4 +135,13 @@ def pipeline_advice(ctx: AdviceContext) -> list[Recommendation]:
                     ),
                 )
             )
+    ids = {r.id for r in out}
+    if {"pipeline-imbalance", "pipeline-bubble"} <= ids:
+        # Both shrink the same idle time (fill and drain are longer because the slow stage
+        # sets their length): the savings overlap.
+        note = (
+            "pipeline-imbalance and pipeline-bubble act on the same idle time, so their estimates overlap "
+            "and do not add up: after one fix, the other saves less"
+        )
+        out = [replace(r, evidence=(*r.evidence, note)) for r in out]
     return out

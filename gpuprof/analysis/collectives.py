@@ -287,13 +287,45 @@ class BarrierWaits:
     """``claims[rank]``: waits at barriers (own clock); ``points``: barriers found;
     ``wait_us[rank]``: total wait; ``last[rank]``: barriers it arrived last at;
     ``last_activity[name]``: what the last arriver was doing just before (op name or
-    ``compute``), counted over barriers."""
+    ``compute``), counted over barriers; ``points_us``: the barriers' times on the aligned
+    clock."""
 
     claims: Mapping[int, iv.Intervals]
     points: int
     wait_us: Mapping[int, float]
     last: Mapping[int, int]
     last_activity: Mapping[str, int]
+    points_us: tuple[float, ...] = ()
+
+
+def comm_before_barriers(
+    s: RankSummary, points_us: Sequence[float], offset_us: float
+) -> list[tuple[int, str, float]]:
+    """The communication ``s`` ran between its last compute and each barrier.
+
+    ``points_us`` are barrier times on the aligned clock (``offset_us`` is the rank's clock
+    offset). Returns ``(barrier index, op name, duration_us)`` for every communication op
+    that starts at or after the rank's last compute before the barrier and ends by it:
+    what kept the rank from reaching the barrier once its compute was done.
+    """
+    out: list[tuple[int, str, float]] = []
+    c = s.comms
+    if c is None or len(c) == 0 or not len(points_us):
+        return out
+    cs = c["start_us"].to_numpy(dtype=np.float64)
+    ce = c["end_us"].to_numpy(dtype=np.float64)
+    names = c["name"].astype(str).to_numpy(dtype=object)
+    comp_end = np.sort(s.compute[1])
+    for j, p in enumerate(points_us):
+        q = float(p) + offset_us
+        k = int(np.searchsorted(comp_end, q + SYNC_TOL_US, side="right")) - 1
+        after = comp_end[k] if k >= 0 else -np.inf
+        # A compute interval ending at the barrier itself is the op after it: look before.
+        if k >= 0 and abs(after - q) <= SYNC_TOL_US:
+            after = comp_end[k - 1] if k >= 1 else -np.inf
+        sel = np.flatnonzero((cs >= after - SYNC_TOL_US) & (ce <= q + SYNC_TOL_US) & (ce > after))
+        out.extend((j, str(names[i]), float(ce[i] - cs[i])) for i in sel)
+    return out
 
 
 def _activity(s: RankSummary, offset: float) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
@@ -371,4 +403,5 @@ def barrier_waits(summaries: Sequence[RankSummary], offsets: Mapping[int, float]
         wait_us={r: float(wait[j].sum()) for j, r in enumerate(ranks)},
         last=last_count,
         last_activity=activity,
+        points_us=tuple(float(p) for p in points),
     )

@@ -42,7 +42,12 @@ Findings (all JSON-serializable), keys of :attr:`CrossRankResult.findings`:
 ``barrier_waits``      op-level timelines only: waits at barriers (ops that start at the same
                        instant on every worker): ``barriers``, ``wait_us_per_step`` (measured,
                        before precedence), ``last_arrivals``, ``waited_for_ranks``,
-                       ``last_activity`` (what the last arriver did just before, counted).
+                       ``last_activity`` (what the last arriver did just before, counted),
+                       ``late_comm``: per op name, what the waited-for ranks communicate
+                       between their last compute and the barriers (``name``, ``calls``,
+                       ``median_us``, ``outliers`` (> 5x the median), ``outlier_us``,
+                       ``outlier_barriers``, ``total_us``, ``only_late_ranks``: the
+                       waiting ranks run no such op there, ``waiting_median_us``).
 ``pipeline``           see :func:`gpuprof.analysis.pipeline_parallel.analyze_pipeline`.
 ``collective_bandwidth`` ``{rank: {...}}`` for ranks whose collectives have known sizes:
                        achieved bus bandwidth against the link peak, see
@@ -63,6 +68,7 @@ from gpuprof.analysis.collectives import (
     BarrierWaits,
     MatchedCollectives,
     barrier_waits,
+    comm_before_barriers,
     match_collectives,
     per_rank_waits,
     wait_claims,
@@ -378,19 +384,70 @@ def _imbalance(summaries: Sequence[RankSummary], pipe: PipelineResult | None) ->
     return out
 
 
-def _barrier_findings(b: BarrierWaits, summaries: Sequence[RankSummary]) -> dict[str, Any]:
+# A call is an outlier when it takes this many times the median of its name.
+OUTLIER_FACTOR = 5.0
+
+
+def _late_comm(
+    b: BarrierWaits,
+    summaries: Sequence[RankSummary],
+    offsets: Mapping[int, float],
+    late: Sequence[int],
+) -> list[dict[str, Any]]:
+    """What the ranks everyone waits for communicate between their last compute and the
+    barriers, per op name, against the same ops on the waiting ranks."""
+    by_rank = {s.rank: s for s in summaries}
+    mine: dict[str, list[tuple[int, float]]] = {}
+    theirs: dict[str, list[float]] = {}
+    for r, s in by_rank.items():
+        for j, name, dur in comm_before_barriers(s, b.points_us, offsets.get(r, 0.0)):
+            if r in late:
+                mine.setdefault(name, []).append((j, dur))
+            else:
+                theirs.setdefault(name, []).append(dur)
+    out: list[dict[str, Any]] = []
+    for name, rows in mine.items():
+        durs = np.array([d for _, d in rows])
+        med = float(np.median(durs))
+        odd = durs > OUTLIER_FACTOR * max(med, 1.0)
+        other = theirs.get(name)
+        out.append(
+            {
+                "name": name,
+                "calls": int(durs.size),
+                "median_us": round(med, 3),
+                "outliers": int(odd.sum()),
+                "outlier_us": [round(float(durs[odd].min()), 3), round(float(durs[odd].max()), 3)]
+                if odd.any()
+                else None,
+                "outlier_barriers": sorted({rows[i][0] for i in np.flatnonzero(odd)}),
+                "total_us": round(float(durs.sum()), 3),
+                "only_late_ranks": other is None,
+                "waiting_median_us": None if other is None else round(float(np.median(other)), 3),
+            }
+        )
+    out.sort(key=lambda x: -float(x["total_us"]))
+    return out
+
+
+def _barrier_findings(
+    b: BarrierWaits, summaries: Sequence[RankSummary], offsets: Mapping[int, float] | None = None
+) -> dict[str, Any]:
     steps = {s.rank: _steps(s) for s in summaries}
     per_step = {r: w / steps.get(r, 1) for r, w in b.wait_us.items()}
     top = max(per_step.values(), default=0.0)
     # The ranks the others wait for: they themselves (almost) never wait.
     waited_for = sorted(r for r, w in per_step.items() if w <= 0.1 * top) if top > 0 else []
-    return {
+    out: dict[str, Any] = {
         "barriers": b.points,
         "wait_us_per_step": {str(r): round(w, 3) for r, w in sorted(per_step.items())},
         "last_arrivals": {str(r): n for r, n in sorted(b.last.items())},
         "waited_for_ranks": waited_for,
         "last_activity": dict(sorted(b.last_activity.items(), key=lambda kv: -kv[1])),
     }
+    if waited_for and b.points_us:
+        out["late_comm"] = _late_comm(b, summaries, offsets or {}, waited_for)
+    return out
 
 
 def analyze_job(summaries: Sequence[RankSummary]) -> CrossRankResult:
@@ -460,7 +517,7 @@ def analyze_job(summaries: Sequence[RankSummary]) -> CrossRankResult:
         "compute_imbalance": _imbalance(active, pipe),
     }
     if barriers is not None:
-        findings["barrier_waits"] = _barrier_findings(barriers, active)
+        findings["barrier_waits"] = _barrier_findings(barriers, active, matched.offsets_us)
     if pipe is not None:
         findings["pipeline"] = dict(pipe.findings)
     bandwidth = job_bandwidth(active)
