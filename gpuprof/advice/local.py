@@ -488,7 +488,15 @@ def _op_line(hit: _Hit, cause: str, what: str) -> str | None:
         per = o.get("lost_us_per_step")
         amount = f"{_ms(float(per))}/step" if per is not None else _ms(float(o["lost_us"]))
         calls = f", {o['calls']} calls" if o.get("calls") else ""
-        parts.append(f"{o['op']} {amount}{calls}")
+        inner = ""
+        if o.get("inner_op"):
+            steps = hit.report.steps
+            in_us = float(o["inner_lost_us"]) / steps if steps > 0 else float(o["inner_lost_us"])
+            inner = (
+                f" (of which {o['inner_op']} {_ms(in_us)}{'/step' if steps > 0 else ''}; "
+                f"its longest call took {_ms(float(o['inner_longest_us']))} on the host)"
+            )
+        parts.append(f"{o['op']} {amount}{calls}{inner}")
     if not parts:
         return None
     return f"On rank {hit.report.rank} the {what} sits under: " + "; ".join(parts) + "."

@@ -49,6 +49,13 @@ _WRAPPER = re.compile(
 _PHASE = re.compile(r"^## .* ##$")
 NO_OP = "(no op: Python)"
 TOP_OPS = 5
+# An enclosing range's op inside it is named when it holds this share of the range's lost
+# time (looked for only in ranges with at most this many calls: optimizer steps, not aten
+# ops called per layer).
+INNER_MIN_SHARE = 0.25
+# ... and when one of its calls is a long host op (not a per-layer op doing its usual work).
+INNER_MIN_CALL_US = 1000.0
+_INNER_MAX_CALLS = 50
 _TRAINING = re.compile(
     r"Backward|autograd::engine|^Optimizer\.(step|zero_grad)|## backward ##|## optimizer ##"
 )
@@ -148,15 +155,51 @@ def lost_by_op(ctx: RuleContext, lost: Intervals, per_step: int | None) -> list[
     if total - covered > 0.5:
         by_name[NO_OP] = [total - covered, 0.0]
     top = sorted(by_name.items(), key=lambda kv: -kv[1][0])[:TOP_OPS]
-    return [
-        {
+    out = []
+    for n, (us, c) in top:
+        entry: dict[str, Any] = {
             "op": n,
             "lost_us": us,
             "lost_us_per_step": us / per_step if per_step else None,
             "calls": int(c),
         }
-        for n, (us, c) in top
-    ]
+        if n != NO_OP and c <= _INNER_MAX_CALLS:
+            entry.update(_inner(ctx, lost, n, us))
+        out.append(entry)
+    return out
+
+
+def _inner(ctx: RuleContext, lost: Intervals, name: str, lost_us: float) -> dict[str, Any]:
+    """The op directly inside the ranges called ``name`` that holds most of their lost
+    time, when it holds at least :data:`INNER_MIN_SHARE` of it and has a call of at least
+    :data:`INNER_MIN_CALL_US` (wrappers skipped): ``inner_op``,
+    ``inner_lost_us`` and ``inner_longest_us`` (its longest single call on the host)."""
+    host = ctx.trace.host
+    hs, he, htid = host["start_us"].to_numpy(), host["end_us"].to_numpy(), host["tid"].to_numpy()
+    names = host["name"]
+    parents = np.flatnonzero((names == name).to_numpy() & (he > ctx.lo_us) & (hs < ctx.hi_us))
+    ops = host["kind"].to_numpy() == int(Kind.OP)
+    best: dict[str, list[float]] = {}
+    for k in parents:
+        rows = np.flatnonzero(ops & (htid == htid[k]) & (hs >= hs[k]) & (he <= he[k]))
+        rows = rows[rows != k]
+        if rows.size == 0:
+            continue
+        rows = rows[_outer(hs[rows], he[rows])]
+        got = _measure_before(lost, he[rows]) - _measure_before(lost, hs[rows])
+        for r, g in zip(rows[got > 0], got[got > 0]):
+            acc = best.setdefault(str(names.iat[r]), [0.0, 0.0])
+            acc[0] += float(g)
+            acc[1] = max(acc[1], float(he[r] - hs[r]))
+    if not best:
+        return {}
+    named = {k: v for k, v in best.items() if not _WRAPPER.match(k) and v[1] >= INNER_MIN_CALL_US}
+    if not named:
+        return {}
+    op, (us, longest) = max(named.items(), key=lambda kv: kv[1][0])
+    if us < INNER_MIN_SHARE * lost_us:
+        return {}
+    return {"inner_op": op, "inner_lost_us": min(us, lost_us), "inner_longest_us": longest}
 
 
 def host_wait_in_launch_share(ctx: RuleContext, host_lost: Intervals) -> float | None:
