@@ -56,6 +56,8 @@ def emit(text: str, output: Optional[Path]) -> None:
 def choose_format(fmt: Optional[str], output: Optional[Path]) -> str:
     from gpuprof import render
 
+    if output is not None and output.is_dir():
+        raise GpuprofError("is a folder; give a file name to write", output)
     if fmt:
         render.get(fmt)  # validates the name
         return fmt
