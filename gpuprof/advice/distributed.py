@@ -95,13 +95,15 @@ _PHASE_ACTIONS: Mapping[str | None, tuple[str, ...]] = {
 }
 
 
-def _one_step_note(reports: Sequence[RankReport]) -> list[str]:
+def _one_step_note(
+    reports: Sequence[RankReport], what: str = "arrival order can change from step to step"
+) -> list[str]:
     """Say so when the conclusion rests on a single profiled step."""
-    if reports and max(r.steps for r in reports) <= 1:
+    if reports and max(r.steps for r in reports) == 1:
         return [
             (
-                "this rests on one profiled step: arrival order can change from step to step, so profile "
-                "several steps (torch.profiler schedule with active >= 5) before acting on it"
+                f"this rests on one profiled step ({what}): profile several steps (torch.profiler schedule "
+                "with active >= 5) before acting on it"
             )
         ]
     return []
@@ -634,6 +636,7 @@ def slow_collectives_advice(ctx: AdviceContext) -> list[Recommendation]:
         "collectives are taken to reach 40% of them. Overlap or bucket tuning could at most hide the time at "
         "link speed"
     )
+    evidence.extend(_one_step_note(reports, "collective times vary from step to step"))
     ranks = tuple(sorted(excess)) if not absent else ()
     title = (
         "Collectives take 10x+ longer than their bytes need: other ranks are likely late (or the transport is slow); "
@@ -714,7 +717,7 @@ def communication_advice(ctx: AdviceContext) -> list[Recommendation]:
     bw: Mapping[str, Mapping[str, Any]] = ctx.cross.get("collective_bandwidth") or {}
     if str(worst.rank) in bw:
         evidence.append(_bandwidth_text(bw[str(worst.rank)], worst.rank, worst.device))
-    evidence.extend(_one_step_note(reports))
+    evidence.extend(_one_step_note(reports, "collective times vary from step to step"))
     ranks = tuple(r.rank for r in reports if comm[r.rank] > 0)
     if _inference(ctx):
         return [_inference_comm(pct, ranks, evidence)]
