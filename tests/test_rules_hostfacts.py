@@ -214,4 +214,19 @@ def test_real_b200_is_inference(shared_traces: Path) -> None:
 
 def test_real_tiny_window_has_no_local_savings(shared_traces: Path) -> None:
     rep = analyze_paths([shared_traces / "edge-large-integer"])
+    assert rep.ranks[0].window_us < 1000
     assert any("under 1 ms" in w for w in rep.warnings)
+    assert all(r.estimated_savings_pct == 0 for r in rep.recommendations)  # was comm-overlap 50%
+
+
+def test_savings_need_a_window_of_a_millisecond() -> None:
+    from gpuprof.advice.savings import MIN_WINDOW_US, savings_pct
+    from gpuprof.model.report import RankReport, zero_lost
+
+    def rank(window_us: float) -> RankReport:
+        return RankReport(
+            rank=0, device=None, steps=0, window_us=window_us, compute_us=0.0, lost_us=zero_lost()
+        )
+
+    assert savings_pct([rank(MIN_WINDOW_US - 1)], {0: 25.0}) == 0.0
+    assert savings_pct([rank(4 * MIN_WINDOW_US)], {0: MIN_WINDOW_US}) == 25.0

@@ -48,7 +48,7 @@ from typing import Any
 import numpy as np
 
 from gpuprof.advice import AdviceContext, advisor
-from gpuprof.advice.savings import savings_pct
+from gpuprof.advice.savings import MIN_WINDOW_US, savings_pct
 from gpuprof.analysis.rules import RULES
 from gpuprof.analysis.summary import RankSummary
 from gpuprof.model.report import Cause, RankReport, Recommendation
@@ -61,8 +61,6 @@ LAUNCH_BOUND_TINY_SHARE = 0.3
 LAUNCH_BOUND_RATE_PER_MS = 2.0
 # ... and the host spent at least this share of the device's wait inside launch calls.
 LAUNCH_BOUND_CALL_SHARE = 0.5
-# No saving is estimated from a window shorter than this (a few kernels, no step).
-MIN_WINDOW_US = 1000.0
 
 
 @dataclass(frozen=True)

@@ -9,6 +9,9 @@ the largest per-rank step time. The estimate is the relative drop of the job ste
 
 So a cause that only occurs on ranks that are not critical saves nothing until the critical
 rank improves too -- which is the honest answer for a synchronous job.
+
+No saving is estimated (0) when every rank's window is shorter than :data:`MIN_WINDOW_US`:
+a few kernels say nothing about a job (the summary warns about such a window).
 """
 
 from __future__ import annotations
@@ -16,6 +19,9 @@ from __future__ import annotations
 from typing import Collection, Mapping, Sequence
 
 from gpuprof.model.report import Cause, RankReport
+
+# Shorter windows than this (on every rank) give no savings estimate.
+MIN_WINDOW_US = 1000.0
 
 
 def step_time_us(r: RankReport) -> float:
@@ -33,7 +39,7 @@ def savings_pct(
 ) -> float:
     """Savings when ``removed_us[rank]`` microseconds of window vanish on each listed rank."""
     now = job_step_time_us(reports)
-    if now <= 0:
+    if now <= 0 or all(r.window_us < MIN_WINDOW_US for r in reports):
         return 0.0
     after = 0.0
     for r in reports:
