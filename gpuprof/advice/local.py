@@ -12,8 +12,13 @@ included, so it has no advisor here.
 | ``memory-pageable-copies`` | memory | exposed copies from/to pageable host memory |
 | ``memory-exposed-copies`` | memory | other copies / memsets nothing overlaps |
 | ``memory-allocator`` | memory | the GPU waits on ``cudaMalloc`` / ``cudaFree`` (often near capacity) |
-| ``host-launch-bound`` | host | launches arrive late; many kernels (>= 2/ms), >= 30% shorter than their launch |
-| ``host-overhead`` | host | launches arrive late otherwise: Python / CPU work in the loop |
+| ``host-launch-bound`` | host | launches arrive late and the host spends >= 50% of the device's wait inside launch calls; many kernels (>= 2/ms), >= 30% shorter than their launch |
+| ``host-overhead`` | host | launches arrive late otherwise: framework / Python work between the launches |
+| ``host-ddp-buffer-sync`` | host | the GPU idles while ``DistributedDataParallel.forward`` broadcasts its buffers |
+
+The host findings name where the host time sits (the top enclosing ops, facts
+``lost_by_op``), and fit the workload: inference (facts ``workload``) gets CUDA-graph
+advice (vLLM: no ``enforce_eager``), not optimizer or ``zero_grad`` advice.
 
 A finding is reported for the ranks where it costs at least :data:`MIN_SHARE` of the window;
 ``ranks`` are the ranks where the cause originates.
@@ -31,12 +36,17 @@ nothing. Which what-if each finding uses:
 | ``dataloader-starvation`` | ``dataloader``: input ready when asked for |
 | ``sync-host-blocking`` | ``sync``: no blocking calls |
 | ``memory-allocator`` | ``allocator``: allocator calls cost nothing |
-| ``host-launch-bound`` | ``launch``: kernel launch calls cost nothing (conservative for CUDA graphs; the
-  ``operators`` replay, whole kernel-launching operators free, is shown as an upper bound) |
+| ``host-launch-bound`` / ``host-overhead`` | ``operators``: framework operators that launch kernels cost
+  nothing on the host (CUDA graphs / ``torch.compile``; Python between them kept); the ``launch`` replay
+  (only the launch calls free) is given as the lower end of the range. Where the rank's DataLoader runs
+  in-process and stalls it, the ``launch`` replay alone: the in-process loader slows every host op, and
+  the operators replay would count time the DataLoader fix removes |
+| ``host-ddp-buffer-sync`` | ``ddp_buffers``: DDP's buffer broadcast removed |
 
 Ranks without a replay (launches not in the trace) fall back to removing the cause's
-attributed time; ``host-overhead`` always does, since what Python work a user can remove
-is not in the trace. The fix is assumed to apply on every rank that has the cause.
+attributed time. The fix is assumed to apply on every rank that has the cause. No saving is
+estimated from a window under 1 ms (:data:`gpuprof.advice.savings.MIN_WINDOW_US`); a single
+profiled step is flagged as low confidence in the evidence.
 """
 
 from __future__ import annotations
