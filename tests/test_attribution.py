@@ -60,13 +60,18 @@ def _analysis(name: str) -> Analysis:
 def test_partition_is_exact_on_every_real_trace(name: str, shared_traces: Path) -> None:
     a = _analysis(name)
     assert a.report.ranks
+    aligned = {s.rank: bool(s.facts.get("device_aligned_steps", True)) for s in a.summaries}
     for r in a.report.ranks:
         assert set(r.lost_us) == set(CAUSES)
         assert all(v >= 0 for v in r.lost_us.values())
         total = r.compute_us + sum(r.lost_us.values())
         assert total == pytest.approx(r.window_us, rel=1e-3, abs=1e-6)
-        if r.steps:
+        if r.steps and aligned.get(r.rank, True):
+            # Device-aligned steps tile the window.
             assert sum(r.step_times_us) == pytest.approx(r.window_us, rel=1e-6)
+        elif r.steps:
+            # Host ranges of a timeline may leave time between steps out (stitched clocks).
+            assert sum(r.step_times_us) <= r.window_us * (1 + 1e-6)
 
 
 def _share(a: Analysis, cause: Cause, rank: int = 0) -> float:
