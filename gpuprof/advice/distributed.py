@@ -122,11 +122,15 @@ def _skew_text(ctx: AdviceContext, reports: Sequence[RankReport]) -> tuple[list[
         if max(leads) - min(leads) < 0.1 * max(leads)
         else f"{_ms(min(leads))}-{_ms(max(leads))}"
     )
+    lead_txt += " before the median rank"
+    last = [float(e["lead_over_last_us"]) for e in early if e.get("lead_over_last_us") is not None]
+    if last:
+        lead_txt += f" ({_ms(max(last))} before the last rank to start)"
     wait_txt = _ms(min(waits)) if len(waits) == 1 else f"{_ms(min(waits))}-{_ms(max(waits))}"
     return [
         (
             f"arrival skew: rank{'s' if len(ranks) > 1 else ''} {_ranks_text(ranks)} begin{'' if len(ranks) > 1 else 's'} "
-            f"the step {lead_txt} before the median rank and wait{'' if len(ranks) > 1 else 's'} {wait_txt} per step in "
+            f"the step {lead_txt} and wait{'' if len(ranks) > 1 else 's'} {wait_txt} per step in "
             "collectives: most of that waiting is their early start, not another rank's lateness"
         )
     ], ranks

@@ -34,7 +34,8 @@ Findings (all JSON-serializable), keys of :attr:`CrossRankResult.findings`:
                        most of them, ``gain_us_per_step``: sum over collectives of the last
                        arrival minus the next-latest, per step), and ``early_starters``:
                        ranks that begin the step well before the others and wait for them
-                       (``{rank, lead_us, wait_us_per_step}``, lead over the median rank).
+                       (``{rank, lead_us, lead_over_last_us, wait_us_per_step}``: lead over the
+                       median rank and over the last rank to start).
 ``critical_rank_per_step`` list of ``{step, rank, waited_us}``: the rank that waited least
                        (in collectives and pipeline bubbles) in that step, i.e. set the pace.
 ``compute_imbalance``  ``{across_ranks: {...}, across_stages: {...}}``: max over median of
@@ -206,7 +207,14 @@ def _early_starters(
             continue
         s = next(x for x in summaries if x.rank == r)
         wait = float(waits["exposed_wait_us"].get(r, 0.0)) if len(waits) else 0.0
-        out.append({"rank": r, "lead_us": round(lead[r], 3), "wait_us_per_step": round(wait / _steps(s), 3)})
+        out.append(
+            {
+                "rank": r,
+                "lead_us": round(lead[r], 3),
+                "lead_over_last_us": round(max(starts.values()) - starts[r], 3),
+                "wait_us_per_step": round(wait / _steps(s), 3),
+            }
+        )
     return out
 
 
