@@ -286,3 +286,14 @@ def test_megatron_straggler_item_is_the_embedding_all_reduce_and_pipeline_items_
     assert "embedding-grads-all-reduce: 10.5 ms median" in text and "outliers" in text
     for rid in ("pipeline-bubble", "pipeline-imbalance"):
         assert any("do not add up" in e for e in recs[rid].evidence)
+
+
+def test_slow_transfers_in_complete_groups_point_at_the_transport_not_at_late_ranks() -> None:
+    from test_linkspeed import _late_rank_job
+
+    recs = {r.id: r for r in advise(context(_late_rank_job(3_000.0)))}
+    slow = recs["communication-slow-collectives"]
+    assert slow.ranks == (0, 1, 2, 3)
+    assert "transport" in slow.title and "profile all ranks" not in slow.title
+    assert "straggler-rank" in recs and recs["straggler-rank"].ranks == (2,)
+    assert "communication-slow-collectives" not in {r.id for r in advise(context(_late_rank_job(120.0)))}

@@ -65,3 +65,34 @@ def test_bandwidth_from_message_size_and_time() -> None:
 def test_collectives_without_sizes_have_no_bandwidth() -> None:
     job = summaries(arrivals_job({0: [1_000.0, 2_000.0]}, world_size=8, device="NVIDIA B200"))
     assert rank_bandwidth(job[0]) is None
+
+
+def _late_rank_job(transfer_us: float) -> list:
+    # All 4 ranks present; rank 2 arrives 5 ms late at each of 5 all-reduces of 10 MB.
+    base = [10_000.0 * k for k in range(1, 6)]
+    arrive = {r: list(base) for r in (0, 1, 3)}
+    arrive[2] = [b + 5_000.0 for b in base]
+    return summaries(
+        arrivals_job(
+            arrive, steps=2, transfer_us=transfer_us, msg_bytes=10_000_000, device="NVIDIA A100-SXM4-80GB"
+        )
+    )
+
+
+def test_waiting_for_a_late_rank_is_not_counted_as_a_slow_transfer() -> None:
+    from gpuprof.analysis.cross_rank import analyze_job
+
+    bw = analyze_job(_late_rank_job(120.0)).findings["collective_bandwidth"]
+    for r in ("0", "1", "2", "3"):
+        # Every call's transfer takes 120 us once the last member is there.
+        assert bw[r]["duration_us"] == pytest.approx([120.0, 120.0])
+        assert bw[r]["slow_calls"] == 0
+
+
+def test_a_slow_transfer_among_complete_groups_is_named_on_the_ranks_present() -> None:
+    from gpuprof.analysis.cross_rank import analyze_job
+
+    bw = analyze_job(_late_rank_job(3_000.0)).findings["collective_bandwidth"]
+    assert all(bw[r]["slow_calls"] == 10 for r in ("0", "1", "2", "3"))
+    # 10 MB all-reduce over 4 ranks in 3 ms: 3.3 GB/s algorithm, 5 GB/s bus bandwidth.
+    assert bw["0"]["busbw_gbps"] == pytest.approx(10e6 * 1.5 / 3_000.0 / 1e3)

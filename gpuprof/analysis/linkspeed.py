@@ -103,13 +103,18 @@ def _group_size(s: RankSummary, pg: str) -> int | None:
     return s.world_size if pg in ("", "0") and s.world_size else None
 
 
-def rank_bandwidth(s: RankSummary) -> dict[str, Any] | None:
+def rank_bandwidth(s: RankSummary, waits: Mapping[float, float] | None = None) -> dict[str, Any] | None:
     """Bandwidth findings of one rank's sized collectives; ``None`` when none has a size.
+
+    ``waits`` maps a call's ``start_us`` to the time it waited for a later member (measured
+    by the cross-rank analysis where the group is in the input): that part is not
+    transfer, so it is left out of the call's time and of its exposed time.
 
     Keys: ``calls`` (collectives with a size), ``bytes_per_step``, ``busbw_gbps`` (median
     over calls, ``None`` where the group size or collective is unknown), ``algbw_gbps``
     (median), ``peak_gbps`` (``None`` unknown), ``sizes_bytes`` (min, max), ``duration_us``
-    (min, max), ``exposed_us_per_step`` (their time with no compute beside it),
+    (min, max; transfer time, waits left out), ``exposed_us_per_step`` (their transfer
+    time with no compute beside it),
     ``at_link_us_per_step`` (what that exposed time would be at link speed, each call
     capped by its exposed part), ``slow_calls``, ``excess_us_per_step`` (exposed time of
     slow calls beyond their time at link speed), ``names`` (collective names), and when
@@ -126,7 +131,10 @@ def rank_bandwidth(s: RankSummary) -> dict[str, Any] | None:
     steps = max(len(s.steps), 1)
     start = rows["start_us"].to_numpy(dtype=np.float64)
     end = rows["end_us"].to_numpy(dtype=np.float64)
-    dur = np.maximum(end - start, 1e-3)
+    waited = np.array([float((waits or {}).get(float(t), 0.0)) for t in start])
+    # The transfer begins when the last member arrives.
+    xfer_start = np.minimum(start + waited, end)
+    dur = np.maximum(end - xfer_start, 1e-3)
     nbytes = rows["bytes"].to_numpy(dtype=np.float64)
     factors = np.array(
         [
@@ -136,7 +144,7 @@ def rank_bandwidth(s: RankSummary) -> dict[str, Any] | None:
     )
     algbw = nbytes / dur / 1e3  # bytes/us = MB/s -> GB/s
     busbw = algbw * factors
-    exposed = iv.overlap_with_each((start, end), s.lost)
+    exposed = iv.overlap_with_each((xfer_start, end), s.lost)
     peak = link_peak_gbps(s.device_name)
     out: dict[str, Any] = {
         "calls": len(rows),
@@ -173,11 +181,14 @@ def rank_bandwidth(s: RankSummary) -> dict[str, Any] | None:
     return out
 
 
-def job_bandwidth(summaries: Sequence[RankSummary]) -> Mapping[str, dict[str, Any]]:
-    """:func:`rank_bandwidth` of every rank that has sized collectives, keyed by rank (str)."""
+def job_bandwidth(
+    summaries: Sequence[RankSummary], waits: Mapping[int, Mapping[float, float]] | None = None
+) -> Mapping[str, dict[str, Any]]:
+    """:func:`rank_bandwidth` of every rank that has sized collectives, keyed by rank (str);
+    ``waits[rank]`` as for :func:`rank_bandwidth`."""
     out: dict[str, dict[str, Any]] = {}
     for s in summaries:
-        b = rank_bandwidth(s)
+        b = rank_bandwidth(s, (waits or {}).get(s.rank))
         if b is not None:
             out[str(s.rank)] = b
     return out
