@@ -3,13 +3,21 @@
 Every estimate follows :mod:`gpuprof.advice.savings`: the job's step time is the slowest
 rank's, and a fix saves what it takes off that. Recommendation ids are stable:
 
-``straggler-rank``        named slow ranks that the others wait for in collectives
+``straggler-rank``        named slow ranks that the others wait for in collectives (or at
+                          barriers of op-level timelines); estimate: the critical-path gain,
+                          i.e. each collective the rank is last at ends sooner by its margin
+                          over the next-latest member, on every rank
+``straggler-rotating``    a different rank is last at each collective (data-dependent
+                          imbalance): no one rank is named
 ``straggler-absent-rank`` ranks wait in collectives for a rank that is not in the input
 ``pipeline-imbalance``, ``pipeline-bubble``: see :mod:`gpuprof.advice.pipeline`
 ``communication-slow-collectives`` collectives far slower than their bytes need at link
                           speed: waiting for ranks not in the input, or a slow transport
 ``comm-overlap``          exposed collectives that hardly overlap compute
-``exposed-communication`` exposed collectives that already overlap but still cost time
+``exposed-communication`` exposed collectives that already overlap but still cost time, or
+                          of an inference job (tensor-parallel collectives on the critical path)
+
+Evidence says when the conclusion rests on one profiled step.
 """
 
 from __future__ import annotations
