@@ -99,6 +99,7 @@ def test_host_sync_in_loop_names_the_calls() -> None:
     b = RankBuilder()
 
     def item(s: float, e: float) -> None:
+        b.host(s - 60, e - 15, "train.py:log_loss", kind=Kind.ANNOTATION)
         b.host(s - 50, e - 20, "aten::item")
         b.host(s - 40, e - 25, "cudaStreamSynchronize", kind=Kind.RUNTIME)
 
@@ -106,6 +107,8 @@ def test_host_sync_in_loop_names_the_calls() -> None:
     rec = _one(local.sync_host_blocking, _ctx(b.build()))
     assert rec.id == "sync-host-blocking" and rec.category is Cause.SYNC
     assert any("aten::item 1.0/step" in e for e in rec.evidence)
+    # Where the wait sits: the enclosing annotation, not the sync call inside it.
+    assert any("sits under: train.py:log_loss" in e for e in rec.evidence)
     assert any(".item()" in a for a in rec.actions)
 
 

@@ -331,6 +331,9 @@ def sync_host_blocking(ctx: AdviceContext) -> list[Recommendation]:
         evidence.append(
             f"Rank {w.report.rank} blocking calls: " + ", ".join(f"{k} {per(n)}" for k, n in top) + "."
         )
+    where = _op_line(w, "sync", "time the GPU idled after blocking calls")
+    if where is not None:
+        evidence.append(where)
     actions = []
     if (w.fact.get("scalar_reads") or 0) > 0:
         actions.append(
