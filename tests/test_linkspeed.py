@@ -96,3 +96,16 @@ def test_a_slow_transfer_among_complete_groups_is_named_on_the_ranks_present() -
     assert all(bw[r]["slow_calls"] == 10 for r in ("0", "1", "2", "3"))
     # 10 MB all-reduce over 4 ranks in 3 ms: 3.3 GB/s algorithm, 5 GB/s bus bandwidth.
     assert bw["0"]["busbw_gbps"] == pytest.approx(10e6 * 1.5 / 3_000.0 / 1e3)
+
+
+def test_message_bytes_from_element_counts_and_dtype() -> None:
+    from gpuprof.analysis.linkspeed import message_bytes
+
+    # mi300: a bf16 all-reduce of 2,873,320 elements moves 5.7 MB.
+    assert message_bytes(2_873_320, 2_873_320, "BFloat16") == 5_746_640
+    # b200: an all-gather of 25,136 elements per rank into 201,088 moves the output.
+    assert message_bytes(25_136, 201_088, "BFloat16") == 402_176
+    assert message_bytes(2_049_000, 2_049_000, "Float") == 8_196_000
+    assert message_bytes(10, None, "Float") == 40
+    assert message_bytes(None, None, "Float") is None
+    assert message_bytes(10, 10, "SomethingNew") is None
