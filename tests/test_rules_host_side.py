@@ -225,3 +225,15 @@ def test_long_queued_gap_while_the_host_keeps_launching_stays_other() -> None:
     s = summarize(b.build())
     host = iv.intersect(s.claims.get(Cause.HOST, iv.empty()), iv.make([100], [5100]))
     assert iv.total(host) == 0
+
+
+def test_long_queued_gap_inside_a_phase_marker_only_stays_other() -> None:
+    # The main thread is only inside ``## backward ##`` (a phase marker: during backward it
+    # waits while the autograd thread launches): nothing says the host was busy.
+    b = RankBuilder()
+    b.kernel(0, 100, launch_at=-20)
+    b.kernel(5100, 5200, launch_at=50)
+    b.host(0, 5200, "## backward ##", kind=Kind.ANNOTATION)
+    got = lost_by_cause(b.build())
+    assert got["host"] == 0
+    assert got["other"] == 5000

@@ -17,7 +17,7 @@ reading who wins.
 | ``input_timers`` | dataloader | op-level timelines: the worker's own data-loading ops |
 | ``sync`` | sync | host in a sync call while the device waits for it; gaps that began inside one (drain) |
 | ``late_launch`` | host | every remaining part of a gap where the next kernel was launched late |
-| ``blocked_host`` | host | queued gaps while a launching thread sat >= 1 ms in one host op issuing nothing |
+| ``blocked_host`` | host | queued gaps while a launching thread sat >= 1 ms in one host op (not a step or ``## phase ##`` marker) issuing nothing |
 
 What no rule claims is ``other``: chiefly short gaps where the next kernel was already
 queued (waiting on another stream, device-side scheduling) while the host kept issuing

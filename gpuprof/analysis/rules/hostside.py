@@ -122,8 +122,8 @@ def _launch_calls(ctx: RuleContext) -> npt.NDArray[np.bool_]:
 
 
 def _quiet_busy(ctx: RuleContext, tid: int, launch: npt.NDArray[np.bool_]) -> Intervals:
-    """Where thread ``tid`` sat inside a host op or annotation (not a step marker) and issued
-    no launch for at least :data:`QUIET_HOST_MIN_US`."""
+    """Where thread ``tid`` sat inside a host op or annotation (not a step or phase marker)
+    and issued no launch for at least :data:`QUIET_HOST_MIN_US`."""
     host = ctx.trace.host
     hs, he, htid = host["start_us"].to_numpy(), host["end_us"].to_numpy(), host["tid"].to_numpy()
     mine = htid == tid
@@ -141,7 +141,21 @@ def _quiet_busy(ctx: RuleContext, tid: int, launch: npt.NDArray[np.bool_]) -> In
         & (he > ctx.lo_us)
         & (hs < ctx.hi_us)
     )
+    # Phase markers (``## backward ##``) say where the loop is, not that the thread is busy:
+    # during backward the main thread waits while the autograd thread launches.
+    ranges &= ~_phase_mask(ctx)
     return iv.intersect(iv.normalize(quiet), iv.union(hs[ranges], he[ranges]))
+
+
+def _phase_mask(ctx: RuleContext) -> npt.NDArray[np.bool_]:
+    """Host rows named like a phase marker, ``## ... ##``."""
+    names = ctx.trace.host["name"]
+    cats = names.cat.categories.astype(str)
+    if cats.size == 0:
+        return np.zeros(len(names), dtype=bool)
+    flag = np.array([n.startswith("## ") and n.endswith(" ##") for n in cats], dtype=bool)
+    codes = names.cat.codes.to_numpy()
+    return (codes >= 0) & flag[np.maximum(codes, 0)]
 
 
 def blocked_host(ctx: RuleContext) -> Intervals:
