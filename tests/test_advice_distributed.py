@@ -297,3 +297,12 @@ def test_slow_transfers_in_complete_groups_point_at_the_transport_not_at_late_ra
     assert "transport" in slow.title and "profile all ranks" not in slow.title
     assert "straggler-rank" in recs and recs["straggler-rank"].ranks == (2,)
     assert "communication-slow-collectives" not in {r.id for r in advise(context(_late_rank_job(120.0)))}
+
+
+def test_partial_job_without_sizes_says_to_profile_all_ranks_before_tuning_communication() -> None:
+    partial = context(summaries(allreduce_job({0: 20_000.0}, world_size=8)))
+    (rec,) = communication_advice(partial)
+    assert "profile all ranks first" in rec.title and rec.actions[0].startswith("Profile all ranks")
+    whole = context(summaries(allreduce_job({0: 20_000.0, 1: 20_000.0})))
+    (rec,) = communication_advice(whole)
+    assert "profile all ranks" not in rec.title.lower()
