@@ -72,8 +72,15 @@ SLOW_EMPTY_US = 15.0
 FILTERED_MIN_RUNTIME_CALLS = 100
 
 
-def _names(host: pd.DataFrame) -> npt.NDArray[np.str_]:
-    return np.asarray(host["name"].astype(str).to_numpy(), dtype=str)
+def _name_flag(host: pd.DataFrame, pattern: re.Pattern[str]) -> npt.NDArray[np.bool_]:
+    """Per host row: its name matches ``pattern`` (decided once per distinct name)."""
+    names = host["name"]
+    cats = names.cat.categories.astype(str)
+    if cats.size == 0:
+        return np.zeros(len(names), dtype=bool)
+    flag = np.array([bool(pattern.match(n)) for n in cats], dtype=bool)
+    codes = names.cat.codes.to_numpy()
+    return (codes >= 0) & flag[np.maximum(codes, 0)]
 
 
 def _measure_before(ivs: Intervals, t: npt.NDArray[np.float64]) -> npt.NDArray[np.float64]:
@@ -120,11 +127,15 @@ def lost_by_op(ctx: RuleContext, lost: Intervals, per_step: int | None) -> list[
         & (he > ctx.lo_us)
         & (hs < ctx.hi_us)
     )
-    names = _names(host)
+    codes = host["name"].cat.codes.to_numpy()
+    cats = host["name"].cat.categories.astype(str)
+    is_phase = _name_flag(host, _PHASE)
+    is_wrap = _name_flag(host, _WRAPPER)
     g = ctx.gaps
     main = _main_tid(ctx)
     gtid = np.where(g.tid >= 0, g.tid, main)
-    by_name: dict[str, list[float]] = {}
+    lost_by_code = np.zeros(cats.size + 1)
+    calls_by_code = np.zeros(cats.size + 1)
     # A range as long as half a step (or window) only says which phase it is, like a wrapper.
     steps = per_step or 1
     phase_us = 0.5 * (ctx.hi_us - ctx.lo_us) / steps
@@ -136,9 +147,8 @@ def lost_by_op(ctx: RuleContext, lost: Intervals, per_step: int | None) -> list[
             rows = np.flatnonzero(ranges & (htid == t))
             if rows.size == 0 or mine[0].size == 0:
                 continue
-            phase = np.array([bool(_PHASE.match(n)) for n in names[rows]], dtype=bool)
-            wrap = phase | (he[rows] - hs[rows] >= phase_us)
-            wrap |= np.array([bool(_WRAPPER.match(n)) for n in names[rows]], dtype=bool)
+            phase = is_phase[rows]
+            wrap = phase | is_wrap[rows] | (he[rows] - hs[rows] >= phase_us)
             # Layers, most specific first; each names only what the ones before left.
             for layer in (~wrap, wrap & ~phase, phase):
                 sel = rows[layer]
@@ -146,24 +156,27 @@ def lost_by_op(ctx: RuleContext, lost: Intervals, per_step: int | None) -> list[
                     continue
                 sel = sel[_outer(hs[sel], he[sel])]
                 got = _measure_before(mine, he[sel]) - _measure_before(mine, hs[sel])
-                for n, us in zip(names[sel][got > 0], got[got > 0]):
-                    acc = by_name.setdefault(str(n), [0.0, 0.0])
-                    acc[0] += float(us)
-                    acc[1] += 1
+                c = np.where(codes[sel] >= 0, codes[sel], cats.size)
+                np.add.at(lost_by_code, c, got)
+                np.add.at(calls_by_code, c, (got > 0).astype(float))
                 covered += float(got.sum())
                 mine = iv.subtract(mine, iv.union(hs[sel], he[sel]))
+    by_name: dict[str, list[float]] = {
+        (str(cats[int(k)]) if k < cats.size else "?"): [float(lost_by_code[k]), float(calls_by_code[k])]
+        for k in np.flatnonzero(lost_by_code > 0)
+    }
     if total - covered > 0.5:
         by_name[NO_OP] = [total - covered, 0.0]
     top = sorted(by_name.items(), key=lambda kv: -kv[1][0])[:TOP_OPS]
     out = []
-    for n, (us, c) in top:
+    for n, (us, n_calls) in top:
         entry: dict[str, Any] = {
             "op": n,
             "lost_us": us,
             "lost_us_per_step": us / per_step if per_step else None,
-            "calls": int(c),
+            "calls": int(n_calls),
         }
-        if n != NO_OP and c <= _INNER_MAX_CALLS:
+        if n != NO_OP and n_calls <= _INNER_MAX_CALLS:
             entry.update(_inner(ctx, lost, n, us))
         out.append(entry)
     return out
@@ -178,19 +191,24 @@ def _inner(ctx: RuleContext, lost: Intervals, name: str, lost_us: float) -> dict
     hs, he, htid = host["start_us"].to_numpy(), host["end_us"].to_numpy(), host["tid"].to_numpy()
     names = host["name"]
     parents = np.flatnonzero((names == name).to_numpy() & (he > ctx.lo_us) & (hs < ctx.hi_us))
-    ops = host["kind"].to_numpy() == int(Kind.OP)
-    best: dict[str, list[float]] = {}
+    ops = np.flatnonzero(host["kind"].to_numpy() == int(Kind.OP))
+    ops = ops[np.argsort(hs[ops], kind="stable")]
+    ops_start = hs[ops]
+    picked = []
     for k in parents:
-        rows = np.flatnonzero(ops & (htid == htid[k]) & (hs >= hs[k]) & (he <= he[k]))
-        rows = rows[rows != k]
-        if rows.size == 0:
-            continue
-        rows = rows[_outer(hs[rows], he[rows])]
-        got = _measure_before(lost, he[rows]) - _measure_before(lost, hs[rows])
-        for r, g in zip(rows[got > 0], got[got > 0]):
-            acc = best.setdefault(str(names.iat[r]), [0.0, 0.0])
-            acc[0] += float(g)
-            acc[1] = max(acc[1], float(he[r] - hs[r]))
+        cand = ops[np.searchsorted(ops_start, hs[k], "left") : np.searchsorted(ops_start, he[k], "right")]
+        rows = cand[(htid[cand] == htid[k]) & (he[cand] <= he[k]) & (cand != k)]
+        if rows.size:
+            picked.append(rows[_outer(hs[rows], he[rows])])
+    if not picked:
+        return {}
+    rows = np.concatenate(picked)
+    got = _measure_before(lost, he[rows]) - _measure_before(lost, hs[rows])
+    best: dict[str, list[float]] = {}
+    for r, g in zip(rows[got > 0].tolist(), got[got > 0].tolist()):
+        acc = best.setdefault(str(names.iat[r]), [0.0, 0.0])
+        acc[0] += g
+        acc[1] = max(acc[1], float(he[r] - hs[r]))
     if not best:
         return {}
     named = {k: v for k, v in best.items() if not _WRAPPER.match(k) and v[1] >= INNER_MIN_CALL_US}
