@@ -43,21 +43,27 @@ def floats(items: Sequence[Any], field: str) -> npt.NDArray[np.float64]:
     return np.fromiter(map(attrgetter(field), items), np.float64, len(items))
 
 
+class _Index(dict[Any, int]):
+    """value -> code; a value not seen before gets the next code on lookup, so that a
+    column is coded in one pass of ``map(index.__getitem__, values)`` at C speed (each
+    value hashed once: hashing fresh strings is most of the cost)."""
+
+    def __missing__(self, key: Any) -> int:
+        code = self[key] = len(self)
+        return code
+
+
 class Coder:
     """Integer codes for values (strings, ids), shared by all pieces of a trace."""
 
     def __init__(self) -> None:
-        self.index: dict[Any, int] = {}
+        self.index: dict[Any, int] = _Index()
 
     def encode(self, vals: Sequence[Any]) -> I32:
-        index = self.index
         try:
-            for v in dict.fromkeys(vals):  # the distinct values, found in C
-                if v not in index:
-                    index[v] = len(index)
+            return np.fromiter(map(self.index.__getitem__, vals), np.int32, len(vals))
         except TypeError:  # an unhashable value (a list where a name belongs)
             return self.encode(str_column(vals))
-        return np.fromiter(map(index.__getitem__, vals), np.int32, len(vals))
 
     def labels(self) -> list[Any]:
         return list(self.index)
@@ -127,7 +133,7 @@ class HostColumns:
         n = len(evs)
         args = list(map(_ARGS, evs))
         start = floats(evs, "ts")
-        kind = np.array(list(map(self.kind_codes.__getitem__, map(_CAT, evs))), np.int8)
+        kind = np.fromiter(map(self.kind_codes.__getitem__, map(_CAT, evs)), np.int8, n)
         name = self.names.encode(list(map(_NAME, evs)))
         labels = self.names.labels() if len(self._comm_name) < len(self.names.index) else []
         for label in labels[len(self._comm_name) :]:
@@ -193,7 +199,7 @@ class DeviceColumns:
         n = len(evs)
         args = list(map(_ARGS, evs))
         start = floats(evs, "ts")
-        kind = np.array(list(map(self.kind_codes.__getitem__, map(_CAT, evs))), np.int8)
+        kind = np.fromiter(map(self.kind_codes.__getitem__, map(_CAT, evs)), np.int8, n)
         name = self.names.encode(list(map(_NAME, evs)))
         labels = self.names.labels() if len(self._comm_name) < len(self.names.index) else []
         for label in labels[len(self._comm_name) :]:
