@@ -88,7 +88,7 @@ class KinetoFacts:
 def looks_like_kineto(raw: RawTrace) -> bool:
     """True when the content is a Kineto trace (by its top-level keys and ``cat`` values).
 
-    Only the first piece of a large trace is looked at: it holds megabytes of events.
+    Only the first piece of a large trace is looked at: it holds thousands of events.
     """
     if raw.top.device_properties is not None or raw.top.schema_version is not None:
         return True
