@@ -186,6 +186,12 @@ def test_allocator_near_capacity_suggests_lowering_peak_memory() -> None:
     assert any("expandable_segments:True" in a for a in rec.actions)
     assert any("activation checkpointing" in a for a in rec.actions)
     assert any("78.0 GiB of 80.0 GiB" in e for e in rec.evidence)
+    # The same stalls in an inference server: no training advice.
+    b.host(0, 5, "vllm::unified_attention_with_output")
+    t = b.build(memory=(MemorySample(0, 70 << 30, 78 << 30),), device_memory_bytes=80 << 30)
+    rec = _one(local.memory_allocator, _ctx(t))
+    assert any("gpu_memory_utilization" in a for a in rec.actions)
+    assert not any("activation checkpointing" in a for a in rec.actions)
 
 
 def test_advisors_are_registered() -> None:

@@ -478,7 +478,12 @@ def memory_allocator(ctx: AdviceContext) -> list[Recommendation]:
         "Remove torch.cuda.empty_cache() from the training loop (cudaFree synchronizes the device).",
         "Keep tensor shapes stable (pad or bucket variable sequence lengths) so cached blocks get reused.",
     ]
-    if near:
+    if near and _inference(hits):
+        actions.append(
+            "Lower peak memory: a smaller KV-cache budget or maximum batch (vLLM: gpu_memory_utilization, "
+            "max_num_seqs), quantized weights or KV cache, or more tensor parallelism."
+        )
+    elif near:
         actions.append(
             "Lower peak memory: activation checkpointing, a smaller micro-batch with gradient accumulation, "
             "bf16/fp16 autocast, or sharding optimizer state (FSDP/ZeRO)."
