@@ -234,3 +234,12 @@ def test_barrier_findings_say_what_the_late_ranks_communicate_before_it() -> Non
     assert op["calls"] == 8 and op["median_us"] == pytest.approx(2_000.0)
     assert op["outliers"] == 2 and op["outlier_us"] == pytest.approx([30_000.0, 30_000.0])
     assert op["outlier_barriers"] == [0]
+
+
+def test_a_rank_that_starts_early_but_works_longer_is_not_arrival_skew() -> None:
+    # Rank 1 starts 5 ms early and computes 5 ms more before the first collective.
+    base = [8_000.0, 10_000.0, 12_000.0]
+    arrive = {r: list(base) for r in range(6)}
+    job = arrivals_job(arrive, steps=2, step_start_us={r: (0.0 if r == 1 else 5_000.0) for r in range(6)})
+    f = analyze_job(summaries(job)).findings
+    assert "early_starters" not in f["straggler_analysis"]

@@ -207,6 +207,8 @@ def _early_starters(
             continue
         s = next(x for x in summaries if x.rank == r)
         wait = float(waits["exposed_wait_us"].get(r, 0.0)) if len(waits) else 0.0
+        if wait / _steps(s) < EARLY_LEAD_SHARE * lead[r]:
+            continue  # it spends its lead working, not waiting
         out.append(
             {
                 "rank": r,
