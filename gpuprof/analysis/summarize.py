@@ -11,7 +11,10 @@ Steps, in order:
    attribution (precedence) happens later, together with the cross-rank claims;
 5. measure the facts for the advice (keys documented in :mod:`gpuprof.analysis.facts`),
    including the what-if replays of the host-side causes (:mod:`gpuprof.analysis.whatif`);
-6. where the cross-rank helpers exist, build the ``comms`` table
+6. warn where the numbers deserve less trust: a profiler that slowed the host, a filtered
+   or sampled trace (:func:`gpuprof.analysis.hostfacts.trust_warnings`), a window under
+   :data:`MIN_WINDOW_US` or a single step (:func:`data_warnings`);
+7. where the cross-rank helpers exist, build the ``comms`` table
    (``gpuprof.analysis.comms.build_comms``) and the phase times
    (``gpuprof.analysis.phases.phase_times``).
 
