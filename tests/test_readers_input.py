@@ -76,6 +76,16 @@ def test_bad_gzip(write_trace: WriteTrace, kineto: Builder, event: Builder) -> N
     assert "gzip" in _error(write_trace("bad.json.gz", b"\x1f\x8b" + b"\xff" * 40)).message
 
 
+@pytest.mark.parametrize("odd_phase", ["Q", ["X"], None, 7])
+def test_unknown_event_phases_are_skipped_not_fatal(
+    write_trace: WriteTrace, kineto: Builder, event: Builder, odd_phase: Any
+) -> None:
+    odd = {"ph": odd_phase, "cat": "kernel", "name": "odd", "ts": 0, "dur": 1, "pid": 0, "tid": 7}
+    doc = kineto([odd, event("kernel", "k", 1, 2, pid=0, tid=7)], rank=0)
+    (t,) = load_file(write_trace("odd.json", doc))
+    assert list(t.device["name"].astype(str)) == ["k"]
+
+
 def test_folder_given_as_file_path(tmp_path: Path) -> None:
     (tmp_path / "d.json").mkdir()
     assert "directory" in _error(tmp_path / "d.json").message

@@ -19,7 +19,7 @@ import zlib
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal, get_args
 
 import msgspec
 
@@ -52,10 +52,48 @@ class Args(msgspec.Struct, frozen=True, gc=False):
 NO_ARGS = Args()
 
 
+# Every event phase of the Chrome trace-event format. Decoding ``ph`` as one of them hands
+# out the same string object for every event (no string per event, and comparisons by
+# identity); a producer writing another phase makes the piece decode loosely instead.
+Phase = Literal[
+    "B",
+    "E",
+    "X",
+    "i",
+    "I",
+    "C",
+    "b",
+    "n",
+    "e",
+    "S",
+    "T",
+    "p",
+    "F",
+    "s",
+    "t",
+    "f",
+    "P",
+    "N",
+    "O",
+    "D",
+    "M",
+    "V",
+    "v",
+    "R",
+    "c",
+    "(",
+    ")",
+    "",
+]
+
+
+_PHASES: frozenset[str] = frozenset(get_args(Phase))
+
+
 class Event(msgspec.Struct, gc=False):
     """One trace event; times are microseconds as in the Chrome trace-event format."""
 
-    ph: str = ""
+    ph: Phase = ""
     cat: str = ""
     name: str = ""
     ts: float = 0.0
@@ -353,7 +391,7 @@ def _coerce(e: _LooseEvent) -> Event:
         return v
 
     return Event(
-        ph=str(e.ph or ""),
+        ph=e.ph if isinstance(e.ph, str) and e.ph in _PHASES else "",  # unknown: no row of any table
         cat=str(e.cat or ""),
         name=str(e.name or ""),
         ts=_num(e.ts),
