@@ -44,6 +44,28 @@ def test_gap_inside_a_long_launch_free_optimizer_op_is_host_and_named() -> None:
     assert any(a.startswith("Optimizer.step#Shampoo.step runs long") for a in rec.actions)
 
 
+def test_enclosing_op_counts_its_launches() -> None:
+    # zero_grad launches 12 zero-fill kernels of 2 µs, 40 µs apart, each step: the device
+    # waits on the host all through it.
+    b = RankBuilder()
+    for k in range(2):
+        t0 = k * 2000.0
+        b.step(k + 1, t0, t0 + 2000)
+        b.kernel(t0, t0 + 100, launch_at=t0 - 20)
+        b.host(t0 + 100, t0 + 600, "Optimizer.zero_grad#SGD.zero_grad")
+        for i in range(12):
+            t = t0 + 110 + 40 * i
+            b.kernel(t + 6, t + 8, launch_at=t)
+        b.kernel(t0 + 700, t0 + 2000, launch_at=t0 + 690)
+    ctx = _ctx(b.build())
+    top = ctx.summaries[0].facts["lost_by_op"]["host"][0]
+    assert top["op"] == "Optimizer.zero_grad#SGD.zero_grad"
+    assert top["launches_per_call"] == 12
+    rec = _one(local.host_launch, ctx)
+    assert any("2 calls of 12 launches each" in e for e in rec.evidence)
+    assert any("set_to_none=True" in a for a in rec.actions)
+
+
 def test_phase_annotations_are_looked_through() -> None:
     # 300 µs of host lost time: 200 inside aten::conv2d, 100 in Python, all in ## forward ##.
     b = RankBuilder()
@@ -177,7 +199,9 @@ def test_real_nw4_host_time_sits_in_zero_grad(shared_traces: Path) -> None:
     rep = analyze_paths([shared_traces / "resnet50-nw4"])
     host = next(r for r in rep.recommendations if r.category is Cause.HOST)
     line = next(e for e in host.evidence if "sits under" in e)
-    assert line.split("sits under: ")[1].startswith("Optimizer.zero_grad#SGD.zero_grad")
+    first = line.split("sits under: ")[1].split(";")[0]
+    assert first.startswith("Optimizer.zero_grad#SGD.zero_grad")
+    assert "launches each" in first  # one zero-fill kernel per gradient
     assert any("set_to_none=True" in a for a in host.actions)
 
 

@@ -508,6 +508,8 @@ def _op_line(hit: _Hit, cause: str, what: str) -> str | None:
         per = o.get("lost_us_per_step")
         amount = f"{_ms(float(per))}/step" if per is not None else _ms(float(o["lost_us"]))
         calls = f", {o['calls']} calls" if o.get("calls") else ""
+        if o.get("launches_per_call") and float(o["launches_per_call"]) >= 10:
+            calls += f" of {float(o['launches_per_call']):,.0f} launches each"
         inner = ""
         if o.get("inner_op"):
             steps = hit.report.steps

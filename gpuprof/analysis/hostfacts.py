@@ -115,7 +115,9 @@ def _main_tid(ctx: RuleContext) -> int:
 def lost_by_op(ctx: RuleContext, lost: Intervals, per_step: int | None) -> list[dict[str, Any]]:
     """The top :data:`TOP_OPS` enclosing ops of ``lost`` (normalized): ``op``, ``lost_us``,
     ``lost_us_per_step`` (``None`` without steps), ``calls`` (ranges of that name that hold
-    some of it)."""
+    some of it); for ops with few calls also ``launches_per_call`` (launch calls inside
+    one call, mean) and
+    the ``inner_*`` keys of :func:`_inner`."""
     total = iv.total(lost)
     if total <= 0:
         return []
@@ -177,9 +179,26 @@ def lost_by_op(ctx: RuleContext, lost: Intervals, per_step: int | None) -> list[
             "calls": int(n_calls),
         }
         if n != NO_OP and n_calls <= _INNER_MAX_CALLS:
+            entry["launches_per_call"] = _launches_per_call(ctx, n)
             entry.update(_inner(ctx, lost, n, us))
         out.append(entry)
     return out
+
+
+def _launches_per_call(ctx: RuleContext, name: str) -> float | None:
+    """Mean launch calls (kernels, copies, memsets) made inside one of the window's ranges
+    called ``name``; ``None`` when there is none."""
+    host = ctx.trace.host
+    hs, he, htid = host["start_us"].to_numpy(), host["end_us"].to_numpy(), host["tid"].to_numpy()
+    parents = np.flatnonzero((host["name"] == name).to_numpy() & (he > ctx.lo_us) & (hs < ctx.hi_us))
+    launch = np.flatnonzero(host["category"].to_numpy() == int(Category.LAUNCH))
+    launch = launch[np.argsort(hs[launch], kind="stable")]
+    ls = hs[launch]
+    n = 0
+    for k in parents:
+        cand = launch[np.searchsorted(ls, hs[k], "left") : np.searchsorted(ls, he[k], "right")]
+        n += int(np.sum(htid[cand] == htid[k]))
+    return n / parents.size if parents.size else None
 
 
 def _inner(ctx: RuleContext, lost: Intervals, name: str, lost_us: float) -> dict[str, Any]:
