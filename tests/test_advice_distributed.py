@@ -306,3 +306,20 @@ def test_partial_job_without_sizes_says_to_profile_all_ranks_before_tuning_commu
     whole = context(summaries(allreduce_job({0: 20_000.0, 1: 20_000.0})))
     (rec,) = communication_advice(whole)
     assert "profile all ranks" not in rec.title.lower()
+
+
+def test_two_stragglers_late_together_save_their_joint_lead_not_their_margins_over_each_other() -> None:
+    # Ranks 3 and 4 both arrive about 1 ms late, taking turns at being last (by 100 us);
+    # ranks 0-2 arrive 0, 50 and 100 us in. Fixing both ends each collective 900 us sooner.
+    base = [3_000.0 * k for k in range(1, 7)]
+    arrive = {r: [b + d for b in base] for r, d in {0: 0.0, 1: 50.0, 2: 100.0}.items()}
+    arrive[3] = [b + (1_000.0 if k % 2 == 0 else 900.0) for k, b in enumerate(base)]
+    arrive[4] = [b + (900.0 if k % 2 == 0 else 1_000.0) for k, b in enumerate(base)]
+    job = summaries(arrivals_job(arrive, steps=2))
+    ctx = context(job)
+    assert sorted(x["rank"] for x in ctx.cross["stragglers"]) == [3, 4]
+    assert all(x["gain_us_per_step"] == pytest.approx(3 * 100.0) for x in ctx.cross["stragglers"])
+    (rec,) = straggler_advice(ctx)
+    assert rec.ranks in ((3, 4), (4, 3))
+    step_us = max(s.window_us / len(s.steps) for s in job)
+    assert rec.estimated_savings_pct == pytest.approx(100 * 6 * 900.0 / step_us, rel=1e-3)

@@ -169,7 +169,8 @@ def _named_straggler_advice(
         return None
     have_gain = all(x.get("gain_us_per_step") is not None for x in stragglers)
     if have_gain:
-        gain = sum(float(x["gain_us_per_step"]) for x in stragglers)
+        joint = (ctx.cross.get("straggler_analysis") or {}).get("stragglers_gain_us_per_step")
+        gain = float(joint) if joint is not None else sum(float(x["gain_us_per_step"]) for x in stragglers)
         removed = {r.rank: gain * max(r.steps, 1) for r in reports}
     else:
         median_wait = float(np.median([wait[r.rank] for r in others]))

@@ -35,7 +35,9 @@ Findings (all JSON-serializable), keys of :attr:`CrossRankResult.findings`:
                        arrival minus the next-latest, per step), and ``early_starters``:
                        ranks that begin the step well before the others and wait for them
                        (``{rank, lead_us, lead_over_last_us, wait_us_per_step}``: lead over the
-                       median rank and over the last rank to start).
+                       median rank and over the last rank to start); ``stragglers_gain_us_per_step``:
+                       the critical-path gain per step if all named stragglers arrived with
+                       the latest other member.
 ``critical_rank_per_step`` list of ``{step, rank, waited_us}``: the rank that waited least
                        (in collectives and pipeline bubbles) in that step, i.e. set the pace.
 ``compute_imbalance``  ``{across_ranks: {...}, across_stages: {...}}``: max over median of
@@ -182,6 +184,30 @@ def _critical_gains(matched: MatchedCollectives, bubbles: Mapping[int, Intervals
     )
 
 
+def _group_gain_us(
+    matched: MatchedCollectives, bubbles: Mapping[int, Intervals], group: Sequence[int]
+) -> float:
+    """Total critical-path gain if every rank of ``group`` arrived with the latest member
+    outside it: for each complete collective that a group rank arrives last at, the exposed
+    wait of the latest outside member (at most the gap between the two arrivals). For one
+    rank this is the sum of its :func:`_critical_gains`; for several late at the same
+    collective it is more than the sum of their margins over each other."""
+    calls = matched.calls.assign(exposed_wait_us=_net_exposed_waits(matched, bubbles))
+    full = calls.loc[
+        calls["complete"] & (calls["n_present"] >= 2), ["key", "rank", "arrival_us", "exposed_wait_us"]
+    ].sort_values(["key", "arrival_us"], kind="stable")
+    if len(full) == 0:
+        return 0.0
+    last = full.groupby("key", sort=False).tail(1).set_index("key")
+    outside = full.loc[~full["rank"].isin(list(group))].groupby("key", sort=False).tail(1).set_index("key")
+    outside = outside.rename(columns=lambda c: f"{c}_out")
+    last = last.loc[last["rank"].isin(list(group))].join(outside, how="inner")
+    if len(last) == 0:
+        return 0.0
+    gap = (last["arrival_us"] - last["arrival_us_out"]).clip(lower=0.0).to_numpy()
+    return float(np.minimum(gap, last["exposed_wait_us_out"].to_numpy()).sum())
+
+
 def _early_starters(
     summaries: Sequence[RankSummary], matched: MatchedCollectives, floor_us: float
 ) -> list[dict[str, Any]]:
@@ -303,6 +329,8 @@ def _stragglers(
         if rotating:
             # Every rank takes its turn at being last: no one rank to fix.
             names = []
+    if names:
+        info["stragglers_gain_us_per_step"] = round(_group_gain_us(matched, bubbles or {}, names) / steps, 3)
     early = _early_starters(summaries, matched, floor / max(steps, 1.0))
     if early:
         info["early_starters"] = early
