@@ -351,12 +351,12 @@ def _late_comm_text(ops: Sequence[Mapping[str, Any]], barriers: int) -> list[str
         if op["only_late_ranks"]:
             text += " (only these ranks run it before the barrier)"
         elif op.get("waiting_median_us") is not None:
-            text += f" (the waiting ranks' take {_ms(float(op['waiting_median_us']))})"
+            text += f" ({_ms(float(op['waiting_median_us']))} on the waiting ranks)"
         if op["outliers"]:
             lo, hi = (float(x) for x in op["outlier_us"])
             at = ", ".join(str(int(j) + 1) for j in op["outlier_barriers"])
             text += (
-                f"; {op['outliers']} outliers of {_ms(lo)}-{_ms(hi)} at barrier{'s' if len(op['outlier_barriers']) > 1 else ''} "
+                f"; {op['outliers']} outlier calls of {_ms(lo)}-{_ms(hi)} at barrier{'s' if len(op['outlier_barriers']) > 1 else ''} "
                 f"{at} of {barriers}"
             )
         out.append(text)
@@ -432,7 +432,7 @@ def _barrier_advice(
         )
     if not actions:
         actions.extend(_PHASE_ACTIONS["backward"])
-    title = f"{who[0].upper()}{who[1:]} reach the barrier after the pipeline drain last: " + (
+    title = f"{who[0].upper()}{who[1:]} are the last to reach the barrier after the pipeline drain: " + (
         "their embedding-gradient all-reduce holds up the other stages"
         if embedding
         else "their communication after compute holds up the others"
