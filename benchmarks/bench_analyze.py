@@ -181,14 +181,19 @@ def run_gpuprof(case: Case, repeat: int) -> dict[str, Any]:
     return out
 
 
-def run_hta(case: Case, repeat: int) -> dict[str, Any]:
+def run_hta(case: Case, repeat: int, timeout_s: float | None) -> dict[str, Any]:
     if not HTA_PY.is_file():
         return {"error": "HTA not installed: run benchmarks/setup_hta.sh"}
     cmd = [str(HTA_PY), str(HERE / "hta_run.py"), str(case.path)]
-    runs = [run_measured(cmd, cwd=REPO) for _ in range(repeat)]
+    runs = [run_measured(cmd, cwd=REPO, timeout_s=timeout_s) for _ in range(repeat)]
     m = best_of(runs)
     out = _summary(m)
     out["walls_s"] = [r.wall_s for r in runs]
+    if m.timed_out:
+        # Not an error: HTA was still working. Its time and memory so far are lower bounds,
+        # so gpuprof's speed ratio is at least, and its memory ratio at most, what is shown.
+        out["timed_out"] = True
+        return out
     if m.returncode != 0:
         last = m.stderr.strip().splitlines()[-1] if m.stderr.strip() else f"exit {m.returncode}"
         out["error"] = last[:120]
@@ -252,11 +257,17 @@ def table(cases: list[Case]) -> str:
             if x
         )
         load = max(g.get("load_before", 0.0), h.get("load_before", 0.0))
+        lo = ">" if h.get("timed_out") else ""  # HTA stopped: its figures are lower bounds
+        hi = "≤" if h.get("timed_out") else ""
+        if h.get("timed_out"):
+            note = (note + "; " if note else "") + f"HTA stopped after {h['wall_s']:.0f} s, still running"
         lines.append(
             f"| {c.name} | {c.ranks} | {c.jobs} | {c.json_bytes / MB:.1f} | {c.events:,} "
             f"| {fmt(g.get('wall_s'), '.2f')} ({fmt(g.get('cpu_s'), '.2f')}) | {fmt(_mb(g.get('peak_bytes')), '.0f')} "
-            f"| {fmt(h.get('wall_s'), '.2f')} ({fmt(h.get('cpu_s'), '.2f')}) | {fmt(_mb(h.get('peak_bytes')), '.0f')} "
-            f"| {fmt(speed, '.1f')} ({fmt(cpu_ratio(c), '.1f')}) | {fmt(mem, '.2f')} | {fmt(mbps_per_core(c), '.0f')} "
+            f"| {lo}{fmt(h.get('wall_s'), '.2f')} ({lo}{fmt(h.get('cpu_s'), '.2f')}) "
+            f"| {lo}{fmt(_mb(h.get('peak_bytes')), '.0f')} "
+            f"| {lo}{fmt(speed, '.1f')} ({lo}{fmt(cpu_ratio(c), '.1f')}) | {hi}{fmt(mem, '.2f')} "
+            f"| {fmt(mbps_per_core(c), '.0f')} "
             f"| {load:.1f} | {note} |"
         )
     return "\n".join(lines)
@@ -368,6 +379,12 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     )
     p.add_argument("--repeat", type=int, default=1, help="runs per measurement (the fastest is kept)")
     p.add_argument("--no-hta", action="store_true", help="measure gpuprof only")
+    p.add_argument(
+        "--hta-timeout",
+        type=float,
+        default=900.0,
+        help="seconds after which an HTA run is stopped and its figures shown as bounds (0: never)",
+    )
     p.add_argument("--no-real", action="store_true", help="skip the real traces")
     p.add_argument("--no-generated", action="store_true", help="skip the generated traces")
     p.add_argument("--only", default="", help="run only cases whose name contains this text")
@@ -397,7 +414,7 @@ def main(argv: list[str] | None = None) -> int:
         c.gpuprof = run_gpuprof(c, a.repeat)
         if not a.no_hta:
             print(f"bench: {c.name}: HTA ...", file=sys.stderr, flush=True)
-            c.hta = run_hta(c, a.repeat)
+            c.hta = run_hta(c, a.repeat, a.hta_timeout or None)
     stamp = time.strftime("%Y%m%dT%H%M%SZ", time.gmtime())
     title = (
         f"gpuprof analyze vs HolisticTraceAnalysis on {os.cpu_count()} cores ({stamp}); "

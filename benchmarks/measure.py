@@ -15,6 +15,7 @@ Linux only (``/proc``); only the standard library is used.
 from __future__ import annotations
 
 import os
+import signal
 import subprocess
 import threading
 import time
@@ -31,6 +32,7 @@ class Measured:
     peak_bytes: int
     max_single_rss_bytes: int
     peak_tree_bytes: int
+    timed_out: bool
     cpu_s: float  # user + system time of the command and every child it waited for
     returncode: int
     stdout: str
@@ -79,15 +81,36 @@ def _pss_kb(pid: int) -> int:
         return 0
 
 
+def _kill_group(pid: int) -> None:
+    try:
+        os.killpg(pid, signal.SIGKILL)
+    except OSError:
+        pass
+
+
 def run_measured(
-    cmd: Sequence[str], cwd: Path | None = None, interval_s: float = 0.05, env: dict[str, str] | None = None
+    cmd: Sequence[str],
+    cwd: Path | None = None,
+    interval_s: float = 0.1,
+    env: dict[str, str] | None = None,
+    timeout_s: float | None = None,
 ) -> Measured:
-    """Run ``cmd`` to completion; stdout/stderr are captured (keep them small)."""
+    """Run ``cmd`` to completion; stdout/stderr are captured (keep them small).
+
+    With ``timeout_s`` the command and all it started are killed then (``timed_out``)."""
     load = os.getloadavg()[0]
     peak_tree_kb = 0
     stop = threading.Event()
     t0 = time.perf_counter()
-    proc = subprocess.Popen(list(cmd), cwd=cwd, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    # its own session, so that a timeout ends the command and every process it started
+    proc = subprocess.Popen(
+        list(cmd), cwd=cwd, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, start_new_session=True
+    )
+    timer = None
+    if timeout_s is not None:
+        timer = threading.Timer(timeout_s, lambda: _kill_group(proc.pid))
+        timer.daemon = True
+        timer.start()
 
     def sample() -> None:
         # Scanning /proc for the tree costs more than reading PSS, and on a 2-core machine
@@ -116,6 +139,8 @@ def run_measured(
     for t in readers:
         t.start()
     _, status, usage = os.wait4(proc.pid, 0)
+    if timer is not None:
+        timer.cancel()
     wall = time.perf_counter() - t0
     stop.set()
     sampler.join()
@@ -130,6 +155,7 @@ def run_measured(
         max_single_rss_bytes=single,
         peak_tree_bytes=tree,
         cpu_s=usage.ru_utime + usage.ru_stime,
+        timed_out=timeout_s is not None and wall >= timeout_s and proc.returncode < 0,
         returncode=proc.returncode,
         stdout=b"".join(out_chunks).decode("utf-8", "replace"),
         stderr=b"".join(err_chunks).decode("utf-8", "replace"),
