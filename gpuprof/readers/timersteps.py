@@ -124,8 +124,8 @@ def steps_warning(all_jumps: Sequence[Jump]) -> str | None:
             f"the timeline holds non-consecutive steps (step {bad.after} is followed by step "
             f"{bad.before} only {bad.gap_us / 1e3:.0f} ms later, too soon for the "
             f"{_steps_between(bad)} between): "
-            "its clock is stitched from separate recordings, so every step ends at its last op "
-            "and the time between steps is left out"
+            "the recorded steps were put side by side (the stitched clock's gaps are not the job's "
+            "time), so every step ends at its last op and the time between steps is left out"
         )
     first = all_jumps[0]
     return (
