@@ -19,7 +19,7 @@ import zlib
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Literal, get_args
+from typing import Any, Literal, cast, get_args
 
 import msgspec
 
@@ -391,7 +391,7 @@ def _coerce(e: _LooseEvent) -> Event:
         return v
 
     return Event(
-        ph=e.ph if isinstance(e.ph, str) and e.ph in _PHASES else "",  # unknown: no row of any table
+        ph=cast(Phase, e.ph) if isinstance(e.ph, str) and e.ph in _PHASES else "",  # unknown: no row
         cat=str(e.cat or ""),
         name=str(e.name or ""),
         ts=_num(e.ts),
