@@ -35,6 +35,7 @@ import numpy as np
 
 from gpuprof.analysis import intervals as iv
 from gpuprof.analysis.summary import RankSummary
+from gpuprof.model.dtypes import DTYPE_BYTES, message_bytes  # noqa: F401 (re-exported: moved to the model for readers)
 from gpuprof.model.timeline import Category
 
 # Per-GPU interconnect peak, GB/s (approximate datasheet figures; first match wins, so more
@@ -62,38 +63,6 @@ LINK_EFFICIENCY = 0.4
 LATENCY_US = 20.0
 # A collective that takes this many times its expected time is "slow".
 SLOW_FACTOR = 10.0
-
-
-# Element sizes of the ``dtype`` names the PyTorch profiler writes in record_param_comms.
-DTYPE_BYTES: Mapping[str, int] = {
-    "Float": 4,
-    "Double": 8,
-    "Half": 2,
-    "BFloat16": 2,
-    "Float8_e4m3fn": 1,
-    "Float8_e5m2": 1,
-    "Float8_e4m3fnuz": 1,
-    "Float8_e5m2fnuz": 1,
-    "Long": 8,
-    "Int": 4,
-    "Short": 2,
-    "Char": 1,
-    "Byte": 1,
-    "Bool": 1,
-    "ComplexFloat": 8,
-    "ComplexDouble": 16,
-}
-
-
-def message_bytes(in_nelems: object, out_nelems: object, dtype: object) -> int | None:
-    """Bytes a collective moves: the larger of its input and output message (an
-    all-gather's output, a reduce-scatter's input), from the profiler's ``In msg nelems``,
-    ``Out msg nelems`` and ``dtype``; ``None`` when they are missing or unknown."""
-    size = DTYPE_BYTES.get(str(dtype)) if dtype is not None else None
-    counts = [int(n) for n in (in_nelems, out_nelems) if isinstance(n, (int, float)) and n >= 0]
-    if size is None or not counts:
-        return None
-    return max(counts) * size
 
 
 def link_peak_gbps(device_name: str | None) -> float | None:
