@@ -10,14 +10,18 @@ work vectorized and never needs to know which file format the events came from:
     ``stream`` (int64, -1 unknown), ``correlation`` (int64, -1 unknown: the id shared with
     the host runtime call that launched it), ``name`` (pandas categorical),
     ``copy_kind`` (int8, :class:`CopyKind`), ``pageable`` (bool: a copy from or to pageable
-    host memory), ``bytes`` (int64, -1 unknown), ``coll_name`` (categorical, "" unknown:
-    the collective as named by the profiler, e.g. ``allreduce``), ``pg`` (categorical,
-    "" unknown: process group name), ``mb_id`` and ``step`` (int64, -1 unknown: microbatch
-    and step numbers where an op-level timeline records them).
+    host memory), ``bytes`` (int64, -1 unknown: bytes a copy or memset moves; for a
+    communication kernel, its message, the larger of input and output), ``coll_name``
+    (categorical, "" unknown: the collective as named by the profiler, e.g.
+    ``allreduce``), ``pg`` (categorical, "" unknown: process group name), ``mb_id`` and
+    ``step`` (int64, -1 unknown: microbatch and step numbers where an op-level timeline
+    records them).
 
 ``host`` (what the CPU threads of that rank were doing)
     ``start_us``, ``end_us``, ``kind``, ``category``, ``tid`` (int64),
-    ``correlation`` (int64, -1 unknown), ``name`` (categorical), ``pg``, ``coll_name``.
+    ``correlation`` (int64, -1 unknown), ``name`` (categorical), ``pg``, ``coll_name``,
+    ``bytes`` (int64, -1 unknown: message bytes of a communication op such as
+    ``record_param_comms``).
 
 Tables are never mutated after construction; analysis code copies what it changes.
 """
@@ -99,6 +103,7 @@ HOST_COLUMNS: tuple[str, ...] = (
     "name",
     "pg",
     "coll_name",
+    "bytes",  # message bytes of a communication op (record_param_comms); -1 otherwise
 )
 
 _DTYPES: Mapping[str, str] = {

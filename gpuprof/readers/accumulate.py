@@ -19,6 +19,7 @@ import numpy.typing as npt
 import pandas as pd
 
 from gpuprof.model import classify as cl
+from gpuprof.model.dtypes import message_bytes
 from gpuprof.model.timeline import Category, Kind
 from gpuprof.readers.columns import as_int, int_column, str_column
 from gpuprof.readers.jsonio import Event
@@ -41,6 +42,12 @@ def values(items: Sequence[Any], field: str) -> list[Any]:
 
 def floats(items: Sequence[Any], field: str) -> npt.NDArray[np.float64]:
     return np.fromiter(map(attrgetter(field), items), np.float64, len(items))
+
+
+def message_sizes(args: Sequence[Any]) -> npt.NDArray[np.int64]:
+    """Message bytes of communication events from their ``args`` (-1 where unknown)."""
+    sizes = [message_bytes(a.in_nelems, a.out_nelems, a.dtype) for a in args]
+    return np.array([-1 if b is None else b for b in sizes], np.int64)
 
 
 class _Index(dict[Any, int]):
@@ -115,7 +122,8 @@ class HostColumns:
 
     Only runtime/driver calls carry a correlation id and only communication ops (as
     classified by name: ``record_param_comms``, ``nccl:*``, ``c10d::*``...) carry a
-    collective name and process group, so those ``args`` are read for those rows alone:
+    collective name, process group and message size, so those ``args`` are read for
+    those rows alone:
     each pass over a piece's events costs about as much as decoding them.
     """
 
@@ -125,7 +133,7 @@ class HostColumns:
         self.colls.index[None] = 0  # code 0: no collective name
         self.pgs.index[None] = 0
         self._comm_name: list[bool] = []  # per name code: a communication op?
-        self._p = _Parts(("start", "end", "kind", "name", "tid", "corr", "coll", "pg"))
+        self._p = _Parts(("start", "end", "kind", "name", "tid", "corr", "coll", "pg", "bytes"))
 
     def add(self, evs: list[Event]) -> None:
         if not evs:
@@ -144,11 +152,13 @@ class HostColumns:
             corr[launches] = int_column([args[i].correlation for i in launches.tolist()])
         coll = np.zeros(n, np.int32)
         pg = np.zeros(n, np.int32)
+        nbytes = np.full(n, -1, np.int64)
         comm = np.flatnonzero(np.array(self._comm_name, bool)[name])
         if comm.size:
             comm_args = [args[i] for i in comm.tolist()]
             coll[comm] = self.colls.encode(values(comm_args, "coll_name"))
             pg[comm] = self.pgs.encode(values(comm_args, "pg_name"))
+            nbytes[comm] = message_sizes(comm_args)
         self._p.add(
             start=start,
             end=start + np.maximum(floats(evs, "dur"), 0.0),  # broken traces hold negative durations
@@ -158,6 +168,7 @@ class HostColumns:
             corr=corr,
             coll=coll,
             pg=pg,
+            bytes=nbytes,
         )
 
     def finish(self) -> dict[str, Any]:
@@ -172,6 +183,7 @@ class HostColumns:
             "name": name_categorical(p.joined("name", np.int32), self.names),
             "coll_name": str_categorical(p.joined("coll", np.int32), self.colls),
             "pg": str_categorical(p.joined("pg", np.int32), self.pgs),
+            "bytes": p.joined("bytes", np.int64),
         }
 
 
@@ -179,7 +191,8 @@ class DeviceColumns:
     """Device events (kernels, copies, memsets) of all pieces, with their GPU (``pid``).
 
     As for host events, ``args`` read by few rows are read for those rows alone: byte
-    counts of copies and memsets, collective names of communication kernels, and the row
+    counts of copies and memsets, collective names and message sizes of communication
+    kernels (newer traces copy them from ``record_param_comms``), and the row
     (``tid``) of events whose ``args`` lack a stream.
     """
 
@@ -220,6 +233,7 @@ class DeviceColumns:
             comm_args = [args[i] for i in comm.tolist()]
             coll[comm] = self.colls.encode(values(comm_args, "coll_name"))
             pg[comm] = self.pgs.encode(values(comm_args, "pg_name"))
+            nbytes[comm] = message_sizes(comm_args)
         self._p.add(
             start=start,
             end=start + np.maximum(floats(evs, "dur"), 0.0),

@@ -41,6 +41,10 @@ class Args(msgspec.Struct, frozen=True, gc=False):
     nbytes: Any = msgspec.field(default=None, name="bytes")
     coll_name: Any = msgspec.field(default=None, name="Collective name")
     pg_name: Any = msgspec.field(default=None, name="Process Group Name")
+    # Message of a collective (record_param_comms, and communication kernels in newer traces).
+    in_nelems: Any = msgspec.field(default=None, name="In msg nelems")
+    out_nelems: Any = msgspec.field(default=None, name="Out msg nelems")
+    dtype: Any = None
     name: Any = None  # metadata events: thread_name / process_name
     step: Any = None  # op-level timelines
     mb_id: Any = None  # op-level timelines

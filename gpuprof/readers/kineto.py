@@ -11,10 +11,11 @@ are framework ops, runtime/driver calls and annotations of the CPU process(es), 
 ``python_function`` frames that classification recognizes (data loading, cache flushes):
 plain Python frames, most of a ``with_stack`` trace, are left out. ``gpu_user_annotation``
 duplicates of host annotations, flows and metadata are not rows. Kernels are tied to the
-runtime call that launched them by ``args.correlation``. Communication kernels are tied to the host ops around their launch
-(see :mod:`gpuprof.readers.launch`), which gives them a collective name and process group
-where the kernel itself does not carry them, and decides whether an ambiguous
-``SendRecv``/``Generic`` kernel is a collective or point-to-point.
+runtime call that launched them by ``args.correlation``. Communication kernels are tied to
+the host ops around their launch (see :mod:`gpuprof.readers.launch`), which gives them a
+collective name, process group and message size in bytes where the kernel itself does not
+carry them, and decides whether an ambiguous ``SendRecv``/``Generic`` kernel is a
+collective or point-to-point.
 """
 
 from __future__ import annotations
@@ -283,7 +284,7 @@ def _device_table(cols: dict[str, Any], host_table: pd.DataFrame) -> pd.DataFram
     comm = np.flatnonzero((category == int(Category.COLLECTIVE)) | (category == int(Category.P2P)))
     if comm.size:
         names = {r: uniq[c] for r, c in zip(comm.tolist(), codes[comm].tolist())}
-        resolve_comm_kernels(comm, names, cols["correlation"], category, coll, pg, host_table)
+        resolve_comm_kernels(comm, names, cols["correlation"], category, coll, pg, cols["bytes"], host_table)
     cols.update(
         category=category,
         copy_kind=copy_kind,

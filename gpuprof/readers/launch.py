@@ -11,7 +11,10 @@ communication kernel gets:
   ``ncclDevKernel_Generic`` likewise;
 * its collective name and process group, when the kernel's own ``args`` lack them: from
   the enclosing ``record_param_comms`` args (``Collective name``, ``Process Group Name``),
-  else from an enclosing ``nccl:<collective>`` op name.
+  else from an enclosing ``nccl:<collective>`` op name;
+* its message size in bytes, when the kernel's own ``args`` lack it: that of the
+  innermost enclosing op that has one (``record_param_comms``: ``In msg nelems``,
+  ``Out msg nelems``, ``dtype``; see the host table's ``bytes``).
 
 Only communication kernels are resolved (a few per step), each by a bounded backwards
 walk over the sorted host ops of its thread, so this costs little on large traces.
@@ -41,9 +44,11 @@ def resolve_comm_kernels(
     category: npt.NDArray[np.int8],
     coll: list[str],
     pg: list[str],
+    nbytes: npt.NDArray[np.int64],
     host: pd.DataFrame,
 ) -> None:
-    """Refine ``category`` and fill ``coll``/``pg`` of the communication kernels in place.
+    """Refine ``category`` and fill ``coll``/``pg``/``nbytes`` (-1: unknown) of the
+    communication kernels in place.
 
     ``names`` maps each row of ``comm_rows`` to its kernel name. The arrays and lists are
     the reader's own, not yet wrapped in a table.
@@ -69,6 +74,7 @@ def resolve_comm_kernels(
     h_colls = [str(c) for c in host["coll_name"].cat.categories]
     h_pg_codes = host["pg"].cat.codes.to_numpy()
     h_pgs = [str(c) for c in host["pg"].cat.categories]
+    h_bytes = host["bytes"].to_numpy()
     ctx_mask = np.isin(h_kind, _CONTEXT_KINDS)
     per_tid: dict[int, tuple[npt.NDArray[np.intp], npt.NDArray[np.float64]]] = {}
     for row in comm_rows:
@@ -89,6 +95,7 @@ def resolve_comm_kernels(
         context: list[str] = []
         ctx_coll = ""
         ctx_pg = ""
+        ctx_bytes = -1
         for j in enclosing.tolist():
             name = h_names[h_name_codes[j]]
             context.append(name)
@@ -96,6 +103,8 @@ def resolve_comm_kernels(
                 ctx_coll = h_colls[h_coll_codes[j]]
             if not ctx_pg and h_pg_codes[j] >= 0:
                 ctx_pg = h_pgs[h_pg_codes[j]]
+            if ctx_bytes < 0:
+                ctx_bytes = int(h_bytes[j])
             if name.startswith("ProfilerStep#"):
                 break
         if not ctx_coll:
@@ -107,6 +116,8 @@ def resolve_comm_kernels(
             coll[row] = ctx_coll
         if not pg[row] and ctx_pg:
             pg[row] = ctx_pg
+        if nbytes[row] < 0:
+            nbytes[row] = ctx_bytes
 
 
 def _coll_from_op_names(context: Sequence[str]) -> str:

@@ -1,0 +1,217 @@
+"""Message sizes of communication kernels, as the Kineto reader gives them: on constructed
+traces whose answers are known by construction, and on real traces checked against their
+raw JSON."""
+
+from __future__ import annotations
+
+import gzip
+import json
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from gpuprof.model.dtypes import message_bytes
+from gpuprof.model.timeline import Category, RankTrace
+from gpuprof.readers import load_all, load_file
+
+Builder = Callable[..., dict[str, Any]]
+WriteTrace = Callable[..., Path]
+
+CPU = 4321
+GPU = 0
+
+
+def _msg(in_n: Any, out_n: Any, dtype: Any) -> dict[str, Any]:
+    return {"In msg nelems": in_n, "Out msg nelems": out_n, "dtype": dtype}
+
+
+def _collective(
+    event: Builder,
+    ts: float,
+    corr: int,
+    kernel: str,
+    host_args: dict[str, Any] | None,
+    kernel_args: dict[str, Any] | None = None,
+    coll: str = "allreduce",
+) -> list[dict[str, Any]]:
+    """c10d op > record_param_comms (with ``host_args``) > launch, and the kernel it starts."""
+    rpc_args = {"Collective name": coll, "Process Group Name": "0", **(host_args or {})}
+    return [
+        event("cpu_op", f"c10d::{coll}_", ts, 50, pid=CPU, tid=CPU),
+        event("cpu_op", "record_param_comms", ts + 1, 40, pid=CPU, tid=CPU, **rpc_args),
+        event("cuda_runtime", "cudaLaunchKernel", ts + 2, 5, pid=CPU, tid=CPU, correlation=corr),
+        event(
+            "kernel", kernel, ts + 100, 80, pid=GPU, tid=7, stream=7, correlation=corr, **(kernel_args or {})
+        ),
+    ]
+
+
+def _load_one(write_trace: WriteTrace, doc: dict[str, Any]) -> RankTrace:
+    (t,) = load_file(write_trace("trace.json", doc))
+    return t
+
+
+def _bytes_of(t: RankTrace, kernel: str) -> list[int]:
+    dev = t.device
+    return [int(b) for b in dev.loc[dev["name"].astype(str) == kernel, "bytes"]]
+
+
+def test_bytes_from_the_kernels_own_args(write_trace: WriteTrace, kineto: Builder, event: Builder) -> None:
+    events = [
+        # all-gather: output 8 x input; the larger message counts. Host op says otherwise:
+        # the kernel's own args win.
+        *_collective(
+            event,
+            0,
+            1,
+            "ncclDevKernel_AllGather_RING_LL",
+            _msg(1, 1, "Float"),
+            _msg(100, 800, "BFloat16") | {"Collective name": "_allgather_base"},
+            coll="_allgather_base",
+        ),
+        # reduce-scatter: the input is the larger one.
+        *_collective(event, 1000, 2, "ncclKernel_ReduceScatter_RING", None, _msg(4096, 512, "Float")),
+    ]
+    t = _load_one(write_trace, kineto(events))
+    assert _bytes_of(t, "ncclDevKernel_AllGather_RING_LL") == [800 * 2]
+    assert _bytes_of(t, "ncclKernel_ReduceScatter_RING") == [4096 * 4]
+
+
+def test_bytes_from_the_enclosing_record_param_comms(
+    write_trace: WriteTrace, kineto: Builder, event: Builder
+) -> None:
+    events = [
+        *_collective(event, 0, 1, "ncclDevKernel_Generic", _msg(2_873_320, 2_873_320, "BFloat16")),
+        *_collective(event, 1000, 2, "ncclKernel_AllReduce_RING_LL_Sum_float", _msg(10, 10, "Double")),
+        # A compute kernel and a copy keep their own meaning of bytes.
+        event("cuda_runtime", "cudaLaunchKernel", 2000, 5, pid=CPU, tid=CPU, correlation=3),
+        event("kernel", "ampere_sgemm", 2010, 50, pid=GPU, tid=7, stream=7, correlation=3),
+        event("gpu_memcpy", "Memcpy HtoD (Pinned -> Device)", 2100, 5, pid=GPU, tid=7, stream=7, bytes=64),
+    ]
+    t = _load_one(write_trace, kineto(events))
+    assert _bytes_of(t, "ncclDevKernel_Generic") == [2_873_320 * 2]
+    assert _bytes_of(t, "ncclKernel_AllReduce_RING_LL_Sum_float") == [80]
+    assert _bytes_of(t, "ampere_sgemm") == [-1]
+    assert _bytes_of(t, "Memcpy HtoD (Pinned -> Device)") == [64]
+    host = t.host
+    rpc = host[host["name"].astype(str) == "record_param_comms"]
+    assert sorted(rpc["bytes"]) == [80, 2_873_320 * 2]
+    assert (host.loc[host["name"].astype(str) != "record_param_comms", "bytes"] == -1).all()
+
+
+@pytest.mark.parametrize(
+    "host_args, kernel_args",
+    [
+        (_msg(10, 10, "Float4_e2m1fn_x2"), None),  # a dtype the table does not know
+        (_msg(None, None, "Float"), None),  # no counts
+        ({"dtype": "Float"}, None),
+        (_msg(10, 10, None), None),
+        (_msg(-1, "12", "Float"), None),  # negative / not a number
+        (None, None),  # nothing said anywhere
+        (_msg(10, 10, "NoSuchType"), _msg(10, 10, "NoSuchType")),
+    ],
+)
+def test_unknown_message_is_minus_one(
+    write_trace: WriteTrace,
+    kineto: Builder,
+    event: Builder,
+    host_args: dict[str, Any] | None,
+    kernel_args: dict[str, Any] | None,
+) -> None:
+    events = _collective(event, 0, 1, "ncclKernel_AllReduce_RING_LL_Sum_float", host_args, kernel_args)
+    t = _load_one(write_trace, kineto(events))
+    assert _bytes_of(t, "ncclKernel_AllReduce_RING_LL_Sum_float") == [-1]
+    assert (t.host["bytes"] == -1).all()
+
+
+def test_unusable_kernel_args_fall_back_to_the_enclosing_op(
+    write_trace: WriteTrace, kineto: Builder, event: Builder
+) -> None:
+    kernel_args = _msg(10, 10, "NoSuchType")
+    events = _collective(
+        event, 0, 1, "ncclKernel_AllReduce_RING_LL_Sum_float", _msg(10, 10, "Float"), kernel_args
+    )
+    t = _load_one(write_trace, kineto(events))
+    assert _bytes_of(t, "ncclKernel_AllReduce_RING_LL_Sum_float") == [40]
+
+
+def test_message_bytes_arithmetic() -> None:
+    assert message_bytes(25_136, 201_088, "BFloat16") == 402_176
+    assert message_bytes(3, 3, "ComplexDouble") == 48
+    assert message_bytes(7, None, "Char") == 7
+    assert message_bytes(True, True, "Float") is None  # a flag is not a count
+    assert message_bytes(float("inf"), 1, "Float") == 4
+    assert message_bytes(1, 1, 4) is None
+
+
+# Real traces -------------------------------------------------------------------------
+
+
+def _raw_events(folder: Path) -> list[dict[str, Any]]:
+    (path,) = sorted(folder.glob("*.json.gz"))
+    with gzip.open(path) as fh:
+        return list(json.load(fh)["traceEvents"])
+
+
+def test_mi300_all_reduce_bytes(shared_traces: Path) -> None:
+    folder = shared_traces / "mi300-resnet-ckpt-rank0"
+    (t,) = load_all([folder])
+    dev = t.device
+    comm = dev[dev["category"] == int(Category.COLLECTIVE)].sort_values("start_us")
+    allreduce = comm[comm["coll_name"].astype(str) == "allreduce"]
+    # The raw trace: each step's record_param_comms for allreduce, in order.
+    raw = _raw_events(folder)
+    steps = sorted(
+        (e["ts"], e["ts"] + e["dur"])
+        for e in raw
+        if e.get("cat") == "user_annotation" and str(e.get("name")).startswith("ProfilerStep#")
+    )
+    rpc = sorted(
+        (e["ts"], e["args"])
+        for e in raw
+        if e.get("name") == "record_param_comms" and e["args"].get("Collective name") == "allreduce"
+    )
+    assert len(steps) == 3 and len(rpc) == len(allreduce) == 6
+    for lo, hi in steps:
+        first_raw = next(a for ts, a in rpc if lo <= ts < hi)
+        assert (first_raw["In msg nelems"], first_raw["dtype"]) == (2_873_320, "BFloat16")
+        first_kernel = allreduce[(allreduce["start_us"] >= lo)].iloc[0]
+        assert int(first_kernel["bytes"]) == 2_873_320 * 2
+    # Every allreduce and broadcast kernel the trace sized is sized; the ones launched
+    # before the trace began (no launch, no args) stay unknown.
+    sized = comm[comm["coll_name"].astype(str) != ""]
+    assert (sized["bytes"] > 0).all() and len(sized) == 12
+    assert (comm.loc[comm["coll_name"].astype(str) == "", "bytes"] == -1).all()
+
+
+def test_b200_allgather_base_bytes(shared_traces: Path) -> None:
+    folder = shared_traces / "b200-eager-rank0"
+    (t,) = load_all([folder])
+    raw = [
+        e["args"]
+        for e in _raw_events(folder)
+        if e.get("cat") == "kernel" and e.get("args", {}).get("Collective name") == "_allgather_base"
+    ]
+    assert len(raw) == 1
+    expected = max(raw[0]["In msg nelems"], raw[0]["Out msg nelems"]) * 2
+    assert raw[0]["dtype"] == "BFloat16" and expected == 402_176
+    dev = t.device
+    ag = dev[dev["coll_name"].astype(str) == "_allgather_base"]
+    assert list(ag["bytes"]) == [expected]
+
+
+def test_a100_kernel_bytes_match_their_args(shared_traces: Path) -> None:
+    folder = shared_traces / "a100-2rank-nccl"
+    (t,) = load_all([folder])
+    sizes = {"Float": 4, "Long": 8}
+    expected = sorted(
+        max(e["args"]["In msg nelems"], e["args"]["Out msg nelems"]) * sizes[e["args"]["dtype"]]
+        for e in _raw_events(folder)
+        if e.get("cat") == "kernel" and "Collective name" in e.get("args", {})
+    )
+    dev = t.device
+    comm = dev[dev["category"] == int(Category.COLLECTIVE)]
+    assert len(expected) == len(comm) > 0
+    assert sorted(comm["bytes"]) == expected
