@@ -1,6 +1,6 @@
-"""Message sizes of communication kernels, as the Kineto reader gives them: on constructed
-traces whose answers are known by construction, and on real traces checked against their
-raw JSON."""
+"""Message sizes of communication kernels and the Python-stacks flag, as the Kineto reader
+gives them: on constructed traces whose answers are known by construction, and on real
+traces checked against their raw JSON."""
 
 from __future__ import annotations
 
@@ -14,7 +14,7 @@ import pytest
 
 from gpuprof.model.dtypes import message_bytes
 from gpuprof.model.timeline import Category, RankTrace
-from gpuprof.readers import load_all, load_file
+from gpuprof.readers import chunks, load_all, load_file
 
 Builder = Callable[..., dict[str, Any]]
 WriteTrace = Callable[..., Path]
@@ -146,6 +146,49 @@ def test_message_bytes_arithmetic() -> None:
     assert message_bytes(1, 1, 4) is None
 
 
+@pytest.mark.parametrize(
+    "frames, top, expected",
+    [
+        (True, {}, True),  # python_function events, even though most are dropped
+        (False, {"with_stack": 1}, True),  # Kineto writes 1 / 0
+        (False, {"with_stack": True}, True),
+        (False, {"with_stack": "true"}, True),
+        (False, {"with_stack": 0}, False),
+        (False, {"with_stack": False}, False),
+        (False, {}, False),
+    ],
+)
+def test_python_stacks_flag(
+    write_trace: WriteTrace,
+    kineto: Builder,
+    event: Builder,
+    frames: bool,
+    top: dict[str, Any],
+    expected: bool,
+) -> None:
+    events = [
+        event("user_annotation", "ProfilerStep#1", 0, 1000, pid=CPU, tid=CPU),
+        event("cpu_op", "aten::mm", 10, 50, pid=CPU, tid=CPU),
+    ]
+    if frames:
+        events.append(event("python_function", "train.py(10): step", 0, 900, pid=CPU, tid=CPU))
+    t = _load_one(write_trace, kineto(events, **top))
+    assert t.python_stacks is expected
+    assert "train.py(10): step" not in set(t.host["name"].astype(str))  # still dropped
+
+
+def test_with_stack_after_the_events_is_seen_when_read_in_pieces(
+    write_trace: WriteTrace, kineto: Builder, event: Builder, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    events = [event("cpu_op", f"aten::op{i}", 10.0 * i, 5, pid=CPU, tid=CPU) for i in range(60)]
+    doc = kineto(events)
+    doc["with_stack"] = 1  # written after traceEvents: only the last piece holds it
+    path = write_trace("t.json", json.dumps(doc, indent=1))
+    monkeypatch.setattr(chunks, "TARGET_BYTES", 400)
+    (t,) = load_file(path)
+    assert t.python_stacks is True
+
+
 # Real traces -------------------------------------------------------------------------
 
 
@@ -158,6 +201,7 @@ def _raw_events(folder: Path) -> list[dict[str, Any]]:
 def test_mi300_all_reduce_bytes(shared_traces: Path) -> None:
     folder = shared_traces / "mi300-resnet-ckpt-rank0"
     (t,) = load_all([folder])
+    assert t.python_stacks
     dev = t.device
     comm = dev[dev["category"] == int(Category.COLLECTIVE)].sort_values("start_us")
     allreduce = comm[comm["coll_name"].astype(str) == "allreduce"]
@@ -189,6 +233,7 @@ def test_mi300_all_reduce_bytes(shared_traces: Path) -> None:
 def test_b200_allgather_base_bytes(shared_traces: Path) -> None:
     folder = shared_traces / "b200-eager-rank0"
     (t,) = load_all([folder])
+    assert t.python_stacks
     raw = [
         e["args"]
         for e in _raw_events(folder)
@@ -205,6 +250,7 @@ def test_b200_allgather_base_bytes(shared_traces: Path) -> None:
 def test_a100_kernel_bytes_match_their_args(shared_traces: Path) -> None:
     folder = shared_traces / "a100-2rank-nccl"
     (t,) = load_all([folder])
+    assert not t.python_stacks
     sizes = {"Float": 4, "Long": 8}
     expected = sorted(
         max(e["args"]["In msg nelems"], e["args"]["Out msg nelems"]) * sizes[e["args"]["dtype"]]
@@ -215,3 +261,8 @@ def test_a100_kernel_bytes_match_their_args(shared_traces: Path) -> None:
     comm = dev[dev["category"] == int(Category.COLLECTIVE)]
     assert len(expected) == len(comm) > 0
     assert sorted(comm["bytes"]) == expected
+
+
+def test_resnet_has_no_python_stacks(shared_traces: Path) -> None:
+    (t,) = load_all([shared_traces / "resnet50-nw0"])
+    assert not t.python_stacks

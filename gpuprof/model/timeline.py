@@ -228,6 +228,10 @@ class RankTrace:
     # The file was cut off mid-write and only the events before the cut were read: what is
     # absent (e.g. GPU events, which older Kineto traces write last) may just be missing.
     truncated: bool = False
+    # The profiler recorded Python stacks (``with_stack=True``: ``python_function`` events or
+    # the trace's ``with_stack`` key), which slows the host while profiling. Readers drop
+    # most of those frames, so the host table alone does not tell.
+    python_stacks: bool = False
 
     @property
     def has_device_activity(self) -> bool:

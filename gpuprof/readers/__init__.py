@@ -91,6 +91,7 @@ def _read(raw: RawTrace, path: Path, rank_hint: int | None, order: int) -> list[
                 warnings=tuple(warnings),
                 device_index=facts.device_index,
                 truncated=raw.cut_off_at_bytes is not None,
+                python_stacks=facts.python_stacks,
             )
         ]
     if looks_like_timeline(raw):

@@ -125,6 +125,7 @@ class _Doc(msgspec.Struct):
     deviceProperties: Any = None
     distributedInfo: Any = None
     schemaVersion: Any = None
+    with_stack: Any = None
 
 
 class _LooseDoc(msgspec.Struct):
@@ -132,6 +133,7 @@ class _LooseDoc(msgspec.Struct):
     deviceProperties: Any = None
     distributedInfo: Any = None
     schemaVersion: Any = None
+    with_stack: Any = None
 
 
 @dataclass
@@ -145,14 +147,18 @@ class TopLevel:
     device_properties: Any = None
     distributed_info: Any = None
     schema_version: Any = None
+    with_stack: Any = None  # Kineto writes the profiler's with_stack setting (1 / true)
 
-    def update(self, props: Any, dist: Any, schema: Any) -> None:
-        if props is not None:
-            self.device_properties = props
-        if dist is not None:
-            self.distributed_info = dist
-        if schema is not None:
-            self.schema_version = schema
+    def update(self, later: TopLevel) -> None:
+        """Take the keys ``later`` (a later piece) found."""
+        if later.device_properties is not None:
+            self.device_properties = later.device_properties
+        if later.distributed_info is not None:
+            self.distributed_info = later.distributed_info
+        if later.schema_version is not None:
+            self.schema_version = later.schema_version
+        if later.with_stack is not None:
+            self.with_stack = later.with_stack
 
 
 @dataclass
@@ -286,11 +292,10 @@ def decode_trace(path: Path, chunked: bool = True) -> RawTrace:
     points = split_points(data, is_object) if chunked else []
     if points:
         try:
-            events, props, dist, schema = _decode(first_piece(data, is_object, points), is_object)
+            events, top = _decode(first_piece(data, is_object, points), is_object)
         except (msgspec.DecodeError, msgspec.ValidationError):
             events = None
         if events:
-            top = TopLevel(props, dist, schema)
             rest = _later(data, is_object, points, top)
             return RawTrace(events, rest, top, is_object, len(data), tuple(warnings))
     return decode_text(data, path, warnings)
@@ -301,12 +306,12 @@ def _later(
 ) -> Iterator[list[Event]]:
     for piece, last in later_pieces(data, is_object, points):
         try:
-            events, props, dist, schema = _decode(piece, is_object and last)
+            events, found = _decode(piece, is_object and last)
         except (msgspec.DecodeError, msgspec.ValidationError):
             raise ChunkingFailed from None
         del piece
         if last:
-            top.update(props, dist, schema)
+            top.update(found)
         yield events or []
 
 
@@ -345,24 +350,24 @@ def decode_text(data: bytes | bytearray, path: Path, warnings: list[str] | None 
             f"read the {len(doc[0] or ())} complete events before the cut"
         )
         warns.append(note)
-    events, props, dist, schema = doc
+    events, top = doc
     if events is None:
         raise BadTraceError("JSON is not a trace (no 'traceEvents' list)", path)
     if not events:
         raise BadTraceError("trace holds no events", path)
-    top = TopLevel(props, dist, schema)
     return RawTrace(events, iter(()), top, is_object, len(data), tuple(warns), cut, note)
 
 
-_DocTuple = tuple[list[Event] | None, Any, Any, Any]
+_DocTuple = tuple[list[Event] | None, TopLevel]
 
 
 def _decode(data: bytes | bytearray | memoryview, is_object: bool) -> _DocTuple:
     try:
         if is_object:
             doc = msgspec.json.decode(data, type=_Doc)
-            return doc.traceEvents, doc.deviceProperties, doc.distributedInfo, doc.schemaVersion
-        return msgspec.json.decode(data, type=list[Event]), None, None, None
+            top = TopLevel(doc.deviceProperties, doc.distributedInfo, doc.schemaVersion, doc.with_stack)
+            return doc.traceEvents, top
+        return msgspec.json.decode(data, type=list[Event]), TopLevel()
     except msgspec.ValidationError:
         pass
     # Rare: odd types somewhere. Decode loosely and coerce; raises ValidationError when the
@@ -370,8 +375,9 @@ def _decode(data: bytes | bytearray | memoryview, is_object: bool) -> _DocTuple:
     if is_object:
         loose = msgspec.json.decode(data, type=_LooseDoc)
         evs = None if loose.traceEvents is None else [_coerce(e) for e in loose.traceEvents]
-        return evs, loose.deviceProperties, loose.distributedInfo, loose.schemaVersion
-    return [_coerce(e) for e in msgspec.json.decode(data, type=list[_LooseEvent])], None, None, None
+        top = TopLevel(loose.deviceProperties, loose.distributedInfo, loose.schemaVersion, loose.with_stack)
+        return evs, top
+    return [_coerce(e) for e in msgspec.json.decode(data, type=list[_LooseEvent])], TopLevel()
 
 
 def _num(v: Any) -> float:

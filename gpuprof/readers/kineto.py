@@ -83,6 +83,7 @@ class KinetoFacts:
     device_memory_bytes: int | None = None
     world_size: int | None = None
     process_groups: tuple[ProcessGroup, ...] = ()
+    python_stacks: bool = False  # recorded with_stack=True (see RankTrace.python_stacks)
     warnings: list[str] = field(default_factory=list)
 
 
@@ -127,6 +128,8 @@ def read_kineto(
             elif e.name == "[memory]":
                 mem.append(e)
         del piece
+        if frames:
+            facts.python_stacks = True
         host.extend(_telling_frames(frames, frame_verdicts))
         host_cols.add(host)
         dev_cols.add(dev)
@@ -141,6 +144,7 @@ def read_kineto(
         )
         facts.warnings[:] = [told if w == said else w for w in facts.warnings]
     keep_pid = _own_device(pid_counts, facts)
+    facts.python_stacks = facts.python_stacks or _said_yes(raw.top.with_stack)
     _read_distributed(raw.top.distributed_info, facts)
     _read_device_props(raw.top.device_properties, facts)
     host_table = _host_table(host_cols.finish())
@@ -166,6 +170,13 @@ def _telling_frames(frames: list[Event], verdicts: dict[str, bool]) -> list[Even
     if not any(verdicts.values()):
         return []
     return [e for e in frames if verdicts[e.name]]
+
+
+def _said_yes(flag: Any) -> bool:
+    """A top-level flag such as ``with_stack``: Kineto writes 1 / 0, others true / false."""
+    if isinstance(flag, str):
+        return flag.strip().lower() in ("1", "true", "yes")
+    return isinstance(flag, (bool, int, float)) and bool(flag)
 
 
 def _own_device(counts: dict[Any, int], facts: KinetoFacts) -> Any:
