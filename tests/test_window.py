@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -155,3 +156,122 @@ def test_steps_option_on_a_trace_without_step_markers_is_an_error() -> None:
     b.kernel(100, 200, launch_at=90)
     with pytest.raises(GpuprofError, match="no step markers"):
         select_window(b.build(), StepSelection.parse("3"))
+
+
+# --- steps that are not contiguous -------------------------------------------------------
+
+
+def _timer_op(name: str, tid: int, ts: float, dur: float, step: int) -> dict[str, object]:
+    return {
+        "name": name,
+        "cat": name,
+        "pid": 0,
+        "tid": tid,
+        "ts": ts,
+        "dur": dur,
+        "ph": "X",
+        "args": {"step": step},
+    }
+
+
+def _stitched_timeline() -> list[dict[str, object]]:
+    """One worker, steps 5, 6 and 100 starting at 0, 1000 and 2000 us: 93 steps cannot fit
+    in the 300 us after step 6, so the clock is stitched and each step ends at its last op
+    (700 us each). Per step: 350 us of compute ops, a 20 us send beside them."""
+    events: list[dict[str, object]] = [
+        {
+            "name": "thread_name",
+            "pid": 0,
+            "tid": 0,
+            "ph": "M",
+            "args": {"name": "PP rank 0, TP rank 0, compute"},
+        },
+        {
+            "name": "thread_name",
+            "pid": 0,
+            "tid": 1,
+            "ph": "M",
+            "args": {"name": "PP rank 0, TP rank 0, pp-comm"},
+        },
+    ]
+    for step, base in ((5, 0.0), (6, 1000.0), (100, 2000.0)):
+        events += [
+            _timer_op("forward-compute", 0, base, 100, step),
+            _timer_op("forward-send", 1, base + 100, 20, step),
+            _timer_op("backward-compute", 0, base + 400, 200, step),
+            _timer_op("optimizer", 0, base + 650, 50, step),
+        ]
+    return events
+
+
+def test_time_between_timeline_steps_is_left_out_of_the_window(write_trace: Callable[..., Path]) -> None:
+    from gpuprof.analysis import intervals as iv
+    from gpuprof.analysis.attribution import attribute
+    from gpuprof.analysis.summarize import summarize
+    from gpuprof.readers import load_file
+
+    (t,) = load_file(write_trace("timeline.json", {"traceEvents": _stitched_timeline()}))
+    assert [(s.start_us, s.end_us) for s in t.steps] == [(0, 700), (1000, 1700), (2000, 2700)]
+    w = select_window(t)
+    assert w is not None and not w.device_aligned
+    assert (w.start_us, w.end_us) == (0, 2700)
+    assert w.spans is not None and list(zip(*w.spans)) == [(0, 700), (1000, 1700), (2000, 2700)]
+    assert w.duration_us == 2100
+
+    s = summarize(t)
+    gaps = iv.make([700.0, 1700.0], [1000.0, 2000.0])
+    assert s.window == (0, 2700) and s.window_us == 2100 and s.gaps_us == 600
+    assert s.window_us == sum(st.duration_us for st in s.steps)
+    assert s.facts["window_gaps_us"] == 600
+    compute, lost = iv.total(s.compute), iv.total(s.lost)
+    assert compute == 3 * 350  # forward 100 + backward 200 + optimizer 50 per step
+    assert compute + lost == s.window_us
+    assert iv.total(iv.intersect(s.lost, gaps)) == 0 and iv.total(iv.intersect(s.compute, gaps)) == 0
+    att = attribute(s.lost, s.claims)
+    assert sum(att.lost_us.values()) == pytest.approx(lost)
+    for cause, ivs in att.intervals.items():
+        assert iv.total(iv.intersect(ivs, gaps)) == 0, cause
+    # The steps' op time is left in the analysis: each step's 350 us without compute.
+    assert lost == 3 * 350
+
+
+def test_time_between_consecutive_profiler_step_ranges_stays_in_the_window() -> None:
+    # Without correlation ids the host ranges are the steps; the 40 us between
+    # ProfilerStep#1 and #2 is the job's own time (profiler.step()), as before.
+    b = RankBuilder()
+    b.step(1, 0, 960)
+    b.kernel(100, 900)
+    b.step(2, 1000, 2000)
+    b.kernel(1100, 1900)
+    w = select_window(b.build())
+    assert w is not None and not w.device_aligned
+    assert w.spans is None and w.duration_us == 2000
+
+
+def test_time_between_non_consecutive_steps_is_left_out() -> None:
+    b = RankBuilder()
+    b.step(1, 0, 1000)
+    b.kernel(100, 900)
+    b.step(2, 1000, 1900)
+    b.kernel(1100, 1800)
+    b.step(5, 5000, 6000)  # steps 3 and 4 were not recorded
+    b.kernel(5100, 5900)
+    w = select_window(b.build())
+    assert w is not None and not w.device_aligned
+    # 1900-2000 would stay between consecutive steps; here 2 ends at its own end (1900).
+    assert w.spans is not None and list(zip(*w.spans)) == [(0, 1900), (5000, 6000)]
+    assert w.duration_us == 2900
+
+
+def test_step_spans_fill_only_the_gaps_that_stay() -> None:
+    from gpuprof.analysis.window import step_spans
+    from gpuprof.model.timeline import Step
+
+    steps = (Step(1, 0, 90), Step(2, 100, 190), Step(4, 300, 400))
+    spans = step_spans(steps, reader_ends_steps=False)
+    assert spans is not None and list(zip(*spans)) == [(0, 190), (300, 400)]
+    spans = step_spans(steps, reader_ends_steps=True)
+    assert spans is not None and list(zip(*spans)) == [(0, 90), (100, 190), (300, 400)]
+    assert step_spans(steps[:2], reader_ends_steps=False) is None  # contiguous after filling
+    assert step_spans((Step(1, 0, 100), Step(2, 100, 200)), reader_ends_steps=True) is None
+    assert step_spans(steps[:1], reader_ends_steps=True) is None

@@ -478,6 +478,8 @@ def _overlap_share(ctx: AdviceContext) -> float | None:
         ivs = iv.clip(
             iv.union(coll["start_us"].to_numpy(), coll["end_us"].to_numpy()), s.window[0], s.window[1]
         )
+        if s.window_iv is not None:  # time left out between steps is not in the window
+            ivs = iv.intersect(ivs, s.window_iv)
         total += iv.total(ivs)
         hidden += iv.total(iv.intersect(ivs, s.compute))
     return hidden / total if total > 0 else None

@@ -1,7 +1,8 @@
 """Measured numbers per rank for the advice (``RankSummary.facts``).
 
 All values are plain JSON types; ``None`` means unknown (never 0). Times in microseconds,
-sizes in bytes, restricted to the analysis window unless the key says otherwise.
+sizes in bytes, restricted to the analysis window unless the key says otherwise (time left
+out between steps is outside it: :meth:`RuleContext.clip`).
 
 Keys:
 
@@ -78,6 +79,9 @@ Keys:
     set by :func:`gpuprof.analysis.summarize.summarize`: whether step bounds follow the
     device (see :mod:`gpuprof.analysis.window`), and the share of device work whose launch
     call is in the trace.
+``window_gaps_us`` (float)
+    set by :func:`gpuprof.analysis.summarize.summarize`: time between the window's outer
+    bounds left out of it because no selected step covers it (0 when steps are contiguous).
 """
 
 from __future__ import annotations
@@ -151,7 +155,10 @@ def rank_facts(
     f["kernel_median_us"] = _median(dur)
     f["launch_median_us"] = _median(launch_dur)
     f["kernels_shorter_than_launch_share"] = float(np.mean(dur[known] < launch_dur)) if known.any() else None
-    f["launches_per_ms"] = float(known.sum() / ((hi - lo) / 1000.0)) if known.any() and hi > lo else None
+    window_us = ctx.window_us
+    f["launches_per_ms"] = (
+        float(known.sum() / (window_us / 1000.0)) if known.any() and window_us > 0 else None
+    )
     f["host_wait_us"] = iv.total(iv.normalize(ctx.host_wait))
     f["queued_gap_us"] = iv.total(iv.normalize(ctx.queued))
     # Host calls.
@@ -168,7 +175,7 @@ def rank_facts(
     f["scalar_reads"] = n_scalar
     f["scalar_reads_per_step"] = n_scalar / per_step if per_step else None
     dl = win & (hcat == int(Category.DATALOAD))
-    dl_iv = iv.clip(iv.union(hs[dl], he[dl]), lo, hi)
+    dl_iv = ctx.clip(iv.union(hs[dl], he[dl]))
     outer = _outermost(hs[dl], he[dl])
     f["dataloader_calls"] = int(outer.sum())
     f["dataloader_call_mean_us"] = float(np.mean((he[dl] - hs[dl])[outer])) if outer.any() else None
@@ -181,7 +188,7 @@ def rank_facts(
     alloc = win & (hcat == int(Category.ALLOC))
     f["alloc_calls_by_name"] = _count_by_name(names[alloc])
     f["alloc_calls"] = int(alloc.sum())
-    f["alloc_time_us"] = iv.total(iv.clip(iv.union(hs[alloc], he[alloc]), lo, hi))
+    f["alloc_time_us"] = iv.total(ctx.clip(iv.union(hs[alloc], he[alloc])))
     # Copies and memsets on the device.
     copy_kind = dev["copy_kind"].to_numpy()
     copies = ctx.act & (cat == int(Category.COPY)) & (de > lo) & (ds < hi)
@@ -189,26 +196,26 @@ def rank_facts(
     exposed_by_kind: dict[str, float] = {}
     for code in np.unique(copy_kind[copies]):
         sel = copies & (copy_kind == code)
-        ivs = iv.clip(iv.union(ds[sel], de[sel]), lo, hi)
+        ivs = ctx.clip(iv.union(ds[sel], de[sel]))
         label = _COPY_LABEL.get(int(code), "unknown")
         by_kind[label] = by_kind.get(label, 0.0) + iv.total(ivs)
         exposed_by_kind[label] = exposed_by_kind.get(label, 0.0) + iv.total(iv.subtract(ivs, ctx.compute))
     f["copy_us_by_kind"] = by_kind
     f["exposed_copy_us_by_kind"] = exposed_by_kind
     memset = ctx.act & (cat == int(Category.MEMSET)) & (de > lo) & (ds < hi)
-    ms_iv = iv.clip(iv.union(ds[memset], de[memset]), lo, hi)
+    ms_iv = ctx.clip(iv.union(ds[memset], de[memset]))
     f["memset_us"] = iv.total(ms_iv)
     f["exposed_memset_us"] = iv.total(iv.subtract(ms_iv, ctx.compute))
     pageable = copies & dev["pageable"].to_numpy()
     nbytes = dev["bytes"].to_numpy()[pageable]
     f["pageable_copies"] = int(pageable.sum())
     f["pageable_copy_bytes"] = int(nbytes[nbytes >= 0].sum()) if (nbytes >= 0).any() else None
-    pg_iv = iv.clip(iv.union(ds[pageable], de[pageable]), lo, hi)
+    pg_iv = ctx.clip(iv.union(ds[pageable], de[pageable]))
     f["pageable_copy_us"] = iv.total(pg_iv)
     f["pageable_exposed_copy_us"] = iv.total(iv.subtract(pg_iv, ctx.compute))
     # Communication.
     comm = ctx.act & np.isin(cat, (int(Category.COLLECTIVE), int(Category.P2P)))
-    comm_iv = iv.clip(iv.union(ds[comm], de[comm]), lo, hi)
+    comm_iv = ctx.clip(iv.union(ds[comm], de[comm]))
     f["comm_us"] = iv.total(comm_iv)
     f["comm_exposed_us"] = iv.total(iv.subtract(comm_iv, ctx.compute))
     f.update(_memory_facts(ctx))

@@ -5,8 +5,9 @@ Steps, in order:
 1. match every device event to the host call that launched it
    (:mod:`gpuprof.analysis.launches`);
 2. choose the window and device-aligned step bounds (:mod:`gpuprof.analysis.window`);
+   when time between steps is left out, the window is the union of the steps;
 3. partition the window exactly: ``compute`` = union of COMPUTE device intervals clipped
-   to it, ``lost`` = the rest;
+   to it, ``lost`` = the rest (neither reaches into time left out between steps);
 4. run the local rules (:mod:`gpuprof.analysis.rules`), which claim lost time per cause;
    attribution (precedence) happens later, together with the cross-rank claims;
 5. measure the facts for the advice (keys documented in :mod:`gpuprof.analysis.facts`),
@@ -92,15 +93,22 @@ def summarize(trace: RankTrace, selection: StepSelection = _ALL_STEPS) -> RankSu
         iv.clip((dev["start_us"].to_numpy()[is_compute], dev["end_us"].to_numpy()[is_compute]), lo, hi)
     )
     lost = iv.complement(compute, lo, hi)
-    ctx = build_context(trace, lo, hi, compute, lost, launches)
+    if window.spans is not None:
+        # Time between steps is left out: it is neither compute nor lost. (Only host-range
+        # windows have gaps, so the launch-based what-ifs, which need correlation ids and
+        # hence device-aligned steps, never see one.)
+        compute = iv.intersect(compute, window.spans)
+        lost = iv.intersect(lost, window.spans)
+    ctx = build_context(trace, lo, hi, compute, lost, launches, window.spans)
     by_rule = claims_by_rule(ctx)
     claims = claims_by_cause(by_rule)
     facts = rank_facts(ctx, len(window.steps), [s.duration_us for s in window.steps], by_rule)
     facts["device_aligned_steps"] = window.device_aligned
     facts["launch_matched_share"] = launches.matched_share
+    facts["window_gaps_us"] = (hi - lo) - window.duration_us
     facts.update(whatif_facts(ctx, window.steps))
     warnings = trace.warnings + ((window.note,) if window.note else ())
-    warnings += trust_warnings(facts) + data_warnings(hi - lo, len(window.steps))
+    warnings += trust_warnings(facts) + data_warnings(window.duration_us, len(window.steps))
     return RankSummary(
         rank=trace.rank,
         source=trace.source,
@@ -108,6 +116,7 @@ def summarize(trace: RankTrace, selection: StepSelection = _ALL_STEPS) -> RankSu
         device_name=trace.device_name,
         device_memory_bytes=trace.device_memory_bytes,
         window=(lo, hi),
+        window_iv=window.spans,
         steps=window.steps,
         compute=compute,
         lost=lost,

@@ -7,12 +7,14 @@ only the summaries are ever held together. It is plain data: picklable, no file 
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Any, Mapping
+from typing import Any
 
+import numpy as np
 import pandas as pd
 
-from gpuprof.analysis.intervals import Intervals
+from gpuprof.analysis.intervals import Intervals, total
 from gpuprof.model.report import Cause
 from gpuprof.model.timeline import Step
 
@@ -48,8 +50,13 @@ COMMS_COLUMNS: tuple[str, ...] = (
 class RankSummary:
     """One rank, reduced to what the job-level analysis needs.
 
-    ``window`` is ``(start_us, end_us)``; ``compute`` and ``lost`` are normalized interval
-    sets that partition it exactly. ``claims`` holds, for each cause a local rule found
+    ``window`` is ``(start_us, end_us)``, the outer bounds of the analysis window;
+    ``window_iv``, when set, is the window itself as a normalized interval set (the
+    profiled steps, when time between them is left out: see
+    :mod:`gpuprof.analysis.window`), ``None`` meaning all of ``window``. ``compute`` and
+    ``lost`` are normalized interval sets that partition the window exactly, so
+    ``window_us`` (the time inside it) is their summed length; shares of the window are
+    shares of ``window_us``, never of ``window[1] - window[0]``. ``claims`` holds, for each cause a local rule found
     evidence for, the intervals that rule claims (they may reach outside ``lost``; the
     attribution keeps only the lost part). ``facts`` carries measured numbers for the
     advice (counts, bytes, durations; keys documented where they are produced).
@@ -73,7 +80,23 @@ class RankSummary:
     facts: Mapping[str, Any] = field(default_factory=dict)
     warnings: tuple[str, ...] = ()
     empty_reason: str | None = None  # set when there is nothing to analyze (CPU-only trace)
+    window_iv: Intervals | None = None
+
+    @property
+    def window_intervals(self) -> Intervals:
+        """The window as a normalized interval set (one interval when contiguous)."""
+        if self.window_iv is not None:
+            return self.window_iv
+        return np.array([self.window[0]]), np.array([self.window[1]])
 
     @property
     def window_us(self) -> float:
+        """Time inside the window, microseconds (time left out between steps excluded)."""
+        if self.window_iv is not None:
+            return total(self.window_iv)
         return self.window[1] - self.window[0]
+
+    @property
+    def gaps_us(self) -> float:
+        """Time between the outer bounds left out of the window (between steps), µs."""
+        return (self.window[1] - self.window[0]) - self.window_us

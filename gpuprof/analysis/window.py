@@ -33,6 +33,23 @@ both cases the steps tile the window, and the per-step times add up to it.
 
 Without correlation ids (op-level timelines, stripped traces) the host ranges are used.
 
+Steps that are not contiguous
+-----------------------------
+Device-aligned steps tile the window. Host ranges may leave time between steps, and the
+window is then the union of the steps (:attr:`Window.spans`), leaving that time out:
+
+* between consecutive ``ProfilerStep`` ranges (``N`` then ``N + 1``) the time is the job's
+  own (``profiler.step()`` bookkeeping, tens of microseconds): it stays in the window, as
+  it would with device-aligned bounds;
+* an op-level timeline's reader has already decided where each step ends
+  (:mod:`gpuprof.readers.timersteps`): a step ends at its last op exactly when the time
+  after it is not the job's (a stitched clock's made-up gap) or holds unrecorded steps.
+  That time is in no step, so it is in no cause either: counting it as lost ``other``
+  time would blame the job for time it never spent on these steps;
+* likewise between non-consecutive step numbers in any trace.
+
+Compute and lost time, and so ``window_us``, are then measured inside the steps only.
+
 Partial steps
 -------------
 A first or last step is left out when its device work is not all in the recording: most of
@@ -49,6 +66,8 @@ from dataclasses import dataclass
 import numpy as np
 import numpy.typing as npt
 
+from gpuprof.analysis import intervals as iv
+from gpuprof.analysis.intervals import Intervals
 from gpuprof.analysis.launches import Launches, activity_mask, match_launches
 from gpuprof.errors import GpuprofError
 from gpuprof.model.timeline import Category, Kind, RankTrace, Step
@@ -96,13 +115,59 @@ class StepSelection:
 
 @dataclass(frozen=True)
 class Window:
-    """The analysis window ``[start_us, end_us)`` and the steps tiling it (device-aligned)."""
+    """The analysis window: outer bounds ``[start_us, end_us)`` and its steps.
+
+    ``spans`` is the window as a normalized interval set when time between steps is left
+    out (see the module docstring); ``None`` when the window is all of
+    ``[start_us, end_us)`` (contiguous steps, or no steps).
+    """
 
     start_us: float
     end_us: float
     steps: tuple[Step, ...]
     note: str | None = None  # why the window is what it is, when not the obvious
     device_aligned: bool = False  # step bounds follow device work (see module docstring)
+    spans: Intervals | None = None
+
+    @property
+    def intervals(self) -> Intervals:
+        """The window as a normalized interval set (one interval when contiguous)."""
+        if self.spans is not None:
+            return self.spans
+        return iv.make([self.start_us], [self.end_us])
+
+    @property
+    def duration_us(self) -> float:
+        """Time inside the window: the outer span less the time left out between steps."""
+        if self.spans is not None:
+            return iv.total(self.spans)
+        return self.end_us - self.start_us
+
+
+def step_spans(steps: tuple[Step, ...], reader_ends_steps: bool) -> Intervals | None:
+    """The window of ``steps`` (host ranges, sorted) as an interval set, or ``None`` when
+    it is all of ``[first start, last end)``.
+
+    The time between two steps is left out when the numbers are not consecutive, or when
+    ``reader_ends_steps`` (an op-level timeline: its reader ended a step early exactly where
+    the time after it is not the job's). Between consecutive ``ProfilerStep`` ranges it is
+    the job's own time and stays.
+    """
+    if len(steps) < 2:
+        return None
+    starts = np.array([s.start_us for s in steps])
+    ends = np.array([s.end_us for s in steps])
+    nums = np.array([s.number for s in steps])
+    gap = starts[1:] > ends[:-1]
+    if not reader_ends_steps:
+        gap &= nums[1:] != nums[:-1] + 1
+    if not gap.any():
+        return None
+    # Fill the gaps that stay: each kept gap's step extends to the next step's start.
+    keep_to_next = ~gap
+    ends = ends.copy()
+    ends[:-1] = np.where(keep_to_next, np.maximum(ends[:-1], starts[1:]), ends[:-1])
+    return iv.union(starts, ends)
 
 
 @dataclass(frozen=True)
@@ -250,7 +315,8 @@ def select_window(
                 f"--steps selects no complete step of rank {trace.rank}; its complete steps are {nums}",
                 trace.source,
             )
-        return Window(chosen[0].start_us, chosen[-1].end_us, chosen, note, aligned)
+        spans = None if aligned else step_spans(chosen, reader_ends_steps=trace.fmt == "timeline")
+        return Window(chosen[0].start_us, chosen[-1].end_us, chosen, note, aligned, spans)
     if selection.first is not None or selection.last is not None:
         what = "no complete step" if trace.steps else "no step markers"
         raise GpuprofError(f"--steps: rank {trace.rank} has {what} to select", trace.source)

@@ -61,7 +61,7 @@ RULES: tuple[LocalRule, ...] = (
 
 def claims_by_rule(ctx: RuleContext, rules: tuple[LocalRule, ...] = RULES) -> dict[str, Intervals]:
     """Each rule's own claim, clipped to the window and normalized (keyed by rule name)."""
-    return {r.name: iv.normalize(iv.clip(r.claim(ctx), ctx.lo_us, ctx.hi_us)) for r in rules}
+    return {r.name: iv.normalize(ctx.clip(r.claim(ctx))) for r in rules}
 
 
 def claims_by_cause(

@@ -69,6 +69,9 @@ class RuleContext:
     ``act`` marks the rows of ``trace.device`` that are device work; ``lost`` is normalized
     and ``gaps`` describes each of its intervals; ``host_wait``, ``queued`` and
     ``unknown_launch`` split the lost time as in the module docstring (no two overlap).
+    ``[lo_us, hi_us)`` are the window's outer bounds; ``window_iv``, when set, is the
+    window itself (its steps, with the time between them left out), ``None`` meaning all
+    of ``[lo_us, hi_us)``. Clip to the window with :meth:`clip`.
     """
 
     trace: RankTrace
@@ -82,6 +85,22 @@ class RuleContext:
     host_wait: Intervals
     queued: Intervals
     unknown_launch: Intervals
+    window_iv: Intervals | None = None
+
+    @property
+    def window_us(self) -> float:
+        """Time inside the window, microseconds."""
+        return iv.total(self.window_iv) if self.window_iv is not None else self.hi_us - self.lo_us
+
+    @property
+    def window_starts_us(self) -> npt.NDArray[np.float64]:
+        """Where each part of the window begins (only ``lo_us`` when contiguous)."""
+        return self.window_iv[0] if self.window_iv is not None else np.array([self.lo_us])
+
+    def clip(self, ivs: Intervals) -> Intervals:
+        """``ivs`` restricted to the window (normalized only when the window has gaps)."""
+        out = iv.clip(ivs, self.lo_us, self.hi_us)
+        return iv.intersect(out, self.window_iv) if self.window_iv is not None else out
 
     def device_rows(self, *categories: Category) -> Intervals:
         """Device work intervals of the given categories (unclipped, not normalized)."""
@@ -152,8 +171,16 @@ def _first_activity_wait(
 
 
 def build_context(
-    trace: RankTrace, lo_us: float, hi_us: float, compute: Intervals, lost: Intervals, launches: Launches
+    trace: RankTrace,
+    lo_us: float,
+    hi_us: float,
+    compute: Intervals,
+    lost: Intervals,
+    launches: Launches,
+    window_iv: Intervals | None = None,
 ) -> RuleContext:
+    """The rules' context; ``window_iv`` is the window when it leaves time between steps out
+    (``compute`` and ``lost`` must then partition it)."""
     dev = trace.device
     act = activity_mask(dev)
     g0, g1 = iv.normalize(lost)
@@ -207,4 +234,5 @@ def build_context(
         host_wait=host_wait,
         queued=queued,
         unknown_launch=unknown_launch,
+        window_iv=window_iv,
     )

@@ -59,7 +59,8 @@ def _per_thread(ctx: RuleContext, calls: npt.NDArray[np.bool_], drain: bool) -> 
     part_end = np.where(known_end, g.host_wait_end_us, np.where(g.unknown, g.end_us, np.nan))
     usable = ~np.isnan(part_end)
     if drain:
-        usable &= known_end & (g.start_us > ctx.lo_us)  # the window start is not a drain
+        # The window's start (or a step's start after left-out time) is not a drain.
+        usable &= known_end & ~np.isin(g.start_us, ctx.window_starts_us)
     out: list[Intervals] = []
     for tid in np.unique(g.tid[usable]):
         sel_gap = usable & (g.tid == tid)
