@@ -2,8 +2,11 @@
 
 from __future__ import annotations
 
+import json
+from collections.abc import Callable
 from functools import cache
 from pathlib import Path
+from typing import Any
 
 import pytest
 from conftest import SHARED_TRACES
@@ -138,6 +141,30 @@ def test_stitched_timeline_leaves_the_time_between_steps_out_of_every_cause(shar
             assert iv.total(iv.intersect(ivs, gaps)) == pytest.approx(0.0, abs=1e-6), cause
         # Left for "other" is what happens inside the steps (under 3 %, was 9-11 %).
         assert r.lost_us[Cause.OTHER] < 0.03 * r.window_us
+
+
+def test_cut_off_trace_without_gpu_events_is_not_called_cpu_only(
+    write_trace: Callable[..., Path], event: Callable[..., dict[str, Any]]
+) -> None:
+    from gpuprof.analysis.summarize import summarize
+    from gpuprof.readers import load_file
+
+    # Older Kineto writes host events first and GPU events last: a file cut before them
+    # has host events only, which does not make the job CPU-only.
+    host = [event("cpu_op", f"aten::op{i}", 10 * i, 5, pid=1, tid=2) for i in range(6)]
+    gpu = [event("kernel", "k0", 80, 4, pid=0, tid=7, correlation=1)]
+    text = '{"schemaVersion": 1, "traceEvents": [\n' + ",\n".join(json.dumps(e) for e in host + gpu) + "\n]}"
+    cut = text[: text.index('"kernel"') - 10]  # stops inside the list, before the GPU event
+    (t,) = load_file(write_trace("cut.json", cut))
+    assert t.truncated and len(t.device) == 0 and len(t.host) == 6
+    s = summarize(t)
+    assert s.empty_reason is not None
+    assert "cut off" in s.empty_reason and "not known to be CPU-only" in s.empty_reason
+    assert "CPU-only?" not in s.empty_reason
+    # The same events written whole: no device activity really means CPU-only.
+    (whole,) = load_file(write_trace("whole.json", {"traceEvents": host}))
+    assert not whole.truncated
+    assert summarize(whole).empty_reason == "no GPU activity in this trace (CPU-only?)"
 
 
 def test_summarize_never_mutates_the_trace() -> None:

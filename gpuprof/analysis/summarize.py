@@ -84,7 +84,7 @@ def summarize(trace: RankTrace, selection: StepSelection = _ALL_STEPS) -> RankSu
             world_size=trace.world_size,
             process_groups=_process_groups(trace),
             warnings=trace.warnings,
-            empty_reason="no GPU activity in this trace (CPU-only?)",
+            empty_reason=empty_reason(trace),
         )
     lo, hi = window.start_us, window.end_us
     dev = trace.device
@@ -129,6 +129,15 @@ def summarize(trace: RankTrace, selection: StepSelection = _ALL_STEPS) -> RankSu
         facts=facts,
         warnings=warnings,
     )
+
+
+def empty_reason(trace: RankTrace) -> str:
+    """Why a rank without device activity has nothing to analyze. A cut-off file may just
+    have lost its GPU events (older Kineto versions write them last), so it is not called
+    CPU-only."""
+    if trace.truncated:
+        return "no GPU events before the trace is cut off (they may be missing; not known to be CPU-only)"
+    return "no GPU activity in this trace (CPU-only?)"
 
 
 # Below this window no savings are estimated (a few kernels say nothing about a job), and
