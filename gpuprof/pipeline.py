@@ -137,11 +137,10 @@ def run_analysis(
         reports.append(_rank_report(s, att, cross))
     samples = _load_samples(paths)
     recs = advise(AdviceContext(summaries=summaries, reports=reports, cross=cross.findings, samples=samples))
-    warnings: list[str] = []
-    for s in summaries:
-        warnings.extend(f"rank {s.rank}: {w}" for w in s.warnings)
-        if s.empty_reason:
-            warnings.append(f"rank {s.rank}: {s.empty_reason}")
+    # One line per distinct warning text, naming its ranks.
+    warnings = rank_warnings(
+        [(s.rank, w) for s in summaries for w in s.warnings + ((s.empty_reason,) if s.empty_reason else ())]
+    )
     extra: dict[str, Any] = {"job": {k: v for k, v in cross.findings.items() if k != "per_rank"}}
     if samples is not None and hasattr(samples, "to_dict"):
         extra["samples"] = samples.to_dict()
@@ -153,6 +152,37 @@ def run_analysis(
         extra=extra,
     )
     return Analysis(report=report, summaries=tuple(summaries), attributions=attributions, cross=cross)
+
+
+def rank_warnings(pairs: Sequence[tuple[int, str]]) -> list[str]:
+    """``(rank, warning)`` pairs as report lines, one per distinct text naming its ranks
+    (``rank 3: ...``, ``ranks 0-7: ...``), in order of first appearance.
+
+    A file-level warning (a timeline file with 8 workers) reaches every rank read from the
+    file; listed once per rank it would drown the warnings that differ.
+    """
+    by_text: dict[str, list[int]] = {}
+    for rank, text in pairs:
+        ranks = by_text.setdefault(text, [])
+        if rank not in ranks:
+            ranks.append(rank)
+    return [f"{_ranks_label(ranks)}: {text}" for text, ranks in by_text.items()]
+
+
+def _ranks_label(ranks: Sequence[int]) -> str:
+    """``rank 3`` or ``ranks 0-3, 6, 9-10`` (sorted, runs of consecutive ranks joined)."""
+    nums = sorted(set(ranks))
+    if len(nums) == 1:
+        return f"rank {nums[0]}"
+    parts: list[str] = []
+    start = prev = nums[0]
+    for n in nums[1:]:
+        if n != prev + 1:
+            parts.append(str(start) if start == prev else f"{start}-{prev}")
+            start = n
+        prev = n
+    parts.append(str(start) if start == prev else f"{start}-{prev}")
+    return "ranks " + ", ".join(parts)
 
 
 def analyze_paths(
@@ -168,4 +198,4 @@ def default_jobs() -> int:
     return max(1, (os.cpu_count() or 1))
 
 
-__all__ = ["AnalyzeOptions", "Analysis", "analyze_paths", "run_analysis", "CAUSES", "default_jobs"]
+__all__ = ["AnalyzeOptions", "Analysis", "analyze_paths", "run_analysis", "rank_warnings", "CAUSES", "default_jobs"]
