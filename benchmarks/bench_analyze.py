@@ -326,7 +326,9 @@ def _ratio_lines(label: str, group: list[Case]) -> list[str]:
 
 def targets(cases: list[Case]) -> str:
     lines: list[str] = []
-    lines += _ratio_lines("generated traces", [c for c in cases if c.kind == "generated"])
+    gen = [c for c in cases if c.kind == "generated"]
+    lines += _ratio_lines("generated, ≥ 100 MB", [c for c in gen if c.json_bytes >= 100 * MB])
+    lines += _ratio_lines("generated, < 100 MB", [c for c in gen if c.json_bytes < 100 * MB])
     lines += _ratio_lines("real traces", [c for c in cases if c.kind == "real"])
     tiny = [c for c in cases if c.json_bytes < MB and "error" not in c.gpuprof and c.gpuprof.get("wall_s")]
     if tiny:
@@ -388,11 +390,43 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--no-real", action="store_true", help="skip the real traces")
     p.add_argument("--no-generated", action="store_true", help="skip the generated traces")
     p.add_argument("--only", default="", help="run only cases whose name contains this text")
+    p.add_argument(
+        "--report", type=Path, help="print the table of a saved bench-<time>.json again; run nothing"
+    )
     return p.parse_args(argv)
+
+
+def load_saved(path: Path) -> list[Case]:
+    cases = []
+    for d in json.loads(path.read_text()):
+        d = dict(d)
+        d["path"] = Path(d["path"])
+        cases.append(Case(**d))
+    return cases
+
+
+def render(cases: list[Case], stamp: str) -> str:
+    title = (
+        f"gpuprof analyze vs HolisticTraceAnalysis on {os.cpu_count()} cores ({stamp}); "
+        "times are wall seconds from process start to exit, memory the peak of the process tree."
+    )
+    return "\n\n".join(
+        (
+            title,
+            table(cases),
+            "Growth with the number of events (single rank):",
+            growth(cases),
+            "Targets:",
+            targets(cases),
+        )
+    )
 
 
 def main(argv: list[str] | None = None) -> int:
     a = parse_args(argv)
+    if a.report:
+        print(render(load_saved(a.report), a.report.stem.removeprefix("bench-")))
+        return 0
     cases: list[Case] = []
     if not a.no_real:
         cases += real_cases()
@@ -416,20 +450,7 @@ def main(argv: list[str] | None = None) -> int:
             print(f"bench: {c.name}: HTA ...", file=sys.stderr, flush=True)
             c.hta = run_hta(c, a.repeat, a.hta_timeout or None)
     stamp = time.strftime("%Y%m%dT%H%M%SZ", time.gmtime())
-    title = (
-        f"gpuprof analyze vs HolisticTraceAnalysis on {os.cpu_count()} cores ({stamp}); "
-        "times are wall seconds from process start to exit, memory the peak of the process tree."
-    )
-    text = "\n\n".join(
-        (
-            title,
-            table(cases),
-            "Growth with the number of events (single rank):",
-            growth(cases),
-            "Targets:",
-            targets(cases),
-        )
-    )
+    text = render(cases, stamp)
     own = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
     text += (
         f"\n- the benchmark process itself peaked at {own:.0f} MB (children's peak-RSS counters "
