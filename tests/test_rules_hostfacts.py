@@ -256,3 +256,12 @@ def test_savings_need_a_window_of_a_millisecond() -> None:
 
     assert savings_pct([rank(MIN_WINDOW_US - 1)], {0: 25.0}) == 0.0
     assert savings_pct([rank(4 * MIN_WINDOW_US)], {0: MIN_WINDOW_US}) == 25.0
+
+
+def test_real_python_stacks_warning_follows_the_reader_flag(shared_traces: Path) -> None:
+    # b200 was recorded with with_stack=True (python_function events, which the reader drops
+    # for speed but flags); a100 was not.
+    stacks = analyze_paths([shared_traces / "b200-eager-rank0"]).warnings
+    plain = analyze_paths([shared_traces / "a100-2rank-nccl"]).warnings
+    assert any("Python stacks" in w for w in stacks)
+    assert not any("Python stacks" in w for w in plain)

@@ -330,7 +330,7 @@ def trust(ctx: RuleContext) -> dict[str, Any]:
     hc = host["correlation"].to_numpy()[runtime]
     n_rt = int(runtime.sum())
     return {
-        "python_stacks": bool((kinds == int(Kind.PYTHON)).any()),
+        "python_stacks": ctx.trace.python_stacks or bool((kinds == int(Kind.PYTHON)).any()),
         "empty_op_median_us": float(np.median(durs)) if durs.size else None,
         "runtime_calls": n_rt,
         "runtime_calls_matched_share": float(np.mean(np.isin(hc, corr[corr >= 0]))) if n_rt else None,
