@@ -273,7 +273,7 @@ def dataloader_starvation(ctx: AdviceContext) -> list[Recommendation]:
     if mean is not None and calls:
         evidence.append(
             f"On rank {w.report.rank} each DataLoader.__next__ call took {_ms(float(mean))} on the host "
-            f"({calls} calls in the window)."
+            f"({calls} call{'s' if calls != 1 else ''} in the window)."
         )
     single = any(h.fact.get("dataloader_single_process") for h in hits)
     actions = []
@@ -507,7 +507,8 @@ def _op_line(hit: _Hit, cause: str, what: str) -> str | None:
     for o in ops[:5]:
         per = o.get("lost_us_per_step")
         amount = f"{_ms(float(per))}/step" if per is not None else _ms(float(o["lost_us"]))
-        calls = f", {o['calls']} calls" if o.get("calls") else ""
+        n = int(o.get("calls") or 0)
+        calls = f", {n} call{'s' if n != 1 else ''}" if n else ""
         if o.get("launches_per_call") and float(o["launches_per_call"]) >= 10:
             calls += f" of {float(o['launches_per_call']):,.0f} launches each"
         inner = ""
