@@ -61,12 +61,18 @@ def _summaries(sources: Sequence[Any], options: AnalyzeOptions, progress: Progre
                 progress(f"reading {src.path} ({i}/{n})")
             out.extend(summarize_source(src, options.steps))
         return out
-    with ProcessPoolExecutor(max_workers=jobs) as pool:
+    pool = ProcessPoolExecutor(max_workers=jobs)
+    try:
         futures = [pool.submit(summarize_source, src, options.steps) for src in sources]
         for i, (src, fut) in enumerate(zip(sources, futures), 1):
             out.extend(fut.result())
             if progress:
                 progress(f"read {src.path} ({i}/{n})")
+    except BaseException:
+        # A bad file (or Ctrl-C) ends the run now, not after every other rank is read.
+        pool.shutdown(wait=True, cancel_futures=True)
+        raise
+    pool.shutdown(wait=True)
     return out
 
 
