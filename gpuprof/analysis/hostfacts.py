@@ -88,7 +88,7 @@ def _measure_before(ivs: Intervals, t: npt.NDArray[np.float64]) -> npt.NDArray[n
     s, e = ivs
     if s.size == 0:
         return np.zeros_like(t)
-    cum = np.r_[0.0, np.cumsum(e - s)]
+    cum = np.concatenate(([0.0], np.cumsum(e - s)))
     i = np.searchsorted(s, t, side="right") - 1
     ok = i >= 0
     j = np.maximum(i, 0)
@@ -97,11 +97,67 @@ def _measure_before(ivs: Intervals, t: npt.NDArray[np.float64]) -> npt.NDArray[n
 
 
 def _outer(s: npt.NDArray[np.float64], e: npt.NDArray[np.float64]) -> npt.NDArray[np.bool_]:
+    """Mask of the ranges not nested in another (earlier start, or same start and longer)."""
     order = np.lexsort((-e, s))
-    prev_end = np.maximum.accumulate(np.r_[-np.inf, e[order][:-1]])
+    prev_end = np.maximum.accumulate(np.concatenate(([-np.inf], e[order][:-1])))
     out = np.zeros(s.size, dtype=bool)
     out[order] = s[order] >= prev_end
     return out
+
+
+def _outer_segments(
+    s: npt.NDArray[np.float64], e: npt.NDArray[np.float64], seg: npt.NDArray[np.int64]
+) -> npt.NDArray[np.bool_]:
+    """:func:`_outer` within each segment (``seg``: a segment number per range), in one
+    pass. The running maximum of the ends restarts per segment by ranking the ends and
+    offsetting each segment's ranks above the ones before, which keeps the ends exact."""
+    out = np.zeros(s.size, dtype=bool)
+    if s.size == 0:
+        return out
+    order = np.lexsort((-e, s, seg))
+    so, eo, go = s[order], e[order], seg[order].astype(np.int64)
+    ends, rank = np.unique(eo, return_inverse=True)
+    m = ends.size
+    base = go * m
+    run = np.maximum.accumulate(base + rank.reshape(-1))
+    prev = np.concatenate(([-1], run[:-1]))
+    same = prev >= base  # an earlier range of the same segment exists
+    prev_end = np.where(same, ends[np.clip(prev - base, 0, m - 1)], -np.inf)
+    out[order] = so >= prev_end
+    return out
+
+
+class _ByThread:
+    """Host rows (a subset) sorted by thread, then start (ties in row order), for finding
+    each thread's rows that start inside given ranges."""
+
+    def __init__(
+        self, rows: npt.NDArray[np.int64], hs: npt.NDArray[np.float64], htid: npt.NDArray[Any]
+    ) -> None:
+        order = np.lexsort((hs[rows], htid[rows]))
+        self.rows = rows[order]
+        self.start_us = hs[self.rows]
+        tids = htid[self.rows]
+        self.tids, self.first = np.unique(tids, return_index=True)
+        self.last = np.concatenate((self.first[1:], [tids.size])).astype(np.int64)
+
+    def spans(
+        self, tid: npt.NDArray[Any], lo_us: npt.NDArray[np.float64], hi_us: npt.NDArray[np.float64]
+    ) -> tuple[npt.NDArray[np.int64], npt.NDArray[np.int64]]:
+        """Per query, positions ``[a, b)`` into :attr:`rows` of the rows of thread ``tid``
+        starting in ``[lo_us, hi_us]`` (``b < a`` when ``hi_us < lo_us``)."""
+        a = np.zeros(tid.size, dtype=np.int64)
+        b = np.zeros(tid.size, dtype=np.int64)
+        for t in np.unique(tid):
+            q = np.flatnonzero(tid == t)
+            g = int(np.searchsorted(self.tids, t))
+            if g >= self.tids.size or self.tids[g] != t:
+                continue
+            lo, hi = int(self.first[g]), int(self.last[g])
+            starts = self.start_us[lo:hi]
+            a[q] = lo + np.searchsorted(starts, lo_us[q], "left")
+            b[q] = lo + np.searchsorted(starts, hi_us[q], "right")
+        return a, b
 
 
 def _main_tid(ctx: RuleContext) -> int:
@@ -171,6 +227,7 @@ def lost_by_op(ctx: RuleContext, lost: Intervals, per_step: int | None) -> list[
         by_name[NO_OP] = [total - covered, 0.0]
     top = sorted(by_name.items(), key=lambda kv: -kv[1][0])[:TOP_OPS]
     out = []
+    few = _FewCalls(ctx)
     for n, (us, n_calls) in top:
         entry: dict[str, Any] = {
             "op": n,
@@ -179,64 +236,103 @@ def lost_by_op(ctx: RuleContext, lost: Intervals, per_step: int | None) -> list[
             "calls": int(n_calls),
         }
         if n != NO_OP and n_calls <= _INNER_MAX_CALLS:
-            entry["launches_per_call"] = _launches_per_call(ctx, n)
-            entry.update(_inner(ctx, lost, n, us))
+            parents = few.parents(n)
+            entry["launches_per_call"] = few.launches_per_call(parents)
+            entry.update(few.inner(lost, parents, us))
         out.append(entry)
     return out
 
 
-def _launches_per_call(ctx: RuleContext, name: str) -> float | None:
-    """Mean launch calls (kernels, copies, memsets) made inside one of the window's ranges
-    called ``name``; ``None`` when there is none."""
-    host = ctx.trace.host
-    hs, he, htid = host["start_us"].to_numpy(), host["end_us"].to_numpy(), host["tid"].to_numpy()
-    parents = np.flatnonzero((host["name"] == name).to_numpy() & (he > ctx.lo_us) & (hs < ctx.hi_us))
-    launch = np.flatnonzero(host["category"].to_numpy() == int(Category.LAUNCH))
-    launch = launch[np.argsort(hs[launch], kind="stable")]
-    ls = hs[launch]
-    n = 0
-    for k in parents:
-        cand = launch[np.searchsorted(ls, hs[k], "left") : np.searchsorted(ls, he[k], "right")]
-        n += int(np.sum(htid[cand] == htid[k]))
-    return n / parents.size if parents.size else None
+class _FewCalls:
+    """The window's ranges of one name and what lies inside them, for the few-call ops of
+    :func:`lost_by_op`. The host's launch calls and ops are grouped by thread once, so each
+    name costs a few vectorized passes, not a loop over its calls."""
 
+    def __init__(self, ctx: RuleContext) -> None:
+        host = ctx.trace.host
+        self.hs, self.he = host["start_us"].to_numpy(), host["end_us"].to_numpy()
+        self.htid = host["tid"].to_numpy()
+        self.names = host["name"]
+        self.codes = self.names.cat.codes.to_numpy()
+        self.cats = self.names.cat.categories.astype(str).to_numpy()
+        self.win = (self.he > ctx.lo_us) & (self.hs < ctx.hi_us)
+        self.kind = host["kind"].to_numpy()
+        self.category = host["category"].to_numpy()
+        self._launch: _ByThread | None = None
+        self._ops: _ByThread | None = None
 
-def _inner(ctx: RuleContext, lost: Intervals, name: str, lost_us: float) -> dict[str, Any]:
-    """The op directly inside the ranges called ``name`` that holds most of their lost
-    time, when it holds at least :data:`INNER_MIN_SHARE` of it and has a call of at least
-    :data:`INNER_MIN_CALL_US` (wrappers skipped): ``inner_op``,
-    ``inner_lost_us`` and ``inner_longest_us`` (its longest single call on the host)."""
-    host = ctx.trace.host
-    hs, he, htid = host["start_us"].to_numpy(), host["end_us"].to_numpy(), host["tid"].to_numpy()
-    names = host["name"]
-    parents = np.flatnonzero((names == name).to_numpy() & (he > ctx.lo_us) & (hs < ctx.hi_us))
-    ops = np.flatnonzero(host["kind"].to_numpy() == int(Kind.OP))
-    ops = ops[np.argsort(hs[ops], kind="stable")]
-    ops_start = hs[ops]
-    picked = []
-    for k in parents:
-        cand = ops[np.searchsorted(ops_start, hs[k], "left") : np.searchsorted(ops_start, he[k], "right")]
-        rows = cand[(htid[cand] == htid[k]) & (he[cand] <= he[k]) & (cand != k)]
-        if rows.size:
-            picked.append(rows[_outer(hs[rows], he[rows])])
-    if not picked:
-        return {}
-    rows = np.concatenate(picked)
-    got = _measure_before(lost, he[rows]) - _measure_before(lost, hs[rows])
-    best: dict[str, list[float]] = {}
-    for r, g in zip(rows[got > 0].tolist(), got[got > 0].tolist()):
-        acc = best.setdefault(str(names.iat[r]), [0.0, 0.0])
-        acc[0] += g
-        acc[1] = max(acc[1], float(he[r] - hs[r]))
-    if not best:
-        return {}
-    named = {k: v for k, v in best.items() if not _WRAPPER.match(k) and v[1] >= INNER_MIN_CALL_US}
-    if not named:
-        return {}
-    op, (us, longest) = max(named.items(), key=lambda kv: kv[1][0])
-    if us < INNER_MIN_SHARE * lost_us:
-        return {}
-    return {"inner_op": op, "inner_lost_us": min(us, lost_us), "inner_longest_us": longest}
+    def parents(self, name: str) -> npt.NDArray[np.int64]:
+        """The window's rows called ``name``, in row order."""
+        idx = np.flatnonzero(self.cats == name)
+        return np.flatnonzero(np.isin(self.codes, idx) & self.win)
+
+    def launches_per_call(self, parents: npt.NDArray[np.int64]) -> float | None:
+        """Mean launch calls (kernels, copies, memsets) of the parent's thread starting
+        inside one of ``parents``; ``None`` when there is none."""
+        if parents.size == 0:
+            return None
+        if self._launch is None:
+            self._launch = _ByThread(
+                np.flatnonzero(self.category == int(Category.LAUNCH)), self.hs, self.htid
+            )
+        a, b = self._launch.spans(self.htid[parents], self.hs[parents], self.he[parents])
+        n = int(np.maximum(b - a, 0).sum())
+        return n / parents.size
+
+    def inner(self, lost: Intervals, parents: npt.NDArray[np.int64], lost_us: float) -> dict[str, Any]:
+        """The op directly inside ``parents`` that holds most of their lost time, when it
+        holds at least :data:`INNER_MIN_SHARE` of it and has a call of at least
+        :data:`INNER_MIN_CALL_US` (wrappers skipped): ``inner_op``, ``inner_lost_us`` and
+        ``inner_longest_us`` (its longest single call on the host)."""
+        if parents.size == 0:
+            return {}
+        hs, he = self.hs, self.he
+        if self._ops is None:
+            self._ops = _ByThread(np.flatnonzero(self.kind == int(Kind.OP)), hs, self.htid)
+        a, b = self._ops.spans(self.htid[parents], hs[parents], he[parents])
+        # Per parent (in row order) the ops of its thread starting inside it, as one array.
+        lens = np.maximum(b - a, 0)
+        total = int(lens.sum())
+        if total == 0:
+            return {}
+        seg = np.repeat(np.arange(parents.size, dtype=np.int64), lens)
+        pos = np.repeat(a - np.concatenate(([0], np.cumsum(lens)[:-1])), lens) + np.arange(total)
+        cand = self._ops.rows[pos]
+        par = parents[seg]
+        keep = (he[cand] <= he[par]) & (cand != par)
+        cand, seg = cand[keep], seg[keep]
+        rows = cand[_outer_segments(hs[cand], he[cand], seg)]
+        if rows.size == 0:
+            return {}
+        got = _measure_before(lost, he[rows]) - _measure_before(lost, hs[rows])
+        pos_rows = got > 0
+        r, g = rows[pos_rows], got[pos_rows]
+        if r.size == 0:
+            return {}
+        # Per name, in order of first appearance (ties go to the first, as before), summed
+        # in row order so that the floats match a plain loop.
+        code = self.codes[r]
+        uniq, first, slot = np.unique(code, return_index=True, return_inverse=True)
+        rank = np.empty(uniq.size, dtype=np.int64)
+        rank[np.argsort(first, kind="stable")] = np.arange(uniq.size)
+        slot = rank[slot.reshape(-1)]
+        uniq = uniq[np.argsort(first, kind="stable")]
+        lost_sum = np.zeros(uniq.size)
+        np.add.at(lost_sum, slot, g)
+        longest = np.zeros(uniq.size)
+        np.maximum.at(longest, slot, he[r] - hs[r])
+        cat_values = self.names.cat.categories
+        best = [
+            (str(cat_values[int(c)]) if c >= 0 else str(np.nan), float(us), float(lg))
+            for c, us, lg in zip(uniq.tolist(), lost_sum.tolist(), longest.tolist())
+        ]
+        named = [x for x in best if not _WRAPPER.match(x[0]) and x[2] >= INNER_MIN_CALL_US]
+        if not named:
+            return {}
+        op, us, longest_us = max(named, key=lambda x: x[1])
+        if us < INNER_MIN_SHARE * lost_us:
+            return {}
+        return {"inner_op": op, "inner_lost_us": min(us, lost_us), "inner_longest_us": longest_us}
 
 
 def host_wait_in_launch_share(ctx: RuleContext, host_lost: Intervals) -> float | None:
