@@ -74,6 +74,7 @@ Pure: the trace is only read.
 
 from __future__ import annotations
 
+from bisect import bisect_right
 from dataclasses import dataclass
 from typing import Any
 
@@ -136,9 +137,9 @@ def _events(ctx: RuleContext) -> _Events | None:
     ds, de, stream, la, ls = ds[order], de[order], stream[order], la[order], ls[order]
     dur = np.maximum(de - ds, 0.0)
     cut = np.flatnonzero(np.diff(stream)) + 1
-    bounds = np.r_[0, cut, ds.size].astype(np.int64)
+    bounds = np.concatenate(([0], cut, [ds.size])).astype(np.int64)
     # Predecessor end on the same stream; the first of each stream looks before the window.
-    prev_end = np.r_[-np.inf, de[:-1]]
+    prev_end = np.concatenate(([-np.inf], de[:-1]))
     firsts = stream[bounds[:-1]]
     pre = act & (ds_all < lo)
     carry = np.full(firsts.size, -np.inf)
@@ -167,8 +168,13 @@ class _HostMap:
 
     def __init__(self, removed: Intervals) -> None:
         self.rs, self.re = removed
-        self.cum = np.r_[0.0, np.cumsum(self.re - self.rs)]
+        self.cum = np.concatenate(([0.0], np.cumsum(self.re - self.rs)))
         self.shift = 0.0
+        # The same in plain floats, for the one-value maps of the sync loop (a numpy call
+        # per value costs more than the arithmetic; the results are the same doubles).
+        self._rs_list: list[float] = self.rs.tolist()
+        self._re_list: list[float] = self.re.tolist()
+        self._cum_list: list[float] = self.cum.tolist()
 
     def removed_before(self, t: FloatArray) -> FloatArray:
         """Removed host time in ``[0, t)``."""
@@ -177,6 +183,23 @@ class _HostMap:
         i = np.maximum(np.searchsorted(self.rs, t, side="right") - 1, 0)
         inside = np.clip(t - self.rs[i], 0.0, self.re[i] - self.rs[i])
         return np.asarray(self.cum[i] + inside, dtype=np.float64)
+
+    def unshifted(self, t: FloatArray) -> FloatArray:
+        """``t - removed_before(t)``: add :attr:`shift` to get the map."""
+        return t - self.removed_before(t)
+
+    def removed_before_one(self, t: float) -> float:
+        """:meth:`removed_before` of one time."""
+        if not self._rs_list:
+            return 0.0
+        i = max(bisect_right(self._rs_list, t) - 1, 0)
+        r0 = self._rs_list[i]
+        inside = min(max(t - r0, 0.0), self._re_list[i] - r0)
+        return self._cum_list[i] + inside
+
+    def one(self, t: float) -> float:
+        """The map of one time."""
+        return t - self.removed_before_one(t) + self.shift
 
     def __call__(self, t: FloatArray) -> FloatArray:
         return t - self.removed_before(t) + self.shift
@@ -205,31 +228,36 @@ def replay(
     hmap = _HostMap(removed)
     n_streams = ev.bounds.size - 1
     known = ~np.isnan(ev.launch)
-    key_run = ev.issued
+    key_run: list[float] = ev.issued.tolist()
     base = np.where(known, ev.launch, 0.0)
     # No event starts before the host reached its launch call: a kernel often starts before
     # its launch call returns (negative latency), which must not carry over when the call
     # itself is removed.
     floor = np.where(known & ~np.isnan(ev.launch_start), ev.launch_start, base)
+    # The map without its shift, once: the shift (set by the syncs) only adds a constant.
+    base_u, floor_u = hmap.unshifted(base), hmap.unshifted(floor)
     new_end = np.full(ev.start.size, np.nan)
-    done = ev.bounds[:-1].copy()  # per stream: next row to replay
-    last_end = ev.carry.copy()
+    bounds: list[int] = ev.bounds.tolist()
+    done = bounds[:-1]  # per stream: next row to replay
+    last_end: list[float] = ev.carry.tolist()
     orig_end = ev.start + ev.dur
+    orig_end_list: list[float] = orig_end.tolist()
 
     def run_until(limit: float) -> None:
+        shift = hmap.shift
         for k in range(n_streams):
-            a, b = done[k], ev.bounds[k + 1]
+            a, b = done[k], bounds[k + 1]
             if a >= b or key_run[a] > limit:  # nothing issued on this stream yet
                 continue
-            stop = a + int(np.searchsorted(key_run[a:b], limit, side="right"))
+            stop = bisect_right(key_run, limit, a, b)
             if stop <= a:
                 continue
             sl = slice(a, stop)
-            ready = np.maximum(hmap(base[sl]) + ev.lat[sl], hmap(floor[sl]))
+            ready = np.maximum(base_u[sl] + shift + ev.lat[sl], floor_u[sl] + shift)
             ready = np.where(known[sl], ready, ev.start[sl])
-            ends = _scan(ready, ev.dur[sl], ev.gap[sl], float(last_end[k]))
+            ends = _scan(ready, ev.dur[sl], ev.gap[sl], last_end[k])
             new_end[sl] = ends
-            last_end[k] = ends[-1]
+            last_end[k] = float(ends[-1])
             done[k] = stop
 
     ss, se = syncs
@@ -238,21 +266,21 @@ def replay(
         # The awaited work: latest original end <= s1 among the replayed events.
         best_orig, best_new = -np.inf, -np.inf
         for k in range(n_streams):
-            a, b = ev.bounds[k], done[k]
+            a, b = bounds[k], done[k]
             if b <= a:
                 continue
-            j = a + int(np.searchsorted(orig_end[a:b], s1, side="right")) - 1
-            if j >= a and orig_end[j] > best_orig:
-                best_orig, best_new = float(orig_end[j]), float(new_end[j])
-        s_new = float(hmap(np.array([s0]))[0])
+            j = bisect_right(orig_end_list, s1, a, b) - 1
+            if j >= a and orig_end_list[j] > best_orig:
+                best_orig, best_new = orig_end_list[j], float(new_end[j])
+        s_new = hmap.one(s0)
         tail = s1 - max(best_orig, s0)
         e_new = max(s_new, best_new) + tail
-        hmap.shift = e_new - (s1 - float(hmap.removed_before(np.array([s1]))[0]))
+        hmap.shift = e_new - (s1 - hmap.removed_before_one(s1))
     run_until(np.inf)
     dev_end = float(np.nanmax(new_end)) if new_end.size else 0.0
-    end = max(dev_end, float(hmap(np.array([host_end]))[0]))
+    end = max(dev_end, hmap.one(host_end))
     step_bounds = _step_bounds(ev, new_end, hmap, boundaries)
-    edges = np.r_[0.0, np.minimum(step_bounds, end), end]
+    edges = np.concatenate(([0.0], np.minimum(step_bounds, end), [end]))
     edges = np.maximum.accumulate(edges)
     return Replay(window_us=end, step_times_us=tuple(float(x) for x in np.diff(edges)))
 
@@ -366,7 +394,9 @@ def whatif_facts(ctx: RuleContext, steps: tuple[Step, ...]) -> dict[str, Any]:
         return none
     edges, host_end = _step_edges(ctx, steps)
     sync_calls = _host_union(ctx, ctx.host_mask(Category.SYNC))
-    blocking = iv.normalize(iv.union(*(np.r_[a, b] for a, b in zip(sync_calls, _blocking_copies(ctx)))))
+    blocking = iv.normalize(
+        iv.union(*(np.concatenate((a, b)) for a, b in zip(sync_calls, _blocking_copies(ctx))))
+    )
     removed = {
         "dataloader": _host_union(ctx, ctx.host_mask(Category.DATALOAD)),
         "sync": sync_calls,
