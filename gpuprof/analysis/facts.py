@@ -239,11 +239,12 @@ def _host_facts(
     host_rules = [r.name for r in RULES if r.cause is Cause.HOST]
     sync_rules = [r.name for r in RULES if r.cause is Cause.SYNC]
     host_lost = cause_iv(*host_rules)
+    ops = hostfacts.OpIndex(ctx)  # shared by the three causes
     out: dict[str, Any] = {
         "lost_by_op": {
-            "host": hostfacts.lost_by_op(ctx, host_lost, per_step),
-            "sync": hostfacts.lost_by_op(ctx, cause_iv(*sync_rules), per_step),
-            "other": hostfacts.lost_by_op(ctx, cause_iv("unclaimed"), per_step),
+            "host": hostfacts.lost_by_op(ctx, host_lost, per_step, ops),
+            "sync": hostfacts.lost_by_op(ctx, cause_iv(*sync_rules), per_step, ops),
+            "other": hostfacts.lost_by_op(ctx, cause_iv("unclaimed"), per_step, ops),
         },
         "host_wait_in_launch_share": hostfacts.host_wait_in_launch_share(ctx, cause_iv("late_launch")),
         "workload": hostfacts.workload(ctx),

@@ -31,7 +31,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Mapping
-from typing import Any
+from typing import Any, NamedTuple
 
 import numpy as np
 import numpy.typing as npt
@@ -168,29 +168,76 @@ def _main_tid(ctx: RuleContext) -> int:
     return int(vals[np.argmax(counts)])
 
 
-def lost_by_op(ctx: RuleContext, lost: Intervals, per_step: int | None) -> list[dict[str, Any]]:
+class OpIndex:
+    """One rank's host ranges, indexed once for :func:`lost_by_op` (called once per cause):
+    per thread and layer, the outermost ranges and their union do not depend on the lost
+    time, so they are found once, not once per cause and gap thread."""
+
+    def __init__(self, ctx: RuleContext) -> None:
+        host = ctx.trace.host
+        self.hs, self.he = host["start_us"].to_numpy(), host["end_us"].to_numpy()
+        self.htid = host["tid"].to_numpy()
+        self.ranges = (
+            np.isin(host["kind"].to_numpy(), (int(Kind.OP), int(Kind.ANNOTATION)))
+            & ~np.isin(host["category"].to_numpy(), (int(Category.STEP), int(Category.LAUNCH)))
+            & (self.he > ctx.lo_us)
+            & (self.hs < ctx.hi_us)
+        )
+        self.codes = host["name"].cat.codes.to_numpy()
+        self.cats = host["name"].cat.categories.astype(str)
+        self.is_phase = _name_flag(host, _PHASE)
+        self.is_wrap = _name_flag(host, _WRAPPER)
+        self.main = _main_tid(ctx)
+        self.few = _FewCalls(ctx)
+        self._layers: dict[tuple[int, float], list[_Layer]] = {}
+
+    def layers(self, tid: int, phase_us: float) -> list[_Layer]:
+        """The non-empty layers of thread ``tid``'s ranges, most specific first (ranges, then
+        wrappers and phase-long ranges, then phase annotations): each one's outermost
+        ranges, their name codes (unnamed: the last code) and their union."""
+        key = (tid, phase_us)
+        got = self._layers.get(key)
+        if got is not None:
+            return got
+        hs, he = self.hs, self.he
+        out: list[_Layer] = []
+        rows = np.flatnonzero(self.ranges & (self.htid == tid))
+        if rows.size:
+            phase = self.is_phase[rows]
+            wrap = phase | self.is_wrap[rows] | (he[rows] - hs[rows] >= phase_us)
+            for layer in (~wrap, wrap & ~phase, phase):
+                sel = rows[layer]
+                if sel.size == 0:
+                    continue
+                sel = sel[_outer(hs[sel], he[sel])]
+                c = np.where(self.codes[sel] >= 0, self.codes[sel], self.cats.size)
+                out.append(_Layer(hs[sel], he[sel], c, iv.union(hs[sel], he[sel])))
+        self._layers[key] = out
+        return out
+
+
+class _Layer(NamedTuple):
+    start_us: npt.NDArray[np.float64]
+    end_us: npt.NDArray[np.float64]
+    code: npt.NDArray[np.int64]
+    cover: Intervals
+
+
+def lost_by_op(
+    ctx: RuleContext, lost: Intervals, per_step: int | None, index: OpIndex | None = None
+) -> list[dict[str, Any]]:
     """The top :data:`TOP_OPS` enclosing ops of ``lost`` (normalized): ``op``, ``lost_us``,
     ``lost_us_per_step`` (``None`` without steps), ``calls`` (ranges of that name that hold
     some of it); for ops with few calls also ``launches_per_call`` (launch calls inside
-    one call, mean) and
-    the ``inner_*`` keys of :func:`_inner`."""
+    one call, mean) and the ``inner_*`` keys of :meth:`_FewCalls.inner`. ``index``: an
+    :class:`OpIndex` of ``ctx`` to share between calls."""
     total = iv.total(lost)
     if total <= 0:
         return []
-    host = ctx.trace.host
-    hs, he, htid = host["start_us"].to_numpy(), host["end_us"].to_numpy(), host["tid"].to_numpy()
-    ranges = (
-        np.isin(host["kind"].to_numpy(), (int(Kind.OP), int(Kind.ANNOTATION)))
-        & ~np.isin(host["category"].to_numpy(), (int(Category.STEP), int(Category.LAUNCH)))
-        & (he > ctx.lo_us)
-        & (hs < ctx.hi_us)
-    )
-    codes = host["name"].cat.codes.to_numpy()
-    cats = host["name"].cat.categories.astype(str)
-    is_phase = _name_flag(host, _PHASE)
-    is_wrap = _name_flag(host, _WRAPPER)
+    ix = index if index is not None else OpIndex(ctx)
+    cats = ix.cats
     g = ctx.gaps
-    main = _main_tid(ctx)
+    main = ix.main
     gtid = np.where(g.tid >= 0, g.tid, main)
     lost_by_code = np.zeros(cats.size + 1)
     calls_by_code = np.zeros(cats.size + 1)
@@ -199,26 +246,24 @@ def lost_by_op(ctx: RuleContext, lost: Intervals, per_step: int | None) -> list[
     phase_us = 0.5 * (ctx.hi_us - ctx.lo_us) / steps
     covered = 0.0
     for tid in np.unique(gtid):
-        mine = iv.intersect(lost, iv.normalize((g.start_us[gtid == tid], g.end_us[gtid == tid])))
+        own = gtid == tid
+        mine = iv.intersect(lost, iv.normalize((g.start_us[own], g.end_us[own])))
+        # What the last layer covered is taken off only when looked at again.
+        pending: Intervals | None = None
         # The gap's own thread first; what it leaves, the busiest launching thread.
         for t in dict.fromkeys((int(tid), main)):
-            rows = np.flatnonzero(ranges & (htid == t))
-            if rows.size == 0 or mine[0].size == 0:
-                continue
-            phase = is_phase[rows]
-            wrap = phase | is_wrap[rows] | (he[rows] - hs[rows] >= phase_us)
             # Layers, most specific first; each names only what the ones before left.
-            for layer in (~wrap, wrap & ~phase, phase):
-                sel = rows[layer]
-                if sel.size == 0 or mine[0].size == 0:
-                    continue
-                sel = sel[_outer(hs[sel], he[sel])]
-                got = _measure_before(mine, he[sel]) - _measure_before(mine, hs[sel])
-                c = np.where(codes[sel] >= 0, codes[sel], cats.size)
-                np.add.at(lost_by_code, c, got)
-                np.add.at(calls_by_code, c, (got > 0).astype(float))
+            for layer in ix.layers(t, phase_us):
+                if pending is not None:
+                    mine = iv.subtract(mine, pending)
+                    pending = None
+                if mine[0].size == 0:
+                    break
+                got = _measure_before(mine, layer.end_us) - _measure_before(mine, layer.start_us)
+                np.add.at(lost_by_code, layer.code, got)
+                np.add.at(calls_by_code, layer.code, (got > 0).astype(float))
                 covered += float(got.sum())
-                mine = iv.subtract(mine, iv.union(hs[sel], he[sel]))
+                pending = layer.cover
     by_name: dict[str, list[float]] = {
         (str(cats[int(k)]) if k < cats.size else "?"): [float(lost_by_code[k]), float(calls_by_code[k])]
         for k in np.flatnonzero(lost_by_code > 0)
@@ -227,7 +272,7 @@ def lost_by_op(ctx: RuleContext, lost: Intervals, per_step: int | None) -> list[
         by_name[NO_OP] = [total - covered, 0.0]
     top = sorted(by_name.items(), key=lambda kv: -kv[1][0])[:TOP_OPS]
     out = []
-    few = _FewCalls(ctx)
+    few = ix.few
     for n, (us, n_calls) in top:
         entry: dict[str, Any] = {
             "op": n,
@@ -464,6 +509,7 @@ def trust_warnings(f: Mapping[str, Any]) -> tuple[str, ...]:
 
 __all__ = [
     "NO_OP",
+    "OpIndex",
     "ddp_buffer_spans",
     "ddp_buffer_sync",
     "host_wait_in_launch_share",

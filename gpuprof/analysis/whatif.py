@@ -112,6 +112,13 @@ class _Events:
     carry: FloatArray  # per stream: end of its last event before the window (-inf none)
     issued: FloatArray  # per stream, running max of the issue time (launch, else start)
     by_start: npt.NDArray[np.int64]  # rows in device start order
+    # Derived once for every replay of the window.
+    known: npt.NDArray[np.bool_]  # launch known
+    base: FloatArray  # launch call end, 0 unknown
+    floor: FloatArray  # launch call start (else end, else 0): no start before it
+    orig_end: FloatArray  # measured end
+    issued_list: list[float]  # ``issued`` as floats (searched once per sync and stream)
+    orig_end_list: list[float]  # ``orig_end`` as floats
 
 
 @dataclass(frozen=True)
@@ -160,7 +167,30 @@ def _events(ctx: RuleContext) -> _Events | None:
     for k in range(bounds.size - 1):
         issued[bounds[k] : bounds[k + 1]] = np.maximum.accumulate(issued[bounds[k] : bounds[k + 1]])
     by_start = np.argsort(ds, kind="stable").astype(np.int64)
-    return _Events(ds, dur, la, ls, lat, gap, bounds, carry, issued, by_start)
+    base = np.where(known, la, 0.0)
+    # No event starts before the host reached its launch call: a kernel often starts before
+    # its launch call returns (negative latency), which must not carry over when the call
+    # itself is removed.
+    floor = np.where(known & ~np.isnan(ls), ls, base)
+    orig_end = ds + dur
+    return _Events(
+        start=ds,
+        dur=dur,
+        launch=la,
+        launch_start=ls,
+        lat=lat,
+        gap=gap,
+        bounds=bounds,
+        carry=carry,
+        issued=issued,
+        by_start=by_start,
+        known=known,
+        base=base,
+        floor=floor,
+        orig_end=orig_end,
+        issued_list=issued.tolist(),
+        orig_end_list=orig_end.tolist(),
+    )
 
 
 class _HostMap:
@@ -227,21 +257,15 @@ def replay(
     """
     hmap = _HostMap(removed)
     n_streams = ev.bounds.size - 1
-    known = ~np.isnan(ev.launch)
-    key_run: list[float] = ev.issued.tolist()
-    base = np.where(known, ev.launch, 0.0)
-    # No event starts before the host reached its launch call: a kernel often starts before
-    # its launch call returns (negative latency), which must not carry over when the call
-    # itself is removed.
-    floor = np.where(known & ~np.isnan(ev.launch_start), ev.launch_start, base)
+    known = ev.known
+    key_run = ev.issued_list
     # The map without its shift, once: the shift (set by the syncs) only adds a constant.
-    base_u, floor_u = hmap.unshifted(base), hmap.unshifted(floor)
+    base_u, floor_u = hmap.unshifted(ev.base), hmap.unshifted(ev.floor)
     new_end = np.full(ev.start.size, np.nan)
     bounds: list[int] = ev.bounds.tolist()
     done = bounds[:-1]  # per stream: next row to replay
     last_end: list[float] = ev.carry.tolist()
-    orig_end = ev.start + ev.dur
-    orig_end_list: list[float] = orig_end.tolist()
+    orig_end_list = ev.orig_end_list
 
     def run_until(limit: float) -> None:
         shift = hmap.shift
@@ -308,12 +332,22 @@ def _launch_tids(ctx: RuleContext) -> npt.NDArray[np.int64]:
     return np.unique(ctx.launches.tid[sel])
 
 
-def _host_union(ctx: RuleContext, mask: npt.NDArray[np.bool_]) -> Intervals:
-    """Union of the masked host rows on the launching threads, relative to lo, clipped."""
-    host = ctx.trace.host
+def _launch_threads(ctx: RuleContext) -> npt.NDArray[np.bool_] | None:
+    """Host rows on the launching threads; ``None`` when those are unknown (all rows)."""
     tids = _launch_tids(ctx)
-    if tids.size:
-        mask = mask & np.isin(host["tid"].to_numpy(), tids)
+    return np.isin(ctx.trace.host["tid"].to_numpy(), tids) if tids.size else None
+
+
+def _host_union(
+    ctx: RuleContext, mask: npt.NDArray[np.bool_], threads: npt.NDArray[np.bool_] | None = None
+) -> Intervals:
+    """Union of the masked host rows on the launching threads (``threads``: the rows of
+    :func:`_launch_threads` when known already), relative to lo, clipped."""
+    host = ctx.trace.host
+    if threads is None:
+        threads = _launch_threads(ctx)
+    if threads is not None:
+        mask = mask & threads
     hs, he = host["start_us"].to_numpy()[mask], host["end_us"].to_numpy()[mask]
     return iv.clip(iv.union(hs - ctx.lo_us, he - ctx.lo_us), 0.0, ctx.hi_us - ctx.lo_us)
 
@@ -327,11 +361,13 @@ def _kernel_launch_mask(ctx: RuleContext) -> npt.NDArray[np.bool_]:
     return ctx.host_mask(Category.LAUNCH) & (hc >= 0) & np.isin(hc, corr[corr >= 0])
 
 
-def _kernel_op_mask(ctx: RuleContext) -> npt.NDArray[np.bool_]:
-    """Framework operator rows (any depth) that contain a kernel launch call of their thread."""
+def _kernel_op_mask(ctx: RuleContext, launch: npt.NDArray[np.bool_] | None = None) -> npt.NDArray[np.bool_]:
+    """Framework operator rows (any depth) that contain a kernel launch call of their thread
+    (``launch``: :func:`_kernel_launch_mask` when known already)."""
     host = ctx.trace.host
     hs, he, tid = host["start_us"].to_numpy(), host["end_us"].to_numpy(), host["tid"].to_numpy()
-    launch = _kernel_launch_mask(ctx)
+    if launch is None:
+        launch = _kernel_launch_mask(ctx)
     ops = ctx.host_mask(Category.OTHER, Category.COPY, Category.LAUNCH) & (
         host["kind"].to_numpy() == int(Kind.OP)
     )
@@ -393,17 +429,19 @@ def whatif_facts(ctx: RuleContext, steps: tuple[Step, ...]) -> dict[str, Any]:
     if ev is None:
         return none
     edges, host_end = _step_edges(ctx, steps)
-    sync_calls = _host_union(ctx, ctx.host_mask(Category.SYNC))
+    threads = _launch_threads(ctx)
+    sync_calls = _host_union(ctx, ctx.host_mask(Category.SYNC), threads)
     blocking = iv.normalize(
         iv.union(*(np.concatenate((a, b)) for a, b in zip(sync_calls, _blocking_copies(ctx))))
     )
+    launch = _kernel_launch_mask(ctx)
     removed = {
-        "dataloader": _host_union(ctx, ctx.host_mask(Category.DATALOAD)),
+        "dataloader": _host_union(ctx, ctx.host_mask(Category.DATALOAD), threads),
         "sync": sync_calls,
-        "allocator": _host_union(ctx, ctx.host_mask(Category.ALLOC)),
-        "launch": _host_union(ctx, _kernel_launch_mask(ctx)),
+        "allocator": _host_union(ctx, ctx.host_mask(Category.ALLOC), threads),
+        "launch": _host_union(ctx, launch, threads),
         # Launch calls outside any operator go too: a CUDA graph replays without them.
-        "operators": _host_union(ctx, _kernel_op_mask(ctx) | _kernel_launch_mask(ctx)),
+        "operators": _host_union(ctx, _kernel_op_mask(ctx, launch) | launch, threads),
         "ddp_buffers": _ddp_spans(ctx),
     }
     base = replay(ev, iv.empty(), blocking, host_end, edges)
