@@ -31,6 +31,7 @@ TARGET_BYTES = 512 << 10
 # events), and a few thousand events are not always enough to see them.
 FIRST_PIECE_TARGETS = 4
 _BOUNDARY = re.compile(rb"\}[ \t\r]*,[ \t\r]*\n[ \t\r\n]*\{")
+_OPEN_OBJECT = b'{"traceEvents":['
 
 
 class ChunkingFailed(Exception):
@@ -103,4 +104,64 @@ def later_pieces(
             yield view[begin - 1 : end + 1], False
         else:
             yield _wrapped(b"[", view[begin:end], b"]"), False
-    yield _wrapped(b'{"traceEvents":[' if is_object else b"[", view[points[-1][1] :], b""), True
+    yield _wrapped(_OPEN_OBJECT if is_object else b"[", view[points[-1][1] :], b""), True
+
+
+def first_cut(text: bytes | bytearray, is_object: bool) -> tuple[int, int] | None:
+    """``(end, start)`` of the cut ending the first piece of a trace read as a stream.
+
+    The first cut at least ``FIRST_PIECE_TARGETS * TARGET_BYTES`` after the
+    ``traceEvents`` key; ``None`` while ``text`` (the start of the trace) holds none yet.
+    """
+    pos = 0
+    if is_object:
+        pos = text.find(b'"traceEvents"')
+        if pos < 0:
+            return None
+    m = _BOUNDARY.search(text, pos + FIRST_PIECE_TARGETS * TARGET_BYTES)
+    return None if m is None else (m.start() + 1, m.end() - 1)
+
+
+def stream_pieces(
+    buf: bytearray, begin: int, blocks: Iterator[bytes], is_object: bool
+) -> Iterator[tuple[memoryview | bytearray, bool]]:
+    """The pieces after the first of a trace read as a stream, each with ``True`` when last.
+
+    ``buf`` holds the text read so far and ``begin`` is the offset in it of the ``{`` that
+    opens the first event not yet handed out (the end of :func:`first_cut`); ``blocks``
+    give the rest of the text. Text is dropped from ``buf`` once handed out, so only about
+    a block plus a piece is held at any time. Middle pieces are views into ``buf``, valid
+    until the next piece is asked for (decoded in place as in :func:`later_pieces`).
+    """
+    target = TARGET_BYTES
+    pos = begin
+    scan = pos + target
+    while True:
+        m = _BOUNDARY.search(buf, scan)
+        if m is not None:
+            end, nxt = m.start() + 1, m.end() - 1
+            buf[pos - 1] = 0x5B  # "[" in the gap before the piece's first event
+            buf[end] = 0x5D  # "]" in the gap after its last one
+            whole = memoryview(buf)
+            piece = whole[pos - 1 : end + 1]
+            yield piece, False
+            # Views must be gone before ``buf`` is resized below.
+            piece.release()
+            whole.release()
+            pos = nxt
+            scan = pos + target
+            continue
+        block = next(blocks, None)
+        if block is None:
+            break
+        # A cut may straddle the end of ``buf``: search again from its last '}'.
+        last_brace = buf.rfind(b"}", scan)
+        scan = max(scan, last_brace if last_brace >= 0 else len(buf))
+        drop = pos - 1  # keep the byte before ``pos``: it becomes the next piece's "["
+        del buf[:drop]
+        pos -= drop
+        scan -= drop
+        buf += block
+    with memoryview(buf) as whole:
+        last = _wrapped(_OPEN_OBJECT if is_object else b"[", whole[pos:], b"")
+    yield last, True

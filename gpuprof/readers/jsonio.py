@@ -1,7 +1,7 @@
 """Bytes -> decoded trace events, for every Chrome trace-event based format.
 
 Reading is split from interpretation: this module turns a file (plain or gzip, whole or
-cut off mid-write) into :class:`Event` structs, piece by piece for large traces (see
+cut off mid-write, read as a stream by :mod:`gpuprof.readers.textstream`) into :class:`Event` structs, piece by piece for large traces (see
 :mod:`gpuprof.readers.chunks`), plus the few top-level keys the readers need. Decoding uses ``msgspec`` into structs that keep only the fields we use, so
 a trace is never turned into per-event Python dicts (the unused ``args`` such as input
 shapes and call stacks are skipped by the decoder).
@@ -13,9 +13,7 @@ valid trace fails validation; readers coerce them column by column.
 
 from __future__ import annotations
 
-import os
 import re
-import zlib
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -24,13 +22,19 @@ from typing import Any, Literal, cast, get_args
 import msgspec
 
 from gpuprof.errors import BadTraceError
-from gpuprof.readers.chunks import ChunkingFailed, first_piece, later_pieces, split_points
+from gpuprof.readers import chunks, textstream
+from gpuprof.readers.chunks import ChunkingFailed
+from gpuprof.readers.textstream import read_bytes, text_blocks
 
-_GZIP_MAGIC = b"\x1f\x8b"
-_IN_BYTES = 1 << 20  # compressed bytes fed to zlib at a time
-_OUT_BYTES = 1 << 24  # most decompressed bytes zlib returns at a time
+# Blocks of text read at most while looking for the end of the first piece; a trace with
+# no cut that early (one written on one line) is read and decoded whole.
+_MAX_HEAD_BLOCKS = 4
 # How many candidate cut points to try when recovering a trace cut off mid-write.
 _MAX_RECOVERY_TRIES = 32
+
+
+class NotATraceError(BadTraceError):
+    """Valid JSON that is not a trace (a config, a stamp file); a folder scan skips such files."""
 
 
 class Args(msgspec.Struct, frozen=True, gc=False):
@@ -166,16 +170,14 @@ class RawTrace:
     """A trace file being decoded: its first piece of events, an iterator over the rest.
 
     ``rest`` can be consumed once and may raise :class:`ChunkingFailed` (then decode the
-    file again with ``decode_trace(path, chunked=False)``). ``size_bytes`` is the size of
-    the (decompressed) JSON text; ``warnings`` say what was recovered (a cut-off gzip
-    stream or JSON text).
+    file again with ``decode_trace(path, chunked=False)``). ``warnings`` say what was
+    recovered (a cut-off gzip stream or JSON text).
     """
 
     first: list[Event]
     rest: Iterator[list[Event]]
     top: TopLevel
     is_object: bool
-    size_bytes: int
     warnings: tuple[str, ...]
     # Bytes of JSON text before the cut of a cut-off trace (``None``: the text is whole).
     # Events after the cut are missing: readers must not conclude from what is absent.
@@ -193,124 +195,89 @@ class RawTrace:
         yield from self.rest
 
 
-def read_bytes(path: Path) -> tuple[bytearray, list[str]]:
-    """The JSON text of ``path``, gunzipped when it is gzip (by content, not by name).
-
-    A mutable buffer, so that pieces of a large trace can be decoded in place (see
-    :func:`gpuprof.readers.chunks.later_pieces`). A gzip stream that ends early yields
-    what it decompressed so far plus a warning.
-    """
-    try:
-        with path.open("rb") as fh:
-            data = bytearray(os.fstat(fh.fileno()).st_size)
-            n = fh.readinto(data)
-            if n < len(data):  # the file shrank while being read
-                del data[n:]
-    except FileNotFoundError:
-        raise BadTraceError("no such file", path) from None
-    except IsADirectoryError:
-        raise BadTraceError("is a directory, not a trace file", path) from None
-    except OSError as exc:
-        raise BadTraceError(f"cannot read: {exc.strerror or exc}", path) from None
-    if not data:
-        raise BadTraceError("file is empty", path)
-    if data[:2] != _GZIP_MAGIC:
-        return data, []
-    return _gunzip(data, path)
-
-
-class _Sink:
-    """Decompressed bytes written into one buffer sized from the gzip trailer.
-
-    Joining a list of pieces would briefly hold the text twice; a trace can be GBs.
-    """
-
-    def __init__(self, size_hint: int) -> None:
-        self.buf = bytearray(size_hint)  # zero pages cost nothing until written
-        self.n = 0
-
-    def put(self, piece: bytes) -> None:
-        end = self.n + len(piece)
-        if end > len(self.buf):
-            self.buf.extend(bytes(max(end - len(self.buf), len(self.buf) // 2)))
-        self.buf[self.n : end] = piece
-        self.n = end
-
-    def result(self) -> bytearray:
-        del self.buf[self.n :]
-        return self.buf
-
-
-def _gunzip(data: bytes | bytearray, path: Path) -> tuple[bytearray, list[str]]:
-    # ISIZE (the last 4 bytes) is the size of the last member mod 2**32; of a cut-off file
-    # it is noise, hence the plausibility bound.
-    isize = int.from_bytes(data[-4:], "little")
-    sink = _Sink(isize if 0 < isize <= 200 * len(data) else 8 * len(data))
-    view = memoryview(data)
-    warnings: list[str] = []
-    pos = 0
-    while pos < len(data):
-        d = zlib.decompressobj(16 + zlib.MAX_WBITS)
-        i = pos
-        try:
-            # Fed in pieces so that a corrupt or cut tail still leaves the good prefix.
-            while i < len(data) and not d.eof:
-                piece = view[i : i + _IN_BYTES]
-                i += len(piece)
-                sink.put(d.decompress(piece, _OUT_BYTES))
-                while d.unconsumed_tail and not d.eof:
-                    sink.put(d.decompress(d.unconsumed_tail, _OUT_BYTES))
-            sink.put(d.flush())
-        except zlib.error as exc:
-            if not sink.n:
-                raise BadTraceError(f"not a valid gzip file ({exc})", path) from None
-            warnings.append(f"gzip data is corrupt after {sink.n} bytes ({exc}); read what came before")
-            break
-        if not d.eof:
-            if not sink.n:
-                raise BadTraceError("gzip file is cut off before any data", path)
-            warnings.append(
-                "gzip file is cut off (the run may have been killed while writing); read what was complete"
-            )
-            break
-        pos = i - len(d.unused_data)
-        if data[pos : pos + 2] != _GZIP_MAGIC:
-            break  # trailing garbage after the last member is ignored, as gzip(1) does
-    if not sink.n:
-        raise BadTraceError("gzip file holds no data", path)
-    return sink.result(), warnings
-
-
 def decode_trace(path: Path, chunked: bool = True) -> RawTrace:
     """Read and decode a Chrome trace-event file (Kineto or op-level timeline).
 
-    Large multi-line traces are decoded piece by piece as the caller iterates
-    :meth:`RawTrace.pieces` (see :mod:`gpuprof.readers.chunks`); others are decoded whole.
+    Large multi-line traces are read and decoded piece by piece as the caller iterates
+    :meth:`RawTrace.pieces`, so that only about a block of text (see
+    :data:`gpuprof.readers.textstream.BLOCK_BYTES`) is held at a time. Small traces, and
+    those that offer no cut, are read whole; ``chunked=False`` reads and decodes the whole
+    text at once (the way back when a piece did not decode, see :class:`ChunkingFailed`).
     """
-    data, warnings = read_bytes(path)
+    if not chunked:
+        data, found = read_bytes(path)
+        return decode_text(data, path, found)
+    # Warnings of a damaged gzip stream are only known once its blocks run out: the rest
+    # of a streamed trace then raises ChunkingFailed, and the whole-text path says so.
+    warnings: list[str] = []
+    blocks = text_blocks(path, warnings)
+    head = bytearray()
+    is_object: bool | None = None
+    cut: tuple[int, int] | None = None
+    enough = (chunks.FIRST_PIECE_TARGETS + 1) * chunks.TARGET_BYTES
+    for block in blocks:
+        head += block
+        if is_object is None and _FIRST_CHAR.search(head):
+            is_object = _check_start(head, path)  # fails fast on a file that is not JSON
+        if is_object is None or len(head) < enough:
+            continue
+        cut = chunks.first_cut(head, is_object)
+        if cut is not None or len(head) > _MAX_HEAD_BLOCKS * textstream.BLOCK_BYTES:
+            break
+    if cut is None or is_object is None:
+        # Small, or no cut near the start (e.g. a trace written on one line): read it whole.
+        for block in blocks:
+            head += block
+        return _decode_whole(head, path, warnings)
+    end, begin = cut
+    first = head[:end]
+    first += b"]}" if is_object else b"]"
+    try:
+        events, top = _decode(first, is_object)
+    except (msgspec.DecodeError, msgspec.ValidationError):
+        events = None
+    del first
+    if not events:
+        for block in blocks:
+            head += block
+        return decode_text(head, path, warnings)
+    rest = _streamed(head, begin, blocks, is_object, top, warnings)
+    return RawTrace(events, rest, top, is_object, ())
+
+
+def _decode_whole(data: bytearray, path: Path, warnings: list[str]) -> RawTrace:
+    """Decode a whole text, piece by piece (in place) when it is large and offers cuts."""
     is_object = _check_start(data, path)
-    points = split_points(data, is_object) if chunked else []
+    points = chunks.split_points(data, is_object)
     if points:
         try:
-            events, top = _decode(first_piece(data, is_object, points), is_object)
+            events, top = _decode(chunks.first_piece(data, is_object, points), is_object)
         except (msgspec.DecodeError, msgspec.ValidationError):
             events = None
         if events:
-            rest = _later(data, is_object, points, top)
-            return RawTrace(events, rest, top, is_object, len(data), tuple(warnings))
+            rest = _later(chunks.later_pieces(data, is_object, points), is_object, top, [])
+            return RawTrace(events, rest, top, is_object, tuple(warnings))
     return decode_text(data, path, warnings)
 
 
-def _later(
-    data: bytes | bytearray, is_object: bool, points: list[tuple[int, int]], top: TopLevel
+def _streamed(
+    buf: bytearray, begin: int, blocks: Iterator[bytes], is_object: bool, top: TopLevel, warnings: list[str]
 ) -> Iterator[list[Event]]:
-    for piece, last in later_pieces(data, is_object, points):
+    return _later(chunks.stream_pieces(buf, begin, blocks, is_object), is_object, top, warnings)
+
+
+def _later(
+    pieces: Iterator[tuple[bytearray | memoryview, bool]], is_object: bool, top: TopLevel, warnings: list[str]
+) -> Iterator[list[Event]]:
+    for piece, last in pieces:
         try:
             events, found = _decode(piece, is_object and last)
         except (msgspec.DecodeError, msgspec.ValidationError):
             raise ChunkingFailed from None
-        del piece
+        del piece  # a view into the text being read: gone before the next piece is cut
         if last:
+            if warnings:  # the gzip stream was damaged: the whole-text path reports it
+                raise ChunkingFailed
             top.update(found)
         yield events or []
 
@@ -338,7 +305,7 @@ def decode_text(data: bytes | bytearray, path: Path, warnings: list[str] | None 
     try:
         doc = _decode(data, is_object)
     except msgspec.ValidationError as exc:
-        raise BadTraceError(f"JSON is not a trace ({exc})", path) from None
+        raise NotATraceError(f"JSON is not a trace ({exc})", path) from None
     except msgspec.DecodeError as exc:
         recovered = _recover_cut(data, is_object)
         if recovered is None:
@@ -352,10 +319,10 @@ def decode_text(data: bytes | bytearray, path: Path, warnings: list[str] | None 
         warns.append(note)
     events, top = doc
     if events is None:
-        raise BadTraceError("JSON is not a trace (no 'traceEvents' list)", path)
+        raise NotATraceError("JSON is not a trace (no 'traceEvents' list)", path)
     if not events:
         raise BadTraceError("trace holds no events", path)
-    return RawTrace(events, iter(()), top, is_object, len(data), tuple(warns), cut, note)
+    return RawTrace(events, iter(()), top, is_object, tuple(warns), cut, note)
 
 
 _DocTuple = tuple[list[Event] | None, TopLevel]
