@@ -129,7 +129,8 @@ def run_analysis(
 ) -> Analysis:
     from gpuprof.readers import discover
 
-    sources = discover(paths)
+    skipped: list[str] = []  # files found in folders that are not traces
+    sources = discover(paths, skipped)
     summaries = sorted(_summaries(sources, options, progress), key=lambda s: s.rank)
     _check_unique_ranks(summaries)
     if progress:
@@ -144,7 +145,7 @@ def run_analysis(
     samples = _load_samples(paths)
     recs = advise(AdviceContext(summaries=summaries, reports=reports, cross=cross.findings, samples=samples))
     # One line per distinct warning text, naming its ranks.
-    warnings = rank_warnings(
+    warnings = skipped + rank_warnings(
         [(s.rank, w) for s in summaries for w in s.warnings + ((s.empty_reason,) if s.empty_reason else ())]
     )
     extra: dict[str, Any] = {"job": {k: v for k, v in cross.findings.items() if k != "per_rank"}}

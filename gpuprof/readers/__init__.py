@@ -27,17 +27,32 @@ from pathlib import Path
 from gpuprof.errors import BadTraceError
 from gpuprof.model.timeline import RankTrace
 from gpuprof.readers.chunks import ChunkingFailed
-from gpuprof.readers.jsonio import RawTrace, decode_trace
+from gpuprof.readers.jsonio import NotATraceError, RawTrace, decode_trace
 from gpuprof.readers.kineto import looks_like_kineto, read_kineto
 from gpuprof.readers.optimeline import looks_like_timeline, read_timeline
 from gpuprof.readers.ranks import check_ranks, rank_hint_from_name, resolve_rank
+from gpuprof.readers.textstream import text_blocks
 
-__all__ = ["TraceSource", "check_ranks", "discover", "is_trace_name", "load_all", "load_file"]
+__all__ = [
+    "NotATraceError",
+    "TraceSource",
+    "check_ranks",
+    "discover",
+    "is_trace_name",
+    "load_all",
+    "load_file",
+    "not_a_trace",
+]
 
 _TRACE_SUFFIXES = (".json", ".json.gz")
 # Files of a ``gpuprof run`` session folder that are not traces.
 _NOT_TRACES = ("session.json", "gpuprof-session.json", "ground_truth.json")  # metadata beside traces
 _NOT_TRACE_PREFIXES = ("samples",)
+# A file found in a folder whose start does not look like a trace is read while
+# discovering, up to this size, to skip JSON that is not a trace (configs, stamp files,
+# all small). Larger files are taken as traces.
+_SCREEN_MAX_BYTES = 1 << 20
+_PEEK_BYTES = 1 << 16  # text looked at first: a trace names "traceEvents" / "ph" early
 
 
 @dataclass(frozen=True)
@@ -96,7 +111,29 @@ def _read(raw: RawTrace, path: Path, rank_hint: int | None, order: int) -> list[
         ]
     if looks_like_timeline(raw):
         return read_timeline(raw, path)
-    raise BadTraceError("JSON is not a trace (no complete 'X' events of a known kind)", path)
+    raise NotATraceError("JSON is not a trace (no complete 'X' events of a known kind)", path)
+
+
+def not_a_trace(path: Path) -> str | None:
+    """Why a small file is valid JSON but not a trace; ``None`` when it is a trace, is too
+    large to check here, or is unreadable (reading it then fails, naming the file)."""
+    try:
+        blocks = text_blocks(path, [], _PEEK_BYTES)
+        head = next(blocks, b"")[:_PEEK_BYTES]
+        blocks.close()
+        start = head.lstrip()[:1]
+        if (start == b"{" and b'"traceEvents"' in head) or (start == b"[" and b'"ph"' in head):
+            return None  # looks like a trace: read once, later
+        if path.stat().st_size > _SCREEN_MAX_BYTES:
+            return None
+        raw = decode_trace(path)
+        if looks_like_kineto(raw) or looks_like_timeline(raw):
+            return None
+        return "JSON is not a trace (no complete 'X' events of a known kind)"
+    except NotATraceError as exc:
+        return exc.message
+    except (OSError, BadTraceError, ChunkingFailed):
+        return None
 
 
 def is_trace_name(path: Path) -> bool:
@@ -140,7 +177,7 @@ def _scan_folder(folder: Path) -> list[Path]:
     return files + [f for found in by_sub.values() for f in found]
 
 
-def discover(paths: Sequence[str | Path]) -> list[TraceSource]:
+def discover(paths: Sequence[str | Path], skipped: list[str] | None = None) -> list[TraceSource]:
     """Trace sources for files and folders; raises :class:`BadTraceError` naming a bad path.
 
     Files are taken as given (whatever their name); folders contribute their ``*.json`` and
@@ -148,6 +185,10 @@ def discover(paths: Sequence[str | Path]) -> list[TraceSource]:
     and when they hold none at top level (or are a ``gpuprof run`` session), those one
     level down, e.g. in ``traces/``. A folder (not a session) with no traces at top level
     and traces in several subfolders is a collection of jobs: :class:`BadTraceError`.
+
+    A file found in a folder that is valid JSON but not a trace (a config, a stamp file)
+    is left out, with a line saying so appended to ``skipped``; a file named in ``paths``
+    is always read (and fails when it is not a trace), as is a damaged file.
     """
     if not paths:
         raise BadTraceError("no trace path given")
@@ -158,6 +199,13 @@ def discover(paths: Sequence[str | Path]) -> list[TraceSource]:
             files = _scan_folder(p)
             if not files:
                 raise BadTraceError("folder holds no trace files (*.json, *.json.gz)", p)
+            strays = {f: why for f in files if (why := not_a_trace(f)) is not None}
+            if len(strays) == len(files):
+                shown = "; ".join(f"{f.name}: {why}" for f, why in list(strays.items())[:3])
+                raise BadTraceError(f"folder holds no traces ({shown})", p)
+            if skipped is not None:
+                skipped.extend(f"skipped {f}: {why}" for f, why in strays.items())
+            files = [f for f in files if f not in strays]
             base = len(sources)
             sources.extend(TraceSource(f, rank_hint_from_name(f), base + i) for i, f in enumerate(files))
         elif p.exists():
