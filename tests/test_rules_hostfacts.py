@@ -265,3 +265,9 @@ def test_real_python_stacks_warning_follows_the_reader_flag(shared_traces: Path)
     plain = analyze_paths([shared_traces / "a100-2rank-nccl"]).warnings
     assert any("Python stacks" in w for w in stacks)
     assert not any("Python stacks" in w for w in plain)
+
+
+def test_real_timeline_is_not_called_filtered(shared_traces: Path) -> None:
+    # Op-level timelines carry framework timers, not launch calls: nothing is missing.
+    warnings = analyze_paths([shared_traces / "megatron-pp4-timeline"]).warnings
+    assert not any("filtered or sampled" in w for w in warnings)

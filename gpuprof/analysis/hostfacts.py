@@ -188,7 +188,7 @@ class OpIndex:
         self.is_phase = _name_flag(host, _PHASE)
         self.is_wrap = _name_flag(host, _WRAPPER)
         self.main = _main_tid(ctx)
-        self.few = _FewCalls(ctx)
+        self.few = _FewCalls(ctx, self)
         self._layers: dict[tuple[int, float], list[_Layer]] = {}
 
     def layers(self, tid: int, phase_us: float) -> list[_Layer]:
@@ -293,13 +293,12 @@ class _FewCalls:
     :func:`lost_by_op`. The host's launch calls and ops are grouped by thread once, so each
     name costs a few vectorized passes, not a loop over its calls."""
 
-    def __init__(self, ctx: RuleContext) -> None:
+    def __init__(self, ctx: RuleContext, ix: OpIndex) -> None:
         host = ctx.trace.host
-        self.hs, self.he = host["start_us"].to_numpy(), host["end_us"].to_numpy()
-        self.htid = host["tid"].to_numpy()
+        self.hs, self.he, self.htid = ix.hs, ix.he, ix.htid
         self.names = host["name"]
-        self.codes = self.names.cat.codes.to_numpy()
-        self.cats = self.names.cat.categories.astype(str).to_numpy()
+        self.codes = ix.codes
+        self.cats = ix.cats.to_numpy()
         self.win = (self.he > ctx.lo_us) & (self.hs < ctx.hi_us)
         self.kind = host["kind"].to_numpy()
         self.category = host["category"].to_numpy()
@@ -309,7 +308,8 @@ class _FewCalls:
     def parents(self, name: str) -> npt.NDArray[np.int64]:
         """The window's rows called ``name``, in row order."""
         idx = np.flatnonzero(self.cats == name)
-        return np.flatnonzero(np.isin(self.codes, idx) & self.win)
+        same = (self.codes == idx[0]) if idx.size == 1 else np.isin(self.codes, idx)
+        return np.flatnonzero(same & self.win)
 
     def launches_per_call(self, parents: npt.NDArray[np.int64]) -> float | None:
         """Mean launch calls (kernels, copies, memsets) of the parent's thread starting
@@ -472,6 +472,8 @@ def trust(ctx: RuleContext) -> dict[str, Any]:
     n_rt = int(runtime.sum())
     return {
         "python_stacks": ctx.trace.python_stacks or bool((kinds == int(Kind.PYTHON)).any()),
+        # Op-level timelines record framework timers, never launch calls: no launch is missing.
+        "launches_expected": ctx.trace.fmt != "timeline",
         "empty_op_median_us": float(np.median(durs)) if durs.size else None,
         "runtime_calls": n_rt,
         "runtime_calls_matched_share": float(np.mean(np.isin(hc, corr[corr >= 0]))) if n_rt else None,
@@ -499,7 +501,7 @@ def trust_warnings(f: Mapping[str, Any]) -> tuple[str, ...]:
             "the trace looks filtered or sampled (every runtime call launched device work; none of the usual "
             "event/stream calls): ops or kernels left out may show as idle time"
         )
-    elif launch is not None and launch < 0.5:
+    elif launch is not None and launch < 0.5 and f.get("launches_expected", True):
         out.append(
             f"only {100 * launch:.0f}% of device work has its launch call in the trace (filtered or sampled?): "
             "host-side causes cannot be told apart for the rest"
