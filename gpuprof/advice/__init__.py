@@ -30,6 +30,9 @@ class AdviceContext:
 Advisor = Callable[[AdviceContext], list[Recommendation]]
 ADVISORS: list[Advisor] = []
 
+# Recommendations estimated to save less than this share of the step are left out.
+MIN_SAVINGS_PCT = 0.5
+
 
 def advisor(fn: Advisor) -> Advisor:
     """Decorator: register an advisor."""
@@ -68,4 +71,7 @@ def advise(ctx: AdviceContext) -> tuple[Recommendation, ...]:
     for r in recs:
         if r.id not in best or r.estimated_savings_pct > best[r.id].estimated_savings_pct:
             best[r.id] = r
-    return sort_recommendations(list(best.values()))
+    # A change that would not shorten the job's step is not worth a reader's attention: the
+    # measured loss still shows in the per-rank table, but it is not advertised as a fix.
+    kept = [r for r in best.values() if r.estimated_savings_pct >= MIN_SAVINGS_PCT]
+    return sort_recommendations(kept)
