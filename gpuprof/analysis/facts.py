@@ -115,6 +115,8 @@ def _median(x: np.ndarray) -> float | None:
 
 
 def _count_by_name(names: pd.Series) -> dict[str, int]:
+    if names.size == 0:
+        return {}
     counts = names.astype(str).value_counts()
     return {str(k): int(v) for k, v in counts.items() if v}
 
@@ -127,7 +129,7 @@ def _outermost(s: np.ndarray, e: np.ndarray) -> np.ndarray:
     """Mask of intervals (sorted by start) not nested inside an earlier one."""
     if s.size == 0:
         return np.zeros(0, dtype=bool)
-    prev_end = np.maximum.accumulate(np.r_[-np.inf, e[:-1]])
+    prev_end = np.maximum.accumulate(np.concatenate(([-np.inf], e[:-1])))
     return s >= prev_end
 
 
