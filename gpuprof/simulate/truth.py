@@ -53,22 +53,17 @@ from typing import Any
 import numpy as np
 
 from gpuprof.analysis import intervals as iv
+from gpuprof.analysis.attribution import PRECEDENCE as ATTRIBUTION_PRECEDENCE
 from gpuprof.model.report import CAUSES, Cause
 from gpuprof.simulate.engine import RankSim
 
 TRUTH_SCHEMA = "gpuprof.simulate.truth/1"
 TRUTH_FILE = "ground_truth.json"
 
-# The SPEC's precedence: the first cause whose reason covers a lost microsecond gets it.
-PRECEDENCE: tuple[Cause, ...] = (
-    Cause.PIPELINE_BUBBLE,
-    Cause.STRAGGLER,
-    Cause.COMMUNICATION,
-    Cause.MEMORY,
-    Cause.DATALOADER,
-    Cause.SYNC,
-    Cause.HOST,
-)
+# The project's documented precedence (the first cause whose reason covers a lost
+# microsecond gets it); the simulator's own reasons are split by the same order, and what
+# none of them covers is "other".
+PRECEDENCE: tuple[Cause, ...] = tuple(c for c in ATTRIBUTION_PRECEDENCE if c is not Cause.OTHER)
 
 # A cause below this share of the window is not worth a recommendation.
 MINOR_SHARE = 0.05
