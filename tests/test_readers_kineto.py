@@ -375,3 +375,23 @@ def test_format_told_by_content(write_trace: WriteTrace, event: Builder) -> None
         write_trace("y.json", [event("forward-compute", "forward-compute", 0, 1, pid=0, tid=0)])
     )
     assert [x.fmt for x in traces] == ["timeline"]
+
+
+def test_rows_come_in_start_order_ties_in_file_order(
+    write_trace: WriteTrace, kineto: Builder, event: Builder
+) -> None:
+    # Threads and streams are written one after another, so the file is not in time order.
+    doc = kineto(
+        [
+            event("cpu_op", "b", 20, 5, pid=CPU, tid=2),
+            event("cpu_op", "c", 20, 1, pid=CPU, tid=2),
+            event("kernel", "kb", 20, 5, pid=GPU, tid=8),
+            event("cpu_op", "a", 10, 5, pid=CPU, tid=1),
+            event("kernel", "ka", 10, 5, pid=GPU, tid=7),
+            event("cpu_op", "d", 20, 3, pid=CPU, tid=1),
+        ]
+    )
+    (t,) = load_file(write_trace("order.json", doc))
+    assert list(t.host["name"].astype(str)) == ["a", "b", "c", "d"]
+    assert list(t.host["tid"]) == [1, 2, 2, 1] and list(t.host["end_us"]) == [15, 25, 21, 23]
+    assert list(t.device["name"].astype(str)) == ["ka", "kb"] and list(t.device["stream"]) == [7, 8]
