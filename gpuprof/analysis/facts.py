@@ -172,7 +172,9 @@ def rank_facts(
     f["sync_calls_by_name"] = _count_by_name(host["name"][sync])
     f["sync_wait_us"] = iv.total(iv.union(hs[sync], he[sync]))
     names = host["name"]
-    scalar = sync & names.isin(_SCALAR_READS).to_numpy()
+    codes = names.cat.codes.to_numpy()
+    is_scalar = np.isin(names.cat.categories.astype(str), _SCALAR_READS)  # per name, not per row
+    scalar = sync & (codes >= 0) & is_scalar[np.maximum(codes, 0)] if is_scalar.size else np.zeros_like(sync)
     n_scalar = int(_outermost(hs[scalar], he[scalar]).sum())
     f["scalar_reads"] = n_scalar
     f["scalar_reads_per_step"] = n_scalar / per_step if per_step else None
@@ -183,9 +185,10 @@ def rank_facts(
     f["dataloader_call_mean_us"] = float(np.mean((he[dl] - hs[dl])[outer])) if outer.any() else None
     f["dataloader_wait_us"] = iv.total(dl_iv)
     f["dataloader_wait_per_step_us"] = f["dataloader_wait_us"] / per_step if per_step else None
-    dl_names = names[dl].astype(str)
     f["dataloader_single_process"] = (
-        bool(dl_names.str.contains("SingleProcessDataLoaderIter", regex=False).any()) if dl.any() else None
+        bool(names[dl].astype(str).str.contains("SingleProcessDataLoaderIter", regex=False).any())
+        if dl.any()
+        else None
     )
     alloc = win & (hcat == int(Category.ALLOC))
     f["alloc_calls_by_name"] = _count_by_name(names[alloc])

@@ -409,12 +409,13 @@ def ddp_buffer_spans(ctx: RuleContext) -> tuple[Intervals, int]:
     """Per ``DistributedDataParallel.forward`` in the window, the span from its first to its
     last buffer-sync op (normalized, clipped to the window), and the broadcasts in them."""
     host = ctx.trace.host
+    cats = host["name"].cat.categories.astype(str)
+    # Most ranks have no DDP forward at all: say so before touching the rows.
+    if cats.size == 0 or not (cats == "DistributedDataParallel.forward").any():
+        return iv.empty(), 0
     hs, he, htid = host["start_us"].to_numpy(), host["end_us"].to_numpy(), host["tid"].to_numpy()
     win = (he > ctx.lo_us) & (hs < ctx.hi_us)
-    cats = host["name"].cat.categories.astype(str)
     codes = host["name"].cat.codes.to_numpy()
-    if cats.size == 0:
-        return iv.empty(), 0
 
     def by_name(flag: list[bool]) -> npt.NDArray[np.bool_]:
         f = np.asarray(flag, dtype=bool)
