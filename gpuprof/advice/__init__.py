@@ -53,11 +53,7 @@ def _load() -> None:
     if _loaded:
         return
     for name in _ADVISOR_MODULES:
-        try:
-            importlib.import_module(name)
-        except ModuleNotFoundError as exc:  # a module not written yet
-            if exc.name != name:
-                raise
+        importlib.import_module(name)
     _loaded = True
 
 

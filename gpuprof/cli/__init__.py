@@ -42,8 +42,7 @@ def _root(
     Add --debug to any command to see a traceback instead of a one-line error.
     """
 
-# Command modules, imported for their side effect of registering on `app`. A module that
-# does not exist yet is skipped so the CLI works while commands are being added.
+# Command modules, imported for their side effect of registering on `app`.
 _COMMAND_MODULES = (
     "gpuprof.cli.analyze",
     "gpuprof.cli.run",
@@ -51,13 +50,8 @@ _COMMAND_MODULES = (
     "gpuprof.cli.annotate",
     "gpuprof.cli.simulate",
 )
-
 for _name in _COMMAND_MODULES:
-    try:
-        importlib.import_module(_name)
-    except ModuleNotFoundError as _exc:  # pragma: no cover - only while a command is missing
-        if _exc.name != _name:
-            raise
+    importlib.import_module(_name)
 
 
 def main() -> None:

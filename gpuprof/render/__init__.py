@@ -37,11 +37,7 @@ _MODULES = ("gpuprof.render.json", "gpuprof.render.text", "gpuprof.render.markdo
 
 def _load() -> None:
     for name in _MODULES:
-        try:
-            importlib.import_module(name)
-        except ModuleNotFoundError as exc:
-            if exc.name != name:
-                raise
+        importlib.import_module(name)
 
 
 def names() -> list[str]:
