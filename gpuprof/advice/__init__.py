@@ -43,6 +43,7 @@ def advisor(fn: Advisor) -> Advisor:
 _ADVISOR_MODULES = (
     "gpuprof.advice.local",
     "gpuprof.advice.distributed",
+    "gpuprof.advice.pipeline",
     "gpuprof.advice.samples",
 )
 _loaded = False
