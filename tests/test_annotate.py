@@ -178,3 +178,17 @@ def test_folder_gets_one_annotated_trace_per_rank(cli, tmp_path: Path, write_tra
     assert sum(s["dur"] for s in _slices(doc)) == pytest.approx(lost_by_rank[1], abs=0.01)
     code, err = cli("annotate", str(job), "-o", "x.json")
     assert code == 2 and "output folder" in err
+
+
+def test_folder_with_stray_json_says_what_it_skipped(cli, tmp_path: Path, write_trace: Callable[..., Path],
+                                                     kineto: Builder, event: Builder) -> None:  # fmt: skip
+    write_trace("job/rank0.pt.trace.json", _trace(kineto, event))
+    write_trace("job/config.json", {"lr": 0.1, "batch": 8})
+    write_trace("job/stamp.json", [1, 2, 3])
+    code, err = cli("annotate", str(tmp_path / "job"), "-o", "out.json")
+    assert code == 0, err
+    skipped = [line for line in err.splitlines() if line.startswith("gpuprof: skipped")]
+    assert len(skipped) == 2
+    assert any("config.json" in line for line in skipped) and any("stamp.json" in line for line in skipped)
+    assert _slices(json.loads((tmp_path / "out.json").read_text()))
+    assert not (tmp_path / "out").exists()

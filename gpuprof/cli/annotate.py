@@ -51,7 +51,10 @@ def annotate(
     from gpuprof.pipeline import AnalyzeOptions, run_analysis
     from gpuprof.readers import discover
 
-    files = [s.path for s in discover([path])]
+    skipped: list[str] = []  # files in the folder that are valid JSON but not traces
+    files = [s.path for s in discover([path], skipped)]
+    for line in skipped:
+        print(f"gpuprof: {line}", file=sys.stderr)
     inputs: list[Path] = [path]
     if job is not None:
         in_job = {_key(s.path) for s in discover([job])}
