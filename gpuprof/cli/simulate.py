@@ -2,24 +2,28 @@
 
 from __future__ import annotations
 
+import inspect
 import shutil
 from pathlib import Path
 from typing import Any
 
 import typer
+from typer.core import TyperCommand
 
 from gpuprof.cli import app
 from gpuprof.errors import GpuprofError
+
+_SUMMARY = (
+    "Simulate a training job and write one Kineto trace per rank into DIR, with "
+    "ground_truth.json beside them (lost time per cause, expected top recommendation)."
+)
 
 
 def _help_text() -> str:
     from gpuprof.simulate import SCENARIOS, knobs_of
 
     lines = [
-        (
-            "Simulate a training job and write one Kineto trace per rank into DIR, with "
-            "ground_truth.json beside them (lost time per cause, expected top recommendation)."
-        ),
+        _SUMMARY,
         "Knobs are given as KNOB=VALUE, e.g.:",
         "",
         "  gpuprof simulate pipeline stages=4 microbatches=16 schedule=1f1b -o out/",
@@ -67,7 +71,31 @@ def _clear_previous(out: Path) -> None:
             p.unlink()
 
 
-@app.command(help=_help_text(), context_settings={"help_option_names": ["-h", "--help"]})
+class _LazyHelpCommand(TyperCommand):
+    """A command whose long help (the scenario list) is built only when it is shown.
+
+    Building it imports the whole simulator (numpy included), which every other command
+    would otherwise pay for at start-up. The command listing of ``gpuprof --help`` reads
+    ``short_help`` (the first paragraph), so it does not trigger the import either.
+    """
+
+    @property  # type: ignore[override]
+    def help(self) -> str | None:
+        if self._help_text is None:
+            self._help_text = inspect.cleandoc(_help_text())
+        return self._help_text
+
+    @help.setter
+    def help(self, value: str | None) -> None:
+        # Typer passes the callback's docstring (None here); the real text comes lazily.
+        self._help_text = value
+
+
+@app.command(
+    cls=_LazyHelpCommand,
+    short_help=_SUMMARY,
+    context_settings={"help_option_names": ["-h", "--help"]},
+)
 def simulate(
     scenario: str | None = typer.Argument(None, help="scenario to simulate (see the list below)"),
     knobs: list[str] | None = typer.Argument(None, metavar="[KNOB=VALUE]...", help="scenario knobs"),
