@@ -12,7 +12,7 @@ from typing import Any
 
 import pytest
 
-from gpuprof.model.dtypes import message_bytes
+from gpuprof.model.dtypes import input_bytes, message_bytes
 from gpuprof.model.timeline import Category, RankTrace
 from gpuprof.readers import chunks, load_all, load_file
 
@@ -146,6 +146,61 @@ def test_message_bytes_arithmetic() -> None:
     assert message_bytes(1, 1, 4) is None
 
 
+MULTIMEM = "void (anonymous namespace)::multimem_all_reduce_kernel<c10::BFloat16, 16>(c10::BFloat16*)"
+
+
+def _symm_mem(event: Builder, ts: float, corr: int, dims: Any, types: Any) -> list[dict[str, Any]]:
+    """A symm_mem all-reduce as vLLM records it: no nelems, only the op's input shapes and types."""
+    shapes = {"Input Dims": dims, "Input type": types}
+    return [
+        event("cpu_op", "symm_mem::multimem_all_reduce_", ts, 50, pid=CPU, tid=CPU, **shapes),
+        event("cuda_runtime", "cudaLaunchKernel", ts + 2, 5, pid=CPU, tid=CPU, correlation=corr),
+        event("kernel", MULTIMEM, ts + 100, 80, pid=GPU, tid=7, stream=7, correlation=corr),
+    ]
+
+
+def test_bytes_from_input_shapes_when_no_nelems(
+    write_trace: WriteTrace, kineto: Builder, event: Builder
+) -> None:
+    mm_shapes = {"Input Dims": [[64, 64], [64, 64]], "Input type": ["float", "float"]}
+    events = [
+        *_symm_mem(event, 0, 1, [[2557440], [], []], ["c10::BFloat16", "", ""]),
+        *_symm_mem(event, 1000, 2, [[4, 1024], [], []], ["float", "", ""]),
+        *_symm_mem(event, 2000, 3, [[8], [], []], ["c10::Float8_e4m3fn", "", ""]),
+        *_symm_mem(event, 3000, 4, [[8], [], []], ["NoSuchType", "", ""]),  # unknown type
+        *_symm_mem(event, 4000, 5, [[], [], []], ["Scalar", "", ""]),  # not a tensor
+        *_symm_mem(event, 5000, 6, "[[8]]", ["float"]),  # not a list: ignored
+        # Not a communication op: its input shapes are no message size.
+        event("cpu_op", "aten::mm", 6000, 50, pid=CPU, tid=CPU, **mm_shapes),
+    ]
+    t = _load_one(write_trace, kineto(events))
+    assert _bytes_of(t, MULTIMEM) == [2557440 * 2, 4 * 1024 * 4, 8, -1, -1, -1]
+    host = t.host
+    assert list(host.loc[host["name"].astype(str) == "aten::mm", "bytes"]) == [-1]
+
+
+def test_nelems_win_over_input_shapes(write_trace: WriteTrace, kineto: Builder, event: Builder) -> None:
+    shapes = {"Input Dims": [[999]], "Input type": ["double"]}
+    events = _collective(
+        event, 0, 1, "ncclKernel_AllReduce_RING_LL_Sum_float", {**_msg(10, 10, "Float"), **shapes}
+    )
+    t = _load_one(write_trace, kineto(events))
+    assert _bytes_of(t, "ncclKernel_AllReduce_RING_LL_Sum_float") == [40]
+
+
+def test_input_bytes_arithmetic() -> None:
+    assert input_bytes([[2557440], [], []], ["c10::BFloat16", "", ""]) == 5_114_880
+    assert input_bytes([[2, 3, 4]], ["long int"]) == 192
+    assert input_bytes([[3], [12]], ["c10::Half", "c10::Half"]) == 24  # the larger input: a reduce-scatter's
+    assert input_bytes([[5], [7]], ["double", "int"]) == 40
+    assert input_bytes([[[4], [4]], []], ["GenericList", ""]) is None  # a tensor list
+    assert input_bytes([[True, 2]], ["float"]) is None
+    assert input_bytes([[-1, 2]], ["float"]) is None
+    assert input_bytes([[2**62]], ["float"]) is None
+    assert input_bytes(None, ["float"]) is None
+    assert input_bytes([[4]], "float") is None
+
+
 @pytest.mark.parametrize(
     "frames, top, expected",
     [
@@ -266,3 +321,21 @@ def test_a100_kernel_bytes_match_their_args(shared_traces: Path) -> None:
 def test_resnet_has_no_python_stacks(shared_traces: Path) -> None:
     (t,) = load_all([shared_traces / "resnet50-nw0"])
     assert not t.python_stacks
+
+
+def test_b200_symm_mem_all_reduce_bytes(shared_traces: Path) -> None:
+    """The symm_mem all-reduces record only input shapes: each kernel gets its op's tensor size."""
+    folder = shared_traces / "b200-eager-rank0"
+    (t,) = load_all([folder])
+    raw = _raw_events(folder)
+    ops = sorted((e["ts"], e["args"]) for e in raw if e.get("name") == "symm_mem::multimem_all_reduce_")
+    assert len(ops) == 73
+    expected = []
+    for _, args in ops:
+        assert "In msg nelems" not in args and args["Input type"][0] == "c10::BFloat16"
+        (n,) = args["Input Dims"][0]
+        expected.append(n * 2)
+    assert expected[0] == 2_557_440 * 2
+    dev = t.device
+    kernels = dev[dev["name"].astype(str).str.contains("multimem_all_reduce_kernel")].sort_values("start_us")
+    assert list(kernels["bytes"]) == expected  # one kernel per op, in the same order

@@ -19,7 +19,7 @@ import numpy.typing as npt
 import pandas as pd
 
 from gpuprof.model import classify as cl
-from gpuprof.model.dtypes import message_bytes
+from gpuprof.model.dtypes import input_bytes, message_bytes
 from gpuprof.model.timeline import Category, Kind
 from gpuprof.readers.columns import as_int, int_column, str_column
 from gpuprof.readers.jsonio import Event
@@ -45,9 +45,17 @@ def floats(items: Sequence[Any], field: str) -> npt.NDArray[np.float64]:
 
 
 def message_sizes(args: Sequence[Any]) -> npt.NDArray[np.int64]:
-    """Message bytes of communication events from their ``args`` (-1 where unknown)."""
-    sizes = [message_bytes(a.in_nelems, a.out_nelems, a.dtype) for a in args]
-    return np.array([-1 if b is None else b for b in sizes], np.int64)
+    """Message bytes of communication events from their ``args`` (-1 where unknown): from
+    nelems and dtype, else from the largest input's ``Input Dims`` and ``Input type``."""
+    return np.array([_message_bytes(a) for a in args], np.int64)
+
+
+def _message_bytes(a: Any) -> int:
+    size = message_bytes(a.in_nelems, a.out_nelems, a.dtype)
+    if size is not None:
+        return size
+    size = input_bytes(a.input_dims, a.input_type)
+    return -1 if size is None else size
 
 
 class _Index(dict[Any, int]):

@@ -49,6 +49,10 @@ class Args(msgspec.Struct, frozen=True, gc=False):
     in_nelems: Any = msgspec.field(default=None, name="In msg nelems")
     out_nelems: Any = msgspec.field(default=None, name="Out msg nelems")
     dtype: Any = None
+    # Shapes and C++ types of an op's inputs: the size of a collective that records no
+    # nelems (symm_mem ops).
+    input_dims: Any = msgspec.field(default=None, name="Input Dims")
+    input_type: Any = msgspec.field(default=None, name="Input type")
     name: Any = None  # metadata events: thread_name / process_name
     step: Any = None  # op-level timelines
     mb_id: Any = None  # op-level timelines

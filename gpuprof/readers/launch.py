@@ -14,7 +14,8 @@ communication kernel gets:
   else from an enclosing ``nccl:<collective>`` op name;
 * its message size in bytes, when the kernel's own ``args`` lack it: that of the
   innermost enclosing op that has one (``record_param_comms``: ``In msg nelems``,
-  ``Out msg nelems``, ``dtype``; see the host table's ``bytes``).
+  ``Out msg nelems``, ``dtype``; ops without them, such as ``symm_mem::`` all-reduces, by
+  their input tensors' shapes and types; see the host table's ``bytes``).
 
 Only communication kernels are resolved (a few per step), each by a bounded backwards
 walk over the sorted host ops of its thread, so this costs little on large traces.
