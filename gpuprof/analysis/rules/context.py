@@ -28,7 +28,6 @@ from dataclasses import dataclass
 
 import numpy as np
 import numpy.typing as npt
-import pandas as pd
 
 from gpuprof.analysis import intervals as iv
 from gpuprof.analysis.intervals import Intervals
@@ -63,6 +62,35 @@ class Gaps:
 
 
 @dataclass(frozen=True)
+class TraceColumns:
+    """The trace columns the rules read over and over, as numpy arrays read once per rank.
+
+    Reading a DataFrame column costs tens of microseconds; the rules ask for the same few
+    hundreds of times per rank. Times in microseconds; categories as ``Category`` ints.
+    The arrays are shared: never modify them in place.
+    """
+
+    host_start_us: npt.NDArray[np.float64]
+    host_end_us: npt.NDArray[np.float64]
+    host_category: npt.NDArray[np.int64]
+    dev_start_us: npt.NDArray[np.float64]
+    dev_end_us: npt.NDArray[np.float64]
+    dev_category: npt.NDArray[np.int64]
+
+    @classmethod
+    def of(cls, trace: RankTrace) -> TraceColumns:
+        host, dev = trace.host, trace.device
+        return cls(
+            host_start_us=host["start_us"].to_numpy(),
+            host_end_us=host["end_us"].to_numpy(),
+            host_category=host["category"].to_numpy(),
+            dev_start_us=dev["start_us"].to_numpy(),
+            dev_end_us=dev["end_us"].to_numpy(),
+            dev_category=dev["category"].to_numpy(),
+        )
+
+
+@dataclass(frozen=True)
 class RuleContext:
     """Inputs of every local rule (read-only). Times in microseconds on the trace's clock.
 
@@ -85,6 +113,7 @@ class RuleContext:
     host_wait: Intervals
     queued: Intervals
     unknown_launch: Intervals
+    cols: TraceColumns
     window_iv: Intervals | None = None
 
     @property
@@ -104,17 +133,17 @@ class RuleContext:
 
     def device_rows(self, *categories: Category) -> Intervals:
         """Device work intervals of the given categories (unclipped, not normalized)."""
-        dev = self.trace.device
-        sel = self.act & np.isin(dev["category"].to_numpy(), [int(c) for c in categories])
-        return dev["start_us"].to_numpy()[sel], dev["end_us"].to_numpy()[sel]
+        cols = self.cols
+        sel = self.act & np.isin(cols.dev_category, [int(c) for c in categories])
+        return cols.dev_start_us[sel], cols.dev_end_us[sel]
 
     def host_mask(self, *categories: Category) -> npt.NDArray[np.bool_]:
         """Host rows of the given categories overlapping the window (any thread)."""
-        host = self.trace.host
-        s = host["start_us"].to_numpy()
-        e = host["end_us"].to_numpy()
+        cols = self.cols
+        s = cols.host_start_us
+        e = cols.host_end_us
         return (
-            np.isin(host["category"].to_numpy(), [int(c) for c in categories])
+            np.isin(cols.host_category, [int(c) for c in categories])
             & (e > self.lo_us)
             & (s < self.hi_us)
         )
@@ -122,8 +151,7 @@ class RuleContext:
     def host_rows(self, *categories: Category) -> Intervals:
         """Host call intervals of the given categories overlapping the window (any thread)."""
         sel = self.host_mask(*categories)
-        host = self.trace.host
-        return host["start_us"].to_numpy()[sel], host["end_us"].to_numpy()[sel]
+        return self.cols.host_start_us[sel], self.cols.host_end_us[sel]
 
 
 def _split(
@@ -140,7 +168,7 @@ def _split(
 
 
 def _first_activity_wait(
-    dev: pd.DataFrame,
+    dev_start_us: npt.NDArray[np.float64],
     rows: npt.NDArray[np.bool_],
     launches: Launches,
     g0: npt.NDArray[np.float64],
@@ -153,7 +181,7 @@ def _first_activity_wait(
     end = np.full(n, np.nan)
     tid = np.full(n, -1, dtype=np.int64)
     known = np.zeros(n, dtype=bool)
-    s = dev["start_us"].to_numpy()[rows]
+    s = dev_start_us[rows]
     if s.size == 0 or n == 0:
         return end, tid, known
     ls, le, lt = launches.start_us[rows], launches.end_us[rows], launches.tid[rows]
@@ -181,11 +209,11 @@ def build_context(
 ) -> RuleContext:
     """The rules' context; ``window_iv`` is the window when it leaves time between steps out
     (``compute`` and ``lost`` must then partition it)."""
-    dev = trace.device
-    act = activity_mask(dev)
+    cols = TraceColumns.of(trace)
+    act = activity_mask(trace.device)
     g0, g1 = iv.normalize(lost)
-    is_comp = act & (dev["category"].to_numpy() == int(Category.COMPUTE))
-    cs = dev["start_us"].to_numpy()[is_comp]
+    is_comp = act & (cols.dev_category == int(Category.COMPUTE))
+    cs = cols.dev_start_us[is_comp]
     ls = launches.start_us[is_comp]
     le = launches.end_us[is_comp]
     lt = launches.tid[is_comp]
@@ -215,7 +243,7 @@ def build_context(
         hw_end[~has_next] = g1[~has_next]
         # The device may also have waited for a late launch of other work inside the gap
         # (a collective or copy the queued kernel depends on): the gap's first activity.
-        first_end, first_tid, first_known = _first_activity_wait(dev, act & ~is_comp, launches, g0, g1)
+        first_end, first_tid, first_known = _first_activity_wait(cols.dev_start_us, act & ~is_comp, launches, g0, g1)
         better = ~np.isnan(first_end) & ~(first_end <= hw_end)  # hw_end NaN compares False
         hw_end = np.where(better, first_end, hw_end)
         tid = np.where(better, first_tid, tid)  # the thread whose late launch the device waited on
@@ -234,5 +262,6 @@ def build_context(
         host_wait=host_wait,
         queued=queued,
         unknown_launch=unknown_launch,
+        cols=cols,
         window_iv=window_iv,
     )
