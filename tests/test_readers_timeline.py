@@ -6,7 +6,10 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from gpuprof.model.timeline import Category, Kind
+import pandas as pd
+import pytest
+
+from gpuprof.model.timeline import Category, Kind, RankTrace
 from gpuprof.readers import load_file
 from gpuprof.readers.optimeline import read_meta_sizes
 
@@ -188,3 +191,113 @@ def test_one_step_warning_per_file_even_with_many_workers(write_trace: WriteTrac
     for t in traces:
         assert sum("non-consecutive" in w for w in t.warnings) == 1
         assert t.steps[0].end_us == 750.0  # step 5's last op (the optimizer) ends at 750
+
+
+# Begin/end (B/E) pairs: the same ops as X events; unmatched halves dropped with a warning.
+def _as_begin_end(events: list[dict[str, Any]], args_on_end: bool = False) -> list[dict[str, Any]]:
+    """The same timeline with each ``X`` event written as a ``B`` and a nameless ``E``, in
+    time order (at one instant: ends before begins, inner ends before outer ones, outer
+    begins before inner ones). With ``args_on_end`` the ``mb_id`` moves to the ``E``."""
+    keyed: list[tuple[tuple[float, int, float, int], dict[str, Any]]] = []
+    other = [e for e in events if e["ph"] != "X"]
+    for i, e in enumerate(e for e in events if e["ph"] == "X"):
+        b_args, e_args = dict(e["args"]), {}
+        if args_on_end and "mb_id" in b_args:
+            e_args = {"mb_id": b_args.pop("mb_id")}
+        begin = {k: v for k, v in e.items() if k != "dur"} | {"ph": "B", "args": b_args}
+        end = {"ph": "E", "pid": e["pid"], "tid": e["tid"], "ts": e["ts"] + e["dur"], "args": e_args}
+        keyed.append(((e["ts"], 1, -e["dur"], i), begin))
+        keyed.append(((e["ts"] + e["dur"], 0, 0.0, -i), end))
+    keyed.sort(key=lambda k: k[0])
+    return other + [e for _, e in keyed]
+
+
+def _assert_same(a: list[RankTrace], b: list[RankTrace]) -> None:
+    assert len(a) == len(b) and a
+    for x, y in zip(a, b):
+        assert (x.rank, x.world_size, x.parallel, x.fmt, x.warnings) == (
+            y.rank,
+            y.world_size,
+            y.parallel,
+            y.fmt,
+            y.warnings,
+        )
+        pd.testing.assert_frame_equal(x.device, y.device)
+        pd.testing.assert_frame_equal(x.host, y.host)
+        assert x.steps == y.steps
+
+
+@pytest.mark.parametrize("args_on_end", [False, True])
+def test_begin_end_reads_as_complete_events(write_trace: WriteTrace, args_on_end: bool) -> None:
+    events = _megatron_like(pp=2, dp=2)
+    xs = load_file(write_trace("x/timeline.json", {"traceEvents": events}))
+    be = load_file(write_trace("be/timeline.json", {"traceEvents": _as_begin_end(events, args_on_end)}))
+    assert len(xs) == 4
+    _assert_same(xs, be)
+
+
+def test_nested_begin_end_pairs(write_trace: WriteTrace) -> None:
+    # One thread: outer and first inner op start together; the innermost ends with its parent.
+    events = [
+        _thread(0, 0, "PP rank 0, TP rank 0, compute"),
+        _op("train-step", 0, 0, 0.0, 1000.0, 5),
+        _op("forward-compute", 0, 0, 0.0, 300.0, 5, 0),
+        _op("backward-compute", 0, 0, 300.0, 600.0, 5, 0),
+        _op("grads-reduce-scatter", 0, 0, 800.0, 100.0, 5),
+        _op("optimizer", 0, 0, 1000.0, 50.0, 6),
+    ]
+    be = _as_begin_end(events)
+    assert [e["ph"] for e in be[1:]] == ["B", "B", "E", "B", "B", "E", "E", "E", "B", "E"]
+    (t,) = load_file(write_trace("be.json", be))
+    got = [(str(n), s, e) for n, s, e in zip(t.device["name"], t.device["start_us"], t.device["end_us"])]
+    assert got == [
+        ("train-step", 0.0, 1000.0),
+        ("forward-compute", 0.0, 300.0),
+        ("backward-compute", 300.0, 900.0),
+        ("grads-reduce-scatter", 800.0, 900.0),
+        ("optimizer", 1000.0, 1050.0),
+    ]
+    (x,) = load_file(write_trace("x.json", events))
+    _assert_same([x], [t])
+
+
+def test_end_args_override_and_threads_pair_separately(write_trace: WriteTrace) -> None:
+    events = [
+        {"ph": "B", "name": "forward-compute", "pid": 0, "tid": 1, "ts": 0, "args": {"step": 3, "mb_id": 0}},
+        {"ph": "B", "name": "forward-send", "pid": 0, "tid": 2, "ts": 5, "args": {"step": 3}},
+        # Ends the B of thread 1, not the later B of thread 2; its name is wrong but ignored.
+        {"ph": "E", "name": "whatever", "pid": 0, "tid": 1, "ts": 40, "args": {"mb_id": 7}},
+        {"ph": "E", "pid": 0, "tid": 2, "ts": 60},
+    ]
+    (t,) = load_file(write_trace("t.json", events))
+    rows = sorted(
+        zip(
+            t.device["name"].astype(str),
+            t.device["start_us"],
+            t.device["end_us"],
+            t.device["mb_id"],
+            t.device["step"],
+        )
+    )
+    assert rows == [("forward-compute", 0.0, 40.0, 7, 3), ("forward-send", 5.0, 60.0, -1, 3)]
+    assert not [w for w in t.warnings if "'B'" in w or "'E'" in w]
+
+
+def test_unmatched_begin_and_end_are_dropped_with_warnings(write_trace: WriteTrace) -> None:
+    events = [
+        {"ph": "E", "pid": 0, "tid": 0, "ts": 1},  # nothing open
+        {"ph": "B", "name": "forward-compute", "pid": 0, "tid": 0, "ts": 10, "args": {"step": 1}},
+        {"ph": "E", "pid": 0, "tid": 0, "ts": 20},
+        {"ph": "E", "pid": 0, "tid": 0, "ts": 25},  # nothing open any more
+        {"ph": "B", "name": "backward-compute", "pid": 0, "tid": 0, "ts": 30, "args": {"step": 1}},
+        {"ph": "B", "name": "grads-reduce-scatter", "pid": 0, "tid": 0, "ts": 35, "args": {"step": 1}},
+        # The job was killed: neither B above ends.
+    ]
+    (t,) = load_file(write_trace("killed.json", events))
+    assert [
+        (str(n), s, e) for n, s, e in zip(t.device["name"], t.device["start_us"], t.device["end_us"])
+    ] == [("forward-compute", 10.0, 20.0)]
+    begin = [w for w in t.warnings if "begin ('B')" in w]
+    end = [w for w in t.warnings if "end ('E')" in w]
+    assert len(begin) == 1 and begin[0].startswith("2 ") and "'backward-compute'" in begin[0]
+    assert len(end) == 1 and end[0].startswith("2 ")

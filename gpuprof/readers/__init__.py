@@ -111,7 +111,7 @@ def _read(raw: RawTrace, path: Path, rank_hint: int | None, order: int) -> list[
         ]
     if looks_like_timeline(raw):
         return read_timeline(raw, path)
-    raise NotATraceError("JSON is not a trace (no complete 'X' events of a known kind)", path)
+    raise NotATraceError("JSON is not a trace (no complete 'X' or begin 'B' events of a known kind)", path)
 
 
 def not_a_trace(path: Path) -> str | None:
@@ -129,7 +129,7 @@ def not_a_trace(path: Path) -> str | None:
         raw = decode_trace(path)
         if looks_like_kineto(raw) or looks_like_timeline(raw):
             return None
-        return "JSON is not a trace (no complete 'X' events of a known kind)"
+        return "JSON is not a trace (no complete 'X' or begin 'B' events of a known kind)"
     except NotATraceError as exc:
         return exc.message
     except (OSError, BadTraceError, ChunkingFailed):

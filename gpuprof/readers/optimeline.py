@@ -3,6 +3,15 @@
 These files are not Kineto: each ``X`` event is a framework timer op (``forward-compute``,
 ``backward-send``, ``grads-reduce-scatter``, ...) with ``args.step`` and ``args.mb_id``.
 
+Begin/end pairs
+    Timers may instead write a ``B`` event when an op begins and an ``E`` when it ends.
+    They are paired per thread (``pid``, ``tid``) in file order as a stack (an ``E`` ends
+    the latest open ``B`` of its thread, whatever its ``name``, which ``E`` may omit) and
+    read as the ``X`` event they describe: name and category of the ``B``, its ``args``
+    overridden by the ``E``'s where the ``E`` gives them. A ``B`` still open at the end
+    of the file (the job was killed) is dropped and an ``E`` with nothing open is
+    ignored, each with a warning.
+
 Workers
     Megatron-style timelines name their threads ``PP rank k, TP rank t, <kind>`` and use
     ``pid`` as the data-parallel rank (or name the process ``DP rank [d]``); one worker is
@@ -32,10 +41,11 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass
-from operator import attrgetter
+from operator import attrgetter, itemgetter
 from pathlib import Path
 from typing import Any
 
+import msgspec
 import numpy as np
 import pandas as pd
 
@@ -44,7 +54,7 @@ from gpuprof.model.timeline import DEVICE_COLUMNS, Kind, RankTrace, empty_host_t
 from gpuprof.readers import timersteps as ts
 from gpuprof.readers.accumulate import Coder, floats, values
 from gpuprof.readers.columns import as_int, int_column
-from gpuprof.readers.jsonio import Event, RawTrace
+from gpuprof.readers.jsonio import NO_ARGS, Args, Event, RawTrace
 from gpuprof.readers.timersteps import OpSpans
 
 _THREAD_LAYOUT = re.compile(r"PP\s*rank\s*(\d+)\s*,\s*TP\s*rank\s*(\d+)", re.IGNORECASE)
@@ -53,6 +63,7 @@ _META_LINE = re.compile(r"^\s*([A-Za-z_][A-Za-z0-9_]*)\s*:\s*(-?\d+)\s*(?:#.*)?$
 _META_MAX_BYTES = 1 << 16
 _NAME = attrgetter("name")
 _ARGS = attrgetter("args")
+_FIRST = itemgetter(0)
 
 
 @dataclass(frozen=True)
@@ -93,8 +104,74 @@ def read_meta_sizes(trace_path: Path) -> dict[str, int]:
 
 
 def looks_like_timeline(raw: RawTrace) -> bool:
-    """True when the file has complete (``X``) events at all: the fallback format."""
-    return any(e.ph == "X" for e in raw.first)
+    """True when the file has complete (``X``) or begin (``B``) events at all: the
+    fallback format."""
+    return any(e.ph == "X" or e.ph == "B" for e in raw.first)
+
+
+_ARG_FIELDS = tuple(Args.__struct_fields__)
+
+
+class _Pairs:
+    """Begin/end (``B``/``E``) events paired per thread into complete ops.
+
+    Ops are kept with the position of their ``B`` in the file and handed out in that
+    order, so that a timeline written with ``B``/``E`` reads exactly as the same timeline
+    written with ``X`` events (ops that start together keep the outer one first).
+    """
+
+    def __init__(self) -> None:
+        self.open: dict[tuple[Any, Any], list[tuple[int, Event]]] = {}
+        self.done: list[tuple[int, Event]] = []
+        self.seen = 0  # B events so far: the position of the next one
+        self.unmatched_ends = 0
+        self.first_unmatched_end: Event | None = None
+
+    def begin(self, e: Event) -> None:
+        self.open.setdefault((e.pid, e.tid), []).append((self.seen, e))
+        self.seen += 1
+
+    def end(self, e: Event) -> None:
+        stack = self.open.get((e.pid, e.tid))
+        if not stack:
+            self.unmatched_ends += 1
+            if self.first_unmatched_end is None:
+                self.first_unmatched_end = e
+            return
+        pos, b = stack.pop()
+        self.done.append(
+            (pos, msgspec.structs.replace(b, ph="X", dur=e.ts - b.ts, args=_merged(b.args, e.args)))
+        )
+
+    def ops(self) -> list[Event]:
+        """The paired ops, in the file order of their ``B`` events."""
+        self.done.sort(key=_FIRST)
+        return [op for _, op in self.done]
+
+    def warnings(self) -> list[str]:
+        out = []
+        still_open = sorted((pos, b) for stack in self.open.values() for pos, b in stack)
+        if still_open:
+            b = still_open[0][1]
+            out.append(
+                f"{len(still_open)} begin ('B') event(s) never ended (the job was killed?) were dropped, "
+                f"the first '{b.name}' at {b.ts:.0f} us on pid {b.pid} tid {b.tid}"
+            )
+        e = self.first_unmatched_end
+        if e is not None:
+            out.append(
+                f"{self.unmatched_ends} end ('E') event(s) without a begin were ignored, "
+                f"the first at {e.ts:.0f} us on pid {e.pid} tid {e.tid}"
+            )
+        return out
+
+
+def _merged(begin: Args, end: Args) -> Args:
+    """The ``B``'s args, each overridden by the ``E``'s when the ``E`` gives it."""
+    if end is NO_ARGS:
+        return begin
+    given = {f: v for f in _ARG_FIELDS if (v := getattr(end, f)) is not None}
+    return msgspec.structs.replace(begin, **given) if given else begin
 
 
 class _Ops:
@@ -139,11 +216,16 @@ def read_timeline(raw: RawTrace, path: Path) -> list[RankTrace]:
     thread_names: dict[tuple[Any, Any], str] = {}
     process_names: dict[Any, str] = {}
     ops = _Ops()
+    pairs = _Pairs()
     for piece in raw.pieces():
         xs: list[Event] = []
         for e in piece:
             if e.ph == "X":
                 xs.append(e)
+            elif e.ph == "B":
+                pairs.begin(e)
+            elif e.ph == "E":
+                pairs.end(e)
             elif e.ph == "M" and isinstance(e.args.name, str):
                 if e.name == "thread_name":
                     thread_names[(e.pid, e.tid)] = e.args.name
@@ -151,6 +233,7 @@ def read_timeline(raw: RawTrace, path: Path) -> list[RankTrace]:
                     process_names[e.pid] = e.args.name
         del piece
         ops.add(xs)
+    ops.add(pairs.ops())
     layout: dict[tuple[Any, Any], tuple[int, int]] = {}
     for key, tname in thread_names.items():
         m = _THREAD_LAYOUT.search(tname)
@@ -167,7 +250,7 @@ def read_timeline(raw: RawTrace, path: Path) -> list[RankTrace]:
     groups = list(keys)
     dp_of = {pid: _dp_rank(pid, process_names.get(pid)) for pid in {k.pid for k in groups}}
     sizes = read_meta_sizes(path)
-    warnings = list(raw.warnings)
+    warnings = list(raw.warnings) + pairs.warnings()
     structured = bool(layout)
     pp_size = tp_size = dp_size = 1
     if structured:
