@@ -145,14 +145,15 @@ def build_comms(trace: RankTrace, lo_us: float, hi_us: float) -> pd.DataFrame:
     step = rows["step"].to_numpy().astype(np.int64)
     unknown_step = step < 0
     if unknown_step.any():
-        when = np.where(np.isnan(launch), rows["start_us"].to_numpy(), launch)
+        when = np.where(np.isnan(launch), start[keep], launch)
         step = step.copy()
         step[unknown_step] = _step_of(when[unknown_step], trace)
     table = pd.DataFrame(
         {
-            "start_us": rows["start_us"].to_numpy(dtype=np.float64),
-            "end_us": rows["end_us"].to_numpy(dtype=np.float64),
-            "category": rows["category"].to_numpy().astype(np.int8),
+            # The rows' columns read once above (a DataFrame column read costs tens of µs).
+            "start_us": start[keep].astype(np.float64, copy=False),
+            "end_us": end[keep].astype(np.float64, copy=False),
+            "category": cat[keep].astype(np.int8),
             "name": names,
             "coll_name": coll,
             "pg": pg,
