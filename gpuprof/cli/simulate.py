@@ -79,6 +79,8 @@ class _LazyHelpCommand(TyperCommand):
     ``short_help`` (the first paragraph), so it does not trigger the import either.
     """
 
+    _help_text: str | None = None
+
     @property  # type: ignore[override]
     def help(self) -> str | None:
         if self._help_text is None:
