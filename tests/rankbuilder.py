@@ -180,3 +180,30 @@ def lost_by_cause(trace: RankTrace) -> dict[str, float]:
     out["compute"] = float(sum(s.compute[1] - s.compute[0]))
     out["window"] = s.window_us
     return out
+
+
+def advice_context(*traces: RankTrace) -> Any:
+    """An AdviceContext for the local advisors: each trace summarized and its local claims
+    attributed, as the pipeline does for a job without cross-rank findings."""
+    from gpuprof.advice import AdviceContext
+    from gpuprof.analysis.attribution import attribute
+    from gpuprof.analysis.summarize import summarize
+    from gpuprof.model.report import RankReport
+
+    summaries, reports = [], []
+    for t in traces:
+        s = summarize(t)
+        att = attribute(s.lost, s.claims)
+        summaries.append(s)
+        reports.append(
+            RankReport(
+                rank=s.rank,
+                device=None,
+                steps=len(s.steps),
+                window_us=s.window_us,
+                compute_us=float(sum(s.compute[1] - s.compute[0])),
+                lost_us=dict(att.lost_us),
+                step_times_us=tuple(x.duration_us for x in s.steps),
+            )
+        )
+    return AdviceContext(summaries=summaries, reports=reports)

@@ -7,12 +7,10 @@ from collections.abc import Callable
 from pathlib import Path
 
 import pytest
-from rankbuilder import RankBuilder
+from rankbuilder import RankBuilder, advice_context
 
 from gpuprof.advice import AdviceContext, advise, local
-from gpuprof.analysis.attribution import attribute
-from gpuprof.analysis.summarize import summarize
-from gpuprof.model.report import Cause, RankReport, Recommendation
+from gpuprof.model.report import Cause, Recommendation
 from gpuprof.model.timeline import Kind, MemorySample, RankTrace
 from gpuprof.pipeline import analyze_paths
 
@@ -20,23 +18,8 @@ DL = "enumerate(DataLoader)#_SingleProcessDataLoaderIter.__next__"
 
 
 def _ctx(*traces: RankTrace) -> AdviceContext:
-    summaries, reports = [], []
-    for t in traces:
-        s = summarize(t)
-        att = attribute(s.lost, s.claims)
-        summaries.append(s)
-        reports.append(
-            RankReport(
-                rank=s.rank,
-                device=None,
-                steps=len(s.steps),
-                window_us=s.window_us,
-                compute_us=float(sum(s.compute[1] - s.compute[0])),
-                lost_us=dict(att.lost_us),
-                step_times_us=tuple(x.duration_us for x in s.steps),
-            )
-        )
-    return AdviceContext(summaries=summaries, reports=reports)
+    ctx: AdviceContext = advice_context(*traces)
+    return ctx
 
 
 def _one(fn: Callable[[AdviceContext], list[Recommendation]], ctx: AdviceContext) -> Recommendation:

@@ -7,15 +7,14 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from rankbuilder import RankBuilder
+from rankbuilder import RankBuilder, advice_context
 
 from gpuprof.advice import AdviceContext, local
 from gpuprof.advice.savings import job_step_time_us
-from gpuprof.analysis.attribution import attribute
 from gpuprof.analysis.summarize import summarize
 from gpuprof.analysis.summary import RankSummary
 from gpuprof.analysis.whatif import _scan
-from gpuprof.model.report import Cause, RankReport, Recommendation
+from gpuprof.model.report import Cause, Recommendation
 from gpuprof.model.timeline import Kind, RankTrace
 from gpuprof.pipeline import analyze_paths
 from gpuprof.readers import load_all
@@ -24,23 +23,8 @@ DL = "enumerate(DataLoader)#_SingleProcessDataLoaderIter.__next__"
 
 
 def _ctx(*traces: RankTrace) -> AdviceContext:
-    summaries, reports = [], []
-    for t in traces:
-        s = summarize(t)
-        att = attribute(s.lost, s.claims)
-        summaries.append(s)
-        reports.append(
-            RankReport(
-                rank=s.rank,
-                device=None,
-                steps=len(s.steps),
-                window_us=s.window_us,
-                compute_us=float(sum(s.compute[1] - s.compute[0])),
-                lost_us=dict(att.lost_us),
-                step_times_us=tuple(x.duration_us for x in s.steps),
-            )
-        )
-    return AdviceContext(summaries=summaries, reports=reports)
+    ctx: AdviceContext = advice_context(*traces)
+    return ctx
 
 
 def _only(recs: list[Recommendation]) -> Recommendation:
