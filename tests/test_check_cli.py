@@ -202,3 +202,24 @@ def test_junit_escapes_and_drops_characters_xml_cannot_hold() -> None:
     fail = case.find("failure")
     assert fail is not None and "measured: 1.0%" in (fail.text or "") and "allowed: 2.0%" in (fail.text or "")
     assert suite.findall("testcase")[1].find("failure") is None
+
+
+@pytest.mark.parametrize(
+    "argv",
+    [
+        ("analyze", "--bogus"),
+        ("check",),
+        ("analyze", "x.json", "--jobs", "0"),
+        ("check", "x.json", "--min-compute-pct", "abc"),
+        ("no-such-command",),
+        ("diff", "a.json"),
+    ],
+)
+def test_every_usage_error_is_one_line_without_click(cli, argv: tuple[str, ...]) -> None:
+    """Usage errors never need the click package (typer >= 0.20 bundles its own copy and the
+    README's install does not bring click): one line naming the command, exit 2."""
+    code, out, err = cli(*argv)
+    lines = [ln for ln in err.splitlines() if ln.strip()]
+    assert code == 2, err
+    assert len(lines) == 1 and lines[0].startswith("gpuprof") and "Traceback" not in err, err
+    assert out == ""

@@ -79,14 +79,22 @@ def main() -> None:
     except KeyboardInterrupt:
         sys.exit(130)
     except Exception as exc:  # click usage errors arrive here in non-standalone mode
-        import click
-
-        # typer >= 0.20 raises the exceptions of its own bundled copy of click, which are
-        # not click's classes: recognize both by shape.
-        if isinstance(exc, click.exceptions.Abort) or type(exc).__name__ == "Abort":
+        # Recognized by shape, never by importing click: typer >= 0.20 bundles its own copy
+        # of click (and no longer depends on the package), older typer raises click's own
+        # classes; both have these attributes.
+        if type(exc).__name__ == "Abort":
             sys.exit(130)
-        show = getattr(exc, "show", None)
-        if isinstance(exc, click.ClickException) or (callable(show) and isinstance(getattr(exc, "exit_code", None), int)):
-            exc.show()  # type: ignore[attr-defined]
+        message = getattr(exc, "format_message", None)
+        if callable(message) and isinstance(getattr(exc, "exit_code", None), int):
+            print(usage_line(exc), file=sys.stderr)
             sys.exit(2)
         raise
+
+
+def usage_line(exc: Exception) -> str:
+    """A click usage error as one line: the command, the problem, where to find help."""
+    ctx = getattr(exc, "ctx", None)
+    path = getattr(ctx, "command_path", None) or "gpuprof"
+    text = " ".join(str(exc.format_message()).split())  # type: ignore[attr-defined]
+    hint = f" (see '{path} --help')" if ctx is not None else ""
+    return f"{path}: {text}{hint}"
