@@ -353,7 +353,7 @@ def barrier_waits(summaries: Sequence[RankSummary], offsets: Mapping[int, float]
     for starts, _, _, _ in acts.values():
         if starts.size == 0:
             return None
-        i = np.clip(np.searchsorted(starts, cand), 1, max(starts.size - 1, 1))
+        i = np.minimum(np.searchsorted(starts, cand), starts.size - 1)  # a worker may have one activity
         near = np.minimum(np.abs(starts[i] - cand), np.abs(starts[np.maximum(i - 1, 0)] - cand))
         keep &= near <= SYNC_TOL_US
     points = cand[keep]

@@ -334,12 +334,13 @@ def analyze_pipeline(summaries: Sequence[RankSummary], offsets: Mapping[int, flo
         findings["slowest_stage_ratio"] = None if ratio is None else round(ratio, 3)
         findings["modelled_span_us"] = round(modelled_span_us(times, m * chunks), 3)
         findings["modelled_balanced_span_us"] = round(modelled_span_us(balanced, m * chunks), 3)
+        span = modelled_span_us(times, m * chunks)
         for row in per_stage:
             k = row["stage"]
-            if k in t_mb:
+            if k in t_mb and span > 0:  # 0 when every op has no duration
                 # What the bottleneck model predicts for this stage's bubble.
                 row["modelled_bubble_fraction"] = round(
-                    1.0 - m * chunks * t_mb[k] / modelled_span_us(times, m * chunks), 4
+                    1.0 - m * chunks * t_mb[k] / span, 4
                 )
     return PipelineResult(
         claims=claims, findings=findings, stage_of=stage_of, bubble_us_per_step=bubble_per_step

@@ -1,0 +1,60 @@
+"""Inputs that used to end in a traceback: each one now analyzes, or exits 2 with one line."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from clirun import run_cli
+
+
+def pipeline_timeline(stages: int = 4, steps: int = 3, dur_us: float = 100.0) -> list[dict[str, Any]]:
+    """A Megatron-style op timeline: one worker per pipeline stage, 2 microbatches a step."""
+    events: list[dict[str, Any]] = []
+    ops = (
+        ("forward-recv", 0, 1),
+        ("forward-compute", 20, 0),
+        ("forward-send", 120, 1),
+        ("backward-recv", 400, 1),
+        ("backward-compute", 420, 0),
+        ("backward-send", 620, 1),
+    )
+    for pp in range(stages):
+        for kind, lane in (("compute", 0), ("pp-comm", 1)):
+            name = f"PP rank {pp}, TP rank 0, {kind}"
+            events.append({"ph": "M", "name": "thread_name", "pid": 0, "tid": 10 * pp + lane, "args": {"name": name}})
+        for step in range(1, steps + 1):
+            for mb in range(2):
+                t0 = 10_000 * step + 1_000 * mb + 200 * pp
+                for name, offset, lane in ops:
+                    events.append(
+                        {
+                            "name": name,
+                            "cat": name,
+                            "ph": "X",
+                            "pid": 0,
+                            "tid": 10 * pp + lane,
+                            "ts": t0 + offset,
+                            "dur": dur_us,
+                            "args": {"step": step, "mb_id": mb},
+                        }
+                    )
+    return events
+
+
+def test_a_timeline_worker_with_one_activity_is_analyzed(write_trace: Any) -> None:
+    # An event without "pid" is a worker of its own with one op (barrier_waits indexed past it).
+    events = pipeline_timeline()
+    stray = {"name": "forward-compute", "ph": "X", "tid": 0, "ts": 10_020.0, "dur": 50.0, "args": {"step": 1}}
+    events.append(stray)
+    result = run_cli("analyze", str(write_trace("timeline.json", events)), "--format", "json")
+    assert result.traceback is None, result.traceback
+    assert result.code == 0, result.stderr
+    assert '"rank": 4' in result.stdout  # the stray worker is there, as a fifth rank
+
+
+def test_a_timeline_whose_ops_all_last_zero_is_analyzed(write_trace: Any) -> None:
+    # Every per-microbatch time is 0, so the modelled pipeline span was a division by zero.
+    result = run_cli("analyze", str(write_trace("timeline.json", pipeline_timeline(dur_us=0))), "--format", "json")
+    assert result.traceback is None, result.traceback
+    assert result.code == 0, result.stderr
+    assert '"modelled_bubble_fraction"' not in result.stdout
