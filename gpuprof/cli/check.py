@@ -18,7 +18,7 @@ import typer
 
 from gpuprof.cli import app
 from gpuprof.cli.analyze import StderrProgress, terminal_width, write_output
-from gpuprof.cli.check_config import CheckSettings, find_pyproject, load_settings, parse_cause_limits
+from gpuprof.cli.check_config import find_pyproject, load_settings, merged, settings_from_options
 from gpuprof.errors import GpuprofError
 from gpuprof.model.report import Report, ReportFormatError, report_from_dict
 
@@ -121,18 +121,18 @@ Exit codes: 0 all checks passed, 1 a check failed, 2 bad usage or unreadable inp
 def check(
     paths: list[Path] = typer.Argument(..., help="Traces, folders, session folders, or one saved JSON report.", show_default=False),
     min_compute_pct: float | None = typer.Option(
-        None, "--min-compute-pct", min=0, max=100, help="Fail when compute is less than PCT % of the window."
+        None, "--min-compute-pct", help="Fail when compute is less than PCT % of the window (0-100)."
     ),
     max_lost_pct: list[str] | None = typer.Option(
         None, "--max-lost-pct", metavar="CAUSE=PCT", help="Fail when CAUSE loses more than PCT % of the window (repeatable)."
     ),
-    max_step_ms: float | None = typer.Option(None, "--max-step-ms", min=0, help="Fail when the step time exceeds MS."),
+    max_step_ms: float | None = typer.Option(None, "--max-step-ms", help="Fail when the step time exceeds MS (a finite number >= 0)."),
     baseline: Path | None = typer.Option(None, "--baseline", help="A report from `gpuprof analyze --format json` to compare with."),
     tolerance_pct: float | None = typer.Option(
-        None, "--tolerance-pct", min=0, help="Against the baseline: percentage points a share may worsen by. [default: 5]"
+        None, "--tolerance-pct", help="Against the baseline: percentage points a share may worsen by (0-100). [default: 5]"
     ),
     step_tolerance_pct: float | None = typer.Option(
-        None, "--step-tolerance-pct", min=0, help="Against the baseline: % the step time may grow by. [default: 5]"
+        None, "--step-tolerance-pct", help="Against the baseline: % the step time may grow by (finite, >= 0). [default: 5]"
     ),
     junit: Path | None = typer.Option(None, "--junit", help="Also write the checks as JUnit XML to FILE."),
     save_report: Path | None = typer.Option(
@@ -146,17 +146,21 @@ def check(
     from gpuprof.render import format_for_path, render
     from gpuprof.render.checks import checks_junit, checks_markdown, checks_text
 
-    file_settings = CheckSettings()
+    # Options are validated exactly as [tool.gpuprof.check] is, then override it.
+    settings = settings_from_options(
+        min_compute_pct=min_compute_pct,
+        max_lost_pct=max_lost_pct or [],
+        max_step_ms=max_step_ms,
+        baseline=baseline,
+        tolerance_pct=tolerance_pct,
+        step_tolerance_pct=step_tolerance_pct,
+    )
     if not no_config:
         pyproject = config if config is not None else find_pyproject(Path.cwd())
         if pyproject is not None:
-            file_settings = load_settings(pyproject)
-    limits = gate.Thresholds(
-        min_compute_pct=min_compute_pct if min_compute_pct is not None else file_settings.thresholds.min_compute_pct,
-        max_lost_pct={**file_settings.thresholds.max_lost_pct, **parse_cause_limits(max_lost_pct or [], "--max-lost-pct")},
-        max_step_ms=max_step_ms if max_step_ms is not None else file_settings.thresholds.max_step_ms,
-    )
-    base_path = baseline if baseline is not None else file_settings.baseline
+            settings = merged(load_settings(pyproject), settings)
+    limits = settings.thresholds
+    base_path = settings.baseline
     if limits.empty and base_path is None:
         raise GpuprofError(
             "nothing to check: give thresholds (--min-compute-pct, --max-lost-pct CAUSE=PCT, --max-step-ms), "
@@ -167,8 +171,8 @@ def check(
 
     results = gate.check_thresholds(report, limits)
     if base_report is not None:
-        tol = tolerance_pct if tolerance_pct is not None else file_settings.tolerance_pct
-        step_tol = step_tolerance_pct if step_tolerance_pct is not None else file_settings.step_tolerance_pct
+        tol = settings.tolerance_pct
+        step_tol = settings.step_tolerance_pct
         results += gate.check_baseline(
             report,
             base_report,

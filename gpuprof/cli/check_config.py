@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import math
 import sys
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -65,8 +65,8 @@ def _pct(value: Any, where: str, upper: float | None = 100.0) -> float:
     except ValueError:
         raise GpuprofError(f"{where}: expected a number, got {value!r}") from None
     if not math.isfinite(v) or v < 0 or (upper is not None and v > upper):
-        limit = f"0 and {upper:g}" if upper is not None else "0 and infinity"
-        raise GpuprofError(f"{where}: {value!r} is not between {limit}")
+        expected = f"a number between 0 and {upper:g}" if upper is not None else "a finite number >= 0"
+        raise GpuprofError(f"{where}: expected {expected}, got {value!r}")
     return v
 
 
@@ -81,6 +81,32 @@ def parse_cause_limits(items: Iterable[str], where: str) -> dict[Cause, float]:
     return out
 
 
+# The largest value of each number setting, the same in pyproject.toml and on the command
+# line (None: any finite value >= 0). Shares and percentage points cannot pass 100.
+UPPER: dict[str, float | None] = {
+    "min_compute_pct": 100.0,
+    "max_step_ms": None,
+    "tolerance_pct": 100.0,
+    "step_tolerance_pct": None,
+}
+
+
+def _numbers(values: Mapping[str, Any], label: Callable[[str], str]) -> dict[str, float | None]:
+    """The number settings in ``values`` validated; ``label(key)`` names a key in errors."""
+    return {key: None if values.get(key) is None else _pct(values[key], label(key), upper) for key, upper in UPPER.items()}
+
+
+def _settings(numbers: Mapping[str, float | None], lost: Mapping[Cause, float], baseline: Path | None) -> CheckSettings:
+    return CheckSettings(
+        thresholds=Thresholds(
+            min_compute_pct=numbers["min_compute_pct"], max_lost_pct=dict(lost), max_step_ms=numbers["max_step_ms"]
+        ),
+        baseline=baseline,
+        tolerance_pct=numbers["tolerance_pct"],
+        step_tolerance_pct=numbers["step_tolerance_pct"],
+    )
+
+
 def settings_from_table(table: Mapping[str, Any], base_dir: Path, where: str) -> CheckSettings:
     """Validate the ``[tool.gpuprof.check]`` table; relative paths resolve against ``base_dir``."""
     unknown = sorted(set(table) - KNOWN_KEYS)
@@ -93,15 +119,46 @@ def settings_from_table(table: Mapping[str, Any], base_dir: Path, where: str) ->
     baseline = table.get("baseline")
     if baseline is not None and not isinstance(baseline, str):
         raise GpuprofError(f"{where}: baseline must be a path string")
+    numbers = _numbers(table, lambda key: f"{where} {key}")
+    return _settings(numbers, lost, None if baseline is None else (base_dir / baseline))
 
-    def opt(key: str, upper: float | None = 100.0) -> float | None:
-        return None if key not in table else _pct(table[key], f"{where} {key}", upper)
 
+def settings_from_options(
+    *,
+    min_compute_pct: float | None = None,
+    max_lost_pct: Iterable[str] = (),
+    max_step_ms: float | None = None,
+    baseline: Path | None = None,
+    tolerance_pct: float | None = None,
+    step_tolerance_pct: float | None = None,
+) -> CheckSettings:
+    """The command line's settings, validated exactly as the pyproject.toml table is."""
+    given = {
+        "min_compute_pct": min_compute_pct,
+        "max_step_ms": max_step_ms,
+        "tolerance_pct": tolerance_pct,
+        "step_tolerance_pct": step_tolerance_pct,
+    }
+    numbers = _numbers(given, lambda key: "--" + key.replace("_", "-"))
+    return _settings(numbers, parse_cause_limits(max_lost_pct, "--max-lost-pct"), baseline)
+
+
+def merged(file: CheckSettings, options: CheckSettings) -> CheckSettings:
+    """``options`` over ``file``: a value given on the command line wins, cause by cause."""
+
+    def pick(a: float | None, b: float | None) -> float | None:
+        return a if a is not None else b
+
+    ft, ot = file.thresholds, options.thresholds
     return CheckSettings(
-        thresholds=Thresholds(min_compute_pct=opt("min_compute_pct"), max_lost_pct=lost, max_step_ms=opt("max_step_ms", None)),
-        baseline=None if baseline is None else (base_dir / baseline),
-        tolerance_pct=opt("tolerance_pct"),
-        step_tolerance_pct=opt("step_tolerance_pct", None),
+        thresholds=Thresholds(
+            min_compute_pct=pick(ot.min_compute_pct, ft.min_compute_pct),
+            max_lost_pct={**ft.max_lost_pct, **ot.max_lost_pct},
+            max_step_ms=pick(ot.max_step_ms, ft.max_step_ms),
+        ),
+        baseline=options.baseline if options.baseline is not None else file.baseline,
+        tolerance_pct=pick(options.tolerance_pct, file.tolerance_pct),
+        step_tolerance_pct=pick(options.step_tolerance_pct, file.step_tolerance_pct),
     )
 
 
@@ -115,9 +172,12 @@ def load_settings(pyproject: Path) -> CheckSettings:
         raise GpuprofError(f"cannot read: {exc}", pyproject) from None
     except tomllib.TOMLDecodeError as exc:
         raise GpuprofError(f"not valid TOML: {exc}", pyproject) from None
-    table = data.get("tool", {}).get("gpuprof", {}).get("check")
-    if table is None:
-        return CheckSettings()
-    if not isinstance(table, Mapping):
-        raise GpuprofError("[tool.gpuprof.check] must be a table", pyproject)
+    table: Any = data
+    for depth, key in enumerate(("tool", "gpuprof", "check")):
+        table = table.get(key)
+        if table is None:
+            return CheckSettings()
+        if not isinstance(table, Mapping):
+            name = ".".join(("tool", "gpuprof", "check")[: depth + 1])
+            raise GpuprofError(f"{name} must be a table ([{name}]), not {type(table).__name__}", pyproject)
     return settings_from_table(table, pyproject.parent, f"{pyproject} [tool.gpuprof.check]")
