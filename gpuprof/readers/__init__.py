@@ -212,7 +212,24 @@ def discover(paths: Sequence[str | Path], skipped: list[str] | None = None) -> l
             sources.append(TraceSource(p, rank_hint_from_name(p), len(sources)))
         else:
             raise BadTraceError("no such file or folder", p)
+    _refuse_repeats(sources)
     return sources
+
+
+def _refuse_repeats(sources: Sequence[TraceSource]) -> None:
+    """The same file named twice, or by two paths (a symlink, a folder and a file in it),
+    would be read as two ranks and its time counted twice: refuse it, naming it."""
+    seen: dict[object, Path] = {}
+    for src in sources:
+        try:
+            st = src.path.stat()
+        except OSError:
+            continue  # reading it will say what is wrong
+        key: object = (st.st_dev, st.st_ino) if st.st_ino else src.path.resolve()
+        first = seen.setdefault(key, src.path)
+        if first is not src.path:
+            how = "given twice" if first == src.path else f"the same file as {first}"
+            raise BadTraceError(f"{how}: give each trace once (it would be counted as two ranks)", src.path)
 
 
 def load_all(paths: Sequence[str | Path]) -> list[RankTrace]:
