@@ -123,3 +123,68 @@ def test_traces_and_hook_records_are_found(tmp_path: Path) -> None:
     assert [p.name for p in s.trace_paths] == ["rank0.pt.trace.json.gz"]
     assert s.hook_errors == ("boom",)
     assert s.samples is None
+    assert [w for w in s.warnings if "unfinished trace" in w] == [
+        "an unfinished trace was skipped: traces/.123.tmp.pt.trace.json.gz (its process stopped while writing it)"
+    ]
+
+
+def test_no_unfinished_trace_warning_without_a_tmp_file(tmp_path: Path) -> None:
+    w = SessionWriter(tmp_path)
+    w.write_meta(_meta())
+    w.close()
+    (tmp_path / "traces" / ".hidden.json").write_bytes(b"")  # hidden, but not an export in progress
+    assert not [x for x in read_session(tmp_path).warnings if "unfinished" in x]
+
+
+@pytest.mark.parametrize(
+    "key, value, says",
+    [
+        ("warnings", 5, "'warnings' should be a list of strings, not the number 5"),
+        ("warnings", ["ok", 3], "'warnings' should be a list of strings"),
+        ("gpus", {"index": 0}, "'gpus' should be a list of objects, not an object"),
+        ("exit_code", "0", "'exit_code' should be an integer, not a string"),
+        ("exit_code", True, "'exit_code' should be an integer, not a boolean"),
+        ("profile_schedule", {"wait": "5"}, "'profile_schedule' should be an object of integer"),
+        ("hooks_enabled", "yes", "'hooks_enabled' should be true or false"),
+        ("status", None, "'status' should be a string, not null"),
+    ],
+)
+def test_metadata_of_the_wrong_type_is_one_clear_error(tmp_path: Path, key: str, value: object, says: str) -> None:
+    (tmp_path / META_FILE).write_text(json.dumps(_meta(**{key: value})))
+    with pytest.raises(GpuprofError) as exc:
+        read_session(tmp_path)
+    assert says in str(exc.value) and META_FILE in str(exc.value)
+
+
+def test_metadata_nulls_where_unknown_is_allowed(tmp_path: Path) -> None:
+    (tmp_path / META_FILE).write_text(json.dumps(_meta(exit_code=None, signal=None, pid=None, end_time_unix_s=None,
+                                                       profile_schedule=None)))
+    assert read_session(tmp_path).meta["exit_code"] is None
+
+
+def test_analyze_a_session_with_wrong_metadata_types_exits_2_with_one_line(tmp_path: Path) -> None:
+    import subprocess
+    import sys
+
+    (tmp_path / META_FILE).write_text(json.dumps(_meta(warnings=5)))
+    p = subprocess.run([sys.executable, "-m", "gpuprof", "analyze", str(tmp_path)], capture_output=True, text=True,
+                       timeout=120)
+    assert p.returncode == 2
+    assert p.stderr.count("\n") == 1 and "'warnings' should be a list of strings" in p.stderr
+    assert "Traceback" not in p.stderr
+
+
+def test_analyze_reports_an_unfinished_trace_instead_of_ignoring_it(tmp_path: Path) -> None:
+    import shutil
+
+    from gpuprof.cli.run import session_report
+
+    samples = Path(__file__).resolve().parents[1] / "sample_traces" / "healthy"
+    w = SessionWriter(tmp_path)
+    w.write_meta(_meta())
+    w.close()
+    shutil.copy(samples / "rank0.pt.trace.json.gz", tmp_path / "traces" / "rank0.pt.trace.json.gz")
+    (tmp_path / "traces" / ".4242.tmp.pt.trace.json.gz").write_bytes(b"\x1f\x8b")  # cut off mid-export
+    report = session_report(tmp_path)
+    assert [r.rank for r in report.ranks] == [0]
+    assert any("an unfinished trace was skipped: traces/.4242.tmp.pt.trace.json.gz" in x for x in report.warnings)

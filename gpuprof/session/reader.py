@@ -11,7 +11,7 @@ from __future__ import annotations
 import json
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Mapping
+from typing import Any, Callable, Mapping
 
 import pandas as pd
 
@@ -107,7 +107,71 @@ def _read_meta(root: Path) -> dict[str, Any]:
         raise GpuprofError(f"not a gpuprof session (schema {schema!r})", meta_path)
     if schema != SESSION_SCHEMA:
         raise GpuprofError(f"session schema {schema!r} is not one this gpuprof reads ({SESSION_SCHEMA})", meta_path)
+    _check_meta_types(meta, meta_path)
     return meta
+
+
+def _is_int(v: Any) -> bool:
+    return isinstance(v, int) and not isinstance(v, bool)
+
+
+def _is_number(v: Any) -> bool:
+    return (isinstance(v, (int, float)) and not isinstance(v, bool))
+
+
+def _is_list_of(kind: type) -> Callable[[Any], bool]:
+    return lambda v: isinstance(v, list) and all(isinstance(x, kind) for x in v)
+
+
+# session.json key -> (test, what it should be). Only keys that are present are checked
+# (older sessions may lack some); null is accepted wherever the layout allows "unknown".
+_META_TYPES: dict[str, tuple[Callable[[Any], bool], str, bool]] = {
+    "status": (lambda v: isinstance(v, str), "a string", False),
+    "command": (_is_list_of(str), "a list of strings", False),
+    "cwd": (lambda v: isinstance(v, str), "a string", True),
+    "host": (lambda v: isinstance(v, str), "a string", True),
+    "start_time_unix_s": (_is_number, "a number", True),
+    "end_time_unix_s": (_is_number, "a number", True),
+    "exit_code": (_is_int, "an integer", True),
+    "signal": (_is_int, "an integer", True),
+    "pid": (_is_int, "an integer", True),
+    "sample_interval_ms": (_is_number, "a number", True),
+    "hooks_enabled": (lambda v: isinstance(v, bool), "true or false", False),
+    "profile_schedule": (
+        lambda v: isinstance(v, dict) and all(_is_int(v.get(k, 0)) for k in ("wait", "warmup", "active")),
+        "an object of integer wait, warmup and active steps",
+        True,
+    ),
+    "gpus": (_is_list_of(dict), "a list of objects", False),
+    "versions": (lambda v: isinstance(v, dict), "an object", False),
+    "warnings": (_is_list_of(str), "a list of strings", False),
+}
+
+
+def _json_type(v: Any) -> str:
+    if v is None:
+        return "null"
+    if isinstance(v, bool):
+        return "a boolean"
+    if isinstance(v, (int, float)):
+        return f"the number {v!r}"
+    if isinstance(v, str):
+        return "a string"
+    if isinstance(v, list):
+        return "a list holding other things" if v else "an empty list"
+    return "an object"
+
+
+def _check_meta_types(meta: Mapping[str, Any], meta_path: Path) -> None:
+    """One clear error for a key of the wrong type (``"warnings": 5``), never a TypeError later."""
+    for key, (ok, what, nullable) in _META_TYPES.items():
+        if key not in meta:
+            continue
+        value = meta[key]
+        if value is None and nullable:
+            continue
+        if not ok(value):
+            raise GpuprofError(f"session metadata: {key!r} should be {what}, not {_json_type(value)}", meta_path)
 
 
 def _samples_frame(records: list[dict[str, Any]]) -> pd.DataFrame | None:
@@ -133,7 +197,7 @@ def read_session(path: str | Path) -> Session:
     if not root.is_dir():
         raise GpuprofError("not a gpuprof session folder", root)
     meta = _read_meta(root)
-    warnings: list[str] = [str(w) for w in meta.get("warnings", []) if isinstance(w, str)]
+    warnings: list[str] = list(meta.get("warnings", []))
     if meta.get("status") != "finished":
         warnings.append(
             "the run did not finish cleanly (gpuprof was killed); data up to the last flush is used"
@@ -154,9 +218,14 @@ def read_session(path: str | Path) -> Session:
     traces_dir = root / TRACES_DIR
     traces: tuple[Path, ...] = ()
     if traces_dir.is_dir():
-        traces = tuple(
-            sorted(p for p in traces_dir.iterdir() if p.is_file() and ".json" in p.name and not p.name.startswith("."))
-        )
+        files = sorted(p for p in traces_dir.iterdir() if p.is_file() and ".json" in p.name)
+        traces = tuple(p for p in files if not p.name.startswith("."))
+        for p in files:
+            if p.name.startswith(".") and ".tmp." in p.name:
+                # A process was killed (or ran out of disk) while exporting its trace.
+                warnings.append(
+                    f"an unfinished trace was skipped: {TRACES_DIR}/{p.name} (its process stopped while writing it)"
+                )
     hook_df = None
     if hook_recs:
         hook_df = pd.DataFrame.from_records(hook_recs)
