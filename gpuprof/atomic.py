@@ -1,20 +1,41 @@
-"""Write files so that nobody ever sees half of one.
+"""Write the files gpuprof makes for the user, so that nobody ever sees half of one.
 
 Every file gpuprof writes for the user (reports, JUnit XML, annotated traces, session
-metadata) goes through :func:`write_atomic`: the content lands in a temporary file beside
-the destination, which then replaces it in one ``os.replace``. A run that fails midway
-leaves the previous file (or none), never a truncated one.
+metadata) goes through :func:`write_atomic`. What happens depends on what the path is:
+
+- a new path, or a regular file: the content lands in a temporary file beside it, which
+  then replaces it in one ``os.replace``. A run that fails midway (disk full, Ctrl-C)
+  leaves the previous file (or none), never a truncated one. A replaced file keeps its
+  permission bits; a new one gets the usual 0666 minus the umask;
+- a symbolic link: written through to what it points at, by the rules here; the link
+  stays a link;
+- a FIFO or a character device (``/dev/null``, ``/dev/stdout``, a terminal): written
+  straight into, as a shell's ``>`` would. Nothing is ever renamed over a device node;
+- ``-``: standard output;
+- a folder, a block device or a socket: refused.
+
+Every failure to write is a :class:`GpuprofError` naming the path (one line, exit 2).
 """
 
 from __future__ import annotations
 
 import gzip
 import os
+import stat
+import sys
 import tempfile
+from collections.abc import Iterable
 from pathlib import Path
-from typing import IO, Iterable, cast
+from typing import IO, cast
 
 from gpuprof.errors import GpuprofError
+
+STDOUT = "-"  # the file name that means standard output
+
+
+def is_stdout(dest: str | Path | None) -> bool:
+    """True for ``-``, the output path that means standard output."""
+    return dest is not None and str(dest) == STDOUT
 
 
 def _umask() -> int:
@@ -23,36 +44,83 @@ def _umask() -> int:
     return mask
 
 
-def write_atomic(dest: Path, pieces: Iterable[bytes], *, gz: bool | None = None, fsync: bool = False) -> None:
+def _cannot_write(dest: Path, exc: OSError) -> GpuprofError:
+    return GpuprofError(f"cannot write: {exc.strerror or exc}", dest)
+
+
+def _compressed(raw: IO[bytes], gz: bool) -> IO[bytes]:
+    return cast(IO[bytes], gzip.GzipFile(fileobj=raw, mode="wb", compresslevel=6, mtime=0)) if gz else raw
+
+
+def _target(dest: Path) -> tuple[Path, os.stat_result | None]:
+    """Where writing ``dest`` goes (symbolic links followed) and what is there now."""
+    target = Path(os.path.realpath(dest)) if dest.is_symlink() else dest
+    try:
+        return target, target.stat()
+    except FileNotFoundError:
+        return target, None
+    except OSError as exc:  # a loop of links, a component that is not a folder, ...
+        raise _cannot_write(dest, exc) from None
+
+
+def write_atomic(dest: str | Path, pieces: Iterable[bytes], *, gz: bool | None = None, fsync: bool = False) -> None:
     """Write ``pieces`` to ``dest``; gzip-compress when ``gz`` (default: name ends in .gz).
 
-    The file gets the usual permissions (0666 minus the umask), not the 0600 of a
-    temporary file, so shared reports and CI artefacts stay readable.
+    See the module docstring for what each kind of path gets.
     """
+    if is_stdout(dest):
+        _write_stdout(pieces, bool(gz))
+        return
     dest = Path(dest).expanduser()
-    if dest.is_dir():
-        raise GpuprofError("is a folder; give a file name to write", dest)
-    parent = dest.parent if str(dest.parent) else Path(".")
-    if not parent.is_dir():
-        raise GpuprofError("output folder does not exist", parent)
     if gz is None:
         gz = dest.name.lower().endswith(".gz")
+    target, st = _target(dest)
+    if st is None or stat.S_ISREG(st.st_mode):
+        _replace(dest, target, st, pieces, gz, fsync)
+    elif stat.S_ISDIR(st.st_mode):
+        raise GpuprofError("is a folder; give a file name to write", dest)
+    elif stat.S_ISFIFO(st.st_mode) or stat.S_ISCHR(st.st_mode):
+        _write_into(dest, target, pieces, gz)
+    else:
+        what = "a block device" if stat.S_ISBLK(st.st_mode) else "a socket" if stat.S_ISSOCK(st.st_mode) else "not a file"
+        raise GpuprofError(f"is {what}; refusing to write onto it (give a file name)", dest)
+
+
+def write_text_atomic(dest: str | Path, text: str, *, fsync: bool = False) -> None:
+    write_atomic(dest, [text.encode("utf-8")], gz=False, fsync=fsync)
+
+
+def _replace(dest: Path, target: Path, old: os.stat_result | None, pieces: Iterable[bytes], gz: bool, fsync: bool) -> None:
+    """A new file or a regular file: temporary file beside it, then one rename over it."""
+    parent = target.parent if str(target.parent) else Path(".")
+    if not parent.is_dir():
+        raise GpuprofError("output folder does not exist", parent)
     try:
-        fd, tmp = tempfile.mkstemp(prefix=f".{dest.name}.", dir=parent)
+        fd, tmp = tempfile.mkstemp(prefix=f".{target.name}.", dir=parent)
     except OSError as exc:
         raise GpuprofError(f"cannot write here: {exc.strerror}", parent) from None
     try:
-        with os.fdopen(fd, "wb") as raw:
-            out = cast(IO[bytes], gzip.GzipFile(fileobj=raw, mode="wb", compresslevel=6, mtime=0)) if gz else raw
-            for piece in pieces:
-                out.write(piece)
-            if out is not raw:
-                out.close()
-            raw.flush()
-            if fsync:
-                os.fsync(raw.fileno())
-        os.chmod(tmp, 0o666 & ~_umask())
-        os.replace(tmp, dest)
+        try:  # closing flushes too, so it is inside: a full disk may only show there
+            with os.fdopen(fd, "wb") as raw:
+                out = _compressed(raw, gz)
+                for piece in pieces:
+                    out.write(piece)
+                if out is not raw:
+                    out.close()
+                raw.flush()
+                if fsync:
+                    os.fsync(raw.fileno())
+        except OSError as exc:
+            raise _cannot_write(dest, exc) from None
+        try:
+            if old is None:
+                os.chmod(tmp, 0o666 & ~_umask())
+            else:
+                os.chmod(tmp, stat.S_IMODE(old.st_mode))
+                _keep_owner(tmp, old)
+            os.replace(tmp, target)
+        except OSError as exc:
+            raise _cannot_write(dest, exc) from None
     except BaseException:
         try:
             os.unlink(tmp)
@@ -61,5 +129,50 @@ def write_atomic(dest: Path, pieces: Iterable[bytes], *, gz: bool | None = None,
         raise
 
 
-def write_text_atomic(dest: Path, text: str, *, fsync: bool = False) -> None:
-    write_atomic(dest, [text.encode("utf-8")], gz=False, fsync=fsync)
+def _keep_owner(path: str, old: os.stat_result) -> None:
+    """Give the new file the old one's owner and group where allowed (as root, or one's own group)."""
+    now = os.stat(path)
+    if (now.st_uid, now.st_gid) == (old.st_uid, old.st_gid):
+        return
+    try:
+        os.chown(path, old.st_uid, old.st_gid)
+    except OSError:
+        pass  # not permitted: the file is the writer's, as with any editor's save
+
+
+def _write_into(dest: Path, target: Path, pieces: Iterable[bytes], gz: bool) -> None:
+    """A FIFO or character device: open it for writing as it is (never create, never truncate)."""
+    try:
+        fd = os.open(target, os.O_WRONLY | getattr(os, "O_CLOEXEC", 0))
+    except OSError as exc:
+        raise _cannot_write(dest, exc) from None
+    try:
+        with os.fdopen(fd, "wb") as raw:
+            out = _compressed(raw, gz)
+            for piece in pieces:
+                out.write(piece)
+            if out is not raw:
+                out.close()
+            raw.flush()
+    except OSError as exc:
+        raise _cannot_write(dest, exc) from None
+
+
+def _write_stdout(pieces: Iterable[bytes], gz: bool) -> None:
+    stream = sys.stdout
+    buffer = getattr(stream, "buffer", None)
+    stream.flush()
+    if buffer is None:  # stdout replaced by a text stream (tests, notebooks)
+        for piece in pieces:
+            stream.write(piece.decode("utf-8", errors="replace"))
+        stream.flush()
+        return
+    try:
+        out = _compressed(buffer, gz)
+        for piece in pieces:
+            out.write(piece)
+        if out is not buffer:
+            out.close()
+        buffer.flush()
+    except OSError as exc:
+        raise _cannot_write(Path(STDOUT), exc) from None

@@ -10,7 +10,7 @@ from typing import Callable, List, Optional
 
 import typer
 
-from gpuprof.atomic import write_text_atomic
+from gpuprof.atomic import is_stdout, write_text_atomic
 from gpuprof.cli import app
 from gpuprof.errors import GpuprofError
 
@@ -65,6 +65,8 @@ def choose_format(fmt: Optional[str], output: Optional[Path]) -> str:
         found = render.format_for_path(str(output))
         if found:
             return found
+        if output.exists() and not output.is_file():
+            return "text"  # a terminal, a FIFO, /dev/stdout: read as text, like stdout
         raise GpuprofError(
             f"cannot tell the report format from the file name; add --format ({', '.join(render.names())})", output
         )
@@ -90,7 +92,7 @@ def analyze(
     fmt: Optional[str] = typer.Option(
         None, "--format", "-f", help="Report format: text, json, markdown or html. Default: from -o's extension, else text."
     ),
-    output: Optional[Path] = typer.Option(None, "--output", "-o", help="Write the report to FILE instead of stdout."),
+    output: Optional[Path] = typer.Option(None, "--output", "-o", help="Write the report to FILE instead of stdout (- for stdout)."),
     steps: Optional[str] = typer.Option(
         None, "--steps", help="Steps to analyze, by step number: N, N:M, N: or :M (inclusive). Default: all complete steps."
     ),
@@ -112,6 +114,8 @@ def analyze(
     from gpuprof.cli.check import is_report_file, read_report
     from gpuprof.session import is_session
 
+    if is_stdout(output):
+        output = None
     chosen = choose_format(fmt, output)
     saved = [p for p in paths if is_report_file(p)]
     if saved:

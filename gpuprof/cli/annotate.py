@@ -7,6 +7,7 @@ from pathlib import Path
 
 import typer
 
+from gpuprof.atomic import is_stdout
 from gpuprof.cli import app
 from gpuprof.errors import GpuprofError
 
@@ -26,7 +27,7 @@ def annotate(
         ...,
         "--output",
         "-o",
-        help="For one trace: the file to write (.json, or .json.gz to compress). For several: a folder, "
+        help="For one trace: the file to write (.json, or .json.gz to compress; - for stdout). For several: a folder, "
         "which gets one annotated trace per input file, under the same name.",
         show_default=False,
     ),
@@ -62,14 +63,15 @@ def annotate(
         if missing:
             raise GpuprofError(f"not one of the traces in --job {job}", missing[0])
         inputs = [job]
-    single = len(files) == 1 and output.name.lower().endswith(OUT_EXTENSIONS)
+    to_stdout = is_stdout(output)
+    single = len(files) == 1 and (to_stdout or output.name.lower().endswith(OUT_EXTENSIONS))
     if single:
-        if output.exists() and _key(output) == _key(files[0]):
+        if not to_stdout and output.exists() and _key(output) == _key(files[0]):
             raise GpuprofError("refusing to overwrite the input trace; choose another -o", output)
     elif len(files) == 1:
         raise GpuprofError("the annotated trace must be written as .json or .json.gz", output)
     else:
-        if (output.exists() and not output.is_dir()) or output.name.lower().endswith(OUT_EXTENSIONS):
+        if to_stdout or (output.exists() and not output.is_dir()) or output.name.lower().endswith(OUT_EXTENSIONS):
             raise GpuprofError(f"{len(files)} traces need an output folder (one annotated trace per input), not a file", output)
         if any(_key(f.parent) == _key(output) for f in files):
             raise GpuprofError("refusing to write into the input folder; choose another -o", output)

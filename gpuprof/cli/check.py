@@ -16,6 +16,7 @@ from pathlib import Path
 
 import typer
 
+from gpuprof.atomic import is_stdout
 from gpuprof.cli import app
 from gpuprof.cli.analyze import StderrProgress, terminal_width, write_output
 from gpuprof.cli.check_config import find_pyproject, load_settings, merged, settings_from_options
@@ -206,7 +207,7 @@ def diff(
     base: Path = typer.Argument(..., help="The earlier run: a saved JSON report, a trace, a folder or a session folder.", show_default=False),
     current: Path = typer.Argument(..., help="The run to compare with it (same kinds of input).", show_default=False),
     fmt: str = typer.Option("text", "--format", "-f", help="text, json or markdown."),
-    output: Path | None = typer.Option(None, "--output", "-o", help="Write to FILE instead of stdout."),
+    output: Path | None = typer.Option(None, "--output", "-o", help="Write to FILE instead of stdout (- for stdout)."),
     steps: str | None = typer.Option(None, "--steps", help="Steps to analyze in traces: N, N:M, N: or :M."),
 ) -> None:
     """What got better or worse between two runs: step time, compute and each cause's share,
@@ -216,6 +217,8 @@ def diff(
 
     if fmt not in ("text", "json", "markdown"):
         raise GpuprofError(f"unknown format {fmt!r}; choose one of: text, json, markdown")
+    if is_stdout(output):
+        output = None
     b = load_or_analyze([base], steps)
     c = load_or_analyze([current], steps)
     d = diff_reports(b, c)
