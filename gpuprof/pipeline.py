@@ -91,6 +91,8 @@ def _rank_report(s: RankSummary, att: Attribution, cross: CrossRankResult) -> Ra
         extra["note"] = s.empty_reason
     if s.parallel:
         extra["parallel"] = dict(s.parallel)
+    if s.facts.get("step_marker"):
+        extra["step_marker"] = s.facts["step_marker"]  # which marker the steps come from
     per_rank = cross.findings.get("per_rank", {}).get(s.rank) if isinstance(cross.findings.get("per_rank"), dict) else None
     if per_rank:
         extra.update(per_rank)

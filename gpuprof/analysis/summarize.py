@@ -104,6 +104,7 @@ def summarize(trace: RankTrace, selection: StepSelection = _ALL_STEPS) -> RankSu
     claims = claims_by_cause(by_rule)
     facts = rank_facts(ctx, len(window.steps), [s.duration_us for s in window.steps], by_rule)
     facts["device_aligned_steps"] = window.device_aligned
+    facts["step_marker"] = trace.step_marker if window.steps else None
     facts["launch_matched_share"] = launches.matched_share
     facts["window_gaps_us"] = (hi - lo) - window.duration_us
     facts.update(whatif_facts(ctx, window.steps))

@@ -156,6 +156,21 @@ _LAUNCH_PREFIXES: tuple[str, ...] = (
 )
 _STEP = re.compile(r"^ProfilerStep#\d+$")
 STEP_NUMBER = re.compile(r"^ProfilerStep#(\d+)$")
+# Other host ranges that bracket one training step, in order of precedence (see
+# gpuprof.readers.stepmarkers): a ``## train_step ##`` label, Lightning's
+# ``run_training_batch``, HF Trainer's / Lightning's ``training_step`` and a user's
+# ``train_step`` (as annotations or Python frames ``file.py(82): train_step``).
+STEP_RANGE_MARKERS: tuple[tuple[str, re.Pattern[str]], ...] = (
+    ("## train_step ##", re.compile(r"^##\s*train(?:ing)?[ _]step\s*##$", re.IGNORECASE)),
+    ("run_training_batch", re.compile(r"(?:^|[.\]\s])run_training_batch$")),
+    ("training_step", re.compile(r"(?:^|[.\]\s])train(?:ing)?_step$")),
+)
+
+
+def is_step_marker(name: str) -> bool:
+    """True for ``ProfilerStep#N`` and the other host ranges that bracket a training step."""
+    return bool(_STEP.match(name)) or any(p.search(name) for _, p in STEP_RANGE_MARKERS)
+
 
 # Host-side communication: nccl:all_reduce, c10d::allreduce_, record_param_comms,
 # vllm::all_reduce, gloo:all_reduce, symm_mem ops.
@@ -258,7 +273,7 @@ def refine_comm_category(name: str, base: Category, context: Sequence[str]) -> C
 
 def classify_host(kind: Kind, name: str) -> Category:
     """Category of a host event (framework op, runtime/driver call, annotation, frame)."""
-    if _STEP.match(name):
+    if is_step_marker(name):
         return Category.STEP
     if name in _SYNC_CALLS:
         return Category.SYNC

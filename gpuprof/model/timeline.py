@@ -232,6 +232,10 @@ class RankTrace:
     # the trace's ``with_stack`` key), which slows the host while profiling. Readers drop
     # most of those frames, so the host table alone does not tell.
     python_stacks: bool = False
+    # What marks the steps: ``ProfilerStep#N``, or the marker used in its place (e.g.
+    # ``Optimizer.step#SGD.step``, see :mod:`gpuprof.readers.stepmarkers`); ``None`` when
+    # the reader found none or has its own notion of steps (op-level timelines).
+    step_marker: str | None = None
 
     @property
     def has_device_activity(self) -> bool:

@@ -107,6 +107,7 @@ def _read(raw: RawTrace, path: Path, rank_hint: int | None, order: int) -> list[
                 device_index=facts.device_index,
                 truncated=raw.cut_off_at_bytes is not None,
                 python_stacks=facts.python_stacks,
+                step_marker=facts.step_marker,
             )
         ]
     if looks_like_timeline(raw):

@@ -43,6 +43,7 @@ from gpuprof.readers.accumulate import DeviceColumns, HostColumns
 from gpuprof.readers.columns import as_int
 from gpuprof.readers.jsonio import Event, RawTrace
 from gpuprof.readers.launch import resolve_comm_kernels
+from gpuprof.readers.stepmarkers import find_steps, marker_note
 
 DEVICE_CATS: dict[str, Kind] = {
     "kernel": Kind.KERNEL,
@@ -84,6 +85,7 @@ class KinetoFacts:
     world_size: int | None = None
     process_groups: tuple[ProcessGroup, ...] = ()
     python_stacks: bool = False  # recorded with_stack=True (see RankTrace.python_stacks)
+    step_marker: str | None = None  # what the steps come from (see readers.stepmarkers)
     warnings: list[str] = field(default_factory=list)
 
 
@@ -149,7 +151,10 @@ def read_kineto(
     _read_device_props(raw.top.device_properties, facts)
     host_table = _host_table(host_cols.finish())
     device_table = _device_table(dev_cols.finish(keep_pid), host_table)
-    steps = _steps(host_table)
+    steps, facts.step_marker = find_steps(host_table)
+    note = marker_note(steps, facts.step_marker)
+    if note:
+        facts.warnings.append(note)
     memory = _memory(mem, facts.device_index)
     return device_table, host_table, steps, memory, facts
 
@@ -318,20 +323,6 @@ def _device_table(cols: dict[str, Any], host_table: pd.DataFrame) -> pd.DataFram
     )
     _sort_by_start(cols)
     return make_table(cols, DEVICE_COLUMNS)
-
-
-def _steps(host: pd.DataFrame) -> tuple[Step, ...]:
-    """``ProfilerStep#N`` ranges from host annotations (cpu-side, not the GPU duplicates)."""
-    rows = host[host["category"] == int(Category.STEP)]
-    spans: dict[int, tuple[float, float]] = {}
-    for name, s, e in zip(rows["name"].astype(str), rows["start_us"], rows["end_us"]):
-        m = cl.STEP_NUMBER.match(name)
-        if m is None:
-            continue
-        num = int(m.group(1))
-        old = spans.get(num)
-        spans[num] = (float(s), float(e)) if old is None else (min(old[0], s), max(old[1], e))
-    return tuple(Step(num, s, e) for num, (s, e) in sorted(spans.items(), key=lambda kv: kv[1][0]))
 
 
 def _memory(mem: list[Event], device_index: int | None) -> tuple[MemorySample, ...]:
