@@ -150,6 +150,9 @@ def run_analysis(
     warnings = skipped + rank_warnings(
         [(s.rank, w) for s in summaries for w in s.warnings + ((s.empty_reason,) if s.empty_reason else ())]
     )
+    world_note = (cross.findings.get("straggler_analysis") or {}).get("world_size_note")
+    if world_note:
+        warnings.append(str(world_note))
     extra: dict[str, Any] = {"job": {k: v for k, v in cross.findings.items() if k != "per_rank"}}
     if samples is not None and hasattr(samples, "to_dict"):
         extra["samples"] = samples.to_dict()

@@ -81,19 +81,37 @@ def per_rank(job: Path, out: Path, *transforms: Callable[[Doc], Doc], name: str 
 # --- per-rank rewrites ------------------------------------------------------------------
 
 
+_GROUP_ARGS = ("Group size", "Process Group Ranks", "Process Group Description")
+
+
+def _no_group_args(doc: Doc) -> Doc:
+    """Communication events lose the group's size and members (as older PyTorch writes them)."""
+    doc = dict(doc)
+    out = []
+    for e in doc["traceEvents"]:
+        args = e.get("args")
+        if isinstance(args, dict) and any(k in args for k in _GROUP_ARGS):
+            e = {**e, "args": {k: v for k, v in args.items() if k not in _GROUP_ARGS}}
+        out.append(e)
+    doc["traceEvents"] = out
+    return doc
+
+
 def drop_world_size(doc: Doc) -> Doc:
-    """``distributedInfo`` keeps the rank but loses ``world_size`` and the process groups."""
+    """``distributedInfo`` keeps the rank but loses ``world_size`` and the process groups;
+    communication events lose the group size."""
     doc = dict(doc)
     info = dict(doc.get("distributedInfo") or {})
     for key in ("world_size", "pg_config", "pg_count"):
         info.pop(key, None)
     doc["distributedInfo"] = info
-    return doc
+    return _no_group_args(doc)
 
 
 def drop_distributed_info(doc: Doc) -> Doc:
-    """No ``distributedInfo`` at all: the rank must come from the file name."""
-    return {k: v for k, v in doc.items() if k != "distributedInfo"}
+    """No ``distributedInfo`` at all (the rank must come from the file name), no group
+    sizes on communication events."""
+    return _no_group_args({k: v for k, v in doc.items() if k != "distributedInfo"})
 
 
 def _events(doc: Doc, keep: Callable[[dict[str, Any]], bool]) -> Doc:

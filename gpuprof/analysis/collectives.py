@@ -25,6 +25,15 @@ Waits
     complete in the input (2 of 128 ranks sampled), the last member may be absent: the
     waits measured among the ranks present are lower bounds, and the slow rank is not
     named.
+
+World size inferred
+    Split files often say nothing of the world size (no ``distributedInfo.world_size``,
+    no process groups). When the ranks in the input are ``0..N-1`` without a gap (N >= 2)
+    and every collective matched across ranks has exactly those N members, the job is
+    taken to be complete: groups of unknown size get N members, so the slow rank is
+    named. A collective that only one rank has (a call at the edge of one rank's window)
+    does not count against it, as long as such calls are at most
+    :data:`INFER_MAX_UNMATCHED_SHARE` of all collectives.
 """
 
 from __future__ import annotations
@@ -63,6 +72,9 @@ class MatchedCollectives:
     offsets_us: Mapping[int, float]
     unmatched: int
     incomplete_groups: Mapping[str, tuple[int, int]]  # pg -> (present, expected)
+    # N when the world size was not in the input and was inferred from the collectives
+    # (see the module docstring); None otherwise.
+    world_size_inferred: int | None = None
 
 
 def _empty_calls() -> pd.DataFrame:
@@ -147,6 +159,37 @@ def _expected_sizes(
     return out
 
 
+# Collectives that only one rank has may be at most this share of all of them for the
+# world size to be inferred.
+INFER_MAX_UNMATCHED_SHARE = 0.1
+
+
+def _inferred_world(summaries: Sequence[RankSummary], df: pd.DataFrame, expected: Mapping[str, int]) -> int | None:
+    """N when nothing in the input gives a group size and ranks ``0..N-1`` are every
+    member of every matched collective (see the module docstring); else ``None``."""
+    if any(s.world_size for s in summaries) or any(n > 0 for n in expected.values()):
+        return None
+    ranks = sorted({s.rank for s in summaries})
+    n = len(ranks)
+    if n < 2 or ranks != list(range(n)):
+        return None
+    size = df.groupby("key", sort=False)["rank"].size()
+    matched = size[size >= 2]
+    if len(matched) == 0 or not bool((matched == n).all()):
+        return None
+    if int((size < 2).sum()) > INFER_MAX_UNMATCHED_SHARE * len(size):
+        return None
+    return n
+
+
+def inferred_world_note(n: int) -> str:
+    """The report's line for a world size inferred from the collectives."""
+    return (
+        f"world size inferred from the collectives: {n} (ranks 0-{n - 1} are all in the input and every "
+        f"collective matched across ranks has exactly these {n} members)"
+    )
+
+
 def _clock_offsets(df: pd.DataFrame) -> pd.Series:
     """Offset per source (us) so that matched collectives end together; see module doc."""
     n_src = int(df["src_code"].max()) + 1
@@ -214,6 +257,9 @@ def match_collectives(summaries: Sequence[RankSummary]) -> MatchedCollectives:
     pg_ranks = df.groupby("pg_code")["rank"].transform("nunique")
     present: dict[str, int] = dict(zip(df["pg"].to_numpy(), pg_ranks.to_numpy().astype(int)))
     expected = _expected_sizes(summaries, list(present), present)
+    world = _inferred_world(summaries, df, expected)
+    if world is not None:
+        expected = {pg: world for pg in expected}
     df["n_expected"] = df["pg"].map(expected).astype(np.int64)
     df["complete"] = (df["n_expected"] > 0) & (df["n_present"] >= df["n_expected"])
     incomplete = {
@@ -223,7 +269,7 @@ def match_collectives(summaries: Sequence[RankSummary]) -> MatchedCollectives:
     }
     cols = list(_empty_calls().columns)
     unmatched = int(((df["n_present"] < 2) & (pg_ranks >= 2)).sum())
-    return MatchedCollectives(df[cols], offsets, unmatched, incomplete)
+    return MatchedCollectives(df[cols], offsets, unmatched, incomplete, world)
 
 
 def wait_claims(matched: MatchedCollectives) -> dict[int, iv.Intervals]:

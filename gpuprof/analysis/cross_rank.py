@@ -28,7 +28,9 @@ Findings (all JSON-serializable), keys of :attr:`CrossRankResult.findings`:
                        straggler is a rank that arrives last at collectives and whose lateness
                        accounts for a fair share of everyone else's waiting.
 ``straggler_analysis`` how the waits were measured: collectives matched, clock offsets,
-                       incomplete groups and why no straggler could be named; ``arrivals``:
+                       incomplete groups and why no straggler could be named;
+                       ``world_size`` and ``world_size_note`` when the world size was
+                       inferred from the collectives; ``arrivals``:
                        how lateness is spread over the complete collectives (``collectives``,
                        ``last_counts`` {rank: times last}, ``rotating``: no rank is last at
                        most of them, ``gain_us_per_step``: sum over collectives of the last
@@ -72,6 +74,7 @@ from gpuprof.analysis.collectives import (
     MatchedCollectives,
     barrier_waits,
     comm_before_barriers,
+    inferred_world_note,
     match_collectives,
     per_rank_waits,
     wait_claims,
@@ -294,6 +297,9 @@ def _stragglers(
             info["ranks_present"] = len(summaries)
             info["world_size"] = world or None
         return [], info
+    if matched.world_size_inferred is not None:
+        info["world_size"] = matched.world_size_inferred
+        info["world_size_note"] = inferred_world_note(matched.world_size_inferred)
     if matched.incomplete_groups:
         info["incomplete_groups"] = {
             pg or "(unnamed)": {"present": a, "expected": b}
