@@ -52,8 +52,10 @@ def test_bandwidth_from_message_size_and_time() -> None:
     b = rank_bandwidth(job[0])
     assert b is not None
     assert b["calls"] == 10 and b["bytes_per_step"] == pytest.approx(5e8)
-    assert b["algbw_gbps"] == pytest.approx(20.0)  # 100 MB / 5 ms
-    assert b["busbw_gbps"] == pytest.approx(20.0 * 2 * 7 / 8)
+    # The other 7 members are absent: how much of the 5 ms is waiting for them is not
+    # known, so no bandwidth is given (issue 12: 6.6 GB/s "measured" from waits).
+    assert b["algbw_gbps"] is None and b["busbw_gbps"] is None and b["measurable_calls"] == 0
+    assert b["bandwidth_note"].startswith("not measurable: the other members")
     assert b["peak_gbps"] == 600.0
     need = expected_us(100e6 * 1.75, 600.0)
     assert need == pytest.approx(20.0 + 175e6 / (LINK_EFFICIENCY * 600e3))
@@ -87,6 +89,32 @@ def test_waiting_for_a_late_rank_is_not_counted_as_a_slow_transfer() -> None:
         # Every call's transfer takes 120 us once the last member is there.
         assert bw[r]["duration_us"] == pytest.approx([120.0, 120.0])
         assert bw[r]["slow_calls"] == 0
+        # 10 MB all-reduce over 4 ranks in 120 us: 125 GB/s bus bandwidth, the 5 ms wait left out
+        assert bw[r]["busbw_gbps"] == pytest.approx(10e6 * 1.5 / 120.0 / 1e3)
+        assert bw[r]["measurable_calls"] == 10 and bw[r]["bandwidth_note"] is None
+
+
+def test_a_transfer_too_short_to_time_has_no_bandwidth() -> None:
+    from gpuprof.analysis.cross_rank import analyze_job
+
+    # 2 us after the last arrival: a 10 MB all-reduce would run at 7500 GB/s
+    bw = analyze_job(_late_rank_job(2.0)).findings["collective_bandwidth"]
+    for r in ("0", "1", "2", "3"):
+        assert bw[r]["busbw_gbps"] is None and bw[r]["algbw_gbps"] is None
+        assert "under 20 µs" in bw[r]["bandwidth_note"]
+
+
+def test_no_bandwidth_above_the_link_peak() -> None:
+    from gpuprof.analysis.cross_rank import analyze_job
+
+    # 10 MB all-reduced over 4 ranks in 24 us: 625 GB/s of bus bandwidth, above the A100's
+    # 600 GB/s datasheet peak: not a figure any A100 reaches
+    bw = analyze_job(_late_rank_job(24.0)).findings["collective_bandwidth"]
+    for r in ("0", "1", "2", "3"):
+        assert bw[r]["busbw_gbps"] is None
+        assert bw[r]["bandwidth_note"] == "not measurable: the transfer times give more than the link peak (600 GB/s)"
+    ok = analyze_job(_late_rank_job(30.0)).findings["collective_bandwidth"]
+    assert ok["0"]["busbw_gbps"] == pytest.approx(10e6 * 1.5 / 30.0 / 1e3)  # 500 GB/s
 
 
 def test_a_slow_transfer_among_complete_groups_is_named_on_the_ranks_present() -> None:

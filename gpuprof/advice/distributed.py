@@ -582,9 +582,16 @@ def _range(lo: float, hi: float, fmt: Any) -> str:
 def _slow_text(b: Mapping[str, Any], rank: int, device: str | None) -> str:
     d = b["slow"]
     peak = float(b["peak_gbps"])
-    lo, hi = (float(x) for x in d["busbw_gbps"])
     s_lo, s_hi = (float(x) for x in d["sizes_bytes"])
     d_lo, d_hi = (float(x) for x in d["duration_us"])
+    if not d.get("busbw_gbps"):  # the transfer part is not known or too short to time
+        return (
+            f"rank {rank}: {b['slow_calls']} {'/'.join(d['names']) or 'collective'} calls of "
+            f"{_range(s_lo, s_hi, _size)} take {_range(d_lo, d_hi, _ms)}, over 10x what their bytes need at "
+            f"the ~{_gb(peak)} link peak of {device or 'this GPU'}; bandwidth "
+            + str(b.get("bandwidth_note") or "not measurable")
+        )
+    lo, hi = (float(x) for x in d["busbw_gbps"])
     return (
         f"rank {rank}: {b['slow_calls']} {'/'.join(d['names']) or 'collective'} calls of "
         f"{_range(s_lo, s_hi, _size)} take {_range(d_lo, d_hi, _ms)}: "
@@ -601,7 +608,11 @@ def _bandwidth_text(b: Mapping[str, Any], rank: int, device: str | None) -> str:
     durs = _ms(d_lo) if d_lo == d_hi else f"{_ms(d_lo)}-{_ms(d_hi)}"
     bw = b.get("busbw_gbps")
     kind = "bus" if bw is not None else "algorithm"
-    bw = bw if bw is not None else b["algbw_gbps"]
+    bw = bw if bw is not None else b.get("algbw_gbps")
+    if bw is None:  # no call's transfer part could be timed (see gpuprof.analysis.linkspeed)
+        return f"rank {rank}: {b['calls']} {names} calls of {sizes} take {durs}: bandwidth " + str(
+            b.get("bandwidth_note") or "not measurable"
+        )
     text = f"rank {rank}: {b['calls']} {names} calls of {sizes} take {durs}: median {kind} bandwidth {_gb(float(bw))}"
     peak = b.get("peak_gbps")
     if peak:

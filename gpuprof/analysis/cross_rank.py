@@ -564,12 +564,7 @@ def analyze_job(summaries: Sequence[RankSummary]) -> CrossRankResult:
         findings["barrier_waits"] = _barrier_findings(barriers, active, matched.offsets_us)
     if pipe is not None:
         findings["pipeline"] = dict(pipe.findings)
-    calls = matched.calls.loc[matched.calls["wait_us"] > 0]
-    waits_at = {
-        int(r): dict(zip(g["start_us"].astype(float), g["wait_us"].astype(float)))
-        for r, g in calls.groupby("rank", sort=False)
-    }
-    bandwidth = job_bandwidth(active, waits_at)
+    bandwidth = job_bandwidth(active, matched.calls)
     if bandwidth:
         findings["collective_bandwidth"] = dict(bandwidth)
     return CrossRankResult(claims=claims, findings=findings)

@@ -16,6 +16,18 @@ collective takes (PCIe, network between nodes, fewer links on some boards) can b
 slower, so a collective below the peak is not by itself a fault. A device the table does
 not know gets ``None``.
 
+Bandwidth is measured only where it can be: a collective's kernel runs from the moment
+its rank arrives, so its duration holds the wait for the members that arrive later. The
+transfer is the part after the last member arrived, which is known only when every
+member of the call's group is in the input (the cross-rank analysis matches the call
+and measures the wait). A call is *measurable* when, in addition, that transfer part
+lasts at least :data:`MIN_TRANSFER_US` (shorter parts are the collective's fixed start-up
+cost and the clock alignment error between ranks, not bytes moving) and its bus
+bandwidth is not above the link peak (:data:`MAX_LINK_PEAK_GBPS` where the device is not
+known): a faster figure means the split between waiting and transfer is off, not a fast
+link. Bandwidth figures are medians over measurable calls; with none, they are ``None``
+and ``bandwidth_note`` says why ("not measurable: ...").
+
 A collective is *slow* when it takes more than :data:`SLOW_FACTOR` times what its bytes
 need at link speed (:func:`expected_us`: a fixed start-up latency plus the bus bytes at
 :data:`LINK_EFFICIENCY` of the peak). On a rank whose group members are all in the input,
@@ -32,6 +44,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 import numpy as np
+import pandas as pd
 
 from gpuprof.analysis import intervals as iv
 from gpuprof.analysis.summary import RankSummary
@@ -63,6 +76,13 @@ LINK_EFFICIENCY = 0.4
 LATENCY_US = 20.0
 # A collective that takes this many times its expected time is "slow".
 SLOW_FACTOR = 10.0
+# The transfer part of a call (after its last member arrived) must last this long for its
+# bandwidth to be measured: below it, the collective's fixed start-up cost (LATENCY_US)
+# and the error of aligning the ranks' clocks (microseconds) dominate.
+MIN_TRANSFER_US = 20.0
+# No bandwidth above the fastest link known (NVLink 5, B200 / GB200) is ever shown, even
+# where the device is not known.
+MAX_LINK_PEAK_GBPS = max(g for _, g in LINK_PEAK_GBPS if g is not None)
 
 
 def link_peak_gbps(device_name: str | None) -> float | None:
@@ -104,24 +124,29 @@ def _group_size(s: RankSummary, pg: str) -> int | None:
     return s.world_size if pg in ("", "0") and s.world_size else None
 
 
-def rank_bandwidth(s: RankSummary, waits: Mapping[float, float] | None = None) -> dict[str, Any] | None:
+def rank_bandwidth(s: RankSummary, arrivals: pd.DataFrame | None = None) -> dict[str, Any] | None:
     """Bandwidth findings of one rank's sized collectives; ``None`` when none has a size.
 
-    ``waits`` maps a call's ``start_us`` to the time it waited for a later member (measured
-    by the cross-rank analysis where the group is in the input): that part is not
-    transfer, so it is left out of the call's time and of its exposed time.
+    ``arrivals`` holds the rank's calls as matched by the cross-rank analysis
+    (:attr:`gpuprof.analysis.collectives.MatchedCollectives.calls` rows of this rank:
+    ``start_us``, ``wait_us``, ``complete``, ``n_expected``). The wait for later members is not transfer:
+    it is left out of the call's time and of its exposed time; only calls whose group is
+    complete have a known transfer part and can be measured (see the module docstring).
 
     Keys: ``calls`` (collectives with a size), ``bytes_per_step``, ``busbw_gbps`` (median
-    over calls, ``None`` where the group size or collective is unknown), ``algbw_gbps``
-    (median), ``peak_gbps`` (``None`` unknown), ``sizes_bytes`` (min, max), ``duration_us``
-    (min, max; transfer time, waits left out), ``exposed_us_per_step`` (their transfer
-    time with no compute beside it),
+    over measurable calls, ``None`` where none is measurable or the group size or
+    collective is unknown), ``algbw_gbps`` (median over measurable calls, ``None`` where
+    none is), ``measurable_calls``, ``bandwidth_note`` (``None``, or why no bandwidth is
+    given: "not measurable: ..."), ``peak_gbps`` (``None`` unknown), ``sizes_bytes``
+    (min, max), ``duration_us`` (min, max; waits left out where measured),
+    ``exposed_us_per_step`` (their time with no compute beside it),
     ``at_link_us_per_step`` (what that exposed time would be at link speed, each call
     capped by its exposed part), ``slow_calls``, ``excess_us_per_step`` (exposed time of
     slow calls beyond their time at link speed), ``names`` (collective names), and when
     some call is slow, ``slow``: ``names``, ``sizes_bytes``, ``duration_us`` and
-    ``busbw_gbps`` (min, max; algorithm bandwidth where the bus factor is unknown) of
-    the slow calls. The last four keys are ``None`` / absent when the link peak is unknown.
+    ``busbw_gbps`` (min, max over the slow calls that are measurable, algorithm bandwidth
+    where the bus factor is unknown; ``None`` when none is). The last four keys are
+    ``None`` / absent when the link peak is unknown.
     """
     c = s.comms
     if c is None or len(c) == 0:
@@ -132,26 +157,34 @@ def rank_bandwidth(s: RankSummary, waits: Mapping[float, float] | None = None) -
     steps = max(len(s.steps), 1)
     start = rows["start_us"].to_numpy(dtype=np.float64)
     end = rows["end_us"].to_numpy(dtype=np.float64)
-    waited = np.array([float((waits or {}).get(float(t), 0.0)) for t in start])
+    waited, known, members = _transfer_known(start, arrivals)
     # The transfer begins when the last member arrives.
     xfer_start = np.minimum(start + waited, end)
-    dur = np.maximum(end - xfer_start, 1e-3)
+    dur = end - xfer_start
     nbytes = rows["bytes"].to_numpy(dtype=np.float64)
     factors = np.array(
         [
-            bus_factor(str(n), _group_size(s, str(g))) or np.nan
-            for n, g in zip(rows["coll_name"].to_numpy(), rows["pg"].to_numpy())
+            bus_factor(str(n), _group_size(s, str(g)) or (m if m > 0 else None)) or np.nan
+            for n, g, m in zip(rows["coll_name"].to_numpy(), rows["pg"].to_numpy(), members.tolist())
         ]
     )
-    algbw = nbytes / dur / 1e3  # bytes/us = MB/s -> GB/s
+    with np.errstate(divide="ignore", invalid="ignore"):
+        algbw = np.where(dur > 0, nbytes / np.maximum(dur, 1e-9) / 1e3, np.inf)  # bytes/us = MB/s -> GB/s
     busbw = algbw * factors
-    exposed = iv.overlap_with_each((xfer_start, end), s.lost)
     peak = link_peak_gbps(s.device_name)
+    ceiling = peak if peak is not None else MAX_LINK_PEAK_GBPS
+    timed = known & (dur >= MIN_TRANSFER_US)
+    plausible = np.where(np.isnan(busbw), algbw, busbw) <= ceiling
+    measurable = timed & plausible
+    exposed = iv.overlap_with_each((xfer_start, end), s.lost)
+    bus_ok = measurable & ~np.isnan(busbw)
     out: dict[str, Any] = {
         "calls": len(rows),
         "bytes_per_step": round(float(nbytes.sum()) / steps, 1),
-        "algbw_gbps": round(float(np.median(algbw)), 3),
-        "busbw_gbps": None if np.isnan(busbw).all() else round(float(np.nanmedian(busbw)), 3),
+        "algbw_gbps": round(float(np.median(algbw[measurable])), 3) if measurable.any() else None,
+        "busbw_gbps": round(float(np.median(busbw[bus_ok])), 3) if bus_ok.any() else None,
+        "measurable_calls": int(measurable.sum()),
+        "bandwidth_note": None if measurable.any() else _not_measurable(known, timed, ceiling, peak),
         "peak_gbps": peak,
         "sizes_bytes": [int(nbytes.min()), int(nbytes.max())],
         "duration_us": [round(float(dur.min()), 3), round(float(dur.max()), 3)],
@@ -172,24 +205,69 @@ def rank_bandwidth(s: RankSummary, waits: Mapping[float, float] | None = None) -
             None if out["busbw_gbps"] is None else round(float(out["busbw_gbps"]) / peak, 5)
         )
         if slow.any():
-            bw = np.where(np.isnan(busbw), algbw, busbw)[slow]
+            bw = np.where(np.isnan(busbw), algbw, busbw)[slow & measurable]
             out["slow"] = {
                 "names": sorted({str(n) for n in rows["coll_name"].to_numpy()[slow] if str(n)}),
                 "sizes_bytes": [int(nbytes[slow].min()), int(nbytes[slow].max())],
                 "duration_us": [round(float(dur[slow].min()), 3), round(float(dur[slow].max()), 3)],
-                "busbw_gbps": [round(float(bw.min()), 3), round(float(bw.max()), 3)],
+                "busbw_gbps": [round(float(bw.min()), 3), round(float(bw.max()), 3)] if bw.size else None,
             }
     return out
 
 
+def _transfer_known(
+    start: np.ndarray, arrivals: pd.DataFrame | None
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Per call (by its start): the wait for later members, whether the transfer part is
+    known (the call's group is complete in the input), and the group's size as the
+    matching found it (-1 unknown; e.g. a world size inferred from the collectives)."""
+    waited = np.zeros(start.size)
+    known = np.zeros(start.size, bool)
+    members = np.full(start.size, -1, np.int64)
+    if arrivals is None or len(arrivals) == 0:
+        return waited, known, members
+    by_start = {
+        float(t): (float(w), bool(c), int(n))
+        for t, w, c, n in zip(
+            arrivals["start_us"], arrivals["wait_us"], arrivals["complete"], arrivals["n_expected"]
+        )
+    }
+    for i, t in enumerate(start.tolist()):
+        hit = by_start.get(float(t))
+        if hit is not None:
+            waited[i], known[i], members[i] = hit
+    return waited, known, members
+
+
+def _not_measurable(known: np.ndarray, timed: np.ndarray, ceiling: float, peak: float | None) -> str:
+    """Why no call's bandwidth can be measured."""
+    if not known.any():
+        return (
+            "not measurable: the other members of these collectives are not all in the input, so the "
+            "transfer cannot be told from the wait for them"
+        )
+    if not timed.any():
+        return (
+            f"not measurable: the transfer after the last member arrived lasts under {MIN_TRANSFER_US:.0f} µs "
+            "in every call, too short to time"
+        )
+    what = "the link peak" if peak is not None else "the fastest link known"
+    return f"not measurable: the transfer times give more than {what} ({ceiling:.0f} GB/s)"
+
+
 def job_bandwidth(
-    summaries: Sequence[RankSummary], waits: Mapping[int, Mapping[float, float]] | None = None
+    summaries: Sequence[RankSummary], calls: pd.DataFrame | None = None
 ) -> Mapping[str, dict[str, Any]]:
     """:func:`rank_bandwidth` of every rank that has sized collectives, keyed by rank (str);
-    ``waits[rank]`` as for :func:`rank_bandwidth`."""
+    ``calls`` are the matched calls of all ranks (``rank``, ``start_us``, ``wait_us``,
+    ``complete``, ``n_expected``)."""
+    by_rank: dict[int, pd.DataFrame] = {}
+    if calls is not None and len(calls):
+        ranks = calls["rank"].to_numpy()
+        by_rank = {int(r): calls.loc[ranks == r] for r in np.unique(ranks)}
     out: dict[str, dict[str, Any]] = {}
     for s in summaries:
-        b = rank_bandwidth(s, (waits or {}).get(s.rank))
+        b = rank_bandwidth(s, by_rank.get(s.rank))
         if b is not None:
             out[str(s.rank)] = b
     return out
