@@ -15,7 +15,8 @@ from gpuprof.errors import GpuprofError
 
 _SUMMARY = (
     "Simulate a training job and write one Kineto trace per rank into DIR, with "
-    "ground_truth.json beside them (lost time per cause, expected top recommendation)."
+    "ground_truth.json beside them (lost time per cause, expected top recommendation, "
+    "and the true saving of each what-if fix, from simulating the fixed job)."
 )
 
 
@@ -29,6 +30,9 @@ def _help_text() -> str:
         "  gpuprof simulate pipeline stages=4 microbatches=16 schedule=1f1b -o out/",
         "  gpuprof analyze out/",
         "",
+        "--platform rocm writes MI300X traces with HIP/RCCL names; --layout megatron writes a "
+        "pipeline job as one Megatron-style op-level timer timeline; --whatif FIX writes the "
+        "job with a what-if fix applied (e.g. to diff against the original).",
         "Scenarios, with their knobs and defaults (`gpuprof simulate --list` says what each knob means):",
     ]
     for name, fn in SCENARIOS.items():
@@ -40,14 +44,19 @@ def _help_text() -> str:
 
 
 def _list_text() -> str:
-    """The scenario list for ``--list``, as plain text."""
-    from gpuprof.simulate import KNOB_HELP, SCENARIOS, knobs_of
+    """The scenario list for ``--list``, as plain text, then the what-if fixes."""
+    from gpuprof.simulate import KNOB_HELP, SCENARIOS, WHATIF_HELP, knobs_of
 
     lines = []
     for name, fn in SCENARIOS.items():
         lines.append(f"{name}: {(fn.__doc__ or '').strip().splitlines()[0]}")
         for knob, default in knobs_of(name).items():
             lines.append(f"    {knob + '=' + str(default):<22} {KNOB_HELP.get(knob, '')}")
+    lines.append("")
+    lines.append("What-if fixes (ground_truth.json's whatif section; --whatif FIX writes the fixed job):")
+    for fix, text in WHATIF_HELP.items():
+        lines.append(f"    {fix:<22} {text}")
+    lines.append(f"    {'all':<22} every fix above that changes the job, at once")
     return "\n".join(lines)
 
 
@@ -105,7 +114,21 @@ def simulate(
         None, "-o", "--output", help="folder to write the traces and ground_truth.json into"
     ),
     seed: int = typer.Option(0, "--seed", help="random seed (same seed, same traces)"),
-    list_: bool = typer.Option(False, "--list", help="list the scenarios and their knobs, then exit"),
+    platform: str | None = typer.Option(
+        None, "--platform", help="cuda (H100, CUDA names) or rocm (MI300X, HIP/RCCL names); default: the scenario's"
+    ),
+    layout: str = typer.Option(
+        "kineto",
+        "--layout",
+        help="kineto (one torch.profiler trace per rank) or megatron (pipeline scenarios: one op-level timer timeline)",
+    ),
+    whatif: str | None = typer.Option(
+        None, "--whatif", help="write the job with this what-if fix applied (see --list), or 'all'"
+    ),
+    no_whatifs: bool = typer.Option(
+        False, "--no-whatifs", help="skip the what-if truth (each what-if is one more simulation)"
+    ),
+    list_: bool = typer.Option(False, "--list", help="list the scenarios, their knobs and the what-if fixes, then exit"),
 ) -> None:
     from gpuprof.simulate import generate, read_truth
 
@@ -122,11 +145,14 @@ def simulate(
         if not sep or not name:
             raise GpuprofError(f"knob {item!r} is not of the form KNOB=VALUE")
         parsed[name.strip()] = value.strip()
-    from gpuprof.simulate import resolve_knobs
+    from gpuprof.simulate import prepare
 
-    resolve_knobs(scenario, parsed)  # fail on a bad knob before touching the output folder
+    # fail on a bad knob or option before touching the output folder
+    prepare(scenario, parsed, seed=seed, platform=platform, layout=layout, whatif=whatif)
     _clear_previous(out)
-    path = generate(scenario, out, seed=seed, **parsed)
+    path = generate(
+        scenario, out, seed=seed, platform=platform, layout=layout, whatif=whatif, whatifs=not no_whatifs, **parsed
+    )
     truth = read_truth(path)
     exp = truth["expected"]
     n = len(truth["ranks"])
@@ -151,4 +177,15 @@ def simulate(
         f"expected top cause: {exp.get('top_category') or 'none (healthy)'}"
         + (f", ranks {exp['culprit_ranks']}" if exp.get("culprit_ranks") else "")
     )
+    if truth.get("fixes"):
+        typer.echo(f"the job is written with these what-if fixes applied: {', '.join(truth['fixes'])}")
+    wi = truth.get("whatif")
+    if wi and wi["step_us"]:
+        typer.echo(
+            f"what-if truth (the fixed job simulated; step {wi['baseline_step_us'] / 1e3:.2f} ms now), "
+            f"intended: {', '.join(wi['intended']) or 'none'}:"
+        )
+        for name, pct in sorted(wi["savings_pct"].items(), key=lambda kv: -kv[1]):
+            typer.echo(f"  {name:<20} step {wi['step_us'][name] / 1e3:8.2f} ms   saves {pct:5.1f}%")
     typer.echo(f"next: gpuprof analyze {path}")
+

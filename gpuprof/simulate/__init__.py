@@ -1,10 +1,16 @@
-"""Simulated training jobs: realistic Kineto traces with a known ground truth.
+"""Simulated training jobs: realistic traces with a known ground truth, what-ifs included.
 
 ``generate(scenario, out_dir, seed=0, **knobs)`` runs one scenario of
 :mod:`gpuprof.simulate.scenarios` and writes ``rank<R>.pt.trace.json.gz`` per rank plus
 ``ground_truth.json`` beside them (for the RL scenario: a ``gpuprof run`` session folder
 with the traces under ``traces/`` and NVML-like samples). Traces are streamed to disk, so
 large ones (many steps or layers) need little memory.
+
+Options beside the knobs: ``platform`` (``cuda``: H100 and CUDA names; ``rocm``: MI300X,
+HIP and RCCL names), ``layout`` (``kineto``, or ``megatron`` for pipeline scenarios: one
+op-level timer timeline of the whole job, :mod:`gpuprof.simulate.megatron`), ``whatif``
+(write the job with one fix of :mod:`gpuprof.simulate.fixes` applied, or ``all``) and
+``whatifs`` (compute the what-if truth, :mod:`gpuprof.simulate.whatif`).
 """
 
 from __future__ import annotations
@@ -16,34 +22,37 @@ from typing import Any
 
 from gpuprof.errors import GpuprofError
 from gpuprof.model.report import Cause
-from gpuprof.simulate.engine import Job, RankSim, run_job
-from gpuprof.simulate.kineto import KinetoWriter
+from gpuprof.simulate.engine import RankSim
+from gpuprof.simulate.fixes import ALL, WHATIF_HELP, WHATIFS
+from gpuprof.simulate.job import host_pid, null_writer, simulate_job
+from gpuprof.simulate.kineto import KinetoWriter, TraceWriter
+from gpuprof.simulate.platform import PLATFORMS, Platform
 from gpuprof.simulate.scenarios import KNOB_HELP, SCENARIOS, Plan
 from gpuprof.simulate.session import write_session
 from gpuprof.simulate.truth import TRUTH_FILE, rank_truth, read_truth, truth_document, write_truth
+from gpuprof.simulate.whatif import applicable, whatif_truth
 
-__all__ = ["KNOB_HELP", "SCENARIOS", "TRUTH_FILE", "generate", "knobs_of", "read_truth", "resolve_knobs"]
+__all__ = [
+    "KNOB_HELP",
+    "LAYOUTS",
+    "PLATFORMS",
+    "SCENARIOS",
+    "TRUTH_FILE",
+    "WHATIFS",
+    "WHATIF_HELP",
+    "generate",
+    "knobs_of",
+    "prepare",
+    "read_truth",
+    "resolve_knobs",
+]
+
+LAYOUTS = ("kineto", "megatron")
 
 # Scenarios that are another one with different defaults.
 _VARIANTS: dict[str, tuple[str, dict[str, Any]]] = {
     "dp_exposed": ("data_parallel", {"link_gbs": 5.0}),
     "dp_overlapped": ("data_parallel", {"link_gbs": 200.0}),
-}
-
-H100 = {
-    "name": "NVIDIA H100 80GB HBM3",
-    "totalGlobalMem": 85045346304,
-    "computeMajor": 9,
-    "computeMinor": 0,
-    "maxThreadsPerBlock": 1024,
-    "maxThreadsPerMultiprocessor": 2048,
-    "regsPerBlock": 65536,
-    "warpSize": 32,
-    "sharedMemPerBlock": 49152,
-    "numSms": 132,
-    "regsPerMultiprocessor": 65536,
-    "sharedMemPerBlockOptin": 232448,
-    "sharedMemPerMultiprocessor": 233472,
 }
 
 
@@ -97,6 +106,33 @@ def resolve_knobs(scenario: str, knobs: Mapping[str, Any]) -> dict[str, Any]:
     return out
 
 
+def prepare(
+    scenario: str,
+    knobs: Mapping[str, Any],
+    *,
+    seed: int = 0,
+    platform: str | None = None,
+    layout: str = "kineto",
+    whatif: str | None = None,
+) -> tuple[dict[str, Any], Plan]:
+    """Check a scenario's knobs and options and build its plan (nothing runs, nothing is
+    written): the knobs with defaults filled in, and the plan. Raises :class:`GpuprofError`
+    with one line saying what is wrong."""
+    params = resolve_knobs(scenario, knobs)
+    _platform(platform)
+    if layout not in LAYOUTS:
+        raise GpuprofError(f"unknown layout {layout!r}; known: {', '.join(LAYOUTS)}")
+    if whatif is not None and whatif not in (*WHATIFS, ALL):
+        raise GpuprofError(f"unknown what-if {whatif!r}; known: {', '.join((*WHATIFS, ALL))}")
+    call = dict(params)
+    if "seed" in inspect.signature(_base_fn(scenario)).parameters:
+        call["seed"] = seed
+    plan: Plan = SCENARIOS[scenario](**call)
+    if layout == "megatron" and (plan.parallel is None or plan.session):
+        raise GpuprofError(f"{scenario}: the megatron layout is for pipeline scenarios (try: pipeline)")
+    return params, plan
+
+
 def generate(
     scenario: str,
     out_dir: str | Path,
@@ -104,76 +140,83 @@ def generate(
     seed: int = 0,
     compress: bool = True,
     compresslevel: int = 6,
+    platform: str | None = None,
+    layout: str = "kineto",
+    whatif: str | None = None,
+    whatifs: bool = True,
     **knobs: Any,
 ) -> Path:
     """Simulate ``scenario`` and write its traces and ``ground_truth.json`` into ``out_dir``.
 
-    ``compress=False`` writes plain ``.pt.trace.json`` files (faster for very large traces;
-    ``compresslevel`` trades gzip speed for size otherwise). Returns the path to give
-    ``gpuprof analyze`` (``out_dir`` itself). Earlier ``rank*.pt.trace.json*`` files in
-    ``out_dir`` are replaced. Raises
-    :class:`GpuprofError` for an unknown scenario or knob, or knobs that make no sense.
+    ``compress=False`` writes plain ``.json`` files (faster for very large traces;
+    ``compresslevel`` trades gzip speed for size otherwise). ``platform`` is ``cuda`` or
+    ``rocm`` (default: the scenario's own, else ``cuda``); ``layout`` ``kineto`` (one
+    trace per rank) or ``megatron`` (one op-level timeline, pipeline scenarios only).
+    ``whatif`` writes the job with that fix applied (``all``: every applicable one), and
+    its ground truth is that job's. ``whatifs=False`` skips the what-if truth (each
+    what-if is one more simulation). Returns the path to give ``gpuprof analyze``
+    (``out_dir`` itself). Earlier traces of ``generate`` in ``out_dir`` are replaced.
+    Raises :class:`GpuprofError` for an unknown scenario, knob or option, or knobs that
+    make no sense.
     """
-    params = resolve_knobs(scenario, knobs)
-    fn = SCENARIOS[scenario]
-    call = dict(params)
-    if "seed" in inspect.signature(_base_fn(scenario)).parameters:
-        call["seed"] = seed
-    plan: Plan = fn(**call)
+    params, plan = prepare(scenario, knobs, seed=seed, platform=platform, layout=layout, whatif=whatif)
+    pf = _platform(platform or plan.platform)
+    megatron = layout == "megatron"
+
+    def run(fixes: frozenset[str]) -> list[RankSim]:
+        return simulate_job(plan, seed, fixes=fixes, platform=pf)
+
+    fixes: frozenset[str] = frozenset()
+    if whatif == ALL:
+        fixes = frozenset(applicable(run(frozenset()), plan))
+    elif whatif is not None:
+        fixes = frozenset({whatif})
+
     out = Path(out_dir)
     trace_dir = out / "traces" if plan.session else out
     trace_dir.mkdir(parents=True, exist_ok=True)
     # Traces of an earlier run into the same folder (more ranks, other format) would be
     # read together with the new ones: remove them first. Nothing else is touched.
-    for old in [*out.glob("rank*.pt.trace.json*"), *(out / "traces").glob("rank*.pt.trace.json*")]:
+    for old in [
+        *out.glob("rank*.pt.trace.json*"),
+        *(out / "traces").glob("rank*.pt.trace.json*"),
+        *out.glob("timeline-*.json*"),
+        *out.glob("meta-*.yaml"),
+    ]:
         old.unlink()
     n = plan.world_size
-    pg = {
-        "pg_name": "0",
-        "pg_desc": "default_pg",
-        "backend_config": "cuda:nccl",
-        "pg_size": n,
-        "ranks": list(range(n)),
-    }
-    job = Job(world_size=n)
-    writers: list[KinetoWriter] = []
-    sims: list[RankSim] = []
+    writers: list[TraceWriter] = []
     files: dict[int, str] = {}
+
+    def writer_for(r: int) -> TraceWriter:
+        if megatron:
+            return null_writer(r)
+        name = f"rank{r}.pt.trace.json" + (".gz" if compress else "")
+        files[r] = str(Path(trace_dir.name) / name) if plan.session else name
+        return KinetoWriter(
+            trace_dir / name,
+            pid=host_pid(r),
+            device=r % 8,
+            device_properties=[{"id": i, **pf.device_properties} for i in range(min(n, 8))],
+            distributed_info=_distributed_info(plan, r, pf),
+            compresslevel=compresslevel,
+            header=pf.header,
+        )
+
     try:
-        for r in range(n):
-            name = f"rank{r}.pt.trace.json" + (".gz" if compress else "")
-            files[r] = str(Path(trace_dir.name) / name) if plan.session else name
-            groups = [pg] if plan.pg_config is None else plan.pg_config(r)
-            dist = (
-                {
-                    "backend": "nccl",
-                    "rank": r,
-                    "world_size": n,
-                    "pg_count": len(groups),
-                    "pg_config": groups,
-                    "nccl_version": "2.21.5",
-                }
-                if n > 1
-                else None
-            )
-            w = KinetoWriter(
-                trace_dir / name,
-                pid=4_000_000 + 1000 * r,
-                device=r % 8,
-                device_properties=[{"id": i, **H100} for i in range(min(n, 8))],
-                distributed_info=dist,
-                compresslevel=compresslevel,
-            )
-            writers.append(w)
-            sim = RankSim(job, r, w, seed, plan.timing)
-            sim.wait_cause = plan.wait_cause
-            sims.append(sim)
-        run_job(sims, [plan.program] * n)
-        if plan.post is not None:
-            plan.post(sims)
+        sims = simulate_job(
+            plan, seed, fixes=fixes, platform=pf, writer_for=writer_for, timers=megatron, writers=writers
+        )
         for w, sim in zip(writers, sims):
             assert sim.window is not None
-            w.close(start_us=sim.window[0] - 50.0, end_us=sim.window[1] + 50.0, trace_name=w.path.name)
+            if isinstance(w, KinetoWriter):
+                w.close(start_us=sim.window[0] - 50.0, end_us=sim.window[1] + 50.0, trace_name=w.path.name)
+        if megatron:
+            from gpuprof.simulate.megatron import write_timeline
+
+            assert plan.parallel is not None
+            path = write_timeline(out, sims, plan.parallel, compress=compress)
+            files = {r: path.name for r in range(n)}
     except BaseException:
         for w in writers:
             w.abort()
@@ -188,10 +231,43 @@ def generate(
         ]
         expected["measured_bubble_fraction"] = round(sum(fr) / len(fr), 6)
     doc = truth_document(scenario, params, seed, files, truths, expected)
+    doc["platform"] = pf.name
+    doc["layout"] = layout
+    doc["fixes"] = [w for w in WHATIFS if w in fixes]
+    doc["whatif"] = whatif_truth(sims, plan, run, fixes) if whatifs else None
     if plan.session:
         write_session(out, sims, scenario)
     write_truth(out, doc)
     return out
+
+
+def _platform(name: str | None) -> Platform:
+    key = name or "cuda"
+    if key not in PLATFORMS:
+        raise GpuprofError(f"unknown platform {key!r}; known: {', '.join(PLATFORMS)}")
+    return PLATFORMS[key]
+
+
+def _distributed_info(plan: Plan, rank: int, pf: Platform) -> dict[str, Any] | None:
+    n = plan.world_size
+    if n <= 1:
+        return None
+    pg = {
+        "pg_name": "0",
+        "pg_desc": "default_pg",
+        "backend_config": "cuda:nccl",
+        "pg_size": n,
+        "ranks": list(range(n)),
+    }
+    groups = [pg] if plan.pg_config is None else plan.pg_config(rank)
+    return {
+        "backend": "nccl",
+        "rank": rank,
+        "world_size": n,
+        "pg_count": len(groups),
+        "pg_config": groups,
+        "nccl_version": "2.22.3" if pf.rocm else "2.21.5",
+    }
 
 
 def _base_fn(scenario: str) -> Any:

@@ -3,12 +3,14 @@
 Both are generator functions for a rank's program to ``yield from``: they issue the host
 operators PyTorch records (``c10d::allreduce_`` > ``record_param_comms`` >
 ``nccl:all_reduce`` > ``cudaLaunchKernelExC``), place the NCCL kernel on its stream, and
-record the ground truth of the time spent in it.
+record the ground truth of the time spent in it. Their transfer time is the one of the
+rank's what-if fixes (:meth:`RankSim.transfer_us`). Given a ``timer`` (lane, name, args),
+they also record the Megatron-style timer op of the transfer.
 """
 
 from __future__ import annotations
 
-from collections.abc import Generator, Sequence
+from collections.abc import Generator, Mapping, Sequence
 from typing import Any
 
 from gpuprof.model.report import Cause
@@ -29,12 +31,15 @@ def collective(
     transfer_us: float,
     pg: str = "0",
     pg_desc: str = "default_pg",
+    timer: tuple[str, str, Mapping[str, int]] | None = None,
 ) -> Generator[Wait, None, tuple[float, float]]:
     """An NCCL collective on the NCCL stream; returns the kernel's ``(start, end)``.
 
     The NCCL stream first waits for the compute stream (what ProcessGroupNCCL does), so
-    a rank arrives when its own compute before the call is done.
+    a rank arrives when its own compute before the call is done. Its timer op spans the
+    kernel, the wait for late ranks included.
     """
+    transfer_us = sim.transfer_us(transfer_us, collective=True)
     pg_args = {
         "Process Group Name": pg,
         "Process Group Description": pg_desc,
@@ -60,9 +65,9 @@ def collective(
     ):
         sim.idle(sim.jit(6.0))
         # ProcessGroupNCCL makes the NCCL stream wait for the current stream first
-        sim.runtime("cudaEventRecord", 135, sim.jit(2.0))
-        sim.runtime("cudaStreamWaitEvent", 147, sim.jit(1.5))
-        corr, t0, t1 = sim.runtime("cudaLaunchKernelExC", 430, sim.jit(8.0))
+        sim.runtime("cudaEventRecord", 135, sim.jit(2.0), launch=True)
+        sim.runtime("cudaStreamWaitEvent", 147, sim.jit(1.5), launch=True)
+        corr, t0, t1 = sim.runtime("cudaLaunchKernelExC", 430, sim.jit(8.0), launch=True)
         arrival = max(
             t1 + sim.jit(sim.timing.queue_us),
             sim.stream_free[NCCL_STREAM],
@@ -72,29 +77,40 @@ def collective(
         yield Wait(full)
         xfer_start, end = sim.job.resolved[full]
         sim.stream_free[NCCL_STREAM] = end
-        sim.emit_device(
-            "kernel",
-            kernel_name,
-            NCCL_STREAM,
-            arrival,
-            end,
-            corr,
-            t0,
-            {
-                "registers per thread": 96,
-                "shared memory": 87568,
-                "blocks per SM": 0.1,
-                "warps per SM": 1.2,
-                "grid": [16, 1, 1],
-                "block": [544, 1, 1],
-                "est. achieved occupancy %": 0,
-                **coll_args,
-                **pg_args,
-            },
-        )
-        sim.w.device_x("gpu_user_annotation", annotation, NCCL_STREAM, arrival, end, {"External id": sim.ext})
+        if sim.writing:
+            sim.emit_device(
+                "kernel",
+                kernel_name,
+                NCCL_STREAM,
+                arrival,
+                end,
+                corr,
+                t0,
+                {
+                    "registers per thread": 96,
+                    "shared memory": 87568,
+                    "blocks per SM": 0.1,
+                    "warps per SM": 1.2,
+                    "grid": [16, 1, 1],
+                    "block": [544, 1, 1],
+                    "est. achieved occupancy %": 0,
+                    **coll_args,
+                    **pg_args,
+                },
+            )
+            sim.w.device_x(
+                "gpu_user_annotation",
+                annotation,
+                sim.pf.stream(NCCL_STREAM),
+                arrival,
+                end,
+                {"External id": sim.ext},
+            )
         sim.claim(sim.wait_cause, arrival, xfer_start)
         sim.claim(Cause.COMMUNICATION, xfer_start, end)
+    if timer is not None:
+        lane, name, args = timer
+        sim.timer(lane, name, arrival, end, **args)
     return arrival, end
 
 
@@ -108,12 +124,15 @@ def p2p(
     transfer_us: float,
     ranks: Sequence[int],
     pg: str = "0",
+    timer: tuple[str, str, Mapping[str, int]] | None = None,
 ) -> Generator[Wait, None, tuple[float, float]]:
     """``dist.isend`` / ``dist.irecv`` followed by ``wait()`` (as pipeline schedules do).
 
     A send ends ``transfer_us`` after it starts (NCCL buffers it); a receive ends when
-    the sender's data has arrived. The compute stream waits for either to finish.
+    the sender's data has arrived. The compute stream waits for either to finish. The
+    timer op spans the transfer itself (a receive's wait for its sender is not in it).
     """
+    transfer_us = sim.transfer_us(transfer_us, collective=False)
     src, dst = (sim.rank, peer) if kind == "send" else (peer, sim.rank)
     annotation = f"nccl:send {src}->{dst}" if kind == "send" else f"nccl:recv {dst}<-{src}"
     data_key = ("p2p", src, dst) + (tuple(key) if isinstance(key, tuple) else (key,))
@@ -141,9 +160,9 @@ def p2p(
     ):
         sim.idle(sim.jit(5.0))
         # ProcessGroupNCCL makes the NCCL stream wait for the current stream first
-        sim.runtime("cudaEventRecord", 135, sim.jit(2.0))
-        sim.runtime("cudaStreamWaitEvent", 147, sim.jit(1.5))
-        corr, t0, t1 = sim.runtime("cudaLaunchKernelExC", 430, sim.jit(7.0))
+        sim.runtime("cudaEventRecord", 135, sim.jit(2.0), launch=True)
+        sim.runtime("cudaStreamWaitEvent", 147, sim.jit(1.5), launch=True)
+        corr, t0, t1 = sim.runtime("cudaLaunchKernelExC", 430, sim.jit(7.0), launch=True)
         arrival = max(
             t1 + sim.jit(sim.timing.queue_us),
             sim.stream_free[P2P_STREAM],
@@ -156,28 +175,39 @@ def p2p(
             yield Wait(data_key)
             end = max(sim.job.resolved[data_key][1], arrival + transfer_us)
         sim.stream_free[P2P_STREAM] = end
-        sim.emit_device(
-            "kernel",
-            "ncclDevKernel_SendRecv(ncclDevKernelArgsStorage<4096ul>)",
-            P2P_STREAM,
-            arrival,
-            end,
-            corr,
-            t0,
-            {
-                "registers per thread": 96,
-                "shared memory": 35856,
-                "blocks per SM": 0.01,
-                "warps per SM": 0.2,
-                "grid": [1, 1, 1],
-                "block": [640, 1, 1],
-                "est. achieved occupancy %": 0,
-                **coll_args,
-                **pg_args,
-            },
-        )
-        sim.w.device_x("gpu_user_annotation", annotation, P2P_STREAM, arrival, end, {"External id": sim.ext})
+        if sim.writing:
+            sim.emit_device(
+                "kernel",
+                "ncclDevKernel_SendRecv(ncclDevKernelArgsStorage<4096ul>)",
+                P2P_STREAM,
+                arrival,
+                end,
+                corr,
+                t0,
+                {
+                    "registers per thread": 96,
+                    "shared memory": 35856,
+                    "blocks per SM": 0.01,
+                    "warps per SM": 0.2,
+                    "grid": [1, 1, 1],
+                    "block": [640, 1, 1],
+                    "est. achieved occupancy %": 0,
+                    **coll_args,
+                    **pg_args,
+                },
+            )
+            sim.w.device_x(
+                "gpu_user_annotation",
+                annotation,
+                sim.pf.stream(P2P_STREAM),
+                arrival,
+                end,
+                {"External id": sim.ext},
+            )
         sim.claim(Cause.PIPELINE_BUBBLE, arrival, end)
+    if timer is not None:
+        lane, name, args = timer
+        sim.timer(lane, name, max(arrival, end - transfer_us), end, **args)
     # work.wait(): the compute stream waits for the transfer
     sim.deps.append((end, Cause.PIPELINE_BUBBLE))
     return arrival, end

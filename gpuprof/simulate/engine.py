@@ -14,10 +14,23 @@ The device model is the one CUDA gives:
   so early ranks sit inside the NCCL kernel waiting (what a straggler looks like in a real
   trace); point-to-point data is buffered: a receive ends when the sender's data is there.
 
-Everything the simulator emits goes straight to the rank's :class:`KinetoWriter`. Beside
-it, the simulator keeps the *ground truth*: the compute intervals, and for every stretch
-of the compute stream without compute the reason it knows for it (see
+Everything the simulator emits goes straight to the rank's :class:`KinetoWriter` (named
+for the rank's :class:`~gpuprof.simulate.platform.Platform`), or nowhere when a
+:class:`~gpuprof.simulate.kineto.NullWriter` stands in (a what-if re-run needs only step
+times). Beside it, the simulator keeps the *ground truth*: the compute intervals, and for
+every stretch of the compute stream without compute the reason it knows for it (see
 :mod:`gpuprof.simulate.truth`). Times are microseconds on the simulated clock.
+
+What-if fixes
+    A rank runs with a set of fixes (:mod:`gpuprof.simulate.fixes`) that change what the
+    host and the transfers cost; ``seen`` collects the fixes that this rank's work gives
+    something to remove (a blocking sync, a DataLoader wait, an allocator call, ...).
+
+Random draws
+    Every duration is jittered by draws from a stream of its own per (seed, rank, purpose,
+    step): ``host`` (operator, launch and Python costs), ``device`` (kernel durations),
+    ``data`` (DataLoader waits) and ``alloc`` (allocator calls). A fix that removes a call
+    still makes its draw, so that the fixed job differs from the original only by the fix.
 """
 
 from __future__ import annotations
@@ -31,7 +44,16 @@ from typing import Any
 
 from gpuprof.errors import GpuprofError
 from gpuprof.model.report import Cause
-from gpuprof.simulate.kineto import KinetoWriter
+from gpuprof.simulate.fixes import (
+    DOUBLE_BANDWIDTH,
+    FREE_LAUNCHES,
+    NO_ALLOCATOR,
+    NO_DATALOADER,
+    NO_SYNC,
+    OVERLAP_COLLECTIVES,
+)
+from gpuprof.simulate.kineto import TraceWriter
+from gpuprof.simulate.platform import CUDA, Platform
 
 COMPUTE_STREAM = 7
 COPY_STREAM = 13
@@ -91,17 +113,39 @@ class Job:
         self.woken.append(key)
 
 
+# A DataLoader wait longer than this is a real wait for data (not the iterator's own cost).
+DATA_WAIT_US = 50.0
+
+
 class RankSim:
     """One rank: a host thread with its clock ``t`` and device streams, writing a trace."""
 
     def __init__(
-        self, job: Job, rank: int, writer: KinetoWriter, seed: int, timing: Timing = Timing()
+        self,
+        job: Job,
+        rank: int,
+        writer: TraceWriter,
+        seed: int,
+        timing: Timing = Timing(),
+        *,
+        fixes: frozenset[str] = frozenset(),
+        platform: Platform = CUDA,
     ) -> None:
         self.job = job
         self.rank = rank
         self.w = writer
-        self.rng = random.Random(seed * 1_000_003 + rank * 7919 + 17)
+        self.writing = writer.enabled
+        self.seed = seed
         self.timing = timing
+        self.fixes = frozenset(fixes)
+        self.pf = platform
+        self.seen: set[str] = set()  # fixes that this rank's work gives something to remove
+        self._rngs: dict[str, random.Random] = {}
+        self._step_no = 0
+        self._cpu_depth = 0  # framework operators (cpu_op) open around the host's work
+        self._free_ops = FREE_LAUNCHES in self.fixes
+        # Megatron-style timer ops (lane, name, start, end, args), recorded when wanted
+        self.timers: list[tuple[str, str, float, float, dict[str, int]]] | None = None
         self.tid = writer.pid  # the main thread
         self.t = 0.0
         self.stream_free: dict[int, float] = {}
@@ -127,9 +171,19 @@ class RankSim:
         """Report a time for job-level bookkeeping (read by a plan's ``post``)."""
         self.job.marks.setdefault(key, {})[self.rank] = t_us
 
-    def jit(self, us: float) -> float:
-        """``us`` with the configured relative jitter (never below 5 % of it)."""
-        return max(us * 0.05, us * (1.0 + self.rng.gauss(0.0, self.timing.jitter)))
+    def jit(self, us: float, purpose: str = "host") -> float:
+        """``us`` with the configured relative jitter (never below 5 % of it), drawn from
+        this rank's stream for ``purpose`` in the current step."""
+        rng = self._rngs.get(purpose)
+        if rng is None:
+            rng = random.Random(f"{self.seed}/{self.rank}/{purpose}/{self._step_no}")
+            self._rngs[purpose] = rng
+        return max(us * 0.05, us * (1.0 + rng.gauss(0.0, self.timing.jitter)))
+
+    def timer(self, lane: str, name: str, start_us: float, end_us: float, **args: int) -> None:
+        """A Megatron-style timer op (kept only when the op-level timeline is written)."""
+        if self.timers is not None:
+            self.timers.append((lane, name, start_us, end_us, args))
 
     def claim(self, cause: Cause, start_us: float, end_us: float) -> None:
         if end_us > start_us:
@@ -150,7 +204,11 @@ class RankSim:
         return self._ext_stack[-1] if self._ext_stack else 0
 
     def idle(self, us: float) -> None:
-        """Host time spent in Python with no profiled operator (interpreter overhead)."""
+        """Host time spent in Python or inside an operator with no launch (overhead).
+
+        Under ``free_launches``, time inside a framework operator costs nothing."""
+        if self._free_ops and self._cpu_depth:
+            return
         self.t += max(us, 0.0)
 
     # -- host ranges ------------------------------------------------------------------
@@ -159,22 +217,31 @@ class RankSim:
         """A framework operator (``cpu_op``) or ``record_function`` range around the body."""
         ext = self._next_ext()
         start = self.t
-        self.t += self.jit(1.5)
+        framework = cat == "cpu_op"
+        free = framework and self._free_ops
+        enter = self.jit(1.5)
+        self.t += 0.0 if free else enter
         self._ext_stack.append(ext)
+        self._cpu_depth += framework
         try:
             yield ext
         finally:
             self._ext_stack.pop()
-            self.t += self.jit(1.0)
-            a: dict[str, Any] = {"External id": ext, "Record function id": ext}
-            if args:
-                a.update(args)
-            self.w.host_x(cat, name, self.tid, start, self.t, a)
+            self._cpu_depth -= framework
+            leave = self.jit(1.0)
+            self.t += 0.0 if free else leave
+            if self.writing:
+                a: dict[str, Any] = {"External id": ext, "Record function id": ext}
+                if args:
+                    a.update(args)
+                self.w.host_x(cat, name, self.tid, start, self.t, a)
 
     @contextmanager
     def step(self, number: int) -> Iterator[None]:
         """``ProfilerStep#N``: the analysis window is the span of these."""
         start = self.t
+        self._step_no = number
+        self._rngs = {}
         if self.window is None:
             self.window = (start, start)
             for s in (COMPUTE_STREAM, COPY_STREAM, NCCL_STREAM, P2P_STREAM):
@@ -184,19 +251,38 @@ class RankSim:
         self.steps.append((number, start, self.t))
         self.window = (self.window[0], self.t)
 
-    def runtime(self, name: str, cbid: int, dur_us: float) -> tuple[int, float, float]:
+    def runtime(
+        self,
+        name: str,
+        cbid: int,
+        dur_us: float,
+        *,
+        launch: bool = False,
+        args: Mapping[str, Any] | None = None,
+    ) -> tuple[int, float, float]:
+        """A CUDA runtime call of ``dur_us`` (given by its CUDA name; written as the
+        platform names it). A ``launch`` (kernel, copy, memset, stream-event call) costs
+        nothing under ``free_launches``."""
         corr = self._next_corr()
+        if launch:
+            self.seen.add(FREE_LAUNCHES)
+            if self._free_ops:
+                dur_us = 0.0
         start = self.t
         self.t += dur_us
-        self.w.host_x(
-            "cuda_runtime",
-            name,
-            self.tid,
-            start,
-            self.t,
-            {"External id": self.ext, "cbid": cbid, "correlation": corr},
-        )
+        self._runtime_event(name, cbid, corr, start, self.t, args)
         return corr, start, self.t
+
+    def _runtime_event(
+        self, name: str, cbid: int, corr: int, start: float, end: float, args: Mapping[str, Any] | None = None
+    ) -> None:
+        if not self.writing:
+            return
+        written, id_key, id_value = self.pf.runtime(name, cbid)
+        a: dict[str, Any] = {"External id": self.ext, id_key: id_value, "correlation": corr}
+        if args and self.pf.rocm:
+            a.update(args)  # roctracer puts the kernel's name and shape on its launch
+        self.w.host_x("cuda_runtime", written, self.tid, start, end, a)
 
     # -- device placement -------------------------------------------------------------
     def _place(
@@ -229,19 +315,29 @@ class RankSim:
         corr: int,
         t_launch: float,
         args: Mapping[str, Any],
+        rocm_kind: str = "Dispatch Kernel",
     ) -> None:
-        a: dict[str, Any] = {
-            "External id": self.ext,
-            "queued": 0,
-            "device": self.w.device,
-            "context": 1,
-            "stream": stream,
-            "correlation": corr,
-        }
-        a.update(args)
-        self.w.device_x(cat, name, stream, start, end, a)
+        """Write a device op (``name`` as CUDA calls it) with its flow from the launch."""
+        if not self.writing:
+            return
+        sid = self.pf.stream(stream)
+        a: dict[str, Any]
+        if self.pf.rocm:
+            name = self.pf.kernel(name) if cat == "kernel" else name
+            a = {"device": self.w.device, "stream": sid, "correlation": corr, "kind": rocm_kind}
+        else:
+            a = {
+                "External id": self.ext,
+                "queued": 0,
+                "device": self.w.device,
+                "context": 1,
+                "stream": sid,
+                "correlation": corr,
+            }
+            a.update(args)
+        self.w.device_x(cat, name, sid, start, end, a)
         self.w.flow("s", corr, self.w.pid, self.tid, t_launch)
-        self.w.flow("f", corr, self.w.device, stream, start)
+        self.w.flow("f", corr, self.w.device, sid, start)
 
     def kernel(
         self,
@@ -254,28 +350,36 @@ class RankSim:
         grid: int = 1024,
     ) -> tuple[float, float]:
         """Launch a kernel; returns its device ``(start_us, end_us)``."""
-        corr, t0, t1 = self.runtime("cudaLaunchKernel", 211, self.jit(self.timing.launch_us))
-        dur = self.jit(dur_us)
+        launch_args = (
+            {"kernel": self.pf.kernel(name), "grid": [grid, 1, 1], "block": [256, 1, 1], "shared memory": 0}
+            if self.writing and self.pf.rocm
+            else None
+        )
+        corr, t0, t1 = self.runtime(
+            "cudaLaunchKernel", 211, self.jit(self.timing.launch_us), launch=True, args=launch_args
+        )
+        dur = self.jit(dur_us, "device")
         start = self._place(stream, dur, t1 + self.jit(self.timing.queue_us), deps)
         end = start + dur
-        self.emit_device(
-            "kernel",
-            name,
-            stream,
-            start,
-            end,
-            corr,
-            t0,
-            {
-                "registers per thread": 64,
-                "shared memory": 16384,
-                "blocks per SM": round(grid / 132, 6),
-                "warps per SM": round(grid * 4 / 132, 6),
-                "grid": [grid, 1, 1],
-                "block": [128, 1, 1],
-                "est. achieved occupancy %": 50 if grid >= 132 else 3,
-            },
-        )
+        if self.writing:
+            self.emit_device(
+                "kernel",
+                name,
+                stream,
+                start,
+                end,
+                corr,
+                t0,
+                {
+                    "registers per thread": 64,
+                    "shared memory": 16384,
+                    "blocks per SM": round(grid / 132, 6),
+                    "warps per SM": round(grid * 4 / 132, 6),
+                    "grid": [grid, 1, 1],
+                    "block": [128, 1, 1],
+                    "est. achieved occupancy %": 50 if grid >= 132 else 3,
+                },
+            )
         if compute:
             self.compute_s.append(start)
             self.compute_e.append(end)
@@ -301,122 +405,158 @@ class RankSim:
         bw_gbps: float,
         stream: int = COMPUTE_STREAM,
         deps: Sequence[tuple[float, Cause]] = (),
+        sync_call: bool = False,
     ) -> tuple[float, float]:
-        """``cudaMemcpyAsync``; a copy to or from pageable memory blocks the host until done."""
-        host = "Pinned" if pinned else "Pageable"
-        names = {
-            "HtoD": f"Memcpy HtoD ({host} -> Device)",
-            "DtoH": f"Memcpy DtoH (Device -> {host})",
-            "DtoD": "Memcpy DtoD (Device -> Device)",
-        }
-        corr, t0, t1 = self.runtime("cudaMemcpyAsync", 41, self.jit(4.0))
+        """``cudaMemcpyAsync``; a copy to or from pageable memory blocks the host until done.
+
+        ``sync_call``: a synchronous copy call (ROCm's ``hipMemcpyWithStream`` behind
+        ``.item()``), which blocks too. Under ``no_sync`` neither blocks (the host memory
+        is pinned and the call asynchronous); the copy itself takes as long."""
+        blocking = sync_call or (not pinned and kind != "DtoD")
+        if blocking:
+            self.seen.add(NO_SYNC)
+            if NO_SYNC in self.fixes:
+                blocking, pinned, sync_call = False, True, False
+        name = "cudaMemcpyWithStream" if sync_call else "cudaMemcpyAsync"
+        corr = self._next_corr()
+        t0 = self.t
+        cost = self.jit(4.0)
+        if not sync_call:  # an asynchronous copy is launched like a kernel
+            self.seen.add(FREE_LAUNCHES)
+            cost = 0.0 if self._free_ops else cost
+        t1 = self.t = t0 + cost
         dur = 1.5 + nbytes / (bw_gbps * 1e3)
         start = self._place(stream, dur, t1 + self.jit(self.timing.queue_us), deps)
         end = start + dur
-        self.emit_device(
-            "gpu_memcpy",
-            names[kind],
-            stream,
-            start,
-            end,
-            corr,
-            t0,
-            {"bytes": nbytes, "memory bandwidth (GB/s)": round(nbytes / max(dur, 1e-3) / 1e3, 4)},
-        )
+        if self.writing:
+            self.emit_device(
+                "gpu_memcpy",
+                self.pf.memcpy_name(kind, pinned),
+                stream,
+                start,
+                end,
+                corr,
+                t0,
+                {"bytes": nbytes, "memory bandwidth (GB/s)": round(nbytes / max(dur, 1e-3) / 1e3, 4)},
+                rocm_kind=kind,
+            )
         self.claim(Cause.MEMORY, start, end)
-        if not pinned and kind != "DtoD":
+        tail = self.jit(2.0)
+        if blocking:
             # The driver stages pageable memory through a pinned buffer: the call returns
             # only when the copy is done, and the device then waits for the next launch.
-            self.t = max(self.t, end) + self.jit(2.0)
+            self.t = max(t1, end) + tail
             self.label = Cause.MEMORY
+        self._runtime_event(name, 41, corr, t0, self.t)
         return start, end
 
     def memset(self, nbytes: int, stream: int = COMPUTE_STREAM) -> tuple[float, float]:
-        corr, t0, t1 = self.runtime("cudaMemsetAsync", 51, self.jit(3.0))
+        corr, t0, t1 = self.runtime("cudaMemsetAsync", 51, self.jit(3.0), launch=True)
         dur = 1.0 + nbytes / 1.5e6
         start = self._place(stream, dur, t1 + self.jit(self.timing.queue_us))
         end = start + dur
-        self.emit_device(
-            "gpu_memset",
-            "Memset (Device)",
-            stream,
-            start,
-            end,
-            corr,
-            t0,
-            {"bytes": nbytes, "memory bandwidth (GB/s)": round(nbytes / dur / 1e3, 4)},
-        )
+        if self.writing:
+            self.emit_device(
+                "gpu_memset",
+                "Memset (Device)",
+                stream,
+                start,
+                end,
+                corr,
+                t0,
+                {"bytes": nbytes, "memory bandwidth (GB/s)": round(nbytes / dur / 1e3, 4)},
+                rocm_kind="Device",
+            )
         self.claim(Cause.MEMORY, start, end)
         return start, end
 
     # -- host blocking ----------------------------------------------------------------
+    def _blocking_call(self, name: str, cbid: int, until_us: float, extra_us: float, label: Cause) -> None:
+        """A runtime call that returns ``extra_us`` after ``until_us`` (or after its start)."""
+        corr = self._next_corr()
+        t0 = self.t
+        self.t = max(self.t, until_us) + extra_us
+        self._runtime_event(name, cbid, corr, t0, self.t)
+        self.label = label
+
     def stream_sync(self, stream: int = COMPUTE_STREAM) -> None:
-        """``cudaStreamSynchronize``: the host waits for the stream to drain."""
-        corr, t0, _ = self.runtime("cudaStreamSynchronize", 131, 0.0)
-        self.t = max(self.t, self.stream_free.get(stream, self.t)) + self.jit(3.0)
-        self.w.host_x(
-            "cuda_runtime",
-            "cudaStreamSynchronize",
-            self.tid,
-            t0,
-            self.t,
-            {"External id": self.ext, "cbid": 131, "correlation": corr},
-        )
-        self.label = Cause.SYNC
+        """``cudaStreamSynchronize``: the host waits for the stream to drain (not called
+        under ``no_sync``)."""
+        self.seen.add(NO_SYNC)
+        extra = self.jit(3.0)
+        if NO_SYNC not in self.fixes:
+            self._blocking_call(
+                "cudaStreamSynchronize", 131, self.stream_free.get(stream, self.t), extra, Cause.SYNC
+            )
 
     def device_sync(self) -> None:
-        """``cudaDeviceSynchronize``: the host waits for every stream to drain."""
-        corr, t0, _ = self.runtime("cudaDeviceSynchronize", 165, 0.0)
-        self.t = max([self.t] + list(self.stream_free.values())) + self.jit(3.0)
-        self.w.host_x(
-            "cuda_runtime",
-            "cudaDeviceSynchronize",
-            self.tid,
-            t0,
-            self.t,
-            {"External id": self.ext, "cbid": 165, "correlation": corr},
-        )
-        self.label = Cause.SYNC
+        """``cudaDeviceSynchronize``: the host waits for every stream to drain (not called
+        under ``no_sync``)."""
+        self.seen.add(NO_SYNC)
+        extra = self.jit(3.0)
+        if NO_SYNC not in self.fixes:
+            self._blocking_call(
+                "cudaDeviceSynchronize", 165, max([self.t, *self.stream_free.values()]), extra, Cause.SYNC
+            )
 
     def item(self) -> None:
-        """``tensor.item()``: a 4-byte copy to pageable memory and a stream synchronize."""
+        """``tensor.item()``: a 4-byte copy to pageable memory and a stream synchronize
+        (on ROCm one synchronous ``hipMemcpyWithStream``)."""
         with self.op("aten::item"), self.op("aten::_local_scalar_dense"):
-            self.memcpy("DtoH", 4, pinned=False, bw_gbps=1.0)
-            self.stream_sync()
+            if self.pf.rocm:
+                self.memcpy("DtoH", 4, pinned=False, bw_gbps=1.0, sync_call=True)
+                self.jit(3.0)  # the CUDA path's synchronize draw, so both platforms draw alike
+            else:
+                self.memcpy("DtoH", 4, pinned=False, bw_gbps=1.0)
+                self.stream_sync()
 
     def cuda_free(self, dur_us: float) -> None:
-        """``cudaFree``: synchronizes the whole device, then releases memory."""
-        corr, t0, _ = self.runtime("cudaFree", 17, 0.0)
-        self.t = max([self.t] + list(self.stream_free.values())) + self.jit(dur_us)
-        self.w.host_x(
-            "cuda_runtime",
-            "cudaFree",
-            self.tid,
-            t0,
-            self.t,
-            {"External id": self.ext, "cbid": 17, "correlation": corr},
-        )
-        self.label = Cause.MEMORY
+        """``cudaFree``: synchronizes the whole device, then releases memory (free and
+        asynchronous under ``no_allocator``)."""
+        self.seen.add(NO_ALLOCATOR)
+        extra = self.jit(dur_us, "alloc")
+        if NO_ALLOCATOR not in self.fixes:
+            self._blocking_call("cudaFree", 17, max([self.t, *self.stream_free.values()]), extra, Cause.MEMORY)
 
     def cuda_malloc(self, dur_us: float) -> None:
-        self.runtime("cudaMalloc", 20, self.jit(dur_us))
-        self.label = Cause.MEMORY
+        """``cudaMalloc`` (free under ``no_allocator``)."""
+        self.seen.add(NO_ALLOCATOR)
+        cost = self.jit(dur_us, "alloc")
+        if NO_ALLOCATOR not in self.fixes:
+            self.runtime("cudaMalloc", 20, cost)
+            self.label = Cause.MEMORY
 
     def memory(self, allocated_delta_bytes: int, reserved_delta_bytes: int = 0) -> None:
         """Record a caching-allocator change as a ``[memory]`` event (profile_memory=True)."""
         self.allocated_bytes += allocated_delta_bytes
         self.reserved_bytes = max(self.reserved_bytes + reserved_delta_bytes, self.allocated_bytes)
-        self.w.memory(self.tid, self.t, allocated_delta_bytes, self.allocated_bytes, self.reserved_bytes)
+        if self.writing:
+            self.w.memory(self.tid, self.t, allocated_delta_bytes, self.allocated_bytes, self.reserved_bytes)
 
     def dataloader_next(self, wait_us: float, multiprocessing: bool = True) -> None:
-        """The host waits in the DataLoader iterator for the next batch."""
+        """The host waits in the DataLoader iterator for the next batch (no wait under
+        ``no_dataloader``)."""
         kind = "_MultiProcessingDataLoaderIter" if multiprocessing else "_SingleProcessDataLoaderIter"
+        wait = self.jit(wait_us, "data")
+        if wait_us > DATA_WAIT_US:
+            self.seen.add(NO_DATALOADER)
+            if NO_DATALOADER in self.fixes:
+                wait = 0.0
         with self.op(f"enumerate(DataLoader)#{kind}.__next__", cat="user_annotation"):
-            self.idle(self.jit(wait_us))
-        if wait_us > 50.0:
+            self.idle(wait)
+        if wait > DATA_WAIT_US:
             self.label = Cause.DATALOADER
 
-    # -- communication ----------------------------------------------------------------
+    def transfer_us(self, us: float, *, collective: bool) -> float:
+        """The transfer time of a collective or point-to-point op under this rank's fixes."""
+        self.seen.add(DOUBLE_BANDWIDTH)
+        if collective:
+            self.seen.add(OVERLAP_COLLECTIVES)
+            if OVERLAP_COLLECTIVES in self.fixes:
+                return 0.0
+        return us / 2.0 if DOUBLE_BANDWIDTH in self.fixes else us
+
+    # -- end of the job --------------------------------------------------------------- ----------------------------------------------------------------
     def finish(self) -> None:
         """Claim the tail of the window after the last device work (the host's reason)."""
         if self.window is None:

@@ -19,7 +19,7 @@ import io
 import os
 from collections.abc import Mapping, Sequence
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
 import msgspec
 
@@ -40,6 +40,69 @@ def _dur(d_us: float) -> float:
     return round(max(d_us, 0.0), 3)
 
 
+class TraceWriter(Protocol):
+    """What the engine writes a rank's events to: a :class:`KinetoWriter` or a :class:`NullWriter`."""
+
+    enabled: bool
+    pid: int
+    device: int
+
+    def name_thread(self, pid: int, tid: int, name: str) -> None: ...
+
+    def host_x(
+        self, cat: str, name: str, tid: int, start_us: float, end_us: float, args: Mapping[str, Any]
+    ) -> None: ...
+
+    def device_x(
+        self, cat: str, name: str, stream: int, start_us: float, end_us: float, args: Mapping[str, Any]
+    ) -> None: ...
+
+    def flow(self, ph: str, corr: int, pid: int, tid: int, t_us: float) -> None: ...
+
+    def memory(self, tid: int, t_us: float, nbytes: int, allocated_bytes: int, reserved_bytes: int) -> None: ...
+
+    def close(self, *, start_us: float, end_us: float, trace_name: str) -> None: ...
+
+    def abort(self) -> None: ...
+
+
+class NullWriter:
+    """Writes nothing: stands in for a rank's trace when only the simulation's timing is
+    needed (a what-if re-run, or a layout written from other records). The engine skips
+    building events when ``enabled`` is false."""
+
+    enabled = False
+
+    def __init__(self, *, pid: int, device: int) -> None:
+        self.pid = pid
+        self.device = device
+
+    def name_thread(self, pid: int, tid: int, name: str) -> None:
+        pass
+
+    def host_x(
+        self, cat: str, name: str, tid: int, start_us: float, end_us: float, args: Mapping[str, Any]
+    ) -> None:
+        pass
+
+    def device_x(
+        self, cat: str, name: str, stream: int, start_us: float, end_us: float, args: Mapping[str, Any]
+    ) -> None:
+        pass
+
+    def flow(self, ph: str, corr: int, pid: int, tid: int, t_us: float) -> None:
+        pass
+
+    def memory(self, tid: int, t_us: float, nbytes: int, allocated_bytes: int, reserved_bytes: int) -> None:
+        pass
+
+    def close(self, *, start_us: float, end_us: float, trace_name: str) -> None:
+        pass
+
+    def abort(self) -> None:
+        pass
+
+
 class KinetoWriter:
     """Writes one rank's trace to ``path`` (``.json.gz`` or ``.json``).
 
@@ -56,7 +119,9 @@ class KinetoWriter:
         device_properties: Sequence[Mapping[str, Any]],
         distributed_info: Mapping[str, Any] | None,
         compresslevel: int = 6,
+        header: Mapping[str, Any] | None = None,
     ) -> None:
+        self.enabled = True
         self.path = path
         self.pid = pid
         self.device = device
@@ -71,6 +136,7 @@ class KinetoWriter:
         self._first = True
         self._threads: dict[tuple[int, int], str] = {}
         head: dict[str, Any] = {"schemaVersion": 1, "deviceProperties": list(device_properties)}
+        head.update(header or {})
         if distributed_info is not None:
             head["distributedInfo"] = dict(distributed_info)
         text = _ENC.encode(head)

@@ -23,7 +23,14 @@ from gpuprof.simulate.scenarios_parallel import (
     rl_post_training,
     straggler,
 )
-from gpuprof.simulate.scenarios_single import healthy, input_bound, launch_bound, memory_pressure, sync_heavy
+from gpuprof.simulate.scenarios_single import (
+    alloc_churn,
+    healthy,
+    input_bound,
+    launch_bound,
+    memory_pressure,
+    sync_heavy,
+)
 from gpuprof.simulate.schedules import SCHEDULES
 
 __all__ = ["KNOB_HELP", "SCENARIOS", "Plan", "data_parallel"]
@@ -44,13 +51,20 @@ KNOB_HELP: dict[str, str] = {
     "chunks": "model chunks per stage (interleaved schedule only)",
     "stage_ms": "forward time of one microbatch on one stage, ms (backward twice as long)",
     "act_mb": "activation bytes sent between stages per microbatch, megabytes",
-    "slow_stage": "pipeline stage that is slower (-1: none)",
-    "slow_rank": "rank whose compute is slower",
+    "slow_stage": "pipeline stage with more work than the others, on every replica (-1: none)",
+    "slow_rank": "rank whose GPU computes slower (pipeline: -1 for none)",
     "slowdown": "compute time factor of the slow rank or stage",
+    "replica_spread": "data-parallel replica d computes spread * d / (dp - 1) slower (the last one the most)",
+    "annotate": "mark each microbatch with forward_step / backward_step ranges (false: only NCCL send/recv show them)",
+    "dist_opt": "distributed optimizer: reduce-scatter gradients and all-gather parameters instead of one all-reduce",
     "seq_min": "shortest sequence length in a step's per-rank batches",
     "seq_max": "longest sequence length in a step's per-rank batches",
     "batch_ms": "time the DataLoader needs to produce one batch, ms",
     "items_per_layer": "`.item()` calls per layer in the forward pass",
+    "python_ms": "Python run on the host after each `.item()` (acting on the value) before the next launch, ms",
+    "frees_per_layer": "operators per layer that free a temporary (hipFree/cudaFree, synchronizing) inside",
+    "free_us": "host time of one free once the device is idle, microseconds",
+    "malloc_us": "host time of one device allocation, microseconds",
     "flush": "empty the caching allocator each step (cudaFree + cudaMalloc retries)",
     "mallocs": "cudaMalloc calls per step after the flush",
     "offload_mb": "activation bytes offloaded to host per layer and fetched back in backward, megabytes",
@@ -73,5 +87,6 @@ SCENARIOS: dict[str, Callable[..., Plan]] = {
     "input_bound": input_bound,
     "sync_heavy": sync_heavy,
     "launch_bound": launch_bound,
+    "alloc_churn": alloc_churn,
     "rl_post_training": rl_post_training,
 }

@@ -8,15 +8,27 @@ from __future__ import annotations
 
 import random
 from collections.abc import Generator, Sequence
+from contextlib import nullcontext
+from statistics import mean, median
 from typing import Any
 
 from gpuprof.model.report import Cause
 from gpuprof.simulate import comm
 from gpuprof.simulate import workload as wl
 from gpuprof.simulate.engine import COMPUTE_STREAM, Program, RankSim, Wait
+from gpuprof.simulate.fixes import (
+    BALANCED_STAGES,
+    DOUBLE_BANDWIDTH,
+    DOUBLE_MICROBATCHES,
+    OVERLAP_COLLECTIVES,
+    PEER_MEDIAN_COMPUTE,
+    differs,
+    faster,
+    peer_median,
+)
 from gpuprof.simulate.plan import Plan, check
 from gpuprof.simulate.schedules import SCHEDULES, stage_order, theoretical_bubble
-from gpuprof.simulate.workload import ALLGATHER_KERNEL, allreduce, dp_step, ring_us
+from gpuprof.simulate.workload import ALLGATHER_KERNEL, allreduce, dp_step, ring_us, sharded
 
 
 def data_parallel(
@@ -49,7 +61,13 @@ def data_parallel(
 
     comm_total = ring_us(grad_mb * 1e6, ranks, link_gbs)
     backward_us = 2 * layers * layer_ms * 1e3
-    return Plan(ranks, program, {"intended": "communication" if comm_total > 0.6 * backward_us else None})
+    exposed = comm_total > 0.6 * backward_us
+    return Plan(
+        ranks,
+        program,
+        {"intended": "communication" if exposed else None},
+        intended_whatifs=(OVERLAP_COLLECTIVES, DOUBLE_BANDWIDTH) if exposed else (),
+    )
 
 
 def dp_exposed(**knobs: Any) -> Plan:
@@ -79,8 +97,11 @@ def straggler(
     check(0 <= slow_rank < ranks, f"slow_rank must be in 0..{ranks - 1}")
     check(slowdown >= 1.0, "slowdown must be at least 1")
 
+    factors = [slowdown if r == slow_rank else 1.0 for r in range(ranks)]
+    fixed = peer_median(factors, [range(ranks)])
+
     def program(sim: RankSim) -> Program:
-        f = slowdown if sim.rank == slow_rank else 1.0
+        f = (fixed if PEER_MEDIAN_COMPUTE in sim.fixes else factors)[sim.rank]
         for s in range(steps):
             with sim.step(s + 1):
                 yield from dp_step(
@@ -94,7 +115,14 @@ def straggler(
                     link_gbs=link_gbs,
                 )
 
-    return Plan(ranks, program, {"intended": "straggler", "culprit_ranks": [slow_rank]})
+    return Plan(
+        ranks,
+        program,
+        {"intended": "straggler", "culprit_ranks": [slow_rank]},
+        whatifs=(PEER_MEDIAN_COMPUTE,) if differs(factors, fixed) else (),
+        intended_whatifs=(PEER_MEDIAN_COMPUTE,),
+        whatif_culprits={PEER_MEDIAN_COMPUTE: faster(factors, fixed)},
+    )
 
 
 def imbalance(
@@ -115,12 +143,14 @@ def imbalance(
     check(0 < seq_min <= seq_max, "need 0 < seq_min <= seq_max")
     rng = random.Random(seed * 31 + 5)
     seqs = [[rng.randint(seq_min, seq_max) for _ in range(ranks)] for _ in range(steps)]
-    mean = (seq_min + seq_max) / 2
+    middle = (seq_min + seq_max) / 2
+    # peer_median_compute: every rank's step at the step's median work over the group
+    medians = [median(row) for row in seqs]
 
     def program(sim: RankSim) -> Program:
         for s in range(steps):
             with sim.step(s + 1):
-                f = seqs[s][sim.rank] / mean
+                f = (medians[s] if PEER_MEDIAN_COMPUTE in sim.fixes else seqs[s][sim.rank]) / middle
                 yield from dp_step(
                     sim,
                     s,
@@ -142,6 +172,11 @@ def imbalance(
             "slowest_rank_per_step": slowest,
             "seq_lens": seqs,
         },
+        whatifs=(PEER_MEDIAN_COMPUTE,) if any(differs(row, [m] * ranks) for row, m in zip(seqs, medians)) else (),
+        intended_whatifs=(PEER_MEDIAN_COMPUTE,),
+        whatif_culprits={
+            PEER_MEDIAN_COMPUTE: sorted({r for row, m in zip(seqs, medians) for r in faster(row, [m] * ranks)})
+        },
     )
 
 
@@ -158,14 +193,27 @@ def pipeline(
     grad_mb: float = 50.0,
     link_gbs: float = 200.0,
     slow_stage: int = -1,
+    slow_rank: int = -1,
     slowdown: float = 1.5,
+    replica_spread: float = 0.0,
+    annotate: bool = True,
+    dist_opt: bool = False,
 ) -> Plan:
-    """Pipeline parallelism (times data parallelism with dp > 1); optionally one slow stage.
+    """Pipeline parallelism (times data parallelism with dp > 1); optionally a slow stage or rank.
 
     Ranks are laid out as Megatron-LM does with no tensor parallelism: rank = stage * dp +
     replica. After the pipeline flush each stage all-reduces its gradients over its
-    data-parallel group, then the pipeline group all-reduces the gradient norm and reads it
-    with ``.item()`` before the optimizer step. A slow stage is slow in replica 0 only.
+    data-parallel group (with ``dist_opt``: reduce-scatters them, and all-gathers the
+    parameters at the start of the next step, as Megatron's distributed optimizer does),
+    then the pipeline group all-reduces the gradient norm and reads it with ``.item()``
+    before the optimizer step.
+
+    A slow stage (more layers than the others) is slow on every replica; a slow rank is
+    one GPU slower than the ranks that run the same stage; ``replica_spread`` makes the
+    data-parallel replicas slower in steps up to that fraction (replica d by
+    ``spread * d / (dp - 1)``, all its stages: a slower node). With
+    ``annotate`` off, no ``forward_step`` / ``backward_step`` ranges mark the
+    microbatches: only the NCCL send/recv kernels between stages show them.
     """
     check(schedule in SCHEDULES, f"schedule must be one of {', '.join(SCHEDULES)}")
     check(stages >= 2 and microbatches >= 1 and dp >= 1, "need stages >= 2, microbatches >= 1, dp >= 1")
@@ -175,9 +223,23 @@ def pipeline(
         "interleaved needs chunks >= 2 and microbatches divisible by stages",
     )
     check(-1 <= slow_stage < stages, f"slow_stage must be -1 or in 0..{stages - 1}")
+    check(-1 <= slow_rank < stages * dp, f"slow_rank must be -1 or in 0..{stages * dp - 1}")
+    check(slowdown > 0 and replica_spread >= 0, "slowdown must be > 0 and replica_spread >= 0")
     p = stages
+    n = p * dp
     xfer_us = act_mb * 1e6 / (link_gbs * 1e3)
     nelems = int(act_mb * 1e6 // 2)
+    # replica d computes 1 + spread * d / (dp - 1) times slower: the last replica is the slowest
+    replica_f = [1.0 + replica_spread * d / max(dp - 1, 1) for d in range(dp)]
+    stage_work = [slowdown if st == slow_stage else 1.0 for st in range(p)]
+    speed = [replica_f[r % dp] * (slowdown if r == slow_rank else 1.0) for r in range(n)]
+    same_stage = [[st * dp + d for d in range(dp)] for st in range(p)]
+
+    def compute_factors(fixes: frozenset[str]) -> list[float]:
+        """Each rank's compute-time factor: its stage's work times its GPU's speed."""
+        work = [mean(stage_work)] * p if BALANCED_STAGES in fixes else stage_work
+        spd = peer_median(speed, same_stage) if PEER_MEDIAN_COMPUTE in fixes else speed
+        return [work[r // dp] * spd[r] for r in range(n)]
 
     def pp_group(replica: int) -> tuple[str, list[int]]:
         return str(1 + replica), [st * dp + replica for st in range(p)]
@@ -187,7 +249,7 @@ def pipeline(
 
     def pg_config(rank: int) -> list[dict[str, Any]]:
         stage, replica = divmod(rank, dp)
-        out = [_pg("0", list(range(p * dp)), desc="default_pg")]
+        out = [_pg("0", list(range(n)), desc="default_pg")]
         out.append(_pg(*pp_group(replica), desc="PIPELINE_MODEL_PARALLEL_GROUP"))
         if dp > 1:
             out.append(_pg(*dp_group(stage), desc="DATA_PARALLEL_GROUP"))
@@ -196,54 +258,94 @@ def pipeline(
     def program(sim: RankSim) -> Program:
         s, d = divmod(sim.rank, dp)
         pp_name, pp_ranks = pp_group(d)
-        f = slowdown if (s == slow_stage and d == 0) else 1.0
-        chunk_us = stage_ms * 1e3 * f / v
-        order = stage_order(schedule, s, p, microbatches, chunks)
+        dp_name, dp_ranks = dp_group(s)
+        f = compute_factors(sim.fixes)[sim.rank]
+        half = DOUBLE_MICROBATCHES in sim.fixes  # twice the microbatches, each half the work
+        m = microbatches * 2 if half else microbatches
+        share = 0.5 if half else 1.0
+        chunk_us = stage_ms * 1e3 * f * share / v
+        order = stage_order(schedule, s, p, m, chunks)
 
         def xfer(
-            kind: str, to_stage: int, key: tuple[Any, ...]
+            kind: str, to_stage: int, key: tuple[Any, ...], timer: str
         ) -> Generator[Wait, None, tuple[float, float]]:
             peer = (to_stage % p) * dp + d
             return comm.p2p(
-                sim, kind, peer, key, nelems=nelems, transfer_us=xfer_us, ranks=pp_ranks, pg=pp_name
+                sim,
+                kind,
+                peer,
+                key,
+                nelems=int(nelems * share),
+                transfer_us=xfer_us * share,
+                ranks=pp_ranks,
+                pg=pp_name,
+                timer=("pp-comm", timer, {"step": key[1]}),
             )
 
         for step in range(steps):
             with sim.step(step + 1):
                 if s == 0:
                     wl.input_batch(sim, 4 << 20)
-                sim.phase = "pipeline"
-                for work in order:
-                    vs = work.chunk * p + s
-                    first, last = vs == 0, vs == p * v - 1
-                    if work.kind == "F":
-                        if not first:
-                            yield from xfer("recv", vs - 1, ("F", step, work.mb, vs))
-                        with sim.op("forward_step", cat="user_annotation"):
-                            _chunk_kernels(sim, chunk_us, backward=False, with_loss=last)
-                        if not last:
-                            yield from xfer("send", vs + 1, ("F", step, work.mb, vs + 1))
-                    else:
-                        if not last:
-                            yield from xfer("recv", vs + 1, ("B", step, work.mb, vs))
-                        with sim.op("backward_step", cat="user_annotation"):
-                            _chunk_kernels(sim, chunk_us, backward=True, with_loss=False)
-                        if not first:
-                            yield from xfer("send", vs - 1, ("B", step, work.mb, vs - 1))
-                # the drain: this stage is done; the pipeline is not until every stage is
-                sim.mark(("pipeline_end", d, step), sim.stream_free[COMPUTE_STREAM])
-                sim.phase = "optimizer"
-                if dp > 1 and grad_mb > 0:
-                    dp_name, dp_ranks = dp_group(s)
-                    _, end = yield from allreduce(
+                if dp > 1 and grad_mb > 0 and dist_opt:
+                    # the parameters the last optimizer step updated, gathered before use
+                    _, end = yield from sharded(
                         sim,
-                        ("grads", step),
+                        "all_gather",
+                        ("params", step),
                         grad_mb * 1e6,
                         dp_ranks,
                         link_gbs,
                         pg=dp_name,
                         pg_desc="DATA_PARALLEL_GROUP",
+                        timer=("dp-comm", "params-all-gather", {"step": step + 1, "model_chunk": 0}),
                     )
+                    sim.deps.append((end, Cause.COMMUNICATION))
+                sim.phase = "pipeline"
+                for work in order:
+                    vs = work.chunk * p + s
+                    first, last = vs == 0, vs == p * v - 1
+                    ids = {"step": step + 1, "model_chunk": work.chunk, "mb_id": work.mb}
+                    if work.kind == "F":
+                        if not first:
+                            yield from xfer("recv", vs - 1, ("F", step + 1, work.mb, vs), "forward-recv")
+                        start, end = _chunk_kernels(sim, chunk_us, backward=False, with_loss=last, annotate=annotate)
+                        sim.timer("compute", "forward-compute", start, end, **ids)
+                        if not last:
+                            yield from xfer("send", vs + 1, ("F", step + 1, work.mb, vs + 1), "forward-send")
+                    else:
+                        if not last:
+                            yield from xfer("recv", vs + 1, ("B", step + 1, work.mb, vs), "backward-recv")
+                        start, end = _chunk_kernels(sim, chunk_us, backward=True, with_loss=False, annotate=annotate)
+                        sim.timer("compute", "backward-compute", start, end, **ids)
+                        if not first:
+                            yield from xfer("send", vs - 1, ("B", step + 1, work.mb, vs - 1), "backward-send")
+                # the drain: this stage is done; the pipeline is not until every stage is
+                sim.mark(("pipeline_end", d, step), sim.stream_free[COMPUTE_STREAM])
+                sim.phase = "optimizer"
+                if dp > 1 and grad_mb > 0:
+                    if dist_opt:
+                        _, end = yield from sharded(
+                            sim,
+                            "reduce_scatter",
+                            ("grads", step),
+                            grad_mb * 1e6,
+                            dp_ranks,
+                            link_gbs,
+                            pg=dp_name,
+                            pg_desc="DATA_PARALLEL_GROUP",
+                            timer=("dp-comm", "grads-reduce-scatter", {"step": step + 1, "model_chunk": 0}),
+                        )
+                    else:
+                        _, end = yield from allreduce(
+                            sim,
+                            ("grads", step),
+                            grad_mb * 1e6,
+                            dp_ranks,
+                            link_gbs,
+                            pg=dp_name,
+                            pg_desc="DATA_PARALLEL_GROUP",
+                            timer=("dp-comm", "all-grads-sync", {"step": step + 1}),
+                        )
                     sim.deps.append((end, Cause.COMMUNICATION))
                 # gradient-norm clipping: an all-reduce over the pipeline group, then .item()
                 _, end = yield from allreduce(
@@ -254,10 +356,12 @@ def pipeline(
                     link_gbs,
                     pg=pp_name,
                     pg_desc="PIPELINE_MODEL_PARALLEL_GROUP",
+                    timer=("dp-comm", "optimizer-clip-main-grad", {"step": step + 1}),
                 )
                 sim.deps.append((end, Cause.COMMUNICATION))
                 sim.item()
-                wl.optimizer_step(sim, stage_ms * 1e3 * 0.2)
+                start, end = wl.optimizer_step(sim, stage_ms * 1e3 * 0.2 * f)
+                sim.timer("compute", "optimizer", start, end, step=step + 1)
                 wl.zero_grad(sim)
 
     def post(sims: Sequence[RankSim]) -> None:
@@ -269,17 +373,33 @@ def pipeline(
             for rank, end in ends.items():
                 sims[rank].claim(Cause.PIPELINE_BUBBLE, end, group_end)
 
-    culprits = [slow_stage * dp] if slow_stage >= 0 else []
+    base = compute_factors(frozenset())
+    slow_ranks = sorted({*same_stage[slow_stage]} if slow_stage >= 0 else set()) if slowdown != 1 else []
+    if slow_rank >= 0 and slowdown != 1 and slow_rank not in slow_ranks:
+        slow_ranks = sorted([*slow_ranks, slow_rank])
+    by_fix = {w: compute_factors(frozenset({w})) for w in (BALANCED_STAGES, PEER_MEDIAN_COMPUTE)}
+    balanced = differs(base, by_fix[BALANCED_STAGES])
+    peers = differs(base, by_fix[PEER_MEDIAN_COMPUTE])
+    intended: tuple[str, ...] = tuple(
+        w for w, on in ((BALANCED_STAGES, balanced), (PEER_MEDIAN_COMPUTE, peers)) if on
+    ) or (DOUBLE_MICROBATCHES,)
     return Plan(
-        p * dp,
+        n,
         program,
         {
             "intended": "pipeline_bubble",
-            "culprit_ranks": culprits,
+            "culprit_ranks": slow_ranks,
             "theoretical_bubble_fraction": round(theoretical_bubble(schedule, p, microbatches, v), 6),
+            "compute_factors": [round(x, 6) for x in base],
         },
         pg_config=pg_config,
         post=post,
+        whatifs=(DOUBLE_MICROBATCHES,)
+        + ((BALANCED_STAGES,) if balanced else ())
+        + ((PEER_MEDIAN_COMPUTE,) if peers else ()),
+        intended_whatifs=intended,
+        whatif_culprits={w: faster(base, fixed) for w, fixed in by_fix.items()},
+        parallel={"pp_size": p, "dp_size": dp, "tp_size": 1, "vpp_size": v},
     )
 
 
@@ -293,15 +413,22 @@ def _pg(name: str, ranks: list[int], desc: str = "undefined") -> dict[str, Any]:
     }
 
 
-def _chunk_kernels(sim: RankSim, chunk_us: float, *, backward: bool, with_loss: bool) -> None:
-    """The kernels of one model chunk for one microbatch (two layers' worth)."""
-    for _ in range(2):
-        if backward:
-            wl.backward_layer(sim, chunk_us / 2)
-        else:
-            wl.forward_layer(sim, chunk_us / 2)
-    if with_loss:
-        wl.loss(sim, 20.0)
+def _chunk_kernels(
+    sim: RankSim, chunk_us: float, *, backward: bool, with_loss: bool, annotate: bool
+) -> tuple[float, float]:
+    """The kernels of one model chunk for one microbatch (two layers' worth), inside a
+    ``forward_step`` / ``backward_step`` range when ``annotate``; returns their device span."""
+    name = "backward_step" if backward else "forward_step"
+    spans = []
+    with sim.op(name, cat="user_annotation") if annotate else nullcontext():
+        for _ in range(2):
+            if backward:
+                spans.append(wl.backward_layer(sim, chunk_us / 2))
+            else:
+                spans.append(wl.forward_layer(sim, chunk_us / 2))
+        if with_loss:
+            spans.append(wl.loss(sim, 20.0))
+    return spans[0][0], spans[-1][1]
 
 
 def rl_post_training(
@@ -328,12 +455,15 @@ def rl_post_training(
     check(0 < tokens_min <= tokens_max, "need 0 < tokens_min <= tokens_max")
     rng = random.Random(seed * 17 + 3)
     tokens = [[rng.randint(tokens_min, tokens_max) for _ in range(ranks)] for _ in range(steps)]
+    # peer_median_compute: every rank generates the step's median rollout length
+    medians = [int(round(median(row))) for row in tokens]
 
     def program(sim: RankSim) -> Program:
         for s in range(steps):
             with sim.step(s + 1):
                 with sim.op("rollout", cat="user_annotation"):
-                    for _ in range(tokens[s][sim.rank]):
+                    n_tokens = medians[s] if PEER_MEDIAN_COMPUTE in sim.fixes else tokens[s][sim.rank]
+                    for _ in range(n_tokens):
                         with sim.op("decode_step", cat="user_annotation"):
                             for _ in range(layers):
                                 sim.aten("aten::linear", wl.GEMM, decode_us * 0.6, op_us=4.0)
@@ -385,4 +515,9 @@ def rl_post_training(
             "rollout_tokens": tokens,
         },
         session=True,
+        whatifs=(PEER_MEDIAN_COMPUTE,) if any(differs(row, [m] * ranks) for row, m in zip(tokens, medians)) else (),
+        intended_whatifs=(PEER_MEDIAN_COMPUTE,),
+        whatif_culprits={
+            PEER_MEDIAN_COMPUTE: sorted({r for row, m in zip(tokens, medians) for r in faster(row, [m] * ranks)})
+        },
     )

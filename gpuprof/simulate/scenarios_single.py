@@ -1,4 +1,5 @@
-"""Scenarios of one rank: healthy, memory pressure, input-bound, sync-heavy, launch-bound.
+"""Scenarios of one rank: healthy, memory pressure, allocator churn, input-bound, sync-heavy,
+launch-bound.
 
 Each function takes the scenario's knobs (units in their names, meanings in
 :data:`gpuprof.simulate.scenarios.KNOB_HELP`) and returns a :class:`Plan`.
@@ -9,6 +10,7 @@ from __future__ import annotations
 from gpuprof.model.report import Cause
 from gpuprof.simulate import workload as wl
 from gpuprof.simulate.engine import COMPUTE_STREAM, COPY_STREAM, Program, RankSim, Timing
+from gpuprof.simulate.fixes import FREE_LAUNCHES, NO_ALLOCATOR, NO_DATALOADER, NO_SYNC
 from gpuprof.simulate.plan import Plan, check
 from gpuprof.simulate.workload import dp_step
 
@@ -40,7 +42,7 @@ def healthy(
                     link_gbs=link_gbs,
                 )
 
-    return Plan(ranks, program, {"intended": None})
+    return Plan(ranks, program, {"intended": None})  # nothing intended: "all" is its what-if
 
 
 def memory_pressure(
@@ -113,7 +115,9 @@ def memory_pressure(
         return
         yield  # a generator with no rendezvous
 
-    return Plan(1, program, {"intended": "memory"})
+    return Plan(
+        1, program, {"intended": "memory"}, intended_whatifs=(NO_ALLOCATOR,) if flush or mallocs else ()
+    )
 
 
 def input_bound(*, steps: int = 4, layers: int = 8, layer_ms: float = 1.0, batch_ms: float = 40.0) -> Plan:
@@ -135,12 +139,14 @@ def input_bound(*, steps: int = 4, layers: int = 8, layer_ms: float = 1.0, batch
                     batch_wait_us=batch_ms * 1e3,
                 )
 
-    return Plan(1, program, {"intended": "dataloader"})
+    return Plan(1, program, {"intended": "dataloader"}, intended_whatifs=(NO_DATALOADER,))
 
 
-def sync_heavy(*, steps: int = 3, layers: int = 8, layer_ms: float = 0.5, items_per_layer: int = 4) -> Plan:
+def sync_heavy(
+    *, steps: int = 3, layers: int = 8, layer_ms: float = 0.5, items_per_layer: int = 4, python_ms: float = 0.12
+) -> Plan:
     """`.item()` inside the loop: the host waits for the device, then the device waits."""
-    check(items_per_layer >= 0, "items_per_layer must be >= 0")
+    check(items_per_layer >= 0 and python_ms >= 0, "items_per_layer and python_ms must be >= 0")
     layer_us = layer_ms * 1e3
 
     def program(sim: RankSim) -> Program:
@@ -152,7 +158,7 @@ def sync_heavy(*, steps: int = 3, layers: int = 8, layer_ms: float = 0.5, items_
                     for _ in range(items_per_layer):
                         sim.aten("aten::max", wl.TINY, 4.0)
                         sim.item()
-                        sim.idle(sim.jit(120.0))  # Python acting on the value (logging, a branch)
+                        sim.idle(sim.jit(python_ms * 1e3))  # Python acting on the value (logging, a branch)
                 wl.loss(sim)
                 for _ in range(layers):
                     wl.backward_layer(sim, layer_us)
@@ -162,7 +168,7 @@ def sync_heavy(*, steps: int = 3, layers: int = 8, layer_ms: float = 0.5, items_
         return
         yield
 
-    return Plan(1, program, {"intended": "sync"})
+    return Plan(1, program, {"intended": "sync"}, intended_whatifs=(NO_SYNC,))
 
 
 def launch_bound(*, steps: int = 3, layers: int = 24, layer_us: float = 60.0, op_us: float = 14.0) -> Plan:
@@ -184,4 +190,71 @@ def launch_bound(*, steps: int = 3, layers: int = 24, layer_us: float = 60.0, op
         return
         yield
 
-    return Plan(1, program, {"intended": "host"}, timing=Timing(op_us=op_us))
+    return Plan(1, program, {"intended": "host"}, timing=Timing(op_us=op_us), intended_whatifs=(FREE_LAUNCHES,))
+
+
+# the aten operator that runs the kernel inside each autograd node of the layer's backward
+_BACKWARD_ATEN = {
+    "AddmmBackward0": "aten::mm",
+    "GeluBackward0": "aten::gelu_backward",
+    "NativeLayerNormBackward0": "aten::native_layer_norm_backward",
+    "ScaledDotProductFlashAttentionBackward0": "aten::_scaled_dot_product_flash_attention_backward",
+}
+
+
+def alloc_churn(
+    *,
+    steps: int = 3,
+    layers: int = 6,
+    layer_us: float = 400.0,
+    op_us: float = 40.0,
+    frees_per_layer: int = 4,
+    free_us: float = 60.0,
+    malloc_us: float = 12.0,
+) -> Plan:
+    """The caching allocator thrashes (e.g. PYTORCH_NO_HIP_MEMORY_CACHING=1 on ROCm): operators
+    call hipMalloc/hipFree inside, every free synchronizes the device, and the host overhead
+    of the operators lands in the same gaps."""
+    check(layer_us > 0 and op_us >= 0, "layer_us must be > 0 and op_us >= 0")
+    check(frees_per_layer >= 0 and free_us >= 0 and malloc_us >= 0, "frees_per_layer, free_us, malloc_us must be >= 0")
+
+    def churned_op(sim: RankSim, op: str, kernel: str, us: float, free: bool) -> None:
+        with sim.op(op):
+            sim.idle(sim.jit(op_us))
+            sim.cuda_malloc(malloc_us)  # the output, straight from the device allocator
+            sim.kernel(kernel, us)
+            if free:
+                sim.cuda_free(free_us)  # a temporary released inside the operator
+
+    def churned_layer(sim: RankSim, backward: bool) -> None:
+        for i, (op, kernel, share) in enumerate(wl.layer_ops(backward)):
+            if not backward:
+                churned_op(sim, op, kernel, layer_us * share, i < frees_per_layer)
+                continue
+            node = op.split(": ", 1)[-1]
+            with sim.op(op), sim.op(node):
+                churned_op(sim, _BACKWARD_ATEN[node], kernel, layer_us * share, i < frees_per_layer)
+
+    def program(sim: RankSim) -> Program:
+        for s in range(steps):
+            with sim.step(s + 1):
+                wl.input_batch(sim, 1 << 20)
+                for _ in range(layers):
+                    churned_layer(sim, backward=False)
+                wl.loss(sim, 20.0)
+                for _ in range(layers):
+                    churned_layer(sim, backward=True)
+                wl.optimizer_step(sim, 60.0)
+                wl.zero_grad(sim)
+                sim.item()
+        return
+        yield
+
+    return Plan(
+        1,
+        program,
+        {"intended": "memory"},
+        timing=Timing(op_us=op_us),
+        intended_whatifs=(NO_ALLOCATOR, FREE_LAUNCHES),
+        platform="rocm",
+    )

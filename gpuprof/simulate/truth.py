@@ -18,6 +18,8 @@ reason covers it. Nothing here reads a trace or calls the analyzer.
     {
       "schema": "gpuprof.simulate.truth/1",
       "scenario": "pipeline", "knobs": {...}, "seed": 0,
+      "platform": "cuda" | "rocm", "layout": "kineto" | "megatron",
+      "fixes": [],                      # what-if fixes the written job already has
       "files": {"0": "rank0.pt.trace.json.gz", ...},
       "ranks": [{"rank": 0, "window_us": ..., "compute_us": ...,
                  "lost_us": {"pipeline_bubble": ..., ... all eight causes},
@@ -26,7 +28,10 @@ reason covers it. Nothing here reads a trace or calls the analyzer.
                    "intended": "pipeline_bubble" | null,
                    "culprit_ranks": [2],
                    "theoretical_bubble_fraction": 0.27 | null,
-                   "measured_bubble_fraction": 0.29 | null, ...}
+                   "measured_bubble_fraction": 0.29 | null, ...},
+      "whatif": {"baseline_step_us": ..., "intended": [...], "applied": [...],
+                 "step_us": {name: ...}, "savings_pct": {name: ...},
+                 "culprit_ranks": {name: [...]}} | null
     }
 
 Times are microseconds; per rank ``compute_us + sum(lost_us) == window_us``.
@@ -38,7 +43,19 @@ are the ranks where the cause originates (the slow rank or stage; for imbalance 
 each step's slowest rank). ``measured_bubble_fraction`` is the mean over ranks of
 ``pipeline_bubble / (pipeline_bubble + compute_by_phase_us["pipeline"])``, to compare with
 the schedule's theoretical fraction. Scenarios may add keys (``seq_lens``,
-``rollout_tokens``, ``slowest_rank_per_step``).
+``rollout_tokens``, ``slowest_rank_per_step``, ``compute_factors``).
+
+``whatif`` is the truth of each what-if (:mod:`gpuprof.simulate.whatif` defines its keys;
+the fixes are :mod:`gpuprof.simulate.fixes`): the job simulated again with the fix, same
+seed, and its step time (the slowest rank's ``window / steps``) compared with
+``baseline_step_us``: ``savings_pct = 100 * (1 - step_us / baseline_step_us)``. ``intended``
+names the fixes the scenario is built to show, ``applied`` every fix that changes this
+job (``all`` applies them together), ``culprit_ranks`` the ranks a job-level fix speeds
+up. ``null`` when the what-ifs were not computed (``--no-whatifs``).
+
+In the ``megatron`` layout every rank's timer ops are in one timeline file; ``ranks``
+still holds the kernel-level truth of the simulation (the timers cannot show host gaps
+inside a forward or backward pass), and ``whatif`` is the same as for the Kineto layout.
 """
 
 from __future__ import annotations

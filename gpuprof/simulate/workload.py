@@ -8,7 +8,7 @@ the backward takes twice as long, as for a matmul-dominated layer.
 
 from __future__ import annotations
 
-from collections.abc import Generator, Sequence
+from collections.abc import Generator, Mapping, Sequence
 from typing import Any
 
 from gpuprof.model.report import Cause
@@ -61,7 +61,7 @@ TINY = (
 )
 
 # (operator, kernel, share of the layer's forward time)
-_FORWARD: tuple[tuple[str, str, float], ...] = (
+FORWARD_OPS: tuple[tuple[str, str, float], ...] = (
     ("aten::layer_norm", LAYER_NORM, 0.04),
     ("aten::linear", GEMM, 0.20),
     ("aten::_scaled_dot_product_flash_attention", FLASH_FWD, 0.22),
@@ -73,7 +73,7 @@ _FORWARD: tuple[tuple[str, str, float], ...] = (
     ("aten::linear", GEMM, 0.15),
     ("aten::add", ADD, 0.02),
 )
-_BACKWARD: tuple[tuple[str, str, float], ...] = (
+BACKWARD_OPS: tuple[tuple[str, str, float], ...] = (
     ("autograd::engine::evaluate_function: AddmmBackward0", GEMM_NT, 0.30),
     ("autograd::engine::evaluate_function: GeluBackward0", GELU, 0.06),
     ("autograd::engine::evaluate_function: AddmmBackward0", GEMM_NT, 0.36),
@@ -85,25 +85,33 @@ _BACKWARD: tuple[tuple[str, str, float], ...] = (
 )  # shares sum to 2.04: backward is about twice the forward
 
 
-def forward_layer(sim: RankSim, layer_us: float) -> None:
-    for op, kernel, share in _FORWARD:
-        sim.aten(op, kernel, layer_us * share)
+def layer_ops(backward: bool) -> list[tuple[str, str, float]]:
+    """(operator, kernel, device time as a share of the layer's forward time) of one layer."""
+    if backward:
+        return [(op, kernel, share / 1.02) for op, kernel, share in BACKWARD_OPS]
+    return list(FORWARD_OPS)
 
 
-def backward_layer(sim: RankSim, layer_us: float) -> None:
-    for op, kernel, share in _BACKWARD:
-        sim.aten(op, kernel, layer_us * share / 1.02)
+def forward_layer(sim: RankSim, layer_us: float) -> tuple[float, float]:
+    """The layer's operators; returns the device span of its kernels."""
+    spans = [sim.aten(op, kernel, layer_us * share) for op, kernel, share in FORWARD_OPS]
+    return spans[0][0], spans[-1][1]
 
 
-def loss(sim: RankSim, us: float = 40.0) -> None:
-    sim.aten("aten::cross_entropy_loss", CROSS_ENTROPY, us)
+def backward_layer(sim: RankSim, layer_us: float) -> tuple[float, float]:
+    spans = [sim.aten(op, kernel, layer_us * share) for op, kernel, share in layer_ops(backward=True)]
+    return spans[0][0], spans[-1][1]
 
 
-def optimizer_step(sim: RankSim, us: float, groups: int = 4) -> None:
-    """``optimizer.step()`` of fused Adam: a few multi-tensor kernels."""
+def loss(sim: RankSim, us: float = 40.0) -> tuple[float, float]:
+    return sim.aten("aten::cross_entropy_loss", CROSS_ENTROPY, us)
+
+
+def optimizer_step(sim: RankSim, us: float, groups: int = 4) -> tuple[float, float]:
+    """``optimizer.step()`` of fused Adam: a few multi-tensor kernels; returns their device span."""
     with sim.op("Optimizer.step#AdamW.step", cat="user_annotation"):
-        for _ in range(groups):
-            sim.aten("aten::_fused_adamw_", ADAM, us / groups)
+        spans = [sim.aten("aten::_fused_adamw_", ADAM, us / groups) for _ in range(groups)]
+    return spans[0][0], spans[-1][1]
 
 
 def zero_grad(sim: RankSim) -> None:
@@ -120,6 +128,7 @@ def input_batch(sim: RankSim, nbytes: int, *, wait_us: float = 40.0, pinned: boo
 
 ALLREDUCE_KERNEL = "ncclDevKernel_AllReduce_Sum_bf16_RING_LL(ncclDevKernelArgsStorage<4096ul>)"
 ALLGATHER_KERNEL = "ncclDevKernel_AllGather_RING_LL(ncclDevKernelArgsStorage<4096ul>)"
+REDUCE_SCATTER_KERNEL = "ncclDevKernel_ReduceScatter_Sum_bf16_RING_LL(ncclDevKernelArgsStorage<4096ul>)"
 
 
 def ring_us(nbytes: float, ranks: int, link_gbs: float) -> float:
@@ -136,6 +145,7 @@ def allreduce(
     *,
     pg: str = "0",
     pg_desc: str = "default_pg",
+    timer: tuple[str, str, Mapping[str, int]] | None = None,
 ) -> Generator[Wait, None, tuple[float, float]]:
     """A bf16 ring all-reduce of ``nbytes`` over ``ranks`` (a count: ranks 0..n-1, or a list)."""
     members = list(range(ranks)) if isinstance(ranks, int) else list(ranks)
@@ -152,6 +162,41 @@ def allreduce(
         transfer_us=ring_us(nbytes, len(members), link_gbs),
         pg=pg,
         pg_desc=pg_desc,
+        timer=timer,
+    )
+
+
+def sharded(
+    sim: RankSim,
+    kind: str,
+    key: Any,
+    nbytes: float,
+    ranks: Sequence[int],
+    link_gbs: float,
+    *,
+    pg: str,
+    pg_desc: str,
+    timer: tuple[str, str, Mapping[str, int]] | None = None,
+) -> Generator[Wait, None, tuple[float, float]]:
+    """A bf16 ring reduce-scatter (``kind="reduce_scatter"``) or all-gather of a buffer of
+    ``nbytes`` over ``ranks``, as a distributed optimizer issues them: each rank moves
+    (n-1)/n of the buffer (half of what an all-reduce moves)."""
+    n = len(ranks)
+    rs = kind == "reduce_scatter"
+    return comm.collective(
+        sim,
+        key,
+        coll="_reduce_scatter_base" if rs else "_allgather_base",
+        op_name="c10d::_reduce_scatter_base_" if rs else "c10d::_allgather_base_",
+        annotation="nccl:_reduce_scatter_base" if rs else "nccl:_all_gather_base",
+        kernel_name=REDUCE_SCATTER_KERNEL if rs else ALLGATHER_KERNEL,
+        nelems=int(nbytes // 2),
+        dtype="BFloat16",
+        ranks=list(ranks),
+        transfer_us=20.0 + (n - 1) / n * nbytes / (link_gbs * 1e3),
+        pg=pg,
+        pg_desc=pg_desc,
+        timer=timer,
     )
 
 

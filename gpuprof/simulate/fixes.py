@@ -1,0 +1,84 @@
+"""The what-if vocabulary: fixes the simulator can apply to a job, named as the analyzer names them.
+
+A *fix* changes how the simulated job runs; simulating the fixed job and comparing its step
+time with the original's gives the what-if's true saving (:mod:`gpuprof.simulate.whatif`).
+The names are shared with the analyzer's what-if replay, so that each recommendation's
+estimate can be checked against the simulated truth of the same what-if.
+
+Engine-level fixes act in :mod:`gpuprof.simulate.engine` and :mod:`gpuprof.simulate.comm`
+on every scenario; job-level fixes (:data:`JOB_FIXES`) change what a scenario's ranks
+compute and are applied by the scenarios that have such work. A fix never changes how many
+random draws a rank makes (a removed call still draws its jitter), except
+``double_microbatches``, which runs more operations; each rank draws from streams of its
+own per purpose and step, so that even then only that step's draws of that purpose move.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from statistics import median
+
+NO_DATALOADER = "no_dataloader"
+NO_SYNC = "no_sync"
+FREE_LAUNCHES = "free_launches"
+PEER_MEDIAN_COMPUTE = "peer_median_compute"
+BALANCED_STAGES = "balanced_stages"
+DOUBLE_MICROBATCHES = "double_microbatches"
+OVERLAP_COLLECTIVES = "overlap_collectives"
+DOUBLE_BANDWIDTH = "double_bandwidth"
+NO_ALLOCATOR = "no_allocator"
+ALL = "all"
+
+# What each fix does to the simulated job (also the text of ``gpuprof simulate --list``).
+WHATIF_HELP: dict[str, str] = {
+    NO_DATALOADER: "the DataLoader wait costs nothing: the next batch is ready when asked for",
+    NO_SYNC: "no blocking host-device syncs: cudaStreamSynchronize / cudaDeviceSynchronize are "
+    "not called and blocking copies (.item(), pageable memory) become non-blocking; "
+    "all other host work stays",
+    FREE_LAUNCHES: "CUDA graphs / torch.compile: framework operators (their dispatch overhead, "
+    "the host time inside them) and kernel, copy and memset launch calls cost no host time; "
+    "Python between operators, data waits, syncs and allocator calls stay",
+    PEER_MEDIAN_COMPUTE: "every rank's compute runs at the median speed of its same-work peers "
+    "(the same pipeline stage on the data-parallel replicas, or the data-parallel group; "
+    "median over the group including the rank, per step where the work varies per step)",
+    BALANCED_STAGES: "pipeline work spread evenly over the stages: each stage's work per "
+    "microbatch is the mean over stages (each GPU keeps its own speed)",
+    DOUBLE_MICROBATCHES: "twice the microbatches per step, each half the work and half the "
+    "activation bytes (same global batch)",
+    OVERLAP_COLLECTIVES: "collectives fully hidden: their transfer takes no time, so nothing waits "
+    "for it; waiting for a late rank still counts (point-to-point transfers unchanged)",
+    DOUBLE_BANDWIDTH: "every collective and point-to-point transfer takes half as long "
+    "(its whole transfer time, fixed latency included)",
+    NO_ALLOCATOR: "device allocator calls (cudaMalloc/cudaFree/hipMalloc/hipFree, cache "
+    "flushes, retries) cost nothing and no longer synchronize",
+}
+
+WHATIFS: tuple[str, ...] = tuple(WHATIF_HELP)  # the vocabulary, in this order everywhere
+
+# Fixes that change the work a scenario gives its ranks; each scenario says which apply.
+JOB_FIXES: frozenset[str] = frozenset({PEER_MEDIAN_COMPUTE, BALANCED_STAGES, DOUBLE_MICROBATCHES})
+
+
+def peer_median(factors: Sequence[float], groups: Sequence[Sequence[int]]) -> list[float]:
+    """Each member's value replaced by the median over its group (members are indices).
+
+    Indices in no group keep their value. For ``peer_median_compute``: ``factors`` are the
+    ranks' compute-time factors and ``groups`` their same-work peer groups.
+    """
+    out = list(factors)
+    for group in groups:
+        if group:
+            m = median(factors[i] for i in group)
+            for i in group:
+                out[i] = m
+    return out
+
+
+def differs(factors: Sequence[float], fixed: Sequence[float]) -> bool:
+    """True when a job-level fix changes some rank's factor (the fix applies)."""
+    return any(abs(a - b) > 1e-12 for a, b in zip(factors, fixed))
+
+
+def faster(factors: Sequence[float], fixed: Sequence[float]) -> list[int]:
+    """The members whose compute a job-level fix shortens by more than 1 % (its culprits)."""
+    return [i for i, (a, b) in enumerate(zip(factors, fixed)) if b < a * 0.99]
