@@ -16,6 +16,7 @@ from typing import Any, Callable, Mapping, Sequence
 from gpuprof.advice import AdviceContext, advise
 from gpuprof.analysis.attribution import Attribution, attribute, merge_claims
 from gpuprof.analysis.cross_rank import CrossRankResult, analyze_job
+from gpuprof.analysis.stepview import step_timeline
 from gpuprof.analysis.summarize import summarize
 from gpuprof.analysis.summary import RankSummary
 from gpuprof.analysis.window import StepSelection
@@ -156,6 +157,9 @@ def run_analysis(
     extra: dict[str, Any] = {"job": {k: v for k, v in cross.findings.items() if k != "per_rank"}}
     if samples is not None and hasattr(samples, "to_dict"):
         extra["samples"] = samples.to_dict()
+    timeline = step_timeline(summaries, attributions, cross.findings)  # drawn by the HTML report
+    if timeline is not None:
+        extra["timeline"] = timeline
     report = Report(
         inputs=tuple(str(p) for p in paths),
         ranks=tuple(reports),
