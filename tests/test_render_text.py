@@ -100,9 +100,19 @@ def test_unknown_values_show_na() -> None:
 
 
 def test_utilization_summary_from_samples() -> None:
+    # No per-GPU summary: every statistic comes from the same timeline points.
     pts = [{"t_s": float(t), "gpu": 0, "gpu_util_pct": u} for t, u in enumerate([20.0, 40.0, 90.0])]
     text = render(report([rank(0)], extra={"samples": {"timeline": pts}}), "text", 100)
-    assert "GPU 0: mean 50%, p90 N/A, min 20%, max 90% over 3 samples" in text
+    assert "GPU 0: mean 50%, p90 80%, min 20%, max 90% over 3 samples" in text
+
+
+def test_summary_statistics_are_never_mixed_with_the_timeline_bins() -> None:
+    # The timeline holds bin means (max 60 %); the polls behind them reached 100 %. A summary
+    # without min/max shows N/A there rather than a max below its own p90.
+    bins = [{"t_s": float(t), "end_s": t + 1.0, "gpu": 0, "gpu_util_pct": 60.0} for t in range(3)]
+    gpus = [{"gpu": 0, "samples": 30, "mean_util_pct": 60.0, "p90_util_pct": 100.0}]
+    text = render(report([rank(0)], extra={"samples": {"timeline": bins, "gpus": gpus}}), "text", 100)
+    assert "GPU 0: mean 60%, p90 100%, min N/A, max N/A over 30 samples" in text
 
 
 def test_xss_string_is_plain_text() -> None:
@@ -132,7 +142,7 @@ def _sample_findings() -> dict:
 
     gpu = GpuUtilization(gpu=0, uuid=None, samples=4, mean_util_pct=61.0, p90_util_pct=95.0, idle_samples_pct=25.0,
                          p50_util_pct=70.0, mem_peak_bytes=None, mem_total_bytes=None, mem_peak_pct=None,
-                         energy_j=1234.0, lost_at_s=None)  # fmt: skip
+                         energy_j=1234.0, lost_at_s=None, min_util_pct=0.0, max_util_pct=95.0)  # fmt: skip
     bins = tuple(UtilBin(gpu=0, start_s=float(i), end_s=float(i + 1), util_gpu_pct=u) for i, u in enumerate([0.0, 70.0, None, 95.0]))
     return SampleFindings(
         start_unix_s=0.0, duration_s=4.0, interval_s=1.0, gpus=(gpu,), timeline=bins,
@@ -155,4 +165,4 @@ def test_samples_only_run_still_shows_gpus() -> None:
     md = render(report([], extra={"samples": _sample_findings()}), "markdown")
     assert "| 0 | 4 | 61% | 95% | 0% | 95% | N/A |" in md
     page = render(report([], extra={"samples": _sample_findings()}), "html")
-    assert page.count("<polyline") == 1 and "<circle" in page  # 0-70 joined; 95 alone after the gap
+    assert page.count("<polyline") == 2  # bins 0 and 1 joined; bin 3 alone after the N/A bin

@@ -61,6 +61,8 @@ class GpuUtilization:
     mem_peak_pct: float | None
     energy_j: float | None
     lost_at_s: float | None  # seconds after the first poll; None when never lost
+    min_util_pct: float | None = None  # over the same polls as the mean and p90
+    max_util_pct: float | None = None
 
 
 @dataclass(frozen=True)
@@ -173,7 +175,8 @@ def _energy_j(g: pd.DataFrame) -> float | None:
 
 def _nice_bin(duration_s: float, interval_s: float) -> float:
     raw = max(duration_s / MAX_TIMELINE_BINS, interval_s)
-    for nice in (0.5, 1, 2, 5, 10, 15, 30, 60, 120, 300, 600, 900, 1800, 3600):
+    # Sub-second bins too, so a short run still draws a line rather than one point.
+    for nice in (0.01, 0.02, 0.05, 0.1, 0.2, 0.5, 1, 2, 5, 10, 15, 30, 60, 120, 300, 600, 900, 1800, 3600):
         if nice >= raw:
             return float(nice)
     return float(math.ceil(raw / 3600.0) * 3600.0)
@@ -203,6 +206,8 @@ def _per_gpu(live: pd.DataFrame, samples: pd.DataFrame, t0: float) -> tuple[GpuU
                 mem_peak_pct=100.0 * peak / total if peak is not None and total else None,
                 energy_j=_energy_j(ok),
                 lost_at_s=float(lost["time_unix_s"].iloc[0] - t0) if len(lost) else None,
+                min_util_pct=_f(util.min()) if len(util) else None,
+                max_util_pct=_f(util.max()) if len(util) else None,
             )
         )
     return tuple(out)

@@ -29,18 +29,28 @@ CAUSE_SHORT: Mapping[Cause, str] = {
     Cause.OTHER: "other",
 }
 
-# One colour per cause for charts (compute first); chosen to stay distinguishable in print.
+# One colour per kind of time for charts (compute first): the Okabe-Ito palette, chosen to
+# stay apart for the common colour-vision deficiencies (compute blue and straggler
+# vermillion stay far apart under deuteranopia and protanopia; tests/test_render_palette.py
+# checks every pair), plus a light grey for time no rule explains.
 CAUSE_COLORS: Mapping[str, str] = {
-    "compute": "#2e7d32",
-    Cause.PIPELINE_BUBBLE.value: "#6a1b9a",
-    Cause.COMMUNICATION.value: "#1565c0",
-    Cause.STRAGGLER.value: "#c62828",
-    Cause.MEMORY.value: "#ef6c00",
-    Cause.DATALOADER.value: "#f9a825",
-    Cause.SYNC.value: "#00838f",
-    Cause.HOST.value: "#8d6e63",
-    Cause.OTHER.value: "#9e9e9e",
+    "compute": "#0072B2",  # blue
+    Cause.PIPELINE_BUBBLE.value: "#CC79A7",  # reddish purple
+    Cause.COMMUNICATION.value: "#56B4E9",  # sky blue
+    Cause.STRAGGLER.value: "#D55E00",  # vermillion
+    Cause.MEMORY.value: "#E69F00",  # orange
+    Cause.DATALOADER.value: "#F0E442",  # yellow
+    Cause.SYNC.value: "#009E73",  # bluish green
+    Cause.HOST.value: "#000000",  # black
+    Cause.OTHER.value: "#C8C8C8",  # light grey: unexplained
 }
+
+
+def text_color_on(background: str) -> str:
+    """Black or white, whichever reads better on ``background`` (``#rrggbb``)."""
+    r, g, b = (int(background[i : i + 2], 16) for i in (1, 3, 5))
+    return "#000000" if (0.299 * r + 0.587 * g + 0.114 * b) > 140 else "#ffffff"
+
 
 # Above this many ranks, tables summarize (lowest and highest compute share) instead of
 # printing one row per rank.
@@ -61,6 +71,19 @@ def fmt_pct(value: float | None, digits: int = 1) -> str:
 def fmt_ms(value_us: float | None, digits: int = 1) -> str:
     """Microseconds shown as milliseconds."""
     return NA if value_us is None else f"{value_us / 1000.0:,.{digits}f}"
+
+
+def fmt_duration(value_us: float | None) -> str:
+    """A duration with its unit, in the one style every renderer uses: ``850 µs``,
+    ``12.3 ms``, ``4.20 s``."""
+    if value_us is None or not math.isfinite(value_us):
+        return NA
+    a = abs(value_us)
+    if a < 1000.0:
+        return f"{value_us:,.0f} µs" if a >= 10 or a == 0 else f"{value_us:.1f} µs"
+    if a < 1_000_000.0:
+        return f"{value_us / 1000.0:,.1f} ms"
+    return f"{value_us / 1_000_000.0:,.2f} s"
 
 
 def has_data(rank: RankReport) -> bool:
@@ -181,11 +204,13 @@ def top_causes(rank: RankReport, n: int = 2) -> list[tuple[Cause, float]]:
 
 @dataclass(frozen=True)
 class UtilPoint:
-    """One NVML sample: time in seconds since the session start, GPU index, utilization %."""
+    """One NVML sample or bin of samples: start time in seconds since the session start, GPU
+    index, utilization %, and where the bin ends (``None``: a sample at one instant)."""
 
     t_s: float
     gpu: str
     util_pct: float | None
+    end_s: float | None = None
 
 
 def _num(value: Any) -> float | None:
@@ -220,7 +245,7 @@ def utilization_points(report: Report) -> list[UtilPoint]:
             continue
         util = _num(row.get("gpu_util_pct", row.get("util_pct")))
         gpu = row.get("gpu", row.get("index", 0))
-        out.append(UtilPoint(t_s=t, gpu=str(gpu), util_pct=util))
+        out.append(UtilPoint(t_s=t, gpu=str(gpu), util_pct=util, end_s=_num(row.get("end_s"))))
     return out
 
 
@@ -240,8 +265,10 @@ class GpuRow:
 
 
 def gpu_rows(report: Report) -> list[GpuRow]:
-    """Per-GPU utilization: min/max from the timeline points, and the sample analysis's own
-    per-GPU summary (``samples["gpus"]``: mean, p90, memory peak, energy) where present."""
+    """Per-GPU utilization, every statistic from the same samples: the sample analysis's own
+    per-GPU summary (``samples["gpus"]``: mean, p90, min, max over every poll) where it has
+    one; otherwise all of them from the timeline points. Never a mix: the timeline holds bin
+    means, whose max can be below the p90 of the polls behind them."""
     by_gpu: dict[str, list[UtilPoint]] = {}
     for p in utilization_points(report):
         by_gpu.setdefault(p.gpu, []).append(p)
@@ -253,24 +280,43 @@ def gpu_rows(report: Report) -> list[GpuRow]:
                 summaries[str(g.get("gpu"))] = g
     out = []
     for gpu in sorted(set(by_gpu) | set(summaries), key=lambda g: (len(g), g)):
-        vals = [p.util_pct for p in by_gpu.get(gpu, []) if p.util_pct is not None]
-        g = summaries.get(gpu, {})
-        count = g.get("samples")
-        mean = _num(g.get("mean_util_pct"))
+        g = summaries.get(gpu)
+        if g is not None:
+            count = g.get("samples")
+            mean, p90 = _num(g.get("mean_util_pct")), _num(g.get("p90_util_pct"))
+            lo, hi = _num(g.get("min_util_pct")), _num(g.get("max_util_pct"))
+            n = int(count) if isinstance(count, int) else 0
+        else:
+            vals = sorted(p.util_pct for p in by_gpu.get(gpu, []) if p.util_pct is not None)
+            mean = statistics.fmean(vals) if vals else None
+            p90 = _quantile(vals, 0.9)
+            lo, hi = (vals[0], vals[-1]) if vals else (None, None)
+            n = len(by_gpu.get(gpu, []))
+        g = g or {}
         out.append(
             GpuRow(
                 gpu=gpu,
-                samples=int(count) if isinstance(count, int) else len(by_gpu.get(gpu, [])),
-                mean_pct=mean if mean is not None else (statistics.fmean(vals) if vals else None),
-                p90_pct=_num(g.get("p90_util_pct")),
-                min_pct=min(vals) if vals else None,
-                max_pct=max(vals) if vals else None,
+                samples=n,
+                mean_pct=mean,
+                p90_pct=p90,
+                min_pct=lo,
+                max_pct=hi,
                 mem_peak_pct=_num(g.get("mem_peak_pct")),
                 energy_j=_num(g.get("energy_j")),
                 lost_at_s=_num(g.get("lost_at_s")),
             )
         )
     return out
+
+
+def _quantile(sorted_vals: Sequence[float], q: float) -> float | None:
+    """Linear-interpolated quantile (as pandas' default) of sorted values; ``None`` if empty."""
+    if not sorted_vals:
+        return None
+    pos = q * (len(sorted_vals) - 1)
+    i = int(math.floor(pos))
+    j = min(i + 1, len(sorted_vals) - 1)
+    return sorted_vals[i] + (sorted_vals[j] - sorted_vals[i]) * (pos - i)
 
 
 def sample_notes(report: Report) -> list[str]:
