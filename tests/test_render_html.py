@@ -6,6 +6,7 @@ import json
 import re
 from html.parser import HTMLParser
 
+import pytest
 from reportfactory import XSS, rank, rec, report
 
 from gpuprof.model.report import report_to_dict
@@ -75,15 +76,33 @@ def test_self_contained() -> None:
     assert "script-src 'none'" in page  # CSP: a second line of defence
 
 
-def test_bar_widths_are_shares_of_the_window() -> None:
-    page = render(report([rank(0, lost_ms={"dataloader": 30, "host": 10})]), "html")
-    rects = re.findall(r'<rect x="([\d.]+)" y="\d+" width="([\d.]+)" height="\d+" fill="(#[0-9a-f]{6})"><title>([^<]*)</title>', page)
-    widths = {title.split(" · ")[1].split(":")[0]: float(w) for _, w, _, title in rects}
-    assert set(widths) == {"compute", "dataloader", "host"}
-    total = sum(widths.values())
-    assert abs(widths["compute"] / total - 0.6) < 1e-3
-    assert abs(widths["dataloader"] / total - 0.3) < 1e-3
-    assert abs(widths["host"] / total - 0.1) < 1e-3
+def _rects(svg: str) -> list[tuple[float, float, str]]:
+    """(x %, width %, title) of every bar segment."""
+    found = re.findall(r'<rect x="([\d.]+)%" width="([\d.]+)%" y="[\d.]+" height="[\d.]+" fill="#[0-9A-Fa-f]{6}"><title>([^<]*)</title>', svg)
+    return [(float(x), float(w), t) for x, w, t in found]
+
+
+def test_share_bars_are_shares_of_the_window() -> None:
+    from gpuprof.render.charts import rank_bars
+
+    svg = rank_bars([rank(0, lost_ms={"dataloader": 30, "host": 10})], absolute=False)
+    widths = {t.split(" · ")[1].split(":")[0]: w for _, w, t in _rects(svg)}
+    assert widths == {"compute": 60.0, "dataloader": 30.0, "host": 10.0}
+
+
+def test_absolute_bars_share_one_scale_in_ms_per_step() -> None:
+    from gpuprof.render.charts import rank_bars
+
+    # Rank 1's steps take half as long as rank 0's: its bar is half as long.
+    svg = rank_bars([rank(0, window_ms=100, steps=4), rank(1, window_ms=50, steps=4, lost_ms={"sync": 5})], absolute=True)
+    rects = _rects(svg)
+    ends = {}
+    for x, w, t in rects:
+        r = int(t.split(" · ")[0].split()[1])
+        ends[r] = max(ends.get(r, 0.0), x + w)
+    assert ends[0] == pytest.approx(100.0, abs=0.01) and ends[1] == pytest.approx(50.0, abs=0.01)
+    assert any("rank 1 · sync: 1.2 ms per step (10.0%)" in t for _, _, t in rects)
+    assert "25 ms" in svg  # rank 0: 100 ms over 4 steps
 
 
 def test_utilization_chart_breaks_at_missing_samples() -> None:
@@ -91,6 +110,23 @@ def test_utilization_chart_breaks_at_missing_samples() -> None:
     page = render(report([rank(0)], extra={"samples": {"timeline": pts}}), "html")
     assert page.count("<polyline") == 2  # two runs around the N/A sample
     assert "1 sample(s) had no utilization value (N/A)" in page
+
+
+def test_short_run_draws_its_one_bin_as_a_line_over_its_time() -> None:
+    # One bin of 0.5 s per GPU: a level line from 0 to 500 ms, not a dot on a "0.0 s" axis.
+    pts = [{"t_s": 0.0, "end_s": 0.5, "gpu": g, "gpu_util_pct": 68.0} for g in (0, 1)]
+    page = render(report([rank(0)], extra={"samples": {"timeline": pts}}), "html")
+    lines = re.findall(r'points="([^"]+)"', page)
+    assert len(lines) == 2 and all(pl.split() == ["0.00,32.00", "1000.00,32.00"] for pl in lines)
+    assert "<circle" not in page.split("GPUs over the run")[1]
+    assert "500 ms" in page
+
+
+def test_one_instant_is_a_sentence_not_a_chart() -> None:
+    pts = [{"t_s": 0.0, "gpu": 0, "gpu_util_pct": 42.0}]
+    page = render(report([rank(0)], extra={"samples": {"timeline": pts}}), "html")
+    assert "One utilization sample per GPU" in page and "GPU 0: 42%" in page
+    assert "<polyline" not in page
 
 
 def test_no_utilization_section_without_samples() -> None:

@@ -13,11 +13,13 @@ from __future__ import annotations
 
 import html
 import json
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Mapping
 
-from gpuprof.model.report import CAUSES, Report, report_to_dict
+from gpuprof.model.report import CAUSES, Cause, Report, report_to_dict
+from gpuprof.render import charts as ch
 from gpuprof.render import figures as fg
 from gpuprof.render import register
+from gpuprof.render.findings import Table, job_blocks
 
 MAX_WARNINGS = 200
 
@@ -26,22 +28,43 @@ CSS = """
 * { box-sizing: border-box; }
 body { font: 14px/1.45 system-ui, -apple-system, "Segoe UI", Roboto, sans-serif; color: var(--fg);
        background: var(--bg); margin: 0 auto; padding: 24px; max-width: 1200px; }
+p, li, summary, figcaption, .inputs { overflow-wrap: anywhere; }
 h1 { font-size: 22px; margin: 0 0 4px; } h2 { font-size: 17px; margin: 28px 0 8px; }
-.muted { color: var(--muted); } .inputs { font-size: 12px; word-break: break-all; }
+h3 { font-size: 15px; margin: 18px 0 4px; }
+.muted { color: var(--muted); } .small { font-size: 12px; margin: 4px 0 0; } .inputs { font-size: 12px; }
 .cards { display: flex; flex-wrap: wrap; gap: 12px; margin: 16px 0; }
-.card { background: var(--card); border: 1px solid var(--line); border-radius: 8px; padding: 10px 14px; min-width: 150px; }
+.card { background: var(--card); border: 1px solid var(--line); border-radius: 8px; padding: 10px 14px; min-width: 140px; flex: 1 1 140px; }
 .card .v { font-size: 20px; font-weight: 600; } .card .k { color: var(--muted); font-size: 12px; }
 ol.recs > li { margin: 0 0 12px; } .badge { display: inline-block; border-radius: 10px; padding: 0 8px;
-       font-size: 12px; color: #fff; margin-left: 6px; } .save { font-weight: 600; }
+       font-size: 12px; margin-left: 6px; } .save { font-weight: 600; }
 details > summary { cursor: pointer; color: var(--muted); }
 table { border-collapse: collapse; font-variant-numeric: tabular-nums; margin: 6px 0; }
+caption { text-align: left; color: var(--muted); font-size: 12px; }
 th, td { border-bottom: 1px solid var(--line); padding: 3px 10px; text-align: right; white-space: nowrap; }
 th:first-child, td:first-child { text-align: left; }
-.scroll { overflow-x: auto; } .legend span { display: inline-block; margin-right: 14px; font-size: 12px; }
-.legend i { display: inline-block; width: 10px; height: 10px; margin-right: 4px; border-radius: 2px; }
-pre { background: var(--card); padding: 10px; overflow-x: auto; font-size: 12px; }
+.scroll { overflow-x: auto; max-width: 100%; }
+.legend { margin: 4px 0 6px; } .legend span { display: inline-block; margin-right: 14px; font-size: 12px; white-space: nowrap; }
+.legend i { display: inline-block; width: 10px; height: 10px; margin-right: 4px; border-radius: 2px; vertical-align: -1px; }
+.legend i.crit { height: 3px; width: 14px; background: #000; vertical-align: 2px; border-radius: 0; }
+.legend i.dotkey { border-radius: 50%; background: #0072B2; opacity: .7; }
+.legend i.ringkey { border-radius: 50%; background: transparent; border: 2px solid #D55E00; }
+.legend i.linekey { height: 2px; width: 14px; background: #5f6368; vertical-align: 3px; border-radius: 0; }
+.legend i.rangekey { width: 3px; height: 12px; background: #0072B2; border-radius: 0; }
 .empty { font-size: 16px; padding: 16px; background: #fff8e1; border: 1px solid #ffe082; border-radius: 8px; }
+figure.fig { margin: 8px 0 18px; } figcaption { font-size: 13px; font-weight: 600; margin-bottom: 4px; }
+.rows { display: grid; grid-template-columns: max-content minmax(0, 1fr) max-content; column-gap: 8px; row-gap: 1px; align-items: center; }
+.rows > .l { font-size: 12px; text-align: right; white-space: nowrap; }
+.rows > .v { font-size: 12px; color: var(--muted); white-space: nowrap; font-variant-numeric: tabular-nums; }
+.plot2 { display: grid; grid-template-columns: 64px minmax(0, 1fr); align-items: start; }
+svg { display: block; overflow: visible; }
 svg text { font: 11px system-ui, sans-serif; fill: var(--fg); }
+svg .tick { stroke: var(--muted); } svg .grid { stroke: #e8eaed; }
+svg .dot { fill: #0072B2; fill-opacity: .7; } svg .ring { fill: none; stroke: #D55E00; stroke-width: 2; }
+svg .jobline { stroke: #5f6368; stroke-width: 1.5; } svg .range { stroke: #0072B2; stroke-width: 3; }
+.tag { font-size: 10px; font-weight: 600; border: 1px solid var(--fg); border-radius: 6px; padding: 0 4px; margin-left: 4px; }
+.tag.crit { background: #000; color: #fff; }
+.two { display: grid; grid-template-columns: repeat(auto-fit, minmax(min(100%, 420px), 1fr)); column-gap: 32px; }
+.shares { font-size: 13px; margin: 6px 0 0; }
 """
 
 CSP = "default-src 'none'; style-src 'unsafe-inline'; img-src data:; script-src 'none'; base-uri 'none'; form-action 'none'"
@@ -65,12 +88,28 @@ def _cards(report: Report) -> str:
     step = fg.job_step_time_us(report)
     cards = [
         ("compute share", fg.fmt_pct(s.compute_pct)),
-        ("step time", f"{fg.fmt_ms(step)} ms" if step is not None else fg.NA),
+        ("step time (slowest rank)", fg.fmt_duration(step) if step is not None else fg.NA),
         ("ranks", str(len(report.ranks))),
         ("largest lost cause", top_txt),
     ]
     body = "".join(f'<div class="card"><div class="v">{e(v)}</div><div class="k">{e(k)}</div></div>' for k, v in cards)
     return f'<div class="cards">{body}</div>'
+
+
+def _where_time_went(report: Report) -> str:
+    """The whole job in one bar, and every part with a share in words, largest first."""
+    s = fg.job_shares(report)
+    pct = {"compute": s.compute_pct, **{c.value: s.lost_pct[c] for c in CAUSES}}
+    us = {"compute": s.compute_us, **{c.value: s.lost_us[c] for c in CAUSES}}
+    parts = sorted(((k, v) for k, v in pct.items() if v and v >= 0.05), key=lambda kv: -(kv[1] or 0.0))
+    words = " · ".join(
+        f'<span><i style="background:{fg.CAUSE_COLORS[k]}"></i>{e(k)} <b>{e(fg.fmt_pct(v))}</b></span>' for k, v in parts
+    )
+    return (
+        "<h2>Where the time went</h2>"
+        + ch.job_bar(pct, us)
+        + f'<div class="legend shares">{words}</div>'
+    )
 
 
 def _recommendations(report: Report) -> str:
@@ -92,119 +131,55 @@ def _recommendations(report: Report) -> str:
             )
         items.append(
             f"<li><strong>{e(rec.title)}</strong>"
-            f'<span class="badge" style="background:{color}">{e(rec.category.value)}</span> '
+            f'<span class="badge" style="background:{color};color:{fg.text_color_on(color)}">{e(rec.category.value)}</span> '
             f'<span class="save">saves ~{rec.estimated_savings_pct:.1f}% of step time</span> '
             f'<span class="muted">ranks {e(ranks)} &middot; {e(rec.id)}</span>{details}</li>'
         )
     return "<h2>What to change</h2><ol class=\"recs\">" + "".join(items) + "</ol>"
 
 
-def _legend() -> str:
-    keys = ["compute"] + [c.value for c in CAUSES]
-    return '<div class="legend">' + "".join(
-        f'<span><i style="background:{fg.CAUSE_COLORS[k]}"></i>{e(k)}</span>' for k in keys
-    ) + "</div>"
+def _critical_by_step_index(report: Report) -> dict[int, int]:
+    """The critical rank of each profiled step, by position (0 = first step)."""
+    job = report.extra.get("job")
+    rows = job.get("critical_rank_per_step") if isinstance(job, Mapping) else None
+    if not isinstance(rows, list):
+        return {}
+    valid = [r for r in rows if isinstance(r, Mapping) and isinstance(r.get("rank"), int) and isinstance(r.get("step"), int)]
+    valid.sort(key=lambda r: r["step"])
+    return {i: int(r["rank"]) for i, r in enumerate(valid)}
 
 
-def rank_bars_svg(report: Report, width_px: int = 1100) -> str:
-    """A horizontal stacked bar per rank: compute then each cause, as shares of its window."""
-    ranks = [r for r in report.ranks if fg.has_data(r)]
-    if not ranks:
+def _timeline_section(report: Report) -> str:
+    chart = ch.timeline_chart(report.extra.get("timeline"))
+    if not chart:
         return ""
-    bar_h = max(3, min(18, 720 // len(ranks)))
-    gap = 2 if bar_h >= 6 else 0
-    label_w, right = 70, 10
-    plot_w = width_px - label_w - right
-    label_every = max(1, -(-12 // bar_h))  # keep labels at least ~12 px apart
-    top = 8  # room for the first label's ascenders
-    height = top + len(ranks) * (bar_h + gap) + 24
-    parts = [
-        (f'<svg xmlns="http://www.w3.org/2000/svg" role="img" aria-label="time per rank" shape-rendering="crispEdges" '
-        f'width="{width_px}" height="{height}" viewBox="0 0 {width_px} {height}">')
-    ]
-    for i, r in enumerate(ranks):
-        y = top + i * (bar_h + gap)
-        if i % label_every == 0:
-            parts.append(f'<text x="{label_w - 6}" y="{y + bar_h - 2}" text-anchor="end">rank {r.rank}</text>')
-        x = float(label_w)
-        segments = [("compute", r.compute_us)] + [(c.value, float(r.lost_us.get(c, 0.0))) for c in CAUSES]
-        for key, us in segments:
-            if us <= 0:
-                continue
-            w = plot_w * us / r.window_us
-            tip = f"rank {r.rank} · {key}: {fg.fmt_ms(us)} ms ({fg.fmt_pct(fg.pct(us, r.window_us))})"
-            parts.append(
-                f'<rect x="{x:.2f}" y="{y}" width="{max(w, 0.0):.2f}" height="{bar_h}" '
-                f'fill="{fg.CAUSE_COLORS[key]}"><title>{e(tip)}</title></rect>'
-            )
-            x += w
-    axis_y = top + len(ranks) * (bar_h + gap) + 14
-    for p in (0, 25, 50, 75, 100):
-        px = label_w + plot_w * p / 100
-        parts.append(f'<text x="{px:.1f}" y="{axis_y}" text-anchor="middle">{p}%</text>')
-    parts.append("</svg>")
-    return "".join(parts)
+    return "<h2>One step, every rank</h2>" + chart
 
 
-def _segments(points: Sequence[fg.UtilPoint]) -> Iterable[list[fg.UtilPoint]]:
-    """Runs of consecutive points with a value; a missing value (N/A) breaks the line."""
-    run: list[fg.UtilPoint] = []
-    for p in points:
-        if p.util_pct is None:
-            if run:
-                yield run
-            run = []
-        else:
-            run.append(p)
-    if run:
-        yield run
-
-
-def utilization_svg(points: Sequence[fg.UtilPoint], width_px: int = 1100, height_px: int = 220) -> str:
-    """GPU utilization over time, one line per GPU; gaps where a sample had no value."""
-    if not points:
+def _step_times_section(report: Report) -> str:
+    ranks = [r for r in report.ranks if fg.has_data(r) and r.step_times_us]
+    if not ranks or (len(ranks) == 1 and len(ranks[0].step_times_us) < 2):
         return ""
-    t0 = min(p.t_s for p in points)
-    t1 = max(p.t_s for p in points)
-    span = (t1 - t0) or 1.0
-    left, bottom, top = 40, 22, 8
-    pw, ph = width_px - left - 10, height_px - bottom - top
-    palette = list(fg.CAUSE_COLORS.values())
-    by_gpu: dict[str, list[fg.UtilPoint]] = {}
-    for p in points:
-        by_gpu.setdefault(p.gpu, []).append(p)
-    parts = [
-        (f'<svg xmlns="http://www.w3.org/2000/svg" role="img" aria-label="GPU utilization over time" '
-        f'width="{width_px}" height="{height_px}" viewBox="0 0 {width_px} {height_px}">')
-    ]
-    for v in (0, 50, 100):
-        y = top + ph * (1 - v / 100)
-        parts.append(f'<line x1="{left}" x2="{left + pw}" y1="{y:.1f}" y2="{y:.1f}" stroke="#dadce0"/>')
-        parts.append(f'<text x="{left - 4}" y="{y + 4:.1f}" text-anchor="end">{v}%</text>')
-    parts.append(f'<text x="{left}" y="{height_px - 4}">{t0:.1f} s</text>')
-    parts.append(f'<text x="{left + pw}" y="{height_px - 4}" text-anchor="end">{t1:.1f} s</text>')
-    legend = []
-    for gi, (gpu, pts) in enumerate(sorted(by_gpu.items())):
-        color = palette[gi % len(palette)]
-        pts = sorted(pts, key=lambda p: p.t_s)
-        for run in _segments(pts):
-            xy = " ".join(
-                f"{left + pw * (p.t_s - t0) / span:.1f},{top + ph * (1 - min(max(p.util_pct or 0.0, 0.0), 100.0) / 100):.1f}"
-                for p in run
-            )
-            if len(run) == 1:  # a lone sample between gaps: a dot, since a line needs two
-                cx, cy = xy.split(",")
-                parts.append(f'<circle cx="{cx}" cy="{cy}" r="2.5" fill="{color}"><title>GPU {e(gpu)}</title></circle>')
-                continue
-            parts.append(
-                f'<polyline fill="none" stroke="{color}" stroke-width="1.5" points="{xy}">'
-                f"<title>GPU {e(gpu)}</title></polyline>"
-            )
-        legend.append(f'<span><i style="background:{color}"></i>GPU {e(gpu)}</span>')
-    parts.append("</svg>")
-    missing = sum(1 for p in points if p.util_pct is None)
-    note = f'<p class="muted">{missing} sample(s) had no utilization value (N/A); the line has gaps there.</p>' if missing else ""
-    return "".join(parts) + '<div class="legend">' + "".join(legend) + "</div>" + note
+    chart = ch.step_times_chart(ranks, _critical_by_step_index(report))
+    return "<h2>Step time, step by step</h2>" + chart if chart else ""
+
+
+def _rank_bars_section(report: Report) -> str:
+    shown, note = fg.ranks_to_show(report, limit=ch.MAX_DOT_RANKS)
+    shown = [r for r in shown if fg.has_data(r)]
+    if not shown:
+        return ""
+    kinds = [k for k in ch.KINDS if any((r.compute_us if k == "compute" else float(r.lost_us.get(Cause(k), 0.0))) > 0 for r in shown)]
+    out = "<h2>Where each rank's time went</h2>" + ch.legend(kinds)
+    out += '<div class="two">' + ch.rank_bars(shown, absolute=True) + ch.rank_bars(shown, absolute=False) + "</div>"
+    if note:
+        out += f'<p class="muted small">{e(note)}</p>'
+    return out
+
+
+def rank_bars_svg(report: Report) -> str:
+    """The per-rank bars (milliseconds per step and shares), as in the page."""
+    return _rank_bars_section(report)
 
 
 def _totals_table(report: Report) -> str:
@@ -216,18 +191,38 @@ def _totals_table(report: Report) -> str:
 
 
 def _rank_table(report: Report) -> str:
-    head = "".join(f"<th>{e(h)}</th>" for h in ["rank", "device", "steps", "step ms", "window ms", "compute"])
-    head += "".join(f"<th>{e(c.value)}</th>" for c in CAUSES)
+    """One row per rank; the causes that lost time come first, largest first (so the biggest
+    ones are in view without scrolling the table), causes that lost nothing are named below."""
+    s = fg.job_shares(report)
+    causes = sorted((c for c in CAUSES if s.lost_us[c] > 0), key=lambda c: -s.lost_us[c])
+    idle = [c.value for c in CAUSES if s.lost_us[c] <= 0]
+    devices = {r.device for r in report.ranks}
+    one_device = len(devices) == 1
+    stages = any(isinstance(r.extra.get("stage"), int) for r in report.ranks)
+    cols = ["rank"] + ([] if one_device else ["device"]) + (["stage"] if stages else [])
+    cols += ["steps", "step ms", "compute"] + [c.value for c in causes] + ["window ms"]
+    head = "".join(f"<th>{e(h)}</th>" for h in cols)
     rows = []
     for r in report.ranks:
-        cells = [str(r.rank), r.device if r.device is not None else fg.NA, str(r.steps)]
+        cells = [str(r.rank)] + ([] if one_device else [r.device if r.device is not None else fg.NA])
+        if stages:
+            st = r.extra.get("stage")
+            cells.append(str(st) if isinstance(st, int) else fg.NA)
+        cells.append(str(r.steps))
         if fg.has_data(r):
-            cells += [fg.fmt_ms(fg.step_time_us(r)), fg.fmt_ms(r.window_us), fg.fmt_pct(fg.compute_pct(r))]
-            cells += [fg.fmt_pct(fg.lost_pct(r, c)) for c in CAUSES]
+            cells += [fg.fmt_ms(fg.step_time_us(r)), fg.fmt_pct(fg.compute_pct(r))]
+            cells += [fg.fmt_pct(fg.lost_pct(r, c)) for c in causes] + [fg.fmt_ms(r.window_us)]
         else:
-            cells += [fg.NA] * (3 + len(CAUSES))
+            cells += [fg.NA] * (3 + len(causes))
         rows.append("<tr>" + "".join(f"<td>{e(c)}</td>" for c in cells) + "</tr>")
     table = f'<div class="scroll"><table><thead><tr>{head}</tr></thead><tbody>{"".join(rows)}</tbody></table></div>'
+    notes = []
+    if one_device and report.ranks:
+        dev = next(iter(devices))
+        notes.append(f"Every rank: {dev if dev is not None else 'device ' + fg.NA}.")
+    if idle:
+        notes.append("No time lost to " + ", ".join(idle) + ".")
+    table += "".join(f'<p class="muted small">{e(n)}</p>' for n in notes)
     if len(report.ranks) > fg.MANY_RANKS:
         return f"<details><summary>All {len(report.ranks)} ranks</summary>{table}</details>"
     return table
@@ -237,12 +232,12 @@ def _samples_section(report: Report) -> str:
     """Utilization over time, the per-GPU table and run-level notes; empty without samples."""
     rows = fg.gpu_rows(report)
     notes = fg.sample_notes(report)
-    util = utilization_svg(fg.utilization_points(report))
+    util = ch.utilization_chart(fg.utilization_points(report))
     if not rows and not notes and not util:
         return ""
     parts = ["<h2>GPUs over the run (NVML samples)</h2>"]
     if util:
-        parts.append(f'<div class="scroll">{util}</div>')
+        parts.append(util)
     if rows:
         head = "".join(f"<th>{h}</th>" for h in ("GPU", "samples", "mean", "p90", "min", "max", "memory peak", "energy J"))
         body = "".join(
@@ -258,18 +253,35 @@ def _samples_section(report: Report) -> str:
             + "</tr>"
             for r in rows
         )  # fmt: skip
-        parts.append(f"<table><thead><tr>{head}</tr></thead><tbody>{body}</tbody></table>")
+        parts.append(f'<div class="scroll"><table><thead><tr>{head}</tr></thead><tbody>{body}</tbody></table></div>')
     if notes:
         parts.append("<ul>" + "".join(f"<li>{e(n)}</li>" for n in notes) + "</ul>")
     return "".join(parts)
 
 
+def _table_html(t: Table) -> str:
+    head = "" if not any(t.columns) else "<thead><tr>" + "".join(f"<th>{e(c)}</th>" for c in t.columns) + "</tr></thead>"
+    body = "".join("<tr>" + "".join(f"<td>{e(c)}</td>" for c in row) + "</tr>" for row in t.rows)
+    cap = f"<caption>{e(t.caption)}</caption>" if t.caption else ""
+    note = f'<p class="muted small">{e(t.note)}</p>' if t.note else ""
+    return f'<div class="scroll"><table>{cap}{head}<tbody>{body}</tbody></table></div>{note}'
+
+
 def _job_findings(extra: Mapping[str, object]) -> str:
-    job = extra.get("job")
-    if not job:
+    """Cross-rank findings: what each means in a sentence, its numbers in tables."""
+    blocks = job_blocks(extra.get("job"))
+    if not blocks:
         return ""
-    text = json.dumps(job, indent=2, sort_keys=True, default=str)
-    return f"<h2>Job findings</h2><details><summary>Cross-rank findings</summary><pre>{e(text)}</pre></details>"
+    out = ["<h2>Across ranks</h2>"]
+    for b in blocks:
+        out.append(f"<h3>{e(b.title)}</h3>")
+        out.extend(f"<p>{e(x)}</p>" for x in b.sentences)
+        tables = "".join(_table_html(t) for t in b.tables)
+        if tables and b.sentences:
+            out.append(f"<details><summary>Numbers</summary>{tables}</details>")
+        else:
+            out.append(tables)
+    return "".join(out)
 
 
 def render_html(report: Report, width: int = 100) -> str:
@@ -288,14 +300,15 @@ def render_html(report: Report, width: int = 100) -> str:
         body.append(_samples_section(report))
     else:
         body.append(_cards(report))
+        body.append(_where_time_went(report))
         body.append(_recommendations(report))
-        body.append("<h2>Where each rank's time went</h2>")
-        body.append(_legend())
-        body.append(f'<div class="scroll">{rank_bars_svg(report)}</div>')
-        body.append("<h2>Totals</h2>" + _totals_table(report))
+        body.append(_timeline_section(report))
+        body.append(_step_times_section(report))
+        body.append(_rank_bars_section(report))
+        body.append("<h2>Totals</h2>" + f'<div class="scroll">{_totals_table(report)}</div>')
         body.append("<h2>Per rank</h2>" + _rank_table(report))
-        body.append(_samples_section(report))
         body.append(_job_findings(report.extra))
+        body.append(_samples_section(report))
     if report.warnings:
         items = "".join(f"<li>{e(w)}</li>" for w in report.warnings[:MAX_WARNINGS])
         more = len(report.warnings) - MAX_WARNINGS

@@ -1,0 +1,317 @@
+"""Cross-rank findings (the report's ``job`` key) as sentences and tables, for any medium.
+
+The findings are nested JSON owned by the analysis, and they grow: the known ones get a
+sentence that says what they mean; every finding, known or not, becomes tables of plain
+values (a mapping of values: a two-column table; a list of records or a mapping of
+records: one row per record). Nothing is ever shown as a raw JSON dump. Values are
+formatted by the unit their key names (``_us``, ``_pct``, ``_bytes``, ``_gbps``,
+``fraction``). Everything here returns plain strings; renderers escape them.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from gpuprof.render import figures as fg
+
+MAX_ROWS = 64  # rows per table; the JSON report has them all
+MAX_LIST_ITEMS = 6  # items of a list shown inside one cell
+
+# Titles of the findings the analysis writes today; unknown keys get their key, humanized.
+TITLES: Mapping[str, str] = {
+    "stragglers": "Stragglers",
+    "straggler_analysis": "Arrival at collectives",
+    "critical_rank_per_step": "Critical rank per step",
+    "compute_imbalance": "Compute imbalance",
+    "pipeline": "Pipeline schedule",
+    "barrier_waits": "Waits at barriers",
+    "collective_bandwidth": "Collective bandwidth per rank",
+}
+
+
+@dataclass(frozen=True)
+class Table:
+    columns: tuple[str, ...]
+    rows: tuple[tuple[str, ...], ...]
+    note: str | None = None  # e.g. rows left out
+    caption: str | None = None  # what a nested table is part of
+
+
+@dataclass(frozen=True)
+class Block:
+    """One finding: a title, what it means in words, and its values as tables."""
+
+    key: str
+    title: str
+    sentences: tuple[str, ...] = ()
+    tables: tuple[Table, ...] = field(default=())
+
+
+_UNIT_WORDS = ("us", "pct", "bytes", "gbps", "s", "j")
+
+
+def humanize(key: str) -> str:
+    """``caused_wait_us_per_step`` -> ``caused wait per step`` (the unit goes to the value;
+    a leading unit word stays: ``bytes_per_step`` -> ``bytes per step``)."""
+    words = str(key).split("_")
+    kept = [w for i, w in enumerate(words) if i == 0 or w not in _UNIT_WORDS]
+    return " ".join(w for w in kept if w) or str(key)
+
+
+def _ids(m: Mapping[str, Any]) -> bool:
+    """Keys that are identifiers (rank numbers), not names: values take the parent's unit."""
+    return all(str(k).lstrip("-").isdigit() for k in m)
+
+
+def _num(v: Any) -> float | None:
+    if isinstance(v, bool) or not isinstance(v, (int, float)):
+        return None
+    f = float(v)
+    return f if math.isfinite(f) else None
+
+
+def fmt_bytes(n: float) -> str:
+    for unit, size in (("GB", 1e9), ("MB", 1e6), ("kB", 1e3)):
+        if abs(n) >= size:
+            return f"{n / size:,.1f} {unit}"
+    return f"{n:,.0f} B"
+
+
+def fmt_value(key: str, value: Any) -> str:
+    """A value as text, in the unit its key names."""
+    if value is None:
+        return fg.NA
+    if isinstance(value, bool):
+        return "yes" if value else "no"
+    if isinstance(value, str):
+        return value
+    k = str(key)
+    n = _num(value)
+    if n is not None:
+        if k.endswith("_us") or "_us_" in k:
+            return fg.fmt_duration(n)
+        if k.endswith("_s"):
+            return f"{n:,.2f} s"
+        if k.endswith("_pct") or "_pct_" in k:
+            return f"{n:.1f}%"
+        if "fraction" in k or k.endswith("_share_of_peak"):
+            return f"{100.0 * n:.1f}%"
+        if k.endswith("_bytes") or "bytes_" in k:
+            return fmt_bytes(n)
+        if k.endswith("_gbps"):
+            return f"{n:,.1f} GB/s"
+        if k.endswith("ratio") or k.endswith("over_median"):
+            return f"{n:.2f}×"
+        if isinstance(value, int):
+            return f"{value:,}"
+        return f"{n:,.4g}" if abs(n) < 1e6 else f"{n:,.0f}"
+    if isinstance(value, Sequence):
+        items = [fmt_value(k, x) for x in list(value)[:MAX_LIST_ITEMS]]
+        more = len(value) - MAX_LIST_ITEMS
+        return ", ".join(items) + (f" (+{more} more)" if more > 0 else "") if items else "none"
+    if isinstance(value, Mapping):
+        parts = [f"{humanize(str(a))} {fmt_value(str(a), b)}" for a, b in list(value.items())[:MAX_LIST_ITEMS]]
+        more = len(value) - MAX_LIST_ITEMS
+        return "; ".join(parts) + (f" (+{more} more)" if more > 0 else "")
+    return str(value)
+
+
+def _is_record(v: Any) -> bool:
+    return isinstance(v, Mapping) and bool(v)
+
+
+def _records_table(records: Sequence[tuple[str | None, Mapping[str, Any]]], first: str | None) -> Table:
+    """Rows of records; columns are the union of their keys, in first-seen order."""
+    cols: list[str] = []
+    for _, rec in records:
+        for k in rec:
+            if k not in cols:
+                cols.append(str(k))
+    rows = []
+    for label, rec in records[:MAX_ROWS]:
+        cells = [fmt_value(c, rec.get(c)) if c in rec else "" for c in cols]
+        rows.append(tuple(([label or ""] if first else []) + cells))
+    note = f"{len(records) - MAX_ROWS} more rows in the JSON report" if len(records) > MAX_ROWS else None
+    head = ([first] if first else []) + [humanize(c) for c in cols]
+    return Table(tuple(head), tuple(rows), note)
+
+
+def tables_of(value: Any, name: str = "", depth: int = 0) -> list[Table]:
+    """Any JSON value as tables of plain values (nested records become their own tables)."""
+    if isinstance(value, Mapping):
+        if value and all(_is_record(v) for v in value.values()):
+            first = "rank" if _ids(value) else " "
+            return [_records_table([(humanize(str(k)), v) for k, v in value.items()], first)]
+        flat = [(k, v) for k, v in value.items() if not _is_record(v) and not _is_record_list(v)]
+        nested = [(k, v) for k, v in value.items() if _is_record(v) or _is_record_list(v)]
+        out: list[Table] = []
+        if flat and value and _ids(value) and name:
+            # {"0": 1.5, "1": 2.0} under clock_offsets_us: one row per rank, in the parent's unit.
+            rows = tuple((str(k), fmt_value(name, v)) for k, v in flat[:MAX_ROWS])
+            more = f"{len(flat) - MAX_ROWS} more rows in the JSON report" if len(flat) > MAX_ROWS else None
+            out.append(Table(("rank", humanize(name)), rows, more))
+        elif flat:
+            out.append(Table(("", ""), tuple((humanize(str(k)), fmt_value(str(k), v)) for k, v in flat)))
+        for k, v in nested:
+            if depth >= 3:
+                out.append(Table(("", ""), ((humanize(str(k)), fmt_value(str(k), v)),)))
+                continue
+            for t in tables_of(v, str(k), depth + 1):
+                out.append(t if t.caption else Table(t.columns, t.rows, t.note, humanize(str(k))))
+        return out
+    if _is_record_list(value):
+        return [_records_table([(None, v) for v in value], None)]
+    return [Table(("", ""), ((humanize(name) or "value", fmt_value(name, value)),))]
+
+
+def _is_record_list(v: Any) -> bool:
+    return isinstance(v, list) and bool(v) and all(_is_record(x) for x in v)
+
+
+# --- sentences for the findings the analysis writes today --------------------------------
+
+
+def _stragglers(v: Any) -> list[str]:
+    out = []
+    for s in v if isinstance(v, list) else []:
+        if not isinstance(s, Mapping) or _num(s.get("rank")) is None:
+            continue
+        text = f"Rank {s['rank']} arrived last at {s.get('last_arrivals', '?')} of {s.get('collectives', '?')} collectives"
+        wait = _num(s.get("caused_wait_us_per_step"))
+        if wait is not None:
+            text += f"; the other ranks waited {fg.fmt_duration(wait)} per step for it"
+        ratio = _num(s.get("phase_ratio"))
+        if s.get("phase") and ratio is not None:
+            text += f"; its {s['phase']} takes {ratio:.2f}× the others' median"
+        out.append(text + ".")
+    if isinstance(v, list) and not v:
+        out.append("No rank is consistently the last to arrive at collectives.")
+    return out
+
+
+def _arrivals(v: Any) -> list[str]:
+    if not isinstance(v, Mapping):
+        return []
+    out = []
+    n = _num(v.get("collectives_matched"))
+    if n is not None:
+        out.append(f"{int(n)} collective calls were matched across ranks.")
+    offsets = v.get("clock_offsets_us")
+    if isinstance(offsets, Mapping):
+        vals = [abs(x) for x in (_num(o) for o in offsets.values()) if x is not None]
+        if vals and max(vals) > 0:
+            out.append(f"Rank clocks differed by up to {fg.fmt_duration(max(vals))}; times were aligned before comparing.")
+    arr = v.get("arrivals")
+    if isinstance(arr, Mapping) and arr.get("rotating"):
+        out.append("The last rank to arrive changes from call to call (no single straggler).")
+    return out
+
+
+def _critical(v: Any) -> list[str]:
+    rows = [r for r in v if isinstance(r, Mapping) and _num(r.get("rank")) is not None] if isinstance(v, list) else []
+    if not rows:
+        return []
+    counts: dict[int, int] = {}
+    for r in rows:
+        counts[int(r["rank"])] = counts.get(int(r["rank"]), 0) + 1
+    top = max(counts, key=lambda k: (counts[k], -k))
+    text = f"Rank {top} set the pace (waited least) in {counts[top]} of {len(rows)} steps"
+    if len(counts) > 1:
+        text += f"; {len(counts)} different ranks did over the run"
+    return [text + "."]
+
+
+def _imbalance(v: Any) -> list[str]:
+    if not isinstance(v, Mapping):
+        return []
+    out = []
+    ar = v.get("across_ranks")
+    if isinstance(ar, Mapping) and _num(ar.get("max_over_median")) is not None:
+        out.append(
+            f"The busiest rank ({ar.get('max_rank')}) computes {_num(ar.get('max_over_median')):.2f}× the median rank "
+            f"per step ({fg.fmt_duration(_num(ar.get('max_compute_us_per_step')))} against "
+            f"{fg.fmt_duration(_num(ar.get('median_compute_us_per_step')))})."
+        )
+    st = v.get("across_stages")
+    if isinstance(st, Mapping) and _num(st.get("max_over_median")) is not None:
+        out.append(
+            f"The slowest pipeline stage ({st.get('max_stage')}) computes {_num(st.get('max_over_median')):.2f}× the "
+            f"median stage per microbatch."
+        )
+    return out
+
+
+def _pipeline(v: Any) -> list[str]:
+    if not isinstance(v, Mapping):
+        return []
+    parts = []
+    if v.get("stages") is not None:
+        parts.append(f"{v.get('stages')} stages")
+    if v.get("microbatches") is not None:
+        parts.append(f"{v.get('microbatches')} microbatches")
+    if v.get("schedule"):
+        parts.append(f"{v.get('schedule')} schedule")
+    text = ", ".join(parts)
+    stages = [r for r in v.get("per_stage") or [] if isinstance(r, Mapping) and _num(r.get("bubble_fraction")) is not None]
+    theory = _num(v.get("theoretical_bubble_fraction"))
+    if stages:
+        worst = max(stages, key=lambda r: float(r["bubble_fraction"]))
+        text += f": stages idle in the bubble up to {100 * float(worst['bubble_fraction']):.1f}% of the step (stage {worst.get('stage')})"
+        if theory is not None:
+            text += f", against {100 * theory:.1f}% in theory for this schedule with free communication"
+    return [text + "."] if text else []
+
+
+def _bandwidth(v: Any) -> list[str]:
+    rows = [r for r in v.values() if isinstance(r, Mapping)] if isinstance(v, Mapping) else []
+    bus = sorted(x for x in (_num(r.get("busbw_gbps")) for r in rows) if x is not None)
+    if not bus:
+        return []
+    med = bus[len(bus) // 2]
+    text = f"Collectives moved data at {med:,.1f} GB/s bus bandwidth (median over {len(bus)} ranks)"
+    peaks = [x for x in (_num(r.get("peak_gbps")) for r in rows) if x]
+    if peaks:
+        text += f", {100 * med / max(peaks):.1f}% of the {max(peaks):,.0f} GB/s link peak"
+    slow = sum(int(_num(r.get("slow_calls")) or 0) for r in rows)
+    if slow:
+        text += f"; {slow} calls ran well below the link's speed"
+    exposed = [x for x in (_num(r.get("exposed_us_per_step")) for r in rows) if x is not None]
+    if exposed:
+        text += f"; up to {fg.fmt_duration(max(exposed))} per step of it was exposed (nothing computing beside it)"
+    return [text + "."]
+
+
+SENTENCES = {
+    "collective_bandwidth": _bandwidth,
+    "stragglers": _stragglers,
+    "straggler_analysis": _arrivals,
+    "critical_rank_per_step": _critical,
+    "compute_imbalance": _imbalance,
+    "pipeline": _pipeline,
+}
+
+
+def job_blocks(job: Any) -> list[Block]:
+    """Every cross-rank finding as a :class:`Block` (known ones first, in a fixed order)."""
+    if not isinstance(job, Mapping):
+        return []
+    order = [k for k in TITLES if k in job] + sorted(str(k) for k in job if k not in TITLES)
+    scalars = [(k, job[k]) for k in order if not isinstance(job[k], (Mapping, list))]
+    out: list[Block] = []
+    if scalars:
+        out.append(
+            Block("summary", "Job", tables=(Table(("", ""), tuple((humanize(k), fmt_value(k, v)) for k, v in scalars)),))
+        )
+    for key in order:
+        value = job[key]
+        if not isinstance(value, (Mapping, list)):
+            continue
+        sentences = tuple(SENTENCES[key](value)) if key in SENTENCES else ()
+        tables = () if (isinstance(value, list) and not value) else tuple(tables_of(value, key))
+        if not sentences and not tables:
+            continue
+        out.append(Block(key, TITLES.get(key, humanize(key).capitalize()), sentences, tables))
+    return out
