@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Mapping, Sequence
 
-from gpuprof.advice import AdviceContext, advise
+from gpuprof.advice import AdviceContext, advise_all
 from gpuprof.analysis.attribution import Attribution, attribute, merge_claims
 from gpuprof.analysis.cross_rank import CrossRankResult, analyze_job
 from gpuprof.analysis.stepview import step_timeline
@@ -146,7 +146,7 @@ def run_analysis(
         attributions[s.rank] = att
         reports.append(_rank_report(s, att, cross))
     samples = _load_samples(paths)
-    recs = advise(AdviceContext(summaries=summaries, reports=reports, cross=cross.findings, samples=samples))
+    advice = advise_all(AdviceContext(summaries=summaries, reports=reports, cross=cross.findings, samples=samples))
     # One line per distinct warning text, naming its ranks.
     warnings = skipped + rank_warnings(
         [(s.rank, w) for s in summaries for w in s.warnings + ((s.empty_reason,) if s.empty_reason else ())]
@@ -154,7 +154,11 @@ def run_analysis(
     world_note = (cross.findings.get("straggler_analysis") or {}).get("world_size_note")
     if world_note:
         warnings.append(str(world_note))
+    # What the trace cannot support (see gpuprof.advice): one line each, and in the JSON.
+    warnings.extend(h.line for h in advice.held_back)
     extra: dict[str, Any] = {"job": {k: v for k, v in cross.findings.items() if k != "per_rank"}}
+    if advice.held_back:
+        extra["held_back"] = [h.to_dict() for h in advice.held_back]
     if samples is not None and hasattr(samples, "to_dict"):
         extra["samples"] = samples.to_dict()
     timeline = step_timeline(summaries, attributions, cross.findings)  # drawn by the HTML report
@@ -163,7 +167,7 @@ def run_analysis(
     report = Report(
         inputs=tuple(str(p) for p in paths),
         ranks=tuple(reports),
-        recommendations=recs,
+        recommendations=advice.recommendations,
         warnings=tuple(warnings),
         extra=extra,
     )

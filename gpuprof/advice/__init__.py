@@ -2,17 +2,33 @@
 
 Each advisor is a function ``(AdviceContext) -> list[Recommendation]`` registered in
 :data:`ADVISORS` (in the order modules are listed in :data:`_ADVISOR_MODULES`). Advisors are
-pure. :func:`advise` runs them all and ranks the result by estimated savings.
+pure. :func:`advise` runs them all, holds back what the trace cannot support (below) and
+ranks the rest by estimated savings.
+
+Evidence
+--------
+A recommendation rests on kinds of events (:class:`~gpuprof.analysis.evidence.Evidence`):
+overlap advice needs compute kernels, DataLoader or host-overhead advice needs host
+events, and so on. What each one needs is declared once: by its id in :data:`NEEDS`, by
+its advisor (``@advisor(needs=...)``), else by its category in :data:`CATEGORY_NEEDS`.
+Each rank's summary says what its trace lacks (``facts["trace_lacks"]``, see
+:func:`gpuprof.analysis.evidence.trace_lacks`). A recommendation is *held back* when a
+rank it rests on lacks something it needs: it is not shown, and one line says what was
+held back and why (:attr:`Advice.held_back`). The ranks it rests on are all ranks with
+device activity for job-level causes (straggler, communication, pipeline bubbles, and any
+recommendation with no ranks), else its own ranks.
 """
 
 from __future__ import annotations
 
 import importlib
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Callable, Mapping, Sequence
+from typing import Any, overload
 
+from gpuprof.analysis.evidence import Evidence
 from gpuprof.analysis.summary import RankSummary
-from gpuprof.model.report import RankReport, Recommendation, sort_recommendations
+from gpuprof.model.report import Cause, RankReport, Recommendation, sort_recommendations
 
 
 @dataclass(frozen=True)
@@ -29,15 +45,72 @@ class AdviceContext:
 
 Advisor = Callable[[AdviceContext], list[Recommendation]]
 ADVISORS: list[Advisor] = []
+# What every recommendation of an advisor needs (``@advisor(needs=...)``).
+_ADVISOR_NEEDS: dict[Advisor, frozenset[Evidence]] = {}
 
 # Recommendations estimated to save less than this share of the step are left out.
 MIN_SAVINGS_PCT = 0.5
 
+_HOST_SIDE = frozenset({Evidence.HOST_EVENTS})
+_LAUNCH_GAPS = frozenset({Evidence.HOST_EVENTS, Evidence.LAUNCH_CALLS, Evidence.ALL_LAUNCHES})
+_EXPOSURE = frozenset({Evidence.COMPUTE_KERNELS, Evidence.ALL_KERNELS})
 
-def advisor(fn: Advisor) -> Advisor:
-    """Decorator: register an advisor."""
-    ADVISORS.append(fn)
-    return fn
+# What each recommendation needs from the trace, by id.
+NEEDS: Mapping[str, frozenset[Evidence]] = {
+    # collectives' exposure, and what a late rank costs, depend on the compute beside them
+    "comm-overlap": _EXPOSURE,
+    "exposed-communication": _EXPOSURE,
+    "communication-slow-collectives": _EXPOSURE,
+    "straggler-rank": _EXPOSURE,
+    "straggler-rotating": _EXPOSURE,
+    "straggler-absent-rank": _EXPOSURE,
+    "pipeline-bubble": _EXPOSURE,
+    "pipeline-imbalance": _EXPOSURE,
+    "memory-exposed-copies": _EXPOSURE,
+    "memory-pageable-copies": _EXPOSURE,
+    # the host ops the advice names
+    "dataloader-starvation": _HOST_SIDE,
+    "host-ddp-buffer-sync": _HOST_SIDE,
+    # sync and allocation calls themselves
+    "sync-host-blocking": frozenset({Evidence.HOST_EVENTS, Evidence.RUNTIME_CALLS}),
+    "memory-allocator": frozenset({Evidence.HOST_EVENTS, Evidence.RUNTIME_CALLS}),
+    # gaps between kernels told apart by when each kernel was launched (an export that
+    # kept only the launch calls still shows that, and the ops the host was in)
+    "host-overhead": _LAUNCH_GAPS,
+    "host-launch-bound": _LAUNCH_GAPS,
+}
+# ... else by category (a new advisor's recommendation needs at least this).
+CATEGORY_NEEDS: Mapping[Cause, frozenset[Evidence]] = {
+    Cause.PIPELINE_BUBBLE: _EXPOSURE,
+    Cause.COMMUNICATION: _EXPOSURE,
+    Cause.STRAGGLER: _EXPOSURE,
+    Cause.MEMORY: _EXPOSURE,
+    Cause.DATALOADER: _HOST_SIDE,
+    Cause.SYNC: frozenset({Evidence.HOST_EVENTS, Evidence.RUNTIME_CALLS}),
+    Cause.HOST: _LAUNCH_GAPS,
+    Cause.OTHER: frozenset(),
+}
+_JOB_LEVEL = (Cause.STRAGGLER, Cause.COMMUNICATION, Cause.PIPELINE_BUBBLE)
+
+
+@overload
+def advisor(fn: Advisor) -> Advisor: ...
+@overload
+def advisor(*, needs: Iterable[Evidence]) -> Callable[[Advisor], Advisor]: ...
+
+
+def advisor(fn: Advisor | None = None, *, needs: Iterable[Evidence] = ()) -> Any:
+    """Decorator: register an advisor (``@advisor``, or ``@advisor(needs=...)`` to declare
+    what every recommendation it makes needs from the trace)."""
+
+    def register(f: Advisor) -> Advisor:
+        ADVISORS.append(f)
+        wanted = frozenset(needs)
+        if wanted:
+            _ADVISOR_NEEDS[f] = wanted
+        return f
+
+    return register(fn) if fn is not None else register
 
 
 _ADVISOR_MODULES = (
@@ -58,17 +131,111 @@ def _load() -> None:
     _loaded = True
 
 
-def advise(ctx: AdviceContext) -> tuple[Recommendation, ...]:
+@dataclass(frozen=True)
+class HeldBack:
+    """A recommendation the trace cannot support: what it needs, and which ranks lack it."""
+
+    recommendation: Recommendation
+    missing: Mapping[str, tuple[int, ...]]  # evidence -> ranks lacking it
+    why: Mapping[str, str]  # evidence -> why (the first lacking rank's reason)
+
+    @property
+    def line(self) -> str:
+        """The report's line: what was held back and why."""
+        parts = []
+        for ev, ranks in self.missing.items():
+            who = f"rank {ranks[0]}" if len(ranks) == 1 else f"ranks {_ranks_text(ranks)}"
+            parts.append(f"{Evidence(ev).label} ({who}: {self.why[ev]})")
+        rec = self.recommendation
+        return f"held back '{rec.title}' ({rec.id}): it needs " + "; ".join(parts)
+
+    def to_dict(self) -> dict[str, Any]:
+        rec = self.recommendation
+        return {
+            "id": rec.id,
+            "category": rec.category.value,
+            "title": rec.title,
+            "ranks": list(rec.ranks),
+            "needs": sorted(self.missing),
+            "lacking_ranks": {ev: list(r) for ev, r in self.missing.items()},
+            "why": dict(self.why),
+        }
+
+
+@dataclass(frozen=True)
+class Advice:
+    recommendations: tuple[Recommendation, ...]
+    held_back: tuple[HeldBack, ...] = ()
+
+
+def needs_of(rec: Recommendation, made_by: Advisor | None = None) -> frozenset[Evidence]:
+    """What ``rec`` needs from the trace (see the module docstring)."""
+    declared = _ADVISOR_NEEDS.get(made_by, frozenset()) if made_by is not None else frozenset()
+    return declared | NEEDS.get(rec.id, CATEGORY_NEEDS.get(rec.category, frozenset()))
+
+
+def hold_back(
+    rec: Recommendation, needs: frozenset[Evidence], lacks: Mapping[int, Mapping[str, str]]
+) -> HeldBack | None:
+    """Whether ``rec``, needing ``needs``, is held back given what each rank's trace lacks
+    (``lacks[rank]``: evidence -> why, for every rank with device activity)."""
+    if not needs:
+        return None
+    ranks = list(lacks) if rec.category in _JOB_LEVEL or not rec.ranks else [r for r in rec.ranks if r in lacks]
+    missing: dict[str, tuple[int, ...]] = {}
+    why: dict[str, str] = {}
+    for ev in sorted(needs, key=lambda e: list(Evidence).index(e)):
+        short = tuple(sorted(r for r in ranks if ev.value in lacks[r]))
+        if short:
+            missing[ev.value] = short
+            why[ev.value] = lacks[short[0]][ev.value]
+    return HeldBack(rec, missing, why) if missing else None
+
+
+def advise_all(ctx: AdviceContext) -> Advice:
+    """Run every advisor; rank what the trace supports, hold back the rest."""
     _load()
-    recs: list[Recommendation] = []
+    made: list[tuple[Recommendation, Advisor]] = []
     for fn in ADVISORS:
-        recs.extend(fn(ctx))
+        made.extend((r, fn) for r in fn(ctx))
     # One recommendation per id: keep the one with the larger estimate.
-    best: dict[str, Recommendation] = {}
-    for r in recs:
-        if r.id not in best or r.estimated_savings_pct > best[r.id].estimated_savings_pct:
-            best[r.id] = r
-    # A change that would not shorten the job's step is not worth a reader's attention: the
-    # measured loss still shows in the per-rank table, but it is not advertised as a fix.
-    kept = [r for r in best.values() if r.estimated_savings_pct >= MIN_SAVINGS_PCT]
-    return sort_recommendations(kept)
+    best: dict[str, tuple[Recommendation, Advisor]] = {}
+    for r, fn in made:
+        if r.id not in best or r.estimated_savings_pct > best[r.id][0].estimated_savings_pct:
+            best[r.id] = (r, fn)
+    lacks = {
+        s.rank: dict(s.facts.get("trace_lacks") or {}) for s in ctx.summaries if s.empty_reason is None
+    }
+    kept: list[Recommendation] = []
+    held: list[HeldBack] = []
+    for r, fn in best.values():
+        # A change that would not shorten the job's step is not worth a reader's attention:
+        # the measured loss still shows in the per-rank table, but it is not advertised.
+        if r.estimated_savings_pct < MIN_SAVINGS_PCT:
+            continue
+        h = hold_back(r, needs_of(r, fn), lacks)
+        if h is None:
+            kept.append(r)
+        else:
+            held.append(h)
+    held.sort(key=lambda h: (-h.recommendation.estimated_savings_pct, h.recommendation.id))
+    return Advice(sort_recommendations(kept), tuple(held))
+
+
+def advise(ctx: AdviceContext) -> tuple[Recommendation, ...]:
+    """The recommendations the trace supports, highest estimated savings first."""
+    return advise_all(ctx).recommendations
+
+
+def _ranks_text(ranks: Sequence[int]) -> str:
+    """``0-3, 6`` (sorted, runs of consecutive ranks joined)."""
+    nums = sorted(set(ranks))
+    parts: list[str] = []
+    start = prev = nums[0]
+    for n in nums[1:]:
+        if n != prev + 1:
+            parts.append(str(start) if start == prev else f"{start}-{prev}")
+            start = n
+        prev = n
+    parts.append(str(start) if start == prev else f"{start}-{prev}")
+    return ", ".join(parts)

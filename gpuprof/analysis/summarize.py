@@ -11,7 +11,8 @@ Steps, in order:
 4. run the local rules (:mod:`gpuprof.analysis.rules`), which claim lost time per cause;
    attribution (precedence) happens later, together with the cross-rank claims;
 5. measure the facts for the advice (keys documented in :mod:`gpuprof.analysis.facts`),
-   including the what-if replays of the host-side causes (:mod:`gpuprof.analysis.whatif`);
+   including the what-if replays of the host-side causes (:mod:`gpuprof.analysis.whatif`)
+   and what the trace lacks (``trace_lacks``, :mod:`gpuprof.analysis.evidence`);
 6. warn where the numbers deserve less trust: a profiler that slowed the host, a filtered
    or sampled trace (:func:`gpuprof.analysis.hostfacts.trust_warnings`), a window under
    :data:`MIN_WINDOW_US` or a single step (:func:`data_warnings`);
@@ -31,6 +32,7 @@ from typing import Any
 import pandas as pd
 
 from gpuprof.analysis import intervals as iv
+from gpuprof.analysis.evidence import lacks_warnings, trace_lacks
 from gpuprof.analysis.facts import rank_facts
 from gpuprof.analysis.hostfacts import trust_warnings
 from gpuprof.analysis.launches import activity_mask, match_launches
@@ -108,8 +110,10 @@ def summarize(trace: RankTrace, selection: StepSelection = _ALL_STEPS) -> RankSu
     facts["launch_matched_share"] = launches.matched_share
     facts["window_gaps_us"] = (hi - lo) - window.duration_us
     facts.update(whatif_facts(ctx, window.steps))
+    facts["trace_lacks"] = trace_lacks(trace, facts)
     warnings = trace.warnings + ((window.note,) if window.note else ())
-    warnings += trust_warnings(facts) + data_warnings(window.duration_us, len(window.steps))
+    warnings += trust_warnings(facts) + lacks_warnings(facts["trace_lacks"])
+    warnings += data_warnings(window.duration_us, len(window.steps))
     return RankSummary(
         rank=trace.rank,
         source=trace.source,
