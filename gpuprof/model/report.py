@@ -44,6 +44,9 @@ class Recommendation:
     ranks: tuple[int, ...]
     evidence: tuple[str, ...]
     actions: tuple[str, ...]
+    # The what-if of gpuprof.analysis.whatifs the saving was replayed from (``None``: the
+    # saving comes from a closed-form estimate, said in the evidence).
+    whatif: str | None = None
 
 
 @dataclass(frozen=True)
@@ -135,6 +138,7 @@ def report_to_dict(report: Report) -> dict[str, Any]:
                 "ranks": list(rec.ranks),
                 "evidence": list(rec.evidence),
                 "actions": list(rec.actions),
+                "whatif": rec.whatif,
             }
         )
     out["warnings"] = list(report.warnings)
@@ -179,6 +183,7 @@ def report_from_dict(data: Any) -> Report:
                 ranks=tuple(int(i) for i in x["ranks"]),
                 evidence=tuple(str(e) for e in x["evidence"]),
                 actions=tuple(str(a) for a in x["actions"]),
+                whatif=None if x.get("whatif") is None else str(x["whatif"]),
             )
             for x in data["recommendations"]
         ]
