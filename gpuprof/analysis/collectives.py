@@ -80,6 +80,7 @@ class MatchedCollectives:
 def _empty_calls() -> pd.DataFrame:
     cols = {
         "rank": "int64",
+        "row": "int64",
         "key": "int64",
         "pg": "object",
         "step": "int64",
@@ -112,7 +113,7 @@ def _gather(summaries: Sequence[RankSummary]) -> pd.DataFrame:
         ]
         if len(c) == 0:
             continue
-        c = c.assign(rank=s.rank, source=s.source)
+        c = c.assign(rank=s.rank, source=s.source, row=c.index.to_numpy(dtype=np.int64))
         frames.append(c)
     if not frames:
         return pd.DataFrame()

@@ -84,6 +84,7 @@ from gpuprof.analysis.linkspeed import job_bandwidth
 from gpuprof.analysis.phases import PHASES
 from gpuprof.analysis.pipeline_parallel import PipelineResult, analyze_pipeline
 from gpuprof.analysis.summary import RankSummary
+from gpuprof.analysis.whatifs import WhatIfResults, build_job_model, run_whatifs
 from gpuprof.model.report import Cause
 
 # A rank is named a straggler when it caused at least this share of all the waiting
@@ -112,6 +113,8 @@ class CrossRankResult:
 
     claims: Mapping[int, Mapping[Cause, Intervals]] = field(default_factory=dict)
     findings: Mapping[str, Any] = field(default_factory=dict)
+    # The job model replayed with each cause removed (None: nothing could be replayed).
+    whatifs: WhatIfResults | None = None
 
 
 def _steps(s: RankSummary) -> int:
@@ -567,4 +570,14 @@ def analyze_job(summaries: Sequence[RankSummary]) -> CrossRankResult:
     bandwidth = job_bandwidth(active, matched.calls)
     if bandwidth:
         findings["collective_bandwidth"] = dict(bandwidth)
-    return CrossRankResult(claims=claims, findings=findings)
+    model = build_job_model(
+        active,
+        matched,
+        matched.offsets_us,
+        pipe.stage_of if pipe is not None else {},
+        pipe.findings if pipe is not None else None,
+        barriers.points_us if barriers is not None else (),
+    )
+    whatifs = run_whatifs(model) if model is not None else None
+    findings["whatif"] = whatifs.to_dict() if whatifs is not None else None
+    return CrossRankResult(claims=claims, findings=findings, whatifs=whatifs)

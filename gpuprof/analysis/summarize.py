@@ -34,6 +34,7 @@ import pandas as pd
 from gpuprof.analysis import intervals as iv
 from gpuprof.analysis.evidence import lacks_warnings, trace_lacks
 from gpuprof.analysis.facts import rank_facts
+from gpuprof.analysis.graph import build_rank_graph
 from gpuprof.analysis.hostfacts import trust_warnings
 from gpuprof.analysis.launches import activity_mask, match_launches
 from gpuprof.analysis.rules import build_context, claims_by_cause, claims_by_rule
@@ -114,6 +115,8 @@ def summarize(trace: RankTrace, selection: StepSelection = _ALL_STEPS) -> RankSu
     warnings = trace.warnings + ((window.note,) if window.note else ())
     warnings += trust_warnings(facts) + lacks_warnings(facts["trace_lacks"])
     warnings += data_warnings(window.duration_us, len(window.steps))
+    comms = _comms(trace, lo, hi)
+    graph = build_rank_graph(ctx, window.steps, comms, stitched=window.spans is not None)
     return RankSummary(
         rank=trace.rank,
         source=trace.source,
@@ -126,13 +129,14 @@ def summarize(trace: RankTrace, selection: StepSelection = _ALL_STEPS) -> RankSu
         compute=compute,
         lost=lost,
         claims=claims,
-        comms=_comms(trace, lo, hi),
+        comms=comms,
         parallel=dict(trace.parallel),
         world_size=trace.world_size,
         process_groups=_process_groups(trace),
         phases_us=_phases(trace, window),
         facts=facts,
         warnings=warnings,
+        graph=graph,
     )
 
 

@@ -14,6 +14,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
+from gpuprof.analysis.graph import RankGraph
 from gpuprof.analysis.intervals import Intervals, total
 from gpuprof.model.report import Cause
 from gpuprof.model.timeline import Step
@@ -81,6 +82,8 @@ class RankSummary:
     warnings: tuple[str, ...] = ()
     empty_reason: str | None = None  # set when there is nothing to analyze (CPU-only trace)
     window_iv: Intervals | None = None
+    # The rank's dependency graph for the job-level what-if replay (None: nothing to replay).
+    graph: RankGraph | None = None
 
     @property
     def window_intervals(self) -> Intervals:

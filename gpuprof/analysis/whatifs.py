@@ -1,0 +1,576 @@
+"""The what-ifs behind every recommendation: one job model, replayed with each cause removed.
+
+:func:`build_job_model` ties the ranks' graphs (:mod:`gpuprof.analysis.graph`) together
+with the groups that couple them -- matched collectives, point-to-point pairs, barriers --
+and :func:`run_whatifs` replays it unchanged (the model's error against the measured step
+time) and once per what-if. Every saving is
+
+    savings_pct = 100 * (replayed step, unchanged - replayed step, changed) / measured step
+
+with the job's step time set by its slowest rank (the largest mean step time), so that the
+model's error cancels as far as it is the same in both replays. The what-ifs
+(:data:`WHATIFS`), each a change of host time, durations or edges:
+
+``no_dataloader``       the DataLoader waits are deleted from host time.
+``no_sync``             blocking syncs (``cudaStreamSynchronize``, ``.item()``, device-to-host
+                        copies the host waited for) are deleted and no longer block.
+``free_launches``       the framework operators that launch kernels, with their launch calls,
+                        cost no host time (CUDA graphs / ``torch.compile``); the allocator
+                        calls, syncs and input waits inside them stay (their own what-ifs).
+``free_launch_calls``   only the launch calls cost nothing: the lower end of ``free_launches``.
+``no_allocator``        device allocator calls are deleted and no longer synchronize.
+``no_ddp_buffer_sync``  DDP's buffer broadcast at each forward is deleted from host time.
+``peer_median_compute`` every rank computes no slower than the median of its same-work peers
+                        (the same pipeline stage on the other data-parallel replicas, else
+                        every rank of a data-parallel job): the straggler test.
+``balanced_stages``     each pipeline stage's compute scaled to the mean over stages.
+``double_microbatches`` twice the microbatches at half the size: a structural change, so it
+                        is replayed on a model of the pipeline schedule (per-stage forward
+                        and backward times per microbatch) with ``m`` and ``2m`` microbatches,
+                        and the ratio is applied to the measured pipeline span.
+``overlap_collectives`` the transfer part of every collective takes no time (waiting for a
+                        late member still does).
+``double_bandwidth``    every collective and point-to-point transfer takes half as long.
+
+A what-if that does not apply to the job (nothing to remove, no peers, no pipeline) is not
+replayed. Pure: the summaries are only read.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+import numpy.typing as npt
+
+from gpuprof.analysis import intervals as iv
+from gpuprof.analysis.graph import BLOCK_ALLOC, BLOCK_SYNC, EV_COMPUTE, EV_P2P, RankGraph
+from gpuprof.analysis.intervals import Intervals
+from gpuprof.analysis.replay import Group, JobReplay, WhatIf, replay_job
+from gpuprof.analysis.summary import RankSummary
+
+FloatArray = npt.NDArray[np.float64]
+
+WHATIFS: Mapping[str, str] = {
+    "no_dataloader": "the DataLoader waits cost nothing",
+    "no_sync": "no blocking host-device syncs (the host runs ahead)",
+    "free_launches": "the operators that launch kernels cost no host time (CUDA graphs / torch.compile)",
+    "free_launch_calls": "the kernel launch calls cost no host time",
+    "no_allocator": "no device allocator calls",
+    "no_ddp_buffer_sync": "no DDP buffer broadcast at each forward",
+    "peer_median_compute": "every rank computes no slower than the median of the ranks that do the same work",
+    "balanced_stages": "the pipeline's compute spread evenly over its stages",
+    "double_microbatches": "twice the microbatches at half the size",
+    "overlap_collectives": "collective transfers fully hidden behind compute",
+    "double_bandwidth": "communication transfers twice as fast",
+}
+
+# Host what-ifs: which removable host time they delete and which blocking tags they free.
+_HOST: Mapping[str, tuple[str, tuple[int, ...]]] = {
+    "no_dataloader": ("dataloader", ()),
+    "no_sync": ("sync", (BLOCK_SYNC,)),
+    "free_launches": ("operators", ()),
+    "free_launch_calls": ("launch", ()),
+    "no_allocator": ("allocator", (BLOCK_ALLOC,)),
+    "no_ddp_buffer_sync": ("ddp_buffers", ()),
+}
+# Start instants of op-level timer ops within this long of each other are one barrier.
+SYNC_TOL_US = 20.0
+# Point-to-point calls of two ranks ending within this long of each other are one transfer.
+P2P_END_TOL_US = 20.0
+
+
+@dataclass(frozen=True)
+class PipelineShape:
+    """What the schedule model of ``double_microbatches`` needs: ``p`` stages, ``m``
+    microbatches, ``v`` chunks, ``schedule``, per-stage forward/backward time per
+    microbatch (microseconds), the transfer time between stages and the measured span."""
+
+    p: int
+    m: int
+    v: int
+    schedule: str
+    forward_us: tuple[float, ...]
+    backward_us: tuple[float, ...]
+    transfer_us: float
+    span_us: float
+
+
+@dataclass(frozen=True)
+class JobModel:
+    """The job's graph: per-rank graphs, the groups that couple them, clock offsets, and
+    what the duration-changing what-ifs need (peer groups, stages, compute per step)."""
+
+    graphs: tuple[RankGraph, ...]
+    groups: tuple[Group, ...]
+    offsets_us: Mapping[int, float]
+    measured_step_us: float
+    peers: Mapping[int, tuple[int, ...]] = field(default_factory=dict)
+    stage_of: Mapping[int, int] = field(default_factory=dict)
+    compute_us_per_step: Mapping[int, float] = field(default_factory=dict)
+    pipeline: PipelineShape | None = None
+
+    def applicable(self) -> list[str]:
+        """The what-ifs that change something in this job."""
+        out: list[str] = []
+        for name, (key, _) in _HOST.items():
+            if any(iv.total(g.removable.get(key, iv.empty())) > 0 for g in self.graphs):
+                out.append(name)
+        if any(f < 0.999 for f in self._peer_factors().values()):
+            out.append("peer_median_compute")
+        if len(set(self.stage_of.values())) >= 2 and any(abs(f - 1.0) > 1e-3 for f in self._stage_factors().values()):
+            out.append("balanced_stages")
+        if self.pipeline is not None and self.pipeline.p > 1:
+            out.append("double_microbatches")
+        kinds = np.concatenate([g.kind for g in self.graphs]) if self.graphs else np.zeros(0)
+        if np.isin(kinds, (1, 2)).any():
+            if (kinds == 1).any():
+                out.append("overlap_collectives")
+            out.append("double_bandwidth")
+        return out
+
+    def _peer_factors(self) -> dict[int, float]:
+        """Per rank, its compute scale to the median of its peers (never above 1)."""
+        out: dict[int, float] = {}
+        for r, peers in self.peers.items():
+            vals = [self.compute_us_per_step[q] for q in peers if q in self.compute_us_per_step]
+            mine = self.compute_us_per_step.get(r)
+            if len(vals) < 2 or not mine or mine <= 0:
+                continue
+            out[r] = min(1.0, float(np.median(vals)) / mine)
+        return out
+
+    def _stage_factors(self, base: Mapping[int, float] | None = None) -> dict[int, float]:
+        """Per rank, the scale that brings its stage's compute to the mean over stages
+        (``base``: compute per step after an earlier change, e.g. the peer fix)."""
+        comp = dict(self.compute_us_per_step) if base is None else dict(base)
+        per_stage: dict[int, list[float]] = {}
+        for r, st in self.stage_of.items():
+            if r in comp:
+                per_stage.setdefault(st, []).append(comp[r])
+        if len(per_stage) < 2:
+            return {}
+        stage_t = {st: float(np.max(v)) for st, v in per_stage.items()}
+        mean = float(np.mean(list(stage_t.values())))
+        return {r: mean / stage_t[st] for r, st in self.stage_of.items() if r in comp and stage_t[st] > 0}
+
+    def whatif(self, names: Iterable[str]) -> WhatIf:
+        """One change combining ``names`` (``double_microbatches`` is not a graph change)."""
+        names = list(names)
+        removed: dict[int, Intervals] = {}
+        unblock: set[int] = set()
+        for name in names:
+            if name not in _HOST:
+                continue
+            key, tags = _HOST[name]
+            unblock.update(tags)
+            for g in self.graphs:
+                rem = g.removable.get(key)
+                if rem is None or rem[0].size == 0:
+                    continue
+                prev = removed.get(g.rank)
+                removed[g.rank] = (
+                    rem
+                    if prev is None
+                    else iv.union(np.concatenate((prev[0], rem[0])), np.concatenate((prev[1], rem[1])))
+                )
+        factor: dict[int, float] = {}
+        if "peer_median_compute" in names:
+            factor.update(self._peer_factors())
+        if "balanced_stages" in names:
+            after = {r: c * factor.get(r, 1.0) for r, c in self.compute_us_per_step.items()}
+            for r, f in self._stage_factors(after).items():
+                factor[r] = factor.get(r, 1.0) * f
+        scale: dict[int, FloatArray] = {}
+        for g in self.graphs:
+            fr = factor.get(g.rank)
+            if fr is not None and abs(fr - 1.0) > 1e-9:
+                scale[g.rank] = np.where(g.kind == EV_COMPUTE, fr, 1.0)
+        transfer = 1.0
+        p2p = 1.0
+        if "double_bandwidth" in names:
+            transfer = p2p = 0.5
+        if "overlap_collectives" in names:
+            transfer = 0.0
+        return WhatIf(
+            name="+".join(names),
+            removed=removed,
+            unblock=frozenset(unblock),
+            scale=scale,
+            transfer_scale=transfer,
+            p2p_scale=p2p,
+        )
+
+    def replay(self, names: Iterable[str] = ()) -> JobReplay:
+        return replay_job(self.graphs, self.groups, self.offsets_us, self.whatif(names))
+
+    def microbatch_saving_us(self, balanced: bool = False) -> float:
+        """Per step, what twice the microbatches at half the size saves, on the schedule
+        model (``balanced``: with the stages' compute evened out first)."""
+        pl = self.pipeline
+        if pl is None or pl.p < 2 or pl.m < 1:
+            return 0.0
+        f, b = list(pl.forward_us), list(pl.backward_us)
+        if balanced:
+            f = [float(np.mean(f))] * len(f)
+            b = [float(np.mean(b))] * len(b)
+        now = schedule_span_us(pl.forward_us, pl.backward_us, pl.m * pl.v, pl.schedule, pl.transfer_us, pl.v)
+        if now <= 0:
+            return 0.0
+        ref = schedule_span_us(f, b, pl.m * pl.v, pl.schedule, pl.transfer_us, pl.v)
+        half = schedule_span_us([x / 2 for x in f], [x / 2 for x in b], 2 * pl.m * pl.v, pl.schedule, pl.transfer_us, pl.v)
+        return max(0.0, pl.span_us * (ref - half) / now)
+
+
+def schedule_span_us(
+    forward_us: Sequence[float],
+    backward_us: Sequence[float],
+    microbatches: int,
+    schedule: str,
+    transfer_us: float = 0.0,
+    chunks: int = 1,
+) -> float:
+    """Makespan of one pipeline step on a schedule model: stage ``s`` runs its microbatches'
+    forward (``forward_us[s]``) and backward (``backward_us[s]``) passes in the order of
+    ``schedule`` (GPipe: every forward, then every backward; 1F1B: ``p-s-1`` warm-up
+    forwards, then one forward one backward, then the rest of the backwards; an interleaved
+    schedule is modelled as 1F1B over ``chunks`` times as many microbatches of ``1/chunks``
+    the work, the same bubble), a forward waiting for the previous stage's forward of that
+    microbatch and a backward for the next stage's backward, ``transfer_us`` between stages."""
+    p = len(forward_us)
+    m = microbatches
+    if p == 0 or m <= 0:
+        return 0.0
+    fw = [float(x) / chunks for x in forward_us] if chunks > 1 else [float(x) for x in forward_us]
+    bw = [float(x) / chunks for x in backward_us] if chunks > 1 else [float(x) for x in backward_us]
+    orders: list[list[tuple[str, int]]] = []
+    for s in range(p):
+        if schedule == "gpipe":
+            order = [("F", j) for j in range(m)] + [("B", j) for j in range(m)]
+        else:
+            warm = min(p - s - 1, m)
+            order = [("F", j) for j in range(warm)]
+            nf, nb = warm, 0
+            while nf < m or nb < m:
+                if nf < m:
+                    order.append(("F", nf))
+                    nf += 1
+                if nb < m:
+                    order.append(("B", nb))
+                    nb += 1
+        orders.append(order)
+    done: dict[tuple[str, int, int], float] = {}
+    pos = [0] * p
+    free = [0.0] * p
+    remaining = sum(len(o) for o in orders)
+    while remaining:
+        moved = False
+        for s in range(p):
+            while pos[s] < len(orders[s]):
+                kind, j = orders[s][pos[s]]
+                if kind == "F":
+                    dep = done.get(("F", s - 1, j), None) if s > 0 else 0.0
+                    need = None if dep is None else dep + (transfer_us if s > 0 else 0.0)
+                    dur = fw[s]
+                else:
+                    if s == p - 1:
+                        dep = done.get(("F", s, j))
+                        need = dep
+                    else:
+                        dep = done.get(("B", s + 1, j))
+                        need = None if dep is None else dep + transfer_us
+                    dur = bw[s]
+                if need is None:
+                    break
+                start = max(free[s], need)
+                free[s] = start + dur
+                done[(kind, s, j)] = free[s]
+                pos[s] += 1
+                remaining -= 1
+                moved = True
+        if not moved:  # an order the model cannot run (should not happen)
+            return 0.0
+    return max(free)
+
+
+# --- building the model ---------------------------------------------------------------
+
+
+def _graph_index(g: RankGraph) -> dict[int, int]:
+    """``comms`` row -> event index of the graph."""
+    rows = np.flatnonzero(g.comm_row >= 0)
+    return {int(g.comm_row[i]): int(i) for i in rows}
+
+
+def _collective_groups(summaries: Sequence[RankSummary], matched: Any, offsets: Mapping[int, float]) -> list[Group]:
+    calls = matched.calls if matched is not None else None
+    if calls is None or len(calls) == 0 or "row" not in calls:
+        return []
+    index = {s.rank: _graph_index(s.graph) for s in summaries if s.graph is not None}
+    graphs = {s.rank: s.graph for s in summaries if s.graph is not None}
+    out: list[Group] = []
+    ranks = calls["rank"].to_numpy()
+    rows = calls["row"].to_numpy()
+    keys = calls["key"].to_numpy()
+    order = np.argsort(keys, kind="stable")
+    cut = np.flatnonzero(np.diff(keys[order])) + 1
+    for idx in np.split(order, cut):
+        members = []
+        starts = []
+        for i in idx.tolist():
+            r = int(ranks[i])
+            ev = index.get(r, {}).get(int(rows[i]))
+            if ev is None:
+                continue
+            g = graphs[r]
+            members.append((r, ev))
+            starts.append(float(g.start[ev]) + g.lo_us - offsets.get(r, 0.0))
+        if len(members) < 2:
+            continue
+        timeline = all(graphs[r].timeline for r, _ in members)
+        together = max(starts) - min(starts) <= SYNC_TOL_US
+        out.append(Group(tuple(members), "barrier" if timeline and together else "collective"))
+    return out
+
+
+def _p2p_groups(summaries: Sequence[RankSummary], offsets: Mapping[int, float], stage_of: Mapping[int, int]) -> list[Group]:
+    """Point-to-point transfers across ranks. Op-level timers of the two sides start
+    together behind a barrier: ops of adjacent stages (same data-parallel replica when the
+    layout says) starting within :data:`SYNC_TOL_US` form one group. Kineto kernels: a send
+    and a receive on adjacent stages whose ends (on the common clock) fall within
+    :data:`P2P_END_TOL_US`."""
+    rows: list[tuple[float, float, int, int, bool, int]] = []  # (start, end, rank, ev, timeline, dp)
+    for s in summaries:
+        g = s.graph
+        if g is None:
+            continue
+        off = offsets.get(s.rank, 0.0)
+        for i in np.flatnonzero(g.kind == EV_P2P).tolist():
+            rows.append(
+                (
+                    float(g.start[i]) + g.lo_us - off,
+                    float(g.start[i] + g.dur[i]) + g.lo_us - off,
+                    s.rank,
+                    i,
+                    g.timeline,
+                    int(s.parallel.get("dp_rank", -1)),
+                )
+            )
+    if not rows:
+        return []
+
+    def adjacent(a: int, b: int) -> bool:
+        if a == b:
+            return False
+        if a in stage_of and b in stage_of:
+            return abs(stage_of[a] - stage_of[b]) >= 1
+        return True
+
+    out: list[Group] = []
+    timeline_rows = sorted((r for r in rows if r[4]), key=lambda r: r[0])
+    # Timeline: cluster by start instant, then split by replica.
+    i = 0
+    while i < len(timeline_rows):
+        j = i + 1
+        while j < len(timeline_rows) and timeline_rows[j][0] - timeline_rows[j - 1][0] <= SYNC_TOL_US:
+            j += 1
+        cluster = timeline_rows[i:j]
+        by_dp: dict[int, list[tuple[float, float, int, int, bool, int]]] = {}
+        for row in cluster:
+            by_dp.setdefault(row[5], []).append(row)
+        for members in by_dp.values():
+            if len({m[2] for m in members}) >= 2:
+                out.append(Group(tuple((m[2], m[3]) for m in members), "barrier"))
+        i = j
+    kineto_rows = sorted((r for r in rows if not r[4]), key=lambda r: r[1])
+    used: set[tuple[int, int]] = set()
+    for a, b in zip(kineto_rows, kineto_rows[1:]):
+        if (a[2], a[3]) in used or (b[2], b[3]) in used:
+            continue
+        if b[1] - a[1] <= P2P_END_TOL_US and adjacent(a[2], b[2]):
+            out.append(Group(((a[2], a[3]), (b[2], b[3])), "collective"))
+            used.update({(a[2], a[3]), (b[2], b[3])})
+    return out
+
+
+def _barrier_groups(summaries: Sequence[RankSummary], points_us: Sequence[float], offsets: Mapping[int, float], taken: set[tuple[int, int]]) -> list[Group]:
+    """Ops that start at a barrier of an op-level timeline, one per rank and barrier."""
+    out: list[Group] = []
+    graphs = [s.graph for s in summaries if s.graph is not None and s.graph.timeline]
+    for p in points_us:
+        members = []
+        for g in graphs:
+            t = p + offsets.get(g.rank, 0.0) - g.lo_us
+            near = np.flatnonzero(np.abs(g.start - t) <= SYNC_TOL_US)
+            for i in near.tolist():
+                if (g.rank, i) not in taken:
+                    members.append((g.rank, i))
+                    break
+        if len({r for r, _ in members}) >= 2:
+            out.append(Group(tuple(members), "barrier"))
+            taken.update(members)
+    return out
+
+
+def _peers(summaries: Sequence[RankSummary], stage_of: Mapping[int, int]) -> dict[int, tuple[int, ...]]:
+    """Same-work peers: the same pipeline stage (on every data-parallel replica), the same
+    (pipeline, tensor) position of an op-level timeline, else every rank."""
+    ranks = [s.rank for s in summaries if s.graph is not None]
+    if stage_of:
+        by: dict[Any, list[int]] = {}
+        for r in ranks:
+            by.setdefault(stage_of.get(r, -1), []).append(r)
+    elif all("pp_rank" in s.parallel or "tp_rank" in s.parallel for s in summaries if s.graph is not None):
+        by = {}
+        for s in summaries:
+            if s.graph is not None:
+                by.setdefault((s.parallel.get("pp_rank", -1), s.parallel.get("tp_rank", -1)), []).append(s.rank)
+    else:
+        by = {0: ranks}
+    return {r: tuple(members) for members in by.values() for r in members}
+
+
+def _pipeline_shape(pipe: Mapping[str, Any] | None, summaries: Sequence[RankSummary]) -> PipelineShape | None:
+    if not pipe:
+        return None
+    m = pipe.get("microbatches")
+    p = int(pipe.get("stages") or 0)
+    span = pipe.get("span_us")
+    rows = sorted(pipe.get("per_stage", []), key=lambda r: r["stage"])
+    if not m or p < 2 or not span or len(rows) != p:
+        return None
+    f: list[float] = []
+    b: list[float] = []
+    for row in rows:
+        if "forward_per_microbatch_us" in row:
+            f.append(float(row["forward_per_microbatch_us"]))
+            b.append(float(row["backward_per_microbatch_us"]))
+        elif "compute_per_microbatch_us" in row:
+            c = float(row["compute_per_microbatch_us"])
+            f.append(c / 3.0)
+            b.append(2.0 * c / 3.0)
+        else:
+            return None
+    p2p = [
+        float(d)
+        for s in summaries
+        if s.graph is not None
+        for d in s.graph.dur[s.graph.kind == EV_P2P].tolist()
+    ]
+    transfer = float(np.median(p2p)) if p2p else 0.0
+    return PipelineShape(
+        p=p,
+        m=int(m),
+        v=int(pipe.get("chunks") or 1),
+        schedule=str(pipe.get("schedule") or "1f1b"),
+        forward_us=tuple(f),
+        backward_us=tuple(b),
+        transfer_us=min(transfer, 0.1 * float(np.median(f + b))),
+        span_us=float(span),
+    )
+
+
+def _step_us(s: RankSummary) -> float:
+    return s.window_us / len(s.steps) if s.steps else s.window_us
+
+
+def build_job_model(
+    summaries: Sequence[RankSummary],
+    matched: Any = None,
+    offsets_us: Mapping[int, float] | None = None,
+    stage_of: Mapping[int, int] | None = None,
+    pipeline: Mapping[str, Any] | None = None,
+    barrier_points_us: Sequence[float] = (),
+) -> JobModel | None:
+    """The job model of the active ranks, or ``None`` when no rank has a graph."""
+    active = [s for s in summaries if s.graph is not None and s.window_us > 0]
+    if not active:
+        return None
+    offsets = dict(offsets_us or {})
+    stages = dict(stage_of or {})
+    groups = _collective_groups(active, matched, offsets)
+    groups += _p2p_groups(active, offsets, stages)
+    taken = {m for grp in groups for m in grp.members}
+    groups += _barrier_groups(active, barrier_points_us, offsets, taken)
+    return JobModel(
+        graphs=tuple(s.graph for s in active if s.graph is not None),
+        groups=tuple(groups),
+        offsets_us=offsets,
+        measured_step_us=max(_step_us(s) for s in active),
+        peers=_peers(active, stages),
+        stage_of=stages,
+        compute_us_per_step={s.rank: iv.total(s.compute) / max(len(s.steps), 1) for s in active},
+        pipeline=_pipeline_shape(pipeline, active),
+    )
+
+
+@dataclass(frozen=True)
+class WhatIfResults:
+    """Replayed step times: ``baseline`` (unchanged) and one per applicable what-if."""
+
+    model: JobModel
+    baseline: JobReplay
+    results: Mapping[str, JobReplay]
+    microbatch_saving_us: float = 0.0
+
+    @property
+    def model_error_pct(self) -> float:
+        m = self.model.measured_step_us
+        return 100.0 * (self.baseline.step_us - m) / m if m > 0 else 0.0
+
+    def savings_pct(self, name: str) -> float | None:
+        """What ``name`` saves, percent of the measured job step (``None``: not replayed)."""
+        m = self.model.measured_step_us
+        if m <= 0:
+            return None
+        if name == "double_microbatches":
+            return 100.0 * self.microbatch_saving_us / m if self.model.pipeline is not None else None
+        got = self.results.get(name)
+        if got is None:
+            return None
+        return max(0.0, 100.0 * (self.baseline.step_us - got.step_us) / m)
+
+    def combined_pct(self, names: Iterable[str]) -> float | None:
+        """What applying every what-if of ``names`` at once saves, from one replay."""
+        names = [n for n in names if n in WHATIFS]
+        m = self.model.measured_step_us
+        if not names or m <= 0:
+            return None
+        graph_names = [n for n in names if n != "double_microbatches"]
+        step = self.model.replay(graph_names).step_us if graph_names else self.baseline.step_us
+        saved = self.baseline.step_us - step
+        if "double_microbatches" in names:
+            saved += self.model.microbatch_saving_us(balanced="balanced_stages" in names)
+        return max(0.0, min(100.0, 100.0 * saved / m))
+
+    def to_dict(self) -> dict[str, Any]:
+        out: dict[str, Any] = {
+            "measured_step_us": round(self.model.measured_step_us, 3),
+            "replayed_step_us": round(self.baseline.step_us, 3),
+            "model_error_pct": round(self.model_error_pct, 3),
+            "groups": len(self.model.groups),
+            "unreached_members": self.baseline.unreached,
+            "savings_pct": {},
+            "step_us": {},
+        }
+        for name in WHATIFS:
+            pct = self.savings_pct(name)
+            if pct is None:
+                continue
+            out["savings_pct"][name] = round(pct, 3)
+            if name in self.results:
+                out["step_us"][name] = round(self.results[name].step_us, 3)
+        return out
+
+
+def run_whatifs(model: JobModel) -> WhatIfResults:
+    """Replay ``model`` unchanged and once per applicable what-if."""
+    base = model.replay(())
+    results = {name: model.replay((name,)) for name in model.applicable() if name != "double_microbatches"}
+    mb = model.microbatch_saving_us() if model.pipeline is not None else 0.0
+    return WhatIfResults(model=model, baseline=base, results=results, microbatch_saving_us=mb)
+
+
+__all__ = ["WHATIFS", "JobModel", "PipelineShape", "WhatIfResults", "build_job_model", "run_whatifs", "schedule_span_us"]
