@@ -63,7 +63,7 @@ def main() -> None:
     if debug:
         sys.argv.remove("--debug")  # removes the first occurrence, which is gpuprof's
     try:
-        rc = app(standalone_mode=False)
+        rc = app(standalone_mode=False, prog_name="gpuprof")
         # Non-standalone click returns typer.Exit's code instead of exiting.
         if isinstance(rc, int) and rc:
             sys.exit(rc)
