@@ -85,10 +85,18 @@ EV_OTHER = 4
 # Tags of blocking host calls: which what-if makes them stop blocking (and removes them).
 BLOCK_SYNC = 0  # cudaStreamSynchronize, .item(), a device-to-host copy the host waited for
 BLOCK_ALLOC = 1  # a synchronizing free (cudaFree, empty_cache)
-BLOCK_COPY = 2  # another blocking copy (pageable host-to-device): no what-if removes it
+BLOCK_COPY = 2  # another blocking copy (pageable host-to-device): pinned_copies frees it
 
 # Host time each what-if can remove, keys of :attr:`RankGraph.removable`.
-REMOVABLE: tuple[str, ...] = ("dataloader", "sync", "allocator", "launch", "operators", "ddp_buffers")
+REMOVABLE: tuple[str, ...] = (
+    "dataloader",
+    "sync",
+    "allocator",
+    "launch",
+    "operators",
+    "ddp_buffers",
+    "blocking_copies",
+)
 
 # Allocator calls that synchronize the device.
 _SYNCING_ALLOC_WORDS: tuple[str, ...] = ("Free", "empty_cache", "emptyCache", "Release", "Unmap")
@@ -139,6 +147,8 @@ class RankGraph:
     blocking_tag: npt.NDArray[np.int8] = field(default_factory=lambda: np.zeros(0, dtype=np.int8))
     removable: dict[str, Intervals] = field(default_factory=dict)
     timeline: bool = False
+    # Copies from or to pageable host memory (the others are pinned or device-to-device).
+    pageable: npt.NDArray[np.bool_] | None = None
     # Steps recorded apart (time between them left out of the window): each step's
     # (start, end); its replayed time runs from its first replayed start to its last end.
     stitched: Intervals | None = None
@@ -318,6 +328,7 @@ def build_rank_graph(
     use_launch = (not timeline) and share is not None and share >= MIN_MATCHED_SHARE
     ds, de, stream = ds_all[sel] - lo, de_all[sel] - lo, stream_all[sel]
     cat = ctx.cols.dev_category[sel]
+    pageable = dev["pageable"].to_numpy()[sel]
     la = ctx.launches.end_us[sel] - lo
     ls = ctx.launches.start_us[sel] - lo
     if not use_launch:
@@ -325,6 +336,7 @@ def build_rank_graph(
         ls = np.full(ds.size, np.nan)
     order = np.lexsort((ds, stream))
     ds, de, stream, la, ls, cat = ds[order], de[order], stream[order], la[order], ls[order], cat[order]
+    pageable = np.asarray(pageable[order], dtype=bool)
     dur = np.maximum(de - ds, 0.0)
     end = ds + dur
     cut = np.flatnonzero(np.diff(stream)) + 1
@@ -402,6 +414,7 @@ def build_rank_graph(
         blocking_tag=tags,
         removable=removable,
         timeline=timeline,
+        pageable=pageable & (kind == EV_COPY),
         stitched=(
             (np.array([st.start_us - lo for st in steps]), np.array([st.end_us - lo for st in steps]))
             if stitched and steps
@@ -440,6 +453,7 @@ def _host_side(
     tag = np.concatenate([np.full(p[0][0].size, p[1], dtype=np.int8) for p in parts])
     order = np.argsort(be, kind="stable")
     removable = {
+        "blocking_copies": iv.subtract(other_copies, sync_all),
         "dataloader": dataloader,
         "sync": sync_all,
         "allocator": alloc,

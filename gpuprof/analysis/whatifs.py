@@ -20,6 +20,12 @@ model's error cancels as far as it is the same in both replays. The what-ifs
 ``free_launch_calls``   only the launch calls cost nothing: the lower end of ``free_launches``.
 ``no_allocator``        device allocator calls are deleted and no longer synchronize.
 ``no_ddp_buffer_sync``  DDP's buffer broadcast at each forward is deleted from host time.
+``pinned_copies``       copies from or to pageable host memory take no device time on the
+                        critical path and their launch calls no longer block the host (pinned
+                        buffers and ``non_blocking=True`` copies prefetched beside compute; an
+                        upper bound).
+``hidden_copies``       the other copies and memsets take no time on the critical path
+                        (overlapped on a side stream, or avoided; an upper bound).
 ``peer_median_compute`` every rank computes no slower than the median of its same-work peers
                         (the same pipeline stage on the other data-parallel replicas, else
                         every rank of a data-parallel job): the straggler test.
@@ -46,7 +52,7 @@ import numpy as np
 import numpy.typing as npt
 
 from gpuprof.analysis import intervals as iv
-from gpuprof.analysis.graph import BLOCK_ALLOC, BLOCK_SYNC, EV_COMPUTE, EV_P2P, RankGraph
+from gpuprof.analysis.graph import BLOCK_ALLOC, BLOCK_COPY, BLOCK_SYNC, EV_COMPUTE, EV_COPY, EV_P2P, RankGraph
 from gpuprof.analysis.intervals import Intervals
 from gpuprof.analysis.replay import Group, JobReplay, WhatIf, replay_job
 from gpuprof.analysis.summary import RankSummary
@@ -60,6 +66,8 @@ WHATIFS: Mapping[str, str] = {
     "free_launch_calls": "the kernel launch calls cost no host time",
     "no_allocator": "no device allocator calls",
     "no_ddp_buffer_sync": "no DDP buffer broadcast at each forward",
+    "pinned_copies": "pageable copies made asynchronous and hidden behind compute",
+    "hidden_copies": "the other copies and memsets hidden behind compute",
     "peer_median_compute": "every rank computes no slower than the median of the ranks that do the same work",
     "balanced_stages": "the pipeline's compute spread evenly over its stages",
     "double_microbatches": "twice the microbatches at half the size",
@@ -75,7 +83,11 @@ _HOST: Mapping[str, tuple[str, tuple[int, ...]]] = {
     "free_launch_calls": ("launch", ()),
     "no_allocator": ("allocator", (BLOCK_ALLOC,)),
     "no_ddp_buffer_sync": ("ddp_buffers", ()),
+    "pinned_copies": ("blocking_copies", (BLOCK_COPY,)),
 }
+# A rank whose compute per step is this many times the median of its same-work peers is
+# slow for a reason of its own (a slow GPU, clocks, node, or more data), not its layers.
+SLOW_RANK_RATIO = 1.15
 # Start instants of op-level timer ops within this long of each other are one barrier.
 SYNC_TOL_US = 20.0
 # Point-to-point calls of two ranks ending within this long of each other are one transfer.
@@ -118,6 +130,13 @@ class JobModel:
         for name, (key, _) in _HOST.items():
             if any(iv.total(g.removable.get(key, iv.empty())) > 0 for g in self.graphs):
                 out.append(name)
+        for g in self.graphs:
+            copies = g.kind == EV_COPY
+            pageable = g.pageable if g.pageable is not None else np.zeros(g.n_events, dtype=bool)
+            if (copies & pageable).any() and "pinned_copies" not in out:
+                out.append("pinned_copies")
+            if (copies & ~pageable).any() and "hidden_copies" not in out:
+                out.append("hidden_copies")
         if any(f < 0.999 for f in self._peer_factors().values()):
             out.append("peer_median_compute")
         if len(set(self.stage_of.values())) >= 2 and any(abs(f - 1.0) > 1e-3 for f in self._stage_factors().values()):
@@ -142,6 +161,20 @@ class JobModel:
             out[r] = min(1.0, float(np.median(vals)) / mine)
         return out
 
+    def slow_ranks(self) -> dict[int, float]:
+        """Ranks computing at least :data:`SLOW_RANK_RATIO` times the median of their
+        same-work peers (at least two others), with that ratio."""
+        out: dict[int, float] = {}
+        for r, peers in self.peers.items():
+            others = [self.compute_us_per_step[q] for q in peers if q != r and q in self.compute_us_per_step]
+            mine = self.compute_us_per_step.get(r)
+            if len(others) < 2 or not mine:
+                continue
+            med = float(np.median(others))
+            if med > 0 and mine / med >= SLOW_RANK_RATIO:
+                out[r] = mine / med
+        return out
+
     def _stage_factors(self, base: Mapping[int, float] | None = None) -> dict[int, float]:
         """Per rank, the scale that brings its stage's compute to the mean over stages
         (``base``: compute per step after an earlier change, e.g. the peer fix)."""
@@ -152,7 +185,9 @@ class JobModel:
                 per_stage.setdefault(st, []).append(comp[r])
         if len(per_stage) < 2:
             return {}
-        stage_t = {st: float(np.max(v)) for st, v in per_stage.items()}
+        # A stage's time is its replicas' median: one slow replica is a slow rank (the peer
+        # fix), not a heavier stage.
+        stage_t = {st: float(np.median(v)) for st, v in per_stage.items()}
         mean = float(np.mean(list(stage_t.values())))
         return {r: mean / stage_t[st] for r, st in self.stage_of.items() if r in comp and stage_t[st] > 0}
 
@@ -186,8 +221,17 @@ class JobModel:
         scale: dict[int, FloatArray] = {}
         for g in self.graphs:
             fr = factor.get(g.rank)
+            f_ev = np.ones(g.n_events)
             if fr is not None and abs(fr - 1.0) > 1e-9:
-                scale[g.rank] = np.where(g.kind == EV_COMPUTE, fr, 1.0)
+                f_ev = np.where(g.kind == EV_COMPUTE, fr, f_ev)
+            copies = g.kind == EV_COPY
+            pageable = g.pageable if g.pageable is not None else np.zeros(g.n_events, dtype=bool)
+            if "pinned_copies" in names:
+                f_ev = np.where(copies & pageable, 0.0, f_ev)
+            if "hidden_copies" in names:
+                f_ev = np.where(copies & ~pageable, 0.0, f_ev)
+            if (f_ev != 1.0).any():
+                scale[g.rank] = f_ev
         transfer = 1.0
         p2p = 1.0
         if "double_bandwidth" in names:
