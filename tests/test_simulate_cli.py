@@ -83,6 +83,10 @@ def test_simulate_writes_traces_and_truth_then_summarizes(tmp_path: Path) -> Non
         (["pipeline", "microbatches"], "KNOB=VALUE"),
         (["pipeline"], "missing -o"),
         ([], "missing SCENARIO"),
+        (["healthy", "--platform", "tpu"], "unknown platform"),
+        (["healthy", "--layout", "nsys"], "unknown layout"),
+        (["healthy", "--whatif", "faster"], "unknown what-if"),
+        (["straggler", "--layout", "megatron"], "megatron layout is for pipeline"),
     ],
 )
 def test_bad_input_is_one_line_and_exit_2(tmp_path: Path, args: list[str], message: str) -> None:
@@ -91,6 +95,34 @@ def test_bad_input_is_one_line_and_exit_2(tmp_path: Path, args: list[str], messa
     assert res.returncode == 2
     assert message in res.stderr and len(res.stderr.strip().splitlines()) == 1
     assert not (tmp_path / "out").exists()
+
+
+def test_summary_gives_the_whatif_truth_and_options_reach_the_job(tmp_path: Path) -> None:
+    res = _gpuprof("simulate", "straggler", "ranks=3", "steps=1", "layers=2", "-o", str(tmp_path / "s"))
+    assert res.returncode == 0, res.stderr
+    wi = read_truth(tmp_path / "s")["whatif"]
+    assert "intended: peer_median_compute" in res.stdout
+    saving = wi["savings_pct"]["peer_median_compute"]
+    assert re.search(rf"peer_median_compute\s+step\s+[\d.]+ ms\s+saves\s+{saving:.1f}%", res.stdout)
+    fixed = _gpuprof(
+        "simulate", "straggler", "ranks=3", "steps=1", "layers=2", "--whatif", "all", "--platform", "rocm",
+        "--no-whatifs", "-o", str(tmp_path / "f"),
+    )  # fmt: skip
+    assert fixed.returncode == 0, fixed.stderr
+    truth = read_truth(tmp_path / "f")
+    assert truth["fixes"] == wi["applied"] and truth["whatif"] is None and truth["platform"] == "rocm"
+    assert "written with these what-if fixes applied" in fixed.stdout
+    timeline = _gpuprof("simulate", "pipeline", "steps=1", "microbatches=2", "--layout", "megatron", "-o", str(tmp_path / "m"))
+    assert timeline.returncode == 0, timeline.stderr
+    assert (tmp_path / "m" / "timeline-sim.json.gz").is_file()
+
+
+def test_list_explains_the_whatif_fixes() -> None:
+    from gpuprof.simulate import WHATIFS
+
+    listed = _gpuprof("simulate", "--list").stdout
+    for fix in (*WHATIFS, "all"):
+        assert re.search(rf"^    {fix}\s+\S", listed, re.MULTILINE), fix
 
 
 def test_refuses_to_write_into_a_folder_it_did_not_make(tmp_path: Path) -> None:
@@ -139,6 +171,11 @@ def test_simulated_samples_are_current() -> None:
         shipped = read_truth(SAMPLES / name)
         assert shipped["scenario"] == scenario
         assert shipped["expected"]["top_category"] == shipped["expected"]["intended"]
+    for name, (scenario, knobs) in TABLE.items():
+        shipped = read_truth(SAMPLES / name)
+        assert shipped["scenario"] == scenario and shipped["layout"] == knobs.get("layout", "kineto")
+        wi = shipped["whatif"]
+        assert wi is not None and "all" in wi["step_us"] and set(wi["intended"]) <= set(wi["applied"])
 
 
 def test_simulated_samples_regenerate_identically(tmp_path: Path) -> None:
