@@ -2,7 +2,8 @@
 
     python sample_traces/make_samples.py
 
-Each entry is exactly ``gpuprof simulate SCENARIO KNOB=VALUE... --seed 0 -o sample_traces/NAME``.
+Each entry is exactly ``gpuprof simulate SCENARIO KNOB=VALUE... --seed 0 -o sample_traces/NAME``;
+``platform`` and ``layout`` among the knobs are the ``--platform`` and ``--layout`` options.
 ``cpu-training/`` is not simulated: ``record_cpu_trace.py`` records it with torch.
 """
 
@@ -32,6 +33,16 @@ SAMPLES: dict[str, tuple[str, dict[str, Any]]] = {
     "rl-post-training": (
         "rl_post_training",
         {"steps": 2, "tokens_min": 32, "tokens_max": 320, "reward_ms": 4.0},
+    ),
+    # the five situations of issue 10, each with its what-if truth
+    "sync-then-host": ("sync_heavy", {"steps": 2, "items_per_layer": 1, "python_ms": 2.0, "layer_ms": 1.0}),
+    "pipeline-unannotated": ("pipeline", {"steps": 2, "microbatches": 4, "annotate": False}),
+    "pipeline-dp4-slow-rank": ("pipeline", {"steps": 1, "dp": 4, "slow_rank": 0, "slowdown": 2.0}),
+    "pipeline-slow-stage-dp-spread": ("pipeline", {"steps": 1, "dp": 2, "slow_stage": 3, "replica_spread": 0.3}),
+    "alloc-churn-rocm": ("alloc_churn", {"steps": 2, "platform": "rocm"}),
+    "megatron-timeline": (
+        "pipeline",
+        {"steps": 2, "dp": 2, "dist_opt": True, "slow_stage": 3, "layout": "megatron"},
     ),
 }
 
