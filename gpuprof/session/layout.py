@@ -11,7 +11,23 @@ folder stays readable by ``gpuprof analyze`` whatever moment the run stopped at:
       processes.jsonl           per-process GPU memory / utilization of the job's processes
       events.jsonl              gpuprof's own events: warnings, GPU lost, sampler errors
       hooks/rank<R>-<pid>.jsonl torch hook records: steps, memory stats, hook errors
+                                (hooks/pid<pid>.jsonl when the process has no RANK)
       traces/rank<R>.pt.trace.json.gz   one Kineto (PyTorch profiler) trace per rank
+      report.json, report.html  the report made when the run ended (not with --no-report)
+
+Trace names: ``rank<R>`` with the rank from torch.distributed, else ``RANK``; a process
+with neither that multiprocessing did not start is rank 0 (``python train.py``). A process
+whose rank nobody knows (``torch.multiprocessing.spawn`` trainers without torch.distributed)
+writes ``unranked-pid<P>.pt.trace.json.gz``; a second process claiming a taken rank writes
+``rank<R>-<pid>.pt.trace.json.gz``. Names are taken with an exclusive link, never by
+overwriting. A trace is exported to ``traces/.<pid>.tmp.pt.trace.json.gz`` first and
+renamed when complete: such a file left behind (its process was killed mid-export) is
+reported by the reader as an unfinished trace.
+
+Creating ``session.json`` exclusively claims the folder: a second run given the same
+folder is refused. While the run lasts, ``.gpuprof-reserve`` holds back disk space
+(:data:`gpuprof.session.writer.RESERVE_BYTES`) that is released at the end so that the
+final metadata fits on a disk the job filled; a run killed with SIGKILL leaves it behind.
 
 ``session.json`` keys:
 
@@ -28,7 +44,11 @@ folder stays readable by ``gpuprof analyze`` whatever moment the run stopped at:
 * ``gpus``: list of ``{"index", "uuid", "name", "mem_total_bytes", "mig"}``;
 * ``versions``: ``gpuprof``, ``python``, ``nvidia-ml-py``, ``driver``, ``nvml`` (the torch
   version of each Python process is in its hook ``start`` record);
-* ``warnings``: list of strings (e.g. no driver: no samples).
+* ``warnings``: list of strings (e.g. no driver: no samples; "the session is incomplete:
+  samples.jsonl: No space left on device (120 records lost)" after a full disk).
+
+A key of the wrong type (``"warnings": 5``) makes the session unreadable with one error
+naming the key, never a crash later.
 
 ``samples.jsonl`` keys, one line per GPU per poll; ``null`` means the metric is
 unsupported or could not be read -- never 0. :data:`SAMPLE_COLUMNS` lists them with units.
@@ -42,14 +62,15 @@ has no later lines.
 ``message``, optional ``gpu``.
 
 ``hooks/rank<R>-<pid>.jsonl``, one file per Python process that imported torch:
-``time_unix_s``, ``kind``, ``rank``, ``pid``. Kinds: ``start`` (``argv``, ``torch_version``,
+``time_unix_s``, ``kind``, ``rank`` (null when unknown), ``pid``. Kinds: ``start`` (``argv``, ``torch_version``,
 ``schedule``), ``step`` (one per optimizer step: ``step``; when CUDA is in use, the
 :data:`MEMORY_STAT_KEYS` of ``torch.cuda.memory_stats()`` under their names with units --
 ``allocated_bytes``, ``reserved_bytes``, ``alloc_retries``, ``ooms``, ... -- on every step,
 or every N steps when reading them would cost over 0.2 % of a step), ``profiler_start``,
 ``trace`` (``path`` of the written trace), ``note`` (``message``: why no trace was
 taken, e.g. the job runs its own profiler), ``error`` (``where``, ``message``, ``traceback``:
-a hook failed and switched itself off; the job went on), ``exit`` (``steps``). Steps are
+a hook failed and switched itself off; the job went on), ``exit`` (``steps``; ``signal``
+15 when SIGTERM ended the process inside the profiler window, after the trace was written). Steps are
 counted on the first optimizer that steps; ``rank`` is ``RANK`` from the environment.
 
 Every ``*.jsonl`` file is readable with ``pandas.read_json(path, lines=True)`` once the
@@ -69,6 +90,7 @@ PROCESSES_FILE = "processes.jsonl"
 EVENTS_FILE = "events.jsonl"
 HOOKS_DIR = "hooks"
 TRACES_DIR = "traces"
+RESERVE_FILE = ".gpuprof-reserve"
 
 # Column -> meaning and unit, in the order the samples table uses.
 SAMPLE_COLUMNS: dict[str, str] = {
