@@ -5,11 +5,20 @@ torch is loaded it registers one global optimizer-step post hook. That hook is t
 clock: it counts steps of the first optimizer that steps (a second optimizer in the same
 job does not double-count), logs the step boundary, reads ``torch.cuda.memory_stats()``
 when CUDA is in use, and drives a ``torch.profiler`` schedule (wait, warm-up, active) whose
-trace is written to ``<session>/traces/rank<R>.pt.trace.json.gz``.
+trace is written to ``<session>/traces/rank<R>.pt.trace.json.gz`` (``unranked-pid<P>...``
+when the process's rank is unknown, see :meth:`_Hooks._trace_names`).
 
 Outside the profiler's active window a step costs a counter increment, one clock read
 and one buffered line. Any error in here is logged to the session's hook log and the
 failing part switches itself off; the user's job never sees an exception from gpuprof.
+A full disk loses no step record silently: unwritten lines are kept (up to a bound) and
+retried, and what is finally lost is said in one stderr line when the process exits.
+
+While the profiler window is open, SIGTERM (a scheduler's kill) first flushes what the
+profiler holds into the trace, as Ctrl-C does through ``KeyboardInterrupt``, then ends the
+process by SIGTERM as before -- unless the job installed its own SIGTERM handler. Kineto's
+own log lines (``USDT: ... profiler_start``) are silenced for gpuprof's profiler through
+``KINETO_LOG_LEVEL``, unless the user set that variable.
 
 Configuration (set by ``gpuprof run``): ``GPUPROF_SESSION_DIR``, ``GPUPROF_HOOKS``
 (``0`` = off), ``GPUPROF_PROFILE`` (``wait,warmup,active`` in steps; active ``0`` = no
@@ -23,10 +32,11 @@ import atexit
 import json
 import math
 import os
+import signal
 import sys
 import time
 import traceback
-from typing import Any
+from typing import Any, Callable
 
 # torch.cuda.memory_stats() key -> session column (kept in sync with gpuprof.session.layout).
 _MEMORY_STAT_KEYS = {
@@ -45,6 +55,22 @@ _FLUSH_INTERVAL_S = 1.0
 # (the retry / OOM counters are cumulative, so a sparser reading loses none of them).
 _MEMORY_BUDGET = 0.002
 _DEFAULT_SCHEDULE = (5, 2, 3)
+# Lines kept in memory while the disk refuses them; beyond, they are counted as lost.
+_MAX_BACKLOG_BYTES = 4 << 20
+# Kineto's log levels run from 0 (verbose) to 5 (USDT, the profiler_start/stop lines);
+# a minimum above the highest silences them all, for the profiler gpuprof starts itself.
+_KINETO_QUIET_LEVEL = "6"
+
+
+def _env_rank() -> int | None:
+    """``RANK`` from the environment (torchrun, Slurm wrappers), else ``None`` (unknown)."""
+    raw = os.environ.get("RANK")
+    if raw is None or not raw.strip():
+        return None
+    try:
+        return int(raw)
+    except ValueError:
+        return None
 
 
 def _parse_schedule(text: str | None) -> tuple[int, int, int]:
@@ -63,7 +89,7 @@ class _Hooks:
     def __init__(self, session_dir: str, schedule: tuple[int, int, int]) -> None:
         self.session_dir = session_dir
         self.schedule = schedule
-        self.rank = int(os.environ.get("RANK", "0") or 0)
+        self.rank = _env_rank()  # None: unknown (no RANK); torch.distributed may know later
         self.pid = os.getpid()
         self.step = 0
         self.clock_opt_id: int | None = None
@@ -80,20 +106,27 @@ class _Hooks:
         self.last_flush = time.time()  # wall clock: the hot path reads only one clock
         self.disabled = False
         self.forked = False
+        self.trace_error: str | None = None  # why the trace could not be written, if so
+        self._exporting = False
+        self._term_pending = False
+        self._term_installed = False
+        self._kineto_env_set = False
         self._step_line = self._step_line_for()
 
     # -- the log ------------------------------------------------------------------------
     def _log_path(self) -> str:
         hooks_dir = os.path.join(self.session_dir, "hooks")
         os.makedirs(hooks_dir, exist_ok=True)
-        return os.path.join(hooks_dir, f"rank{self.rank}-{self.pid}.jsonl")
+        name = f"rank{self.rank}-{self.pid}.jsonl" if self.rank is not None else f"pid{self.pid}.jsonl"
+        return os.path.join(hooks_dir, name)
 
     def _open_log(self) -> None:
-        self.log = open(self._log_path(), "a", encoding="utf-8", buffering=1 << 16)
+        self.log = _HookLog(self._log_path)
 
     def _step_line_for(self) -> str:
         # The hot path formats step lines by hand: json.dumps per step costs more than the step.
-        return '{"time_unix_s":%.6f,"kind":"step","rank":' + str(self.rank) + ',"pid":' + str(self.pid) + ',"step":%d}\n'
+        rank = "null" if self.rank is None else str(self.rank)
+        return '{"time_unix_s":%.6f,"kind":"step","rank":' + rank + ',"pid":' + str(self.pid) + ',"step":%d}\n'
 
     def before_fork(self) -> None:
         # A forked child inherits our write buffer: empty it first, so no line is written twice.
@@ -106,12 +139,21 @@ class _Hooks:
         """A forked child (a DataLoader worker, a Hogwild trainer) gets its own, lazily created log."""
         self.pid = os.getpid()
         self._step_line = self._step_line_for()
-        self.log = _LazyLog(self._log_path)
+        self.log = _HookLog(self._log_path)
         self.prof = None
         self.profiler_done = True  # the profiler session belongs to the parent
         self.clock_opt_id = None
         self.step = 0
         self.forked = True
+        if self._term_installed:  # the window's SIGTERM handler belongs to the parent too
+            self._term_installed = False
+            try:
+                signal.signal(signal.SIGTERM, signal.SIG_DFL)
+            except (ValueError, OSError):
+                pass
+        if self._kineto_env_set:
+            os.environ.pop("KINETO_LOG_LEVEL", None)
+            self._kineto_env_set = False
 
     def record(self, kind: str, **fields: Any) -> None:
         if self.log is None:
@@ -133,6 +175,17 @@ class _Hooks:
         if self.log is not None:
             self.log.flush()
         self.last_flush = time.time()
+
+    def write_problem(self) -> str | None:
+        """One line on what of this process's records could not be written, if anything."""
+        log = self.log
+        parts = []
+        if self.trace_error:
+            parts.append(self.trace_error)
+        if log is not None and (log.error or log.lines_lost):
+            lost = f" ({log.lines_lost} hook records lost)" if log.lines_lost else ""
+            parts.append(f"cannot write {log.path or 'the hook log'}: {log.error or 'not written'}{lost}")
+        return "; ".join(parts) or None
 
     # -- installation -------------------------------------------------------------------
     def on_torch_imported(self, torch: Any) -> None:
@@ -228,11 +281,20 @@ class _Hooks:
         activities = [profiler.ProfilerActivity.CPU]
         if self.torch.cuda.is_available():
             activities.append(profiler.ProfilerActivity.CUDA)
-        self.prof = profiler.profile(
-            activities=activities,
-            schedule=profiler.schedule(wait=wait, warmup=warmup, active=active, repeat=1),
-            on_trace_ready=self._trace_ready,
-        )
+        if "KINETO_LOG_LEVEL" not in os.environ:
+            # Kineto reads it once, when it first starts in this process; it is unset again
+            # when the window closes, so that child processes the job starts later are untouched.
+            os.environ["KINETO_LOG_LEVEL"] = _KINETO_QUIET_LEVEL
+            self._kineto_env_set = True
+        import warnings
+
+        with warnings.catch_warnings():
+            # torch warns about a schedule without warm-up; the user chose it (--profile-warmup
+            # 0), and a warning pointing into gpuprof's hooks would only puzzle them.
+            warnings.simplefilter("ignore", UserWarning)
+            schedule = profiler.schedule(wait=wait, warmup=warmup, active=active, repeat=1)
+        self.prof = profiler.profile(activities=activities, schedule=schedule, on_trace_ready=self._trace_ready)
+        self._install_sigterm()
         self.prof.start()
         # prof.step() is called at the end of each later step: ProfilerStep#k spans one
         # optimizer step to the next. One extra step lets the schedule hand the trace over.
@@ -242,27 +304,129 @@ class _Hooks:
     def _stop_profiler(self) -> None:
         prof, self.prof = self.prof, None
         self.profiler_done = True
-        if prof is not None:
-            prof.stop()
-
-    def _trace_ready(self, prof: Any) -> None:
         try:
-            rank = self.rank
-            dist = getattr(self.torch, "distributed", None)
+            if prof is not None:
+                prof.stop()
+        finally:
+            self._uninstall_sigterm()
+            if self._kineto_env_set:
+                os.environ.pop("KINETO_LOG_LEVEL", None)
+                self._kineto_env_set = False
+
+    # -- SIGTERM inside the profiler window ---------------------------------------------
+    def _install_sigterm(self) -> None:
+        """Catch SIGTERM while the window is open, unless the job handles SIGTERM itself."""
+        import threading
+
+        if threading.current_thread() is not threading.main_thread():
+            return  # only the main thread may set handlers; the default action stays
+        try:
+            if signal.getsignal(signal.SIGTERM) is not signal.SIG_DFL:
+                return  # the job's own handler decides (and its normal exit flushes the trace)
+            signal.signal(signal.SIGTERM, self._on_sigterm)
+            self._term_installed = True
+        except (ValueError, OSError):
+            pass
+
+    def _uninstall_sigterm(self) -> None:
+        if not self._term_installed:
+            return
+        self._term_installed = False
+        try:
+            if signal.getsignal(signal.SIGTERM) == self._on_sigterm:
+                signal.signal(signal.SIGTERM, signal.SIG_DFL)
+        except (ValueError, OSError):
+            pass
+
+    def _on_sigterm(self, signum: int, frame: Any) -> None:
+        """Write the trace recorded so far, then die of SIGTERM as the job would have."""
+        if self._exporting:
+            self._term_pending = True  # finish writing the trace first, then go
+            return
+        try:
+            if self.prof is not None:
+                self._stop_profiler()  # RECORD -> stop: the schedule hands the trace over
+            self.record("exit", steps=self.step, signal=int(signum))
+            self.flush()
+            self._report_write_problem()
+        except Exception as exc:
+            self.error("SIGTERM", exc)
+        self._die_of_sigterm()
+
+    def _die_of_sigterm(self) -> None:
+        try:
+            signal.signal(signal.SIGTERM, signal.SIG_DFL)
+        except (ValueError, OSError):
+            pass
+        os.kill(os.getpid(), signal.SIGTERM)
+
+    def _trace_names(self) -> list[str]:
+        """Names to try for this process's trace, best first; the first free one is taken.
+
+        The rank comes from torch.distributed, else ``RANK``. Without either, a process that
+        multiprocessing did not start is the job's only trainer as far as anyone can tell
+        (``python train.py``): rank 0, unless another process already holds that name. A
+        process started by multiprocessing (``torch.multiprocessing.spawn`` trainers without
+        torch.distributed) has no rank anyone knows: its trace is named by process id
+        (``unranked-pid<P>``, which sorts after every ``rank<R>`` name, so that ``analyze``
+        numbers such traces after the ranked ones).
+        """
+        rank = None
+        dist = getattr(self.torch, "distributed", None)
+        try:
             if dist is not None and dist.is_available() and dist.is_initialized():
                 rank = int(dist.get_rank())
+        except Exception:
+            rank = None
+        if rank is None:
+            rank = self.rank
+        if rank is not None:
+            return [f"rank{rank}.pt.trace.json.gz", f"rank{rank}-{self.pid}.pt.trace.json.gz"]
+        unranked = f"unranked-pid{self.pid}.pt.trace.json.gz"
+        try:
+            import multiprocessing
+
+            spawned = multiprocessing.parent_process() is not None
+        except Exception:
+            spawned = False
+        return [unranked] if spawned else ["rank0.pt.trace.json.gz", unranked]
+
+    def _trace_ready(self, prof: Any) -> None:
+        tmp = None
+        self._exporting = True
+        try:
             traces = os.path.join(self.session_dir, "traces")
             os.makedirs(traces, exist_ok=True)
-            name = f"rank{rank}.pt.trace.json.gz"
-            if os.path.exists(os.path.join(traces, name)):
-                name = f"rank{rank}-{self.pid}.pt.trace.json.gz"
             tmp = os.path.join(traces, f".{self.pid}.tmp.pt.trace.json.gz")
             prof.export_chrome_trace(tmp)
-            os.replace(tmp, os.path.join(traces, name))  # readers never see half a trace
+            name = _claim_name(tmp, traces, self._trace_names())  # readers never see half a trace
+            tmp = None
             self.record("trace", path=os.path.join("traces", name), step=self.step)
             self.flush()
         except Exception as exc:
+            why = getattr(exc, "strerror", None) or str(exc) or type(exc).__name__
+            self.trace_error = f"trace not written to {tmp or self.session_dir}: {why}"
             self.error("trace export", exc)
+            if tmp is not None:
+                try:
+                    os.unlink(tmp)  # a cut-off gzip is of no use, and it holds disk space
+                except OSError:
+                    pass
+        finally:
+            self._exporting = False
+        if self._term_pending:
+            self._term_pending = False
+            self._on_sigterm(signal.SIGTERM, None)
+
+    def _report_write_problem(self) -> None:
+        problem = self.write_problem()
+        if problem:
+            where = f"rank {self.rank}" if self.rank is not None else "torch hooks"
+            try:
+                sys.stderr.write(f"gpuprof: {where} (pid {self.pid}): {problem}\n")
+                sys.stderr.flush()
+            except Exception:
+                pass
 
     def at_exit(self) -> None:
         if self.forked and self.step == 0:
@@ -271,30 +435,100 @@ class _Hooks:
             if self.prof is not None:
                 self._stop_profiler()
             self.record("exit", steps=self.step)
-            self.flush()
+            if self.log is not None:
+                self.log.close()
         except Exception as exc:
             self.error("exit", exc)
+        self._report_write_problem()
 
 
-class _LazyLog:
-    """A log file opened on the first write, so forked helpers that never log leave no file."""
+def _claim_name(tmp: str, folder: str, names: list[str]) -> str:
+    """Give ``tmp`` the first of ``names`` not yet taken in ``folder``, atomically.
 
-    def __init__(self, path: Any) -> None:
+    ``os.link`` fails when the name exists, so two processes never take the same name
+    (``os.replace`` would silently overwrite). Where hard links are not supported, the
+    first name that does not exist is taken by ``os.replace``.
+    """
+    for name in names:
+        dest = os.path.join(folder, name)
+        try:
+            os.link(tmp, dest)
+        except FileExistsError:
+            continue
+        except OSError:
+            if os.path.exists(dest):
+                continue
+            os.replace(tmp, dest)
+            return name
+        os.unlink(tmp)
+        return name
+    name = names[-1]
+    os.replace(tmp, os.path.join(folder, name))  # every name taken: the last one is per-process
+    return name
+
+
+def _os_write(fd: int, data: bytes) -> int:
+    """Where hook records reach the disk (a seam: tests inject a full disk here)."""
+    return os.write(fd, data)
+
+
+class _HookLog:
+    """The process's hook log: lines buffered in memory, written with ``os.write`` on flush.
+
+    Opened on the first flush (a forked helper that never logs leaves no file). A write the
+    disk refuses keeps the unwritten bytes -- a torn line's tail included, so a retry
+    completes it -- and is retried at the next flush; beyond :data:`_MAX_BACKLOG_BYTES`
+    new lines are counted as lost. Never raises.
+    """
+
+    def __init__(self, path: Callable[[], str]) -> None:
         self._path = path
-        self._fh: Any = None
+        self.path: str | None = None
+        self._fd: int | None = None
+        self._pending: list[str] = []
+        self._backlog = b""
+        self.error: str | None = None
+        self.lines_lost = 0
 
     def write(self, text: str) -> None:
-        if self._fh is None:
-            self._fh = open(self._path(), "a", encoding="utf-8", buffering=1 << 16)
-        self._fh.write(text)
+        self._pending.append(text)  # the hot path: one list append
 
-    def flush(self) -> None:
-        if self._fh is not None:
-            self._fh.flush()
+    def flush(self) -> bool:
+        if not self._pending and not self._backlog:
+            return True
+        data = self._backlog + "".join(self._pending).encode("utf-8")
+        self._pending = []
+        done = 0
+        try:
+            if self._fd is None:
+                self.path = self._path()
+                self._fd = os.open(self.path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+            while done < len(data):
+                done += _os_write(self._fd, data[done:])
+        except OSError as exc:
+            if self.error is None:
+                self.error = exc.strerror or str(exc)
+            rest = data[done:]
+            if len(rest) > _MAX_BACKLOG_BYTES:
+                cut = rest.find(b"\n", len(rest) - _MAX_BACKLOG_BYTES)  # keep whole lines at the end
+                self.lines_lost += rest[: cut + 1].count(b"\n") if cut >= 0 else 0
+                rest = rest[cut + 1 :] if cut >= 0 else rest
+            self._backlog = rest
+            return False
+        self._backlog = b""
+        return True
 
     def close(self) -> None:
-        if self._fh is not None:
-            self._fh.close()
+        self.flush()
+        if self._backlog:
+            self.lines_lost += self._backlog.count(b"\n")
+            self._backlog = b""
+        if self._fd is not None:
+            try:
+                os.close(self._fd)
+            except OSError:
+                pass
+            self._fd = None
 
 
 _HOOKS: _Hooks | None = None
