@@ -38,6 +38,13 @@ def test_tiny_training_under_gpuprof_run(tmp_path: Path) -> None:
     assert p.returncode == 5 == plain.returncode
     assert p.stdout == plain.stdout  # the script ran unchanged: same output, same loss
     assert "session saved in" in p.stderr  # the report was printed (on stderr)
+    assert "USDT" not in p.stderr and "profiler_start" not in p.stderr  # Kineto's own lines stay quiet
+    assert "\x1b" not in p.stderr  # stderr is not a terminal: no live status line
+    # A CPU-only run ends with what was measured, not "nothing to analyze".
+    assert "nothing to analyze" not in p.stderr
+    assert "no GPU activity was recorded (CPU only); measured: 40 optimizer steps" in p.stderr
+    assert "inside torch operators" in p.stderr and "gpuprof: on a GPU, gpuprof splits" in p.stderr
+    assert (out / "report.json").is_file() and (out / "report.html").is_file()
     s = read_session(out)
     assert [t.name for t in s.trace_paths] == ["rank0.pt.trace.json.gz"]
     assert profiler_steps(s.trace_paths[0]) == ["ProfilerStep#3", "ProfilerStep#4", "ProfilerStep#5"]

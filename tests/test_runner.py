@@ -238,7 +238,8 @@ def test_help_explains_the_command_and_its_options() -> None:
     assert res.exit_code == 0
     text = res.output
     for needle in ("-- CMD", "exit code", "--interval-ms", "--out", "--no-hooks", "--profile-wait",
-                   "--profile-warmup", "--profile-active", "--no-report", "CUDA_VISIBLE_DEVICES"):
+                   "--profile-warmup", "--profile-active", "--no-report", "CUDA_VISIBLE_DEVICES",
+                   "--save-report", "--no-live", "report.json", "status line"):
         assert needle in text, needle
 
 
@@ -261,3 +262,40 @@ def test_command_that_cannot_run_is_126(tmp_path: Path) -> None:
     script.chmod(0o644)
     p = run([str(script)], tmp_path / "s")
     assert p.returncode == 126
+
+
+def test_second_run_on_the_same_out_is_refused_and_its_command_does_not_run(tmp_path: Path) -> None:
+    out = tmp_path / "s"
+    first = subprocess.Popen([*GPUPROF, "--out", str(out), "--", sys.executable, "-c",
+                              "import time, pathlib; pathlib.Path(%r).write_text('1'); time.sleep(3)"
+                              % str(tmp_path / "first-ran")], stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    try:
+        wait_for(lambda: (tmp_path / "first-ran").exists())
+        second = run(["sh", "-c", f"touch {tmp_path / 'second-ran'}"], out)
+        assert second.returncode == 2
+        assert second.stderr.count("\n") == 1 and "another gpuprof run" in second.stderr and str(out) in second.stderr
+        assert not (tmp_path / "second-ran").exists()
+        assert first.wait(timeout=60) == 0
+    finally:
+        if first.poll() is None:
+            first.kill()
+    assert meta(out)["exit_code"] == 0  # the first run's session is intact
+
+
+def test_default_session_folders_of_runs_in_the_same_second_differ(tmp_path: Path,
+                                                                   monkeypatch: pytest.MonkeyPatch) -> None:
+    from gpuprof.cli.run import claim_session
+
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setattr(time, "localtime", lambda now=None: time.struct_time((2026, 1, 2, 3, 4, 5, 0, 2, -1)))
+    a, ok_a = claim_session(None, ["python", "train.py"])
+    b, ok_b = claim_session(None, ["python", "train.py"])
+    assert ok_a and ok_b and a != b
+    assert a.name == "20260102-030405-train" and b.name == "20260102-030405-train-2"
+
+
+def test_save_report_into_a_missing_folder_is_refused_before_the_job_runs(tmp_path: Path) -> None:
+    p = subprocess.run([*GPUPROF[:-1], "--save-report", str(tmp_path / "nope" / "r.json"), "--out",
+                        str(tmp_path / "s"), "--", "sh", "-c", f"touch {tmp_path / 'ran'}"],
+                       capture_output=True, text=True, timeout=60)
+    assert p.returncode == 2 and "does not exist" in p.stderr and not (tmp_path / "ran").exists()

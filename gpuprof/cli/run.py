@@ -1,21 +1,28 @@
-"""``gpuprof run``: run a training command unchanged, record a session, print the report."""
+"""``gpuprof run``: run a training command unchanged, record a session, report when it ends."""
 
 from __future__ import annotations
 
 import re
 import sys
 import time
-from dataclasses import replace
 from pathlib import Path
-from typing import Any, Optional
+from typing import Optional
 
 import typer
 
 from gpuprof.cli import app
 from gpuprof.errors import GpuprofError
-from gpuprof.model.report import Report, sort_recommendations
-from gpuprof.record.runner import RunOptions, run_command
+from gpuprof.record.runner import RunOptions, RunResult, run_command
 from gpuprof.record.sampler import DEFAULT_INTERVAL_MS
+from gpuprof.run_report import (
+    cpu_only_lines,
+    is_cpu_only,
+    job_summary,
+    samples_only_report,
+    save_session_reports,
+    session_report,
+)
+from gpuprof.session.writer import SessionDirTaken, claim_session_dir, describe_os_error
 
 RUN_HELP = f"""Run a training command under gpuprof: CMD runs unchanged with your environment,
 stdin/stdout/stderr pass through, and gpuprof exits with CMD's exit code (128+N if signal N
@@ -27,12 +34,20 @@ torchrun workers) get torch hooks without any code change: the optimizer step ma
 boundaries, torch.cuda.memory_stats() is recorded per step, and a torch.profiler window
 (--profile-wait/--profile-warmup/--profile-active optimizer steps) writes one trace per
 rank. Everything goes to a session folder (--out) that `gpuprof analyze DIR` reads again,
-even if the run was killed. The report is printed on stderr when CMD ends.
+even if the run was killed. When stderr is a terminal, a status line at its bottom shows
+the elapsed time, steps and steps/s, the profiler phase and each GPU's utilization, memory
+and power; CMD's own output scrolls above it.
+
+When CMD ends, the report is saved in the session folder (report.json, report.html) and
+printed on stderr (--format text or markdown); stdout stays CMD's. --save-report FILE
+writes it elsewhere too (FILE '-' is stdout).
 
 Put `--` before CMD so that its options are never taken for gpuprof's:
 
     gpuprof run --interval-ms 200 -- torchrun --nproc-per-node 8 train.py --lr 3e-4
 """
+
+TERMINAL_FORMATS = ("text", "markdown")  # what may be printed on stderr beside the job's output
 
 
 def default_session_dir(argv: list[str], now: float | None = None, base: Path = Path("gpuprof-sessions")) -> Path:
@@ -54,101 +69,50 @@ def default_session_dir(argv: list[str], now: float | None = None, base: Path = 
     return candidate
 
 
-def samples_only_report(session_dir: Path, note: str | None = None) -> Report:
-    """A report from the session's NVML samples alone (no trace was recorded)."""
-    from gpuprof.advice.samples import advise_samples
-    from gpuprof.analysis.samples import summarize_samples
-    from gpuprof.session import read_session
+def claim_session(out: Path | None, argv: list[str]) -> tuple[Path, bool]:
+    """The session folder, claimed for this run, and whether it could be made at all.
 
-    session = read_session(session_dir)
-    findings = summarize_samples(session.samples) if session.samples is not None else None
-    warnings = list(session.warnings)
-    if note:
-        warnings.append(note)
-    extra = {"samples": findings.to_dict()} if findings is not None else {}
-    return Report(
-        inputs=(str(session_dir),),
-        ranks=(),
-        recommendations=sort_recommendations(advise_samples(findings)),
-        warnings=tuple(warnings),
-        extra=extra,
-    )
-
-
-def _no_trace_note(session_dir: Path) -> str:
-    from gpuprof.session import read_session
-
-    s = read_session(session_dir)
-    h = s.hook_events
-    if not s.meta.get("hooks_enabled", True):
-        return "no trace: torch hooks were switched off (--no-hooks); report from NVML samples only"
-    if h is None or "kind" not in h or not (h["kind"] == "start").any():
-        return "no trace: no Python process of the job imported torch; report from NVML samples only"
-    steps = int(h["step"].max()) if "step" in h and h["step"].notna().any() else 0
-    sched = s.meta.get("profile_schedule") or {}
-    need = 1 + int(sched.get("wait", 0)) + int(sched.get("warmup", 0)) + int(sched.get("active", 0))
-    if s.hook_errors:
-        return f"no trace: a hook failed ({s.hook_errors[0]}); see {session_dir}/hooks"
-    if "message" in h and (h["kind"] == "note").any():
-        return f"no trace: {h[h['kind'] == 'note']['message'].iloc[0]}; report from NVML samples only"
-    return (
-        f"no trace: the job ran {steps} optimizer step(s); the profiler window needs {need} "
-        "(lower --profile-wait); report from NVML samples only"
-    )
-
-
-def session_report(session_dir: Path, options: Any = None, progress: Any = None) -> Report:
-    """The report of a session: traces and samples through the pipeline, or samples alone.
-
-    ``options`` (a ``pipeline.AnalyzeOptions``) and ``progress`` go to the pipeline.
+    ``--out`` taken by another run (or not empty) is a :class:`GpuprofError`: exit 2 before
+    the command runs. A default folder taken at the same second by a concurrent run moves
+    on to the next free name. A disk with no space for the folder is not a reason to keep
+    the job from running: it runs unrecorded (False).
     """
-    from gpuprof.pipeline import AnalyzeOptions, analyze_paths
-    from gpuprof.session import read_session
-
-    session = read_session(session_dir)
-    if not session.trace_paths:
-        return samples_only_report(session_dir, _no_trace_note(session_dir))
-    report = analyze_paths([session_dir], options or AnalyzeOptions(), progress)
-    # The session's own warnings (no driver, killed run) belong in every format of the report.
-    extra = tuple(w for w in session.warnings if w not in report.warnings)
-    return replace(report, warnings=report.warnings + extra) if extra else report
-
-
-def job_summary(session_dir: Path) -> str:
-    """One line on what the job did, from the session (steps, step time, traces, samples)."""
-    from gpuprof.session import read_session
-
-    s = read_session(session_dir)
-    parts = [f"exit code {s.meta.get('exit_code')}"]
-    h = s.hook_events
-    if h is not None and "kind" in h and "step" in h:
-        steps = h[h["kind"] == "step"]
-        if len(steps):
-            per_proc = steps.groupby("pid")["time_unix_s"] if "pid" in steps else None
-            n = int(steps["step"].max())
-            text = f"{n} optimizer step{'s' if n != 1 else ''}"
-            if per_proc is not None:
-                dts = per_proc.diff().dropna()
-                if len(dts):
-                    text += f" (median {dts.median() * 1000:.2f} ms per step)"
-            parts.append(text)
-        for col, what in (("alloc_retries", "CUDA allocator retries"), ("ooms", "CUDA OOMs")):
-            if col in steps and steps[col].notna().any():
-                # Cumulative per process: the job's total is the sum of each process's last value.
-                total = int(steps.groupby("pid")[col].max().sum()) if "pid" in steps else int(steps[col].max())
-                parts.append(f"{total} {what}")
-    parts.append(f"{len(s.trace_paths)} trace{'s' if len(s.trace_paths) != 1 else ''}")
-    n_gpus = len(s.meta.get("gpus") or [])
-    parts.append(f"{n_gpus} GPU{'s' if n_gpus != 1 else ''} sampled" if s.samples is not None else "no GPU samples")
-    return "job: " + ", ".join(parts)
+    for _ in range(1000):
+        session_dir = out if out is not None else default_session_dir(argv)
+        try:
+            claim_session_dir(session_dir)
+            return session_dir, True
+        except SessionDirTaken:
+            if out is not None:
+                raise
+        except OSError as exc:
+            print(f"gpuprof: cannot create the session in {session_dir}: {describe_os_error(exc)}; "
+                  "the command runs unrecorded", file=sys.stderr, flush=True)
+            return session_dir, False
+    raise GpuprofError("no free session folder name", session_dir)
 
 
-def print_report(session_dir: Path, fmt: str) -> None:
-    """Print the report on stderr; a failure here is one line, never the job's exit code."""
-    from gpuprof.render import render
+def _emit(text: str, dest: Path) -> None:
+    """``--save-report``: a file (atomically), or stdout for ``-``."""
+    if str(dest) == "-":
+        sys.stdout.write(text if text.endswith("\n") else text + "\n")
+        sys.stdout.flush()
+        return
+    from gpuprof.atomic import write_text_atomic
+
+    write_text_atomic(dest, text)
+    print(f"gpuprof: report written to {dest}", file=sys.stderr)
+
+
+def report_run(session_dir: Path, fmt: str, save_report: Path | None, result: RunResult) -> None:
+    """Analyze the session, save the reports in it, and say what the run found.
+
+    Never changes the job's exit code: a failure here is one line on stderr.
+    """
+    from gpuprof.render import format_for_path, render
 
     try:
-        text = render(session_report(session_dir), fmt)
+        report = session_report(session_dir)
     except GpuprofError as exc:
         print(f"gpuprof: no report: {exc}", file=sys.stderr)
         return
@@ -156,13 +120,35 @@ def print_report(session_dir: Path, fmt: str) -> None:
         print(f"gpuprof: no report (internal error: {exc!r}); run `gpuprof analyze {session_dir}`",
               file=sys.stderr)
         return
-    sys.stderr.write(text if text.endswith("\n") else text + "\n")
-    if fmt == "text":
+    saved, problem = save_session_reports(report, session_dir)
+    if problem:
+        print(f"gpuprof: {problem}", file=sys.stderr)
+    try:
+        if fmt in TERMINAL_FORMATS:
+            if fmt == "text" and is_cpu_only(report):
+                shown = set(result.warnings)
+                for w in report.warnings:
+                    if w not in shown and "no GPU activity" not in w:
+                        print(f"gpuprof: warning: {w}", file=sys.stderr)
+                for line in cpu_only_lines(report):
+                    print(f"gpuprof: {line}", file=sys.stderr)
+            else:
+                text = render(report, fmt)
+                sys.stderr.write(text if text.endswith("\n") else text + "\n")
+        if save_report is not None:
+            chosen = format_for_path(str(save_report)) if str(save_report) != "-" else None
+            _emit(render(report, chosen or fmt), save_report)
+    except GpuprofError as exc:
+        print(f"gpuprof: report not written: {exc}", file=sys.stderr)
+    except OSError as exc:
+        print(f"gpuprof: report not written: {save_report}: {describe_os_error(exc)}", file=sys.stderr)
+    if fmt == "text" and not is_cpu_only(report):  # the CPU-only lines above already say it
         try:
             print(f"gpuprof: {job_summary(session_dir)}", file=sys.stderr)
         except GpuprofError:
             pass
-    print(f"gpuprof: session saved in {session_dir} (gpuprof analyze {session_dir})", file=sys.stderr)
+    where = f"report in {saved[-1]}" if saved else "no report saved"
+    print(f"gpuprof: session saved in {session_dir} ({where}; gpuprof analyze {session_dir})", file=sys.stderr)
 
 
 @app.command(
@@ -175,7 +161,7 @@ def run(
     interval_ms: int = typer.Option(DEFAULT_INTERVAL_MS, "--interval-ms", min=10,
                                     help="NVML polling interval in milliseconds."),
     out: Optional[Path] = typer.Option(None, "--out", "-o",
-                                       help="Session folder (default ./gpuprof-sessions/DATE-TIME-COMMAND)."),
+                                       help="Session folder, new or empty (default ./gpuprof-sessions/DATE-TIME-COMMAND)."),
     no_hooks: bool = typer.Option(False, "--no-hooks",
                                   help="Do not inject torch hooks (no step records, no profiler trace)."),
     profile_wait: int = typer.Option(5, "--profile-wait", min=0,
@@ -183,30 +169,49 @@ def run(
     profile_warmup: int = typer.Option(2, "--profile-warmup", min=0, help="Profiler warm-up steps (not recorded)."),
     profile_active: int = typer.Option(3, "--profile-active", min=0,
                                        help="Steps recorded into the trace; 0 = no profiler."),
-    no_report: bool = typer.Option(False, "--no-report", help="Do not print the report when CMD ends."),
-    report_format: str = typer.Option("text", "--format", "-f", help="Report format: text, json, markdown, html."),
+    no_report: bool = typer.Option(False, "--no-report",
+                                   help="Do not analyze when CMD ends (no report printed or saved; "
+                                   "`gpuprof analyze DIR` makes it later)."),
+    report_format: str = typer.Option("text", "--format", "-f",
+                                      help="Report format: text or markdown are printed on stderr; json and html "
+                                      "only go to the session folder and --save-report."),
+    save_report: Optional[Path] = typer.Option(None, "--save-report",
+                                               help="Also write the report to FILE (format from its extension, "
+                                               "else --format); '-' prints it on stdout after CMD's output."),
+    no_live: bool = typer.Option(False, "--no-live",
+                                 help="No live status line (it is drawn only when stderr is a terminal)."),
 ) -> None:
+    from gpuprof import render
+
     argv = [a for a in ctx.args]
     if argv and argv[0] == "--":
         argv = argv[1:]
     if not argv:
         raise GpuprofError("no command given: gpuprof run [OPTIONS] -- CMD [ARGS...]")
-    session_dir = out if out is not None else default_session_dir(argv)
-    if session_dir.exists() and (not session_dir.is_dir() or any(session_dir.iterdir())):
-        raise GpuprofError("session folder already exists and is not empty", session_dir)
-    try:
-        session_dir.mkdir(parents=True, exist_ok=True)
-    except OSError as exc:
-        raise GpuprofError(f"cannot create session folder: {exc.strerror or exc}", session_dir) from None
+    render.get(report_format)  # an unknown format is a usage error before the job runs
+    if save_report is not None and str(save_report) != "-":
+        # Found out now, not after a long job: where the report cannot go.
+        if save_report.is_dir():
+            raise GpuprofError("is a folder; give a file name for --save-report", save_report)
+        if not save_report.parent.is_dir():
+            raise GpuprofError("--save-report: folder does not exist", save_report.parent)
+    session_dir, recorded = claim_session(out, argv)
     opts = RunOptions(interval_ms=interval_ms, hooks=not no_hooks, profile_wait=profile_wait,
                       profile_warmup=profile_warmup, profile_active=profile_active)
-    print(f"gpuprof: recording {argv[0]} into {session_dir}", file=sys.stderr, flush=True)
-    result = run_command(argv, session_dir, opts)
-    if not no_report:
-        print_report(session_dir, report_format)
+    live = None
+    if recorded and not no_live:
+        from gpuprof.record.live import terminal_live_status
+
+        schedule = (profile_wait, profile_warmup, profile_active) if opts.hooks else None
+        live = terminal_live_status(session_dir, schedule)
+    if recorded:
+        print(f"gpuprof: recording {argv[0]} into {session_dir}", file=sys.stderr, flush=True)
+    result = run_command(argv, session_dir, opts, observer=live, claimed=True, recorded=recorded)
+    if result.recorded and not no_report:
+        report_run(session_dir, report_format, save_report, result)
     sys.stdout.flush()
     # SystemExit, not typer.Exit: in non-standalone mode click turns Exit into a return value.
     sys.exit(result.exit_code)
 
 
-__all__ = ["run", "session_report", "samples_only_report", "default_session_dir", "print_report"]
+__all__ = ["run", "session_report", "samples_only_report", "default_session_dir", "report_run", "claim_session"]

@@ -11,6 +11,12 @@ job twice), and the job can read the terminal (``breakpoint()`` works). gpuprof 
 terminal back when the job ends or stops. SIGINT, SIGTERM, SIGHUP and SIGQUIT sent to
 gpuprof itself (``kill``, a scheduler) are forwarded to the job's group; gpuprof keeps
 running to close the session and print the report.
+
+The job's result comes first. The session folder is claimed exclusively before the job
+starts (a second run given the same folder is refused, and its command does not run);
+from then on nothing gpuprof writes can stop the job or change its exit code: a full disk
+leaves a session that says what could not be written (:attr:`RunResult.problems`), and
+with no space even for the folder the job runs unrecorded.
 """
 
 from __future__ import annotations
@@ -29,7 +35,7 @@ from typing import Any, Callable, Sequence
 from gpuprof.record.backend import BackendUnavailable, GpuBackend
 from gpuprof.record.sampler import DEFAULT_INTERVAL_MS, Sampler, process_tree_pids
 from gpuprof.session.layout import SESSION_SCHEMA
-from gpuprof.session.writer import SessionWriter
+from gpuprof.session.writer import RESERVE_BYTES, SessionWriter, claim_session_dir, describe_os_error
 
 HOOKS_DIR = Path(__file__).resolve().parent / "hooks"
 FORWARDED_SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP, signal.SIGQUIT)
@@ -52,6 +58,33 @@ class RunResult:
     signal: int | None
     session_dir: Path
     warnings: tuple[str, ...] = field(default=())
+    # Session files that could not be (fully) written: "PATH: error (N records lost)".
+    problems: tuple[str, ...] = field(default=())
+    recorded: bool = True  # False when not even the session folder could be made
+
+    def problem_line(self) -> str | None:
+        """One line naming the first file that could not be written and the error, if any."""
+        if not self.problems:
+            return None
+        more = len(self.problems) - 1
+        tail = f" (and {more} more session file{'s' if more != 1 else ''})" if more else ""
+        return f"session incomplete: {self.problems[0]}{tail}"
+
+
+class RunObserver:
+    """Told what the run does, e.g. to draw a live status line; every method may do nothing."""
+
+    def started(self, pid: int, sampler: Sampler | None) -> None:
+        """The job runs as process ``pid``; ``sampler`` polls the GPUs (None without GPUs)."""
+
+    def paused(self) -> None:
+        """The job was stopped (Ctrl-Z): gpuprof is about to stop too; leave the terminal clean."""
+
+    def resumed(self) -> None:
+        """The job was continued after a stop."""
+
+    def finished(self) -> None:
+        """The job ended; nothing may be drawn any more."""
 
 
 def exit_code_of(returncode: int) -> tuple[int, int | None]:
@@ -167,7 +200,7 @@ class _Terminal:
             signal.signal(signal.SIGTTOU, old)
 
 
-def _wait_child(pid: int, pgid: int, terminal: _Terminal) -> int:
+def _wait_child(pid: int, pgid: int, terminal: _Terminal, observer: RunObserver) -> int:
     """Wait for the child; mirror a job-control stop (Ctrl-Z) onto gpuprof. Returns a Popen-style code."""
     flags = os.WUNTRACED if terminal.fd is not None else 0
     while True:
@@ -178,8 +211,10 @@ def _wait_child(pid: int, pgid: int, terminal: _Terminal) -> int:
         if os.WIFSTOPPED(status):
             # The job was stopped (Ctrl-Z): take the terminal back and stop ourselves so the
             # shell sees the job stopped; on `fg`/`bg` (SIGCONT) resume the job.
+            observer.paused()
             terminal.take_back()
             os.kill(os.getpid(), signal.SIGSTOP)
+            observer.resumed()
             terminal.give(pgid)
             with contextlib.suppress(ProcessLookupError):
                 os.killpg(pgid, signal.SIGCONT)
@@ -195,14 +230,32 @@ def run_command(
     opts: RunOptions = RunOptions(),
     backend_factory: Callable[[], GpuBackend] | None = None,
     warn: Callable[[str], None] = lambda msg: print(f"gpuprof: {msg}", file=sys.stderr, flush=True),
+    observer: RunObserver | None = None,
+    claimed: bool = False,
+    recorded: bool = True,
 ) -> RunResult:
-    """Run ``argv`` to completion under gpuprof and close the session. Never raises for the job's failure."""
+    """Run ``argv`` to completion under gpuprof and close the session. Never raises for the job's failure.
+
+    ``session_dir`` is claimed here (see :func:`claim_session_dir`) unless the caller did
+    (``claimed``, and ``recorded`` False when the disk had no room for it); a folder another
+    run holds raises :class:`GpuprofError` before the job starts. After that, nothing gpuprof
+    fails to write keeps the job from running or changes its exit code.
+    """
     import subprocess
 
     if not argv:
         raise ValueError("no command to run")
-    writer = SessionWriter(session_dir)
+    observer = observer or RunObserver()
     warnings: list[str] = []
+    if not claimed:
+        try:
+            claim_session_dir(session_dir)
+        except OSError as exc:  # the disk is full: run the job anyway, unrecorded
+            recorded = False
+            msg = f"cannot create the session in {session_dir}: {describe_os_error(exc)}; the command runs unrecorded"
+            warnings.append(msg)
+            warn(msg)
+    writer = SessionWriter(session_dir, reserve_bytes=RESERVE_BYTES if recorded else 0)
     backend: GpuBackend | None = None
     factory = backend_factory
     if factory is None:
@@ -249,7 +302,8 @@ def run_command(
     for w in warnings:
         writer.event("warning", w)
 
-    env = child_env(dict(os.environ), session_dir, opts)
+    # Hooks with nowhere to write would only fail in every process: off when unrecorded.
+    env = child_env(dict(os.environ), session_dir, opts if recorded else RunOptions(hooks=False))
     terminal = _Terminal()
     sampler: Sampler | None = None
     with _Forwarder() as forwarder:
@@ -263,25 +317,33 @@ def run_command(
             msg = f"cannot run {argv[0]!r}: {exc.strerror or exc}"
             warn(msg)
             warnings.append(msg)
-            meta.update(status="finished", end_time_unix_s=time.time(), exit_code=code, warnings=warnings)
-            writer.write_meta(meta)
-            writer.close()
+            meta.update(exit_code=code)
+            problems = _finish(writer, meta, warnings)
             if backend is not None:
-                backend.close()
-            return RunResult(code, None, session_dir, tuple(warnings))
+                with contextlib.suppress(Exception):
+                    backend.close()
+            return _result(code, None, session_dir, warnings, problems, recorded, warn)
         pgid = proc.pid
         forwarder.attach(pgid)
         meta["pid"] = proc.pid  # also the job's process group id
         writer.write_meta(meta)
-        if backend is not None and gpus:
-            sampler = Sampler(backend, writer, interval_s=opts.interval_ms / 1000.0,
-                              pids=lambda: process_tree_pids(proc.pid))
-            sampler.start()
+        try:
+            if backend is not None and gpus:
+                sampler = Sampler(backend, writer, interval_s=opts.interval_ms / 1000.0,
+                                  pids=lambda: process_tree_pids(proc.pid))
+                sampler.start()
+            observer.started(proc.pid, sampler)
+        except Exception as exc:  # neither sampling nor the display may cost the job its result
+            msg = f"live sampling stopped: {exc!r}"
+            warnings.append(msg)
+            warn(msg)
         terminal.give(pgid)
         try:
-            returncode = _wait_child(proc.pid, pgid, terminal)
+            returncode = _wait_child(proc.pid, pgid, terminal, observer)
         finally:
             terminal.take_back()
+            with contextlib.suppress(Exception):
+                observer.finished()
         seen = list(forwarder.seen)
     proc.returncode = returncode  # we reaped it ourselves
     if sampler is not None:
@@ -293,8 +355,44 @@ def run_command(
     if seen:
         names = ", ".join(signal.Signals(s).name for s in seen)
         writer.event("warning", f"forwarded {names} to the job")
-    meta.update(status="finished", end_time_unix_s=time.time(), exit_code=exit_code, signal=sig,
-                warnings=warnings)
+    meta.update(exit_code=exit_code, signal=sig)
+    problems = _finish(writer, meta, warnings)
+    return _result(exit_code, sig, session_dir, warnings, problems, recorded, warn)
+
+
+def _finish(writer: SessionWriter, meta: dict[str, Any], warnings: list[str]) -> list[str]:
+    """Close the session: metadata says "finished" whenever the disk allows it.
+
+    The space held back at the start is released first, so that a disk the job filled
+    still takes the final metadata (written before the records still in memory, which
+    matter less). Returns what could not be written, described.
+    """
+    writer.release_reserve()
+    root = writer.root
+
+    def note(problems: list[str]) -> None:
+        shown = [p.replace(f"{root}{os.sep}", "") for p in problems]
+        meta["warnings"] = [w for w in warnings] + (
+            [f"the session is incomplete: {'; '.join(shown)}"] if shown else []
+        )
+
+    before = [p.describe() for p in writer.problems()]
+    meta.update(status="finished", end_time_unix_s=time.time())
+    note(before)
     writer.write_meta(meta)
     writer.close()
-    return RunResult(exit_code, sig, session_dir, tuple(warnings))
+    after = [p.describe() for p in writer.problems()]
+    if after != before:
+        note(after)
+        writer.write_meta(meta)  # best effort: the file may be where the disk ran out
+        after = [p.describe() for p in writer.problems()]
+    return after
+
+
+def _result(code: int, sig: int | None, session_dir: Path, warnings: list[str], problems: list[str],
+            recorded: bool, warn: Callable[[str], None]) -> RunResult:
+    result = RunResult(code, sig, session_dir, tuple(warnings), tuple(problems), recorded)
+    line = result.problem_line()
+    if line and recorded:
+        warn(line)
+    return result

@@ -14,7 +14,7 @@ import time
 from pathlib import Path
 from typing import Callable
 
-from gpuprof.record.backend import GpuBackend, GpuLostError
+from gpuprof.record.backend import GpuBackend, GpuLostError, GpuSample
 from gpuprof.session.writer import SessionWriter
 
 DEFAULT_INTERVAL_MS = 500
@@ -73,6 +73,9 @@ class Sampler:
         self.wait = wait if wait is not None else self._stop.wait
         self.pids = pids
         self.lost: set[int] = set()
+        # The latest sample of each GPU still polled, for the live status line (read from
+        # another thread: entries are replaced whole, never mutated).
+        self.latest: dict[int, GpuSample] = {}
         self._failing: set[int] = set()
         self.polls = 0
         self._thread: threading.Thread | None = None
@@ -89,6 +92,7 @@ class Sampler:
                 poll = self.backend.poll(gpu, pids)
             except GpuLostError as exc:
                 self.lost.add(gpu)
+                self.latest.pop(gpu, None)
                 info = self.backend.devices()[gpu]
                 self.writer.samples.append({"time_unix_s": now, "gpu": gpu, "uuid": info.uuid, "lost": True})
                 self.writer.event("gpu_lost", str(exc), time_unix_s=now, gpu=gpu)
@@ -99,6 +103,7 @@ class Sampler:
                     self.writer.event("error", f"GPU {gpu}: sampling failed: {exc!r}", time_unix_s=now, gpu=gpu)
                 continue
             self._failing.discard(gpu)
+            self.latest[gpu] = poll.sample
             self.writer.samples.append(poll.sample.to_record(now))
             for p in poll.processes:
                 self.writer.processes.append(

@@ -1,0 +1,222 @@
+"""What ``gpuprof run`` makes of its session when the job ends: the report, the lines that
+close the run, and the reports saved in the session folder.
+
+Reads the session (:mod:`gpuprof.session`), calls the analysis (:mod:`gpuprof.pipeline`)
+and the renderers; the command-line module only decides what goes where.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, replace
+from pathlib import Path
+from typing import Any, Sequence
+
+from gpuprof.errors import GpuprofError
+from gpuprof.model.report import Report, sort_recommendations
+
+SAVED_FORMATS = ("json", "html")  # always saved in the session folder as report.<ext>
+
+GPU_WOULD_ADD = (
+    "on a GPU, gpuprof splits each step into GPU compute and time lost to input loading, "
+    "synchronization, host overhead, communication, memory and pipeline bubbles, and ranks what to change"
+)
+
+
+def samples_only_report(session_dir: Path, note: str | None = None) -> Report:
+    """A report from the session's NVML samples alone (no trace was recorded)."""
+    from gpuprof.advice.samples import advise_samples
+    from gpuprof.analysis.samples import summarize_samples
+    from gpuprof.session import read_session
+
+    session = read_session(session_dir)
+    findings = summarize_samples(session.samples) if session.samples is not None else None
+    warnings = list(session.warnings)
+    if note:
+        warnings.append(note)
+    extra = {"samples": findings.to_dict()} if findings is not None else {}
+    return Report(
+        inputs=(str(session_dir),),
+        ranks=(),
+        recommendations=sort_recommendations(advise_samples(findings)),
+        warnings=tuple(warnings),
+        extra=extra,
+    )
+
+
+def no_trace_note(session_dir: Path) -> str:
+    """Why the session holds no trace, as one report warning."""
+    from gpuprof.session import read_session
+
+    s = read_session(session_dir)
+    h = s.hook_events
+    if not s.meta.get("hooks_enabled", True):
+        return "no trace: torch hooks were switched off (--no-hooks); report from NVML samples only"
+    if h is None or "kind" not in h or not (h["kind"] == "start").any():
+        return "no trace: no Python process of the job imported torch; report from NVML samples only"
+    steps = int(h["step"].max()) if "step" in h and h["step"].notna().any() else 0
+    sched = s.meta.get("profile_schedule") or {}
+    need = 1 + int(sched.get("wait", 0)) + int(sched.get("warmup", 0)) + int(sched.get("active", 0))
+    if s.hook_errors:
+        return f"no trace: a hook failed ({s.hook_errors[0]}); see {session_dir}/hooks"
+    if "message" in h and (h["kind"] == "note").any():
+        return f"no trace: {h[h['kind'] == 'note']['message'].iloc[0]}; report from NVML samples only"
+    return (
+        f"no trace: the job ran {steps} optimizer step(s); the profiler window needs {need} "
+        "(lower --profile-wait); report from NVML samples only"
+    )
+
+
+@dataclass(frozen=True)
+class StepStats:
+    """Optimizer steps as the hooks saw them (the job's own clock, every step)."""
+
+    steps: int  # the most steps any process of the job took
+    step_time_median_us: float | None
+
+
+def step_stats(hook_events: Any) -> StepStats | None:
+    """From a session's hook records; ``None`` when no step was recorded."""
+    h = hook_events
+    if h is None or "kind" not in h or "step" not in h:
+        return None
+    steps = h[h["kind"] == "step"]
+    if not len(steps):
+        return None
+    median = None
+    if "pid" in steps and "time_unix_s" in steps:
+        dts = steps.groupby("pid")["time_unix_s"].diff().dropna()
+        if len(dts):
+            median = float(dts.median()) * 1e6
+    return StepStats(steps=int(steps["step"].max()), step_time_median_us=median)
+
+
+def is_cpu_only(report: Report) -> bool:
+    """True when nothing was measured on a GPU: traces without device activity, or no trace
+    and no GPU samples (a CPU-only machine)."""
+    if report.ranks:
+        return all(r.window_us <= 0 for r in report.ranks)
+    return not report.extra.get("samples")
+
+
+def _host_figures(paths: Sequence[Path]) -> dict[str, Any] | None:
+    """Host time per profiled step, from the first trace that marks steps."""
+    from gpuprof.analysis.host_steps import host_steps
+    from gpuprof.readers import load_file
+
+    for path in paths:
+        try:
+            traces = load_file(path)
+        except GpuprofError:
+            continue
+        for t in traces:
+            h = host_steps(t)
+            if h.steps:
+                return {"rank": t.rank, "profiled_steps": h.steps, "host_step_us": round(h.step_us or 0.0, 3),
+                        "host_op_us": round(h.op_us or 0.0, 3)}
+    return None
+
+
+def session_report(session_dir: Path, options: Any = None, progress: Any = None) -> Report:
+    """The report of a session: traces and samples through the pipeline, or samples alone.
+
+    ``options`` (a ``pipeline.AnalyzeOptions``) and ``progress`` go to the pipeline. The
+    report gains a ``run`` key with the job's optimizer steps as the hooks counted them
+    and, for a CPU-only run, the host time per profiled step.
+    """
+    from gpuprof.pipeline import AnalyzeOptions, analyze_paths
+    from gpuprof.session import read_session
+
+    session = read_session(session_dir)
+    if not session.trace_paths:
+        report = samples_only_report(session_dir, no_trace_note(session_dir))
+    else:
+        report = analyze_paths([session_dir], options or AnalyzeOptions(), progress)
+        # The session's own warnings (no driver, killed run) belong in every format of the report.
+        extra_warnings = tuple(w for w in session.warnings if w not in report.warnings)
+        if extra_warnings:
+            report = replace(report, warnings=report.warnings + extra_warnings)
+    run: dict[str, Any] = {}
+    stats = step_stats(session.hook_events)
+    if stats is not None:
+        run["optimizer_steps"] = stats.steps
+        run["step_time_median_us"] = None if stats.step_time_median_us is None else round(stats.step_time_median_us, 3)
+    if is_cpu_only(report):
+        run["cpu_only"] = True
+        host = _host_figures(session.trace_paths)
+        if host is not None:
+            run.update(host)
+    if run:
+        report = replace(report, extra={**report.extra, "run": run})
+    return report
+
+
+def _ms(us: float) -> str:
+    return f"{us / 1000:.3g} ms" if us < 10_000_000 else f"{us / 1e6:.3g} s"
+
+
+def cpu_only_lines(report: Report) -> list[str]:
+    """What a CPU-only run measured, and what a GPU run would add: instead of "nothing to analyze"."""
+    run = report.extra.get("run") or {}
+    parts = []
+    steps = run.get("optimizer_steps")
+    if steps:
+        text = f"{steps} optimizer step{'s' if steps != 1 else ''}"
+        if run.get("step_time_median_us"):
+            text += f", median {_ms(run['step_time_median_us'])} per step"
+        parts.append(text)
+    if run.get("profiled_steps") and run.get("host_step_us"):
+        n = run["profiled_steps"]
+        op, step = run.get("host_op_us") or 0.0, run["host_step_us"]
+        parts.append(
+            f"in the {n} profiled step{'s' if n != 1 else ''}: {_ms(step)} per step on the host, "
+            f"{_ms(op)} of it ({100 * op / step:.0f} %) inside torch operators and the rest in Python "
+            "and framework code between them"
+        )
+    measured = "; ".join(parts) if parts else "no optimizer step was recorded"
+    return [f"no GPU activity was recorded (CPU only); measured: {measured}", GPU_WOULD_ADD]
+
+
+def job_summary(session_dir: Path) -> str:
+    """One line on what the job did, from the session (steps, step time, traces, samples)."""
+    from gpuprof.session import read_session
+
+    s = read_session(session_dir)
+    parts = [f"exit code {s.meta.get('exit_code')}"]
+    h = s.hook_events
+    stats = step_stats(h)
+    if stats is not None and h is not None:
+        text = f"{stats.steps} optimizer step{'s' if stats.steps != 1 else ''}"
+        if stats.step_time_median_us is not None:
+            text += f" (median {stats.step_time_median_us / 1000:.2f} ms per step)"
+        parts.append(text)
+        steps = h[h["kind"] == "step"]
+        for col, what in (("alloc_retries", "CUDA allocator retries"), ("ooms", "CUDA OOMs")):
+            if col in steps and steps[col].notna().any():
+                # Cumulative per process: the job's total is the sum of each process's last value.
+                total = int(steps.groupby("pid")[col].max().sum()) if "pid" in steps else int(steps[col].max())
+                parts.append(f"{total} {what}")
+    parts.append(f"{len(s.trace_paths)} trace{'s' if len(s.trace_paths) != 1 else ''}")
+    n_gpus = len(s.meta.get("gpus") or [])
+    parts.append(f"{n_gpus} GPU{'s' if n_gpus != 1 else ''} sampled" if s.samples is not None else "no GPU samples")
+    return "job: " + ", ".join(parts)
+
+
+def save_session_reports(report: Report, session_dir: Path) -> tuple[list[Path], str | None]:
+    """Write ``report.json`` and ``report.html`` into the session folder.
+
+    Returns the files written and, when one could not be (a full disk), one line saying
+    which and why; never raises for a write error.
+    """
+    from gpuprof.atomic import write_text_atomic
+    from gpuprof.render import render
+
+    written: list[Path] = []
+    for fmt in SAVED_FORMATS:
+        path = session_dir / f"report.{fmt}"
+        try:
+            write_text_atomic(path, render(report, fmt))
+        except (OSError, GpuprofError) as exc:
+            why = exc.message if isinstance(exc, GpuprofError) else (exc.strerror or str(exc))
+            return written, f"report not saved in the session: {path}: {why}"
+        written.append(path)
+    return written, None
