@@ -49,8 +49,12 @@ def load(path: Path) -> Doc:
 
 
 def save(doc: Doc, path: Path) -> Path:
+    """Write ``doc`` as the profiler does: one event per line (large traces are then read
+    piece by piece), top-level keys first."""
     path.parent.mkdir(parents=True, exist_ok=True)
-    text = json.dumps(doc).encode()
+    head = {k: v for k, v in doc.items() if k != "traceEvents"}
+    events = ",\n".join(json.dumps(e) for e in doc["traceEvents"])
+    text = (json.dumps(head)[:-1] + (", " if head else "") + '"traceEvents": [\n' + events + "\n]}").encode()
     path.write_bytes(gzip.compress(text, 1) if path.name.endswith(".gz") else text)
     return path
 

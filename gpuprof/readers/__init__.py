@@ -23,12 +23,14 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from gpuprof.errors import BadTraceError
 from gpuprof.model.timeline import RankTrace
 from gpuprof.readers.chunks import ChunkingFailed
 from gpuprof.readers.jsonio import NotATraceError, RawTrace, decode_trace
 from gpuprof.readers.kineto import looks_like_kineto, read_kineto
+from gpuprof.readers.merged import merged_form, mixed_ranks, refuse_mixed, split_ranks
 from gpuprof.readers.optimeline import looks_like_timeline, read_timeline
 from gpuprof.readers.ranks import check_ranks, rank_hint_from_name, resolve_rank
 from gpuprof.readers.textstream import text_blocks
@@ -85,34 +87,66 @@ def load_file(path: Path, rank_hint: int | None = None, order: int = 0) -> list[
 
 def _read(raw: RawTrace, path: Path, rank_hint: int | None, order: int) -> list[RankTrace]:
     if looks_like_kineto(raw):
-        device, host, steps, memory, facts = read_kineto(raw)
-        rank, warning = resolve_rank(facts.rank, rank_hint, order)
-        warnings = list(facts.warnings)
-        if warning:
-            warnings.append(warning)
-        return [
-            RankTrace(
-                rank=rank,
-                source=str(path),
-                fmt="kineto",
-                device=device,
-                host=host,
-                steps=steps,
-                device_name=facts.device_name,
-                device_memory_bytes=facts.device_memory_bytes,
-                world_size=facts.world_size,
-                process_groups=facts.process_groups,
-                memory=memory,
-                warnings=tuple(warnings),
-                device_index=facts.device_index,
-                truncated=raw.cut_off_at_bytes is not None,
-                python_stacks=facts.python_stacks,
-                step_marker=facts.step_marker,
-            )
-        ]
+        form = merged_form(raw.first)
+        if form is not None:
+            return [_kineto(p.raw, path, p.rank, None, 0, p.warnings)[0] for p in split_ranks(raw, form, path)]
+        trace, gpus = _kineto(raw, path, None, rank_hint, order)
+        why = mixed_ranks(trace.host, gpus)
+        if why is not None:
+            return _split_later(path, why)
+        return [trace]
     if looks_like_timeline(raw):
         return read_timeline(raw, path)
     raise NotATraceError("JSON is not a trace (no complete 'X' or begin 'B' events of a known kind)", path)
+
+
+def _kineto(
+    raw: RawTrace,
+    path: Path,
+    rank: int | None,
+    rank_hint: int | None,
+    order: int,
+    notes: tuple[str, ...] = (),
+) -> tuple[RankTrace, dict[Any, int]]:
+    """One rank's Kineto trace (``rank`` given for a rank split out of a merged file), and
+    its device events per GPU pid."""
+    device, host, steps, memory, facts = read_kineto(raw)
+    warnings = list(facts.warnings) + list(notes)
+    if rank is None:
+        rank, warning = resolve_rank(facts.rank, rank_hint, order)
+        if warning:
+            warnings.append(warning)
+    trace = RankTrace(
+        rank=rank,
+        source=str(path),
+        fmt="kineto",
+        device=device,
+        host=host,
+        steps=steps,
+        device_name=facts.device_name,
+        device_memory_bytes=facts.device_memory_bytes,
+        world_size=facts.world_size,
+        process_groups=facts.process_groups,
+        memory=memory,
+        warnings=tuple(warnings),
+        device_index=facts.device_index,
+        truncated=raw.cut_off_at_bytes is not None,
+        python_stacks=facts.python_stacks,
+        step_marker=facts.step_marker,
+    )
+    return trace, facts.device_pids
+
+
+def _split_later(path: Path, why: str) -> list[RankTrace]:
+    """A file that mixes ranks: split it when its rank marks only come later than its
+    first piece (e.g. on metadata events at the end), else refuse it."""
+    raw = decode_trace(path, chunked=False)
+    events = [e for piece in raw.pieces() for e in piece]
+    form = merged_form(events)
+    if form is None:
+        raise refuse_mixed(why, path)
+    raw.first, raw.rest = events, iter(())
+    return [_kineto(p.raw, path, p.rank, None, 0, p.warnings)[0] for p in split_ranks(raw, form, path)]
 
 
 def not_a_trace(path: Path) -> str | None:

@@ -59,6 +59,9 @@ class Args(msgspec.Struct, frozen=True, gc=False):
     total_allocated: Any = msgspec.field(default=None, name="Total Allocated")
     total_reserved: Any = msgspec.field(default=None, name="Total Reserved")
     device_id: Any = msgspec.field(default=None, name="Device Id")
+    # Merged multi-rank files (TraceFusion): the event's rank and its pid before merging.
+    rank: Any = None
+    pid_raw: Any = None
 
 
 NO_ARGS = Args()

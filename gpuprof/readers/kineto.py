@@ -86,6 +86,7 @@ class KinetoFacts:
     process_groups: tuple[ProcessGroup, ...] = ()
     python_stacks: bool = False  # recorded with_stack=True (see RankTrace.python_stacks)
     step_marker: str | None = None  # what the steps come from (see readers.stepmarkers)
+    device_pids: dict[Any, int] = field(default_factory=dict)  # device events per GPU pid
     warnings: list[str] = field(default_factory=list)
 
 
@@ -135,7 +136,7 @@ def read_kineto(
         host.extend(_telling_frames(frames, frame_verdicts))
         host_cols.add(host)
         dev_cols.add(dev)
-    pid_counts = dev_cols.pid_counts()
+    pid_counts = facts.device_pids = dev_cols.pid_counts()
     if raw.cut_off_at_bytes is not None and not pid_counts:
         # Older Kineto traces write the GPU events after all host events: a file cut off
         # mid-write can hold none of them, which does not make the job CPU-only.
