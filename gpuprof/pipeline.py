@@ -31,6 +31,9 @@ class AnalyzeOptions:
     steps: StepSelection = field(default_factory=StepSelection)
     jobs: int = 1
     scheduler: str | None = None  # address of a Dask scheduler; None = run locally
+    # Refuse a trace file whose decompressed JSON passes this many GB (None: the default of
+    # gpuprof.readers.limits, sized for real traces).
+    max_input_gb: float | None = None
 
 
 @dataclass(frozen=True)
@@ -130,10 +133,10 @@ def run_analysis(
     options: AnalyzeOptions = AnalyzeOptions(),
     progress: Progress | None = None,
 ) -> Analysis:
-    from gpuprof.readers import discover
+    from gpuprof.readers import ReadLimits, discover
 
     skipped: list[str] = []  # files found in folders that are not traces
-    sources = discover(paths, skipped)
+    sources = discover(paths, skipped, ReadLimits.from_gb(options.max_input_gb))
     summaries = sorted(_summaries(sources, options, progress), key=lambda s: s.rank)
     _check_unique_ranks(summaries)
     if progress:

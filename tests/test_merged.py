@@ -64,7 +64,9 @@ def test_tracefusion_with_ranks_on_process_metadata_only(
 
     later: list[str] = []
     split_later = readers._split_later
-    monkeypatch.setattr(readers, "_split_later", lambda path, why: later.append(why) or split_later(path, why))
+    monkeypatch.setattr(
+        readers, "_split_later", lambda path, why, *limits: later.append(why) or split_later(path, why, *limits)
+    )
     got = report_to_dict(analyze_paths([merged]))
     assert later == ["events of 4 GPUs, and the same ProfilerStep recorded several times"]
     _same_diagnosis(got, base)

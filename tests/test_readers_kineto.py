@@ -296,12 +296,19 @@ def test_memory_samples_and_distributed_info(
     ]
 
 
-def test_negative_durations_become_zero(write_trace: WriteTrace, kineto: Builder, event: Builder) -> None:
+def test_negative_durations_are_skipped_and_counted(
+    write_trace: WriteTrace, kineto: Builder, event: Builder
+) -> None:
     doc = kineto(
-        [event("kernel", "k", 100, -5, pid=GPU, tid=7), event("cpu_op", "op", 50, -1, pid=CPU, tid=CPU)]
+        [
+            event("kernel", "k", 100, -5, pid=GPU, tid=7),
+            event("kernel", "ok", 120, 5, pid=GPU, tid=7),
+            event("cpu_op", "op", 50, -1, pid=CPU, tid=CPU),
+        ]
     )
     (t,) = load_file(write_trace("neg.json", doc))
-    assert list(t.device["end_us"]) == [100.0] and list(t.host["end_us"]) == [50.0]
+    assert list(t.device["end_us"]) == [125.0] and len(t.host) == 0
+    assert "2 events with a negative duration were skipped" in t.warnings
 
 
 def test_odd_types_are_coerced(write_trace: WriteTrace, kineto: Builder) -> None:

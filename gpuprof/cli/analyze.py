@@ -6,7 +6,7 @@ import os
 import sys
 import time
 from pathlib import Path
-from typing import Callable, List, Optional
+from typing import Any, Callable, List, Optional
 
 import typer
 
@@ -37,6 +37,19 @@ class StderrProgress:
         self.shown = True
         print(f"gpuprof: {message}", file=sys.stderr, flush=True)
 
+
+
+def max_input_gb_option() -> Any:
+    """``--max-input-gb``, shared by the commands that read traces."""
+    return typer.Option(
+        None,
+        "--max-input-gb",
+        min=0.001,
+        metavar="GB",
+        help="Refuse a trace file whose JSON (decompressed) passes GB gigabytes, a guard against "
+        "decompression bombs. [default: 32, several times the largest real per-rank traces]",
+        show_default=False,
+    )
 
 
 def write_output(text: str, out: Path) -> None:
@@ -100,6 +113,7 @@ def analyze(
     scheduler: Optional[str] = typer.Option(
         None, "--scheduler", help="Run per-rank work on a Dask distributed scheduler at ADDRESS (needs the dask extra: pip install 'gpuprof\\[dask]')."
     ),
+    max_input_gb: Optional[float] = max_input_gb_option(),
 ) -> None:
     """Analyze saved traces: where each rank's GPU time went, and what to change.
 
@@ -126,7 +140,9 @@ def analyze(
             raise GpuprofError("--steps, --jobs and --scheduler apply to traces, not to a saved report", saved[0])
         report = read_report(saved[0])
     else:
-        options = AnalyzeOptions(steps=StepSelection.parse(steps), jobs=jobs, scheduler=scheduler)
+        options = AnalyzeOptions(
+            steps=StepSelection.parse(steps), jobs=jobs, scheduler=scheduler, max_input_gb=max_input_gb
+        )
         if len(paths) == 1 and is_session(paths[0]):
             # A `gpuprof run` session: the same report as at the end of the run (samples alone
             # when the job left no trace). Added by the `run` helper.

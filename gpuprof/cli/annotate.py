@@ -9,6 +9,7 @@ import typer
 
 from gpuprof.atomic import is_stdout
 from gpuprof.cli import app
+from gpuprof.cli.analyze import max_input_gb_option
 from gpuprof.errors import GpuprofError
 
 OUT_EXTENSIONS = (".json", ".json.gz")
@@ -38,6 +39,7 @@ def annotate(
         "ranks (straggler, pipeline bubble) are attributed as in the whole job's report.",
     ),
     steps: str | None = typer.Option(None, "--steps", help="Steps to analyze: N, N:M, N: or :M (inclusive)."),
+    max_input_gb: float | None = max_input_gb_option(),
 ) -> None:
     """Write the trace plus one track per cause of lost time, with a slice for every lost interval.
 
@@ -76,7 +78,8 @@ def annotate(
         if any(_key(f.parent) == _key(output) for f in files):
             raise GpuprofError("refusing to write into the input folder; choose another -o", output)
 
-    analysis = run_analysis(inputs, AnalyzeOptions(steps=StepSelection.parse(steps)), progress=StderrProgress())
+    options = AnalyzeOptions(steps=StepSelection.parse(steps), max_input_gb=max_input_gb)
+    analysis = run_analysis(inputs, options, progress=StderrProgress())
     ranks_of: dict[Path, list[int]] = {}
     for s in analysis.summaries:
         ranks_of.setdefault(_key(s.source), []).append(s.rank)

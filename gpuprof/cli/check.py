@@ -18,7 +18,7 @@ import typer
 
 from gpuprof.atomic import is_stdout
 from gpuprof.cli import app
-from gpuprof.cli.analyze import StderrProgress, terminal_width, write_output
+from gpuprof.cli.analyze import StderrProgress, max_input_gb_option, terminal_width, write_output
 from gpuprof.cli.check_config import find_pyproject, load_settings, merged, settings_from_options
 from gpuprof.errors import GpuprofError
 from gpuprof.model.report import Report, ReportFormatError, report_from_dict
@@ -67,7 +67,7 @@ def read_report(path: Path) -> Report:
         raise GpuprofError(f"{exc}{hint}", path) from None
 
 
-def load_or_analyze(paths: list[Path], steps: str | None = None) -> Report:
+def load_or_analyze(paths: list[Path], steps: str | None = None, max_input_gb: float | None = None) -> Report:
     """A report from a saved report file, or by analyzing traces."""
     reports = [p for p in paths if is_report_file(p)]
     if reports:
@@ -77,7 +77,8 @@ def load_or_analyze(paths: list[Path], steps: str | None = None) -> Report:
     from gpuprof.analysis.window import StepSelection
     from gpuprof.pipeline import AnalyzeOptions, analyze_paths
 
-    return analyze_paths(paths, AnalyzeOptions(steps=StepSelection.parse(steps)), progress=StderrProgress())
+    options = AnalyzeOptions(steps=StepSelection.parse(steps), max_input_gb=max_input_gb)
+    return analyze_paths(paths, options, progress=StderrProgress())
 
 
 def _append_step_summary(markdown: str) -> None:
@@ -142,6 +143,7 @@ def check(
     config: Path | None = typer.Option(None, "--config", help="Read [tool.gpuprof.check] from this pyproject.toml."),
     no_config: bool = typer.Option(False, "--no-config", help="Ignore pyproject.toml."),
     steps: str | None = typer.Option(None, "--steps", help="Steps to analyze: N, N:M, N: or :M (inclusive)."),
+    max_input_gb: float | None = max_input_gb_option(),
 ) -> None:
     from gpuprof import gate
     from gpuprof.render import format_for_path, render
@@ -168,7 +170,7 @@ def check(
             "--baseline REPORT.json, or set them in [tool.gpuprof.check] of pyproject.toml"
         )
     base_report = read_report(base_path) if base_path is not None else None  # bad baseline: fail before analyzing
-    report = load_or_analyze(paths, steps)
+    report = load_or_analyze(paths, steps, max_input_gb)
 
     results = gate.check_thresholds(report, limits)
     if base_report is not None:
@@ -209,6 +211,7 @@ def diff(
     fmt: str = typer.Option("text", "--format", "-f", help="text, json or markdown."),
     output: Path | None = typer.Option(None, "--output", "-o", help="Write to FILE instead of stdout (- for stdout)."),
     steps: str | None = typer.Option(None, "--steps", help="Steps to analyze in traces: N, N:M, N: or :M."),
+    max_input_gb: float | None = max_input_gb_option(),
 ) -> None:
     """What got better or worse between two runs: step time, compute and each cause's share,
     job-wide and per rank (changes in percentage points of the window)."""
@@ -219,8 +222,8 @@ def diff(
         raise GpuprofError(f"unknown format {fmt!r}; choose one of: text, json, markdown")
     if is_stdout(output):
         output = None
-    b = load_or_analyze([base], steps)
-    c = load_or_analyze([current], steps)
+    b = load_or_analyze([base], steps, max_input_gb)
+    c = load_or_analyze([current], steps, max_input_gb)
     d = diff_reports(b, c)
     if fmt == "json":
         text = diff_json(d, b.inputs, c.inputs)

@@ -21,15 +21,15 @@ folder listing (with a warning in ``RankTrace.warnings``).
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from gpuprof.errors import BadTraceError
 from gpuprof.model.timeline import RankTrace
-from gpuprof.readers.chunks import ChunkingFailed
 from gpuprof.readers.jsonio import NotATraceError, RawTrace, decode_trace
 from gpuprof.readers.kineto import looks_like_kineto, read_kineto
+from gpuprof.readers.limits import ReadLimits
 from gpuprof.readers.merged import merged_form, mixed_ranks, refuse_mixed, split_ranks
 from gpuprof.readers.optimeline import looks_like_timeline, read_timeline
 from gpuprof.readers.ranks import check_ranks, rank_hint_from_name, resolve_rank
@@ -37,6 +37,7 @@ from gpuprof.readers.textstream import text_blocks
 
 __all__ = [
     "NotATraceError",
+    "ReadLimits",
     "TraceSource",
     "check_ranks",
     "discover",
@@ -64,28 +65,28 @@ class TraceSource:
     path: Path
     rank_hint: int | None  # from the file name (rank-3, rank3, worker3, _rank_3 ...)
     order: int  # position in the sorted folder listing (among all inputs, in order)
+    limits: ReadLimits = field(default_factory=ReadLimits)
 
     def load(self) -> list[RankTrace]:
         """Read the file: one RankTrace (Kineto) or one per worker (op-level timeline)."""
-        return load_file(self.path, self.rank_hint, self.order)
+        return load_file(self.path, self.rank_hint, self.order, self.limits)
 
 
-def load_file(path: Path, rank_hint: int | None = None, order: int = 0) -> list[RankTrace]:
+def load_file(
+    path: Path, rank_hint: int | None = None, order: int = 0, limits: ReadLimits | None = None
+) -> list[RankTrace]:
     """Read one trace file into its rank(s); raises :class:`BadTraceError` when unreadable.
 
     ``rank_hint`` defaults to the rank stated in the file name.
     """
     if rank_hint is None:
         rank_hint = rank_hint_from_name(path)
-    try:
-        return _read(decode_trace(path), path, rank_hint, order)
-    except ChunkingFailed:
-        # A piece of a large trace did not decode on its own (e.g. cut inside a nested
-        # object, or a cut-off file): decode the whole text, recovering what it can.
-        return _read(decode_trace(path, chunked=False), path, rank_hint, order)
+    return _read(decode_trace(path, limits), path, rank_hint, order, limits)
 
 
-def _read(raw: RawTrace, path: Path, rank_hint: int | None, order: int) -> list[RankTrace]:
+def _read(
+    raw: RawTrace, path: Path, rank_hint: int | None, order: int, limits: ReadLimits | None = None
+) -> list[RankTrace]:
     if looks_like_kineto(raw):
         form = merged_form(raw.first)
         if form is not None:
@@ -93,7 +94,7 @@ def _read(raw: RawTrace, path: Path, rank_hint: int | None, order: int) -> list[
         trace, gpus = _kineto(raw, path, None, rank_hint, order)
         why = mixed_ranks(trace.host, gpus)
         if why is not None:
-            return _split_later(path, why)
+            return _split_later(path, why, limits)
         return [trace]
     if looks_like_timeline(raw):
         return read_timeline(raw, path)
@@ -137,10 +138,10 @@ def _kineto(
     return trace, facts.device_pids
 
 
-def _split_later(path: Path, why: str) -> list[RankTrace]:
+def _split_later(path: Path, why: str, limits: ReadLimits | None) -> list[RankTrace]:
     """A file that mixes ranks: split it when its rank marks only come later than its
     first piece (e.g. on metadata events at the end), else refuse it."""
-    raw = decode_trace(path, chunked=False)
+    raw = decode_trace(path, limits)
     events = [e for piece in raw.pieces() for e in piece]
     form = merged_form(events)
     if form is None:
@@ -167,7 +168,7 @@ def not_a_trace(path: Path) -> str | None:
         return "JSON is not a trace (no complete 'X' or begin 'B' events of a known kind)"
     except NotATraceError as exc:
         return exc.message
-    except (OSError, BadTraceError, ChunkingFailed):
+    except (OSError, BadTraceError):
         return None
 
 
@@ -212,7 +213,9 @@ def _scan_folder(folder: Path) -> list[Path]:
     return files + [f for found in by_sub.values() for f in found]
 
 
-def discover(paths: Sequence[str | Path], skipped: list[str] | None = None) -> list[TraceSource]:
+def discover(
+    paths: Sequence[str | Path], skipped: list[str] | None = None, limits: ReadLimits | None = None
+) -> list[TraceSource]:
     """Trace sources for files and folders; raises :class:`BadTraceError` naming a bad path.
 
     Files are taken as given (whatever their name); folders contribute their ``*.json`` and
@@ -223,8 +226,10 @@ def discover(paths: Sequence[str | Path], skipped: list[str] | None = None) -> l
 
     A file found in a folder that is valid JSON but not a trace (a config, a stamp file)
     is left out, with a line saying so appended to ``skipped``; a file named in ``paths``
-    is always read (and fails when it is not a trace), as is a damaged file.
+    is always read (and fails when it is not a trace), as is a damaged file. ``limits``
+    bound what reading each file may cost (default: :class:`ReadLimits`).
     """
+    limits = ReadLimits() if limits is None else limits
     if not paths:
         raise BadTraceError("no trace path given")
     sources: list[TraceSource] = []
@@ -242,9 +247,11 @@ def discover(paths: Sequence[str | Path], skipped: list[str] | None = None) -> l
                 skipped.extend(f"skipped {f}: {why}" for f, why in strays.items())
             files = [f for f in files if f not in strays]
             base = len(sources)
-            sources.extend(TraceSource(f, rank_hint_from_name(f), base + i) for i, f in enumerate(files))
+            sources.extend(
+                TraceSource(f, rank_hint_from_name(f), base + i, limits) for i, f in enumerate(files)
+            )
         elif p.exists():
-            sources.append(TraceSource(p, rank_hint_from_name(p), len(sources)))
+            sources.append(TraceSource(p, rank_hint_from_name(p), len(sources), limits))
         else:
             raise BadTraceError("no such file or folder", p)
     _refuse_repeats(sources)

@@ -23,6 +23,7 @@ from gpuprof.model.dtypes import input_bytes, message_bytes
 from gpuprof.model.timeline import Category, Kind
 from gpuprof.readers.columns import as_int, int_column, str_column
 from gpuprof.readers.jsonio import Event
+from gpuprof.readers.timecheck import TimeChecks
 
 _NAME = attrgetter("name")
 _CAT = attrgetter("cat")
@@ -42,6 +43,20 @@ def values(items: Sequence[Any], field: str) -> list[Any]:
 
 def floats(items: Sequence[Any], field: str) -> npt.NDArray[np.float64]:
     return np.fromiter(map(attrgetter(field), items), np.float64, len(items))
+
+
+def timed(
+    evs: list[Event], checks: TimeChecks, with_dur: bool = True
+) -> tuple[list[Event], npt.NDArray[np.float64], npt.NDArray[np.float64]]:
+    """The events whose ``ts`` (and ``dur``) are usable, with their starts and durations;
+    the others are counted in ``checks`` (see :mod:`gpuprof.readers.timecheck`)."""
+    start = floats(evs, "ts")
+    dur = floats(evs, "dur") if with_dur else np.zeros(len(evs))
+    keep = checks.usable(start, dur if with_dur else None)
+    if keep is None:
+        return evs, start, dur
+    rows = np.flatnonzero(keep)
+    return [evs[i] for i in rows.tolist()], start[rows], dur[rows]
 
 
 def message_sizes(args: Sequence[Any]) -> npt.NDArray[np.int64]:
@@ -135,8 +150,9 @@ class HostColumns:
     each pass over a piece's events costs about as much as decoding them.
     """
 
-    def __init__(self, kind_codes: dict[str, int]) -> None:
+    def __init__(self, kind_codes: dict[str, int], checks: TimeChecks) -> None:
         self.kind_codes = kind_codes
+        self.checks = checks
         self.names, self.tids, self.colls, self.pgs = Coder(), Coder(), Coder(), Coder()
         self.colls.index[None] = 0  # code 0: no collective name
         self.pgs.index[None] = 0
@@ -146,9 +162,11 @@ class HostColumns:
     def add(self, evs: list[Event]) -> None:
         if not evs:
             return
+        evs, start, dur = timed(evs, self.checks)
+        if not evs:
+            return
         n = len(evs)
         args = list(map(_ARGS, evs))
-        start = floats(evs, "ts")
         kind = np.fromiter(map(self.kind_codes.__getitem__, map(_CAT, evs)), np.int8, n)
         name = self.names.encode(list(map(_NAME, evs)))
         labels = self.names.labels() if len(self._comm_name) < len(self.names.index) else []
@@ -169,7 +187,7 @@ class HostColumns:
             nbytes[comm] = message_sizes(comm_args)
         self._p.add(
             start=start,
-            end=start + np.maximum(floats(evs, "dur"), 0.0),  # broken traces hold negative durations
+            end=start + dur,
             kind=kind,
             name=name,
             tid=self.tids.encode(values(evs, "tid")),
@@ -204,8 +222,9 @@ class DeviceColumns:
     (``tid``) of events whose ``args`` lack a stream.
     """
 
-    def __init__(self, kind_codes: dict[str, int]) -> None:
+    def __init__(self, kind_codes: dict[str, int], checks: TimeChecks) -> None:
         self.kind_codes = kind_codes
+        self.checks = checks
         self.names, self.pids, self.tids, self.colls, self.pgs = Coder(), Coder(), Coder(), Coder(), Coder()
         for coder in (self.tids, self.colls, self.pgs):
             coder.index[None] = 0  # code 0: not read / not given
@@ -217,9 +236,11 @@ class DeviceColumns:
     def add(self, evs: list[Event]) -> None:
         if not evs:
             return
+        evs, start, dur = timed(evs, self.checks)
+        if not evs:
+            return
         n = len(evs)
         args = list(map(_ARGS, evs))
-        start = floats(evs, "ts")
         kind = np.fromiter(map(self.kind_codes.__getitem__, map(_CAT, evs)), np.int8, n)
         name = self.names.encode(list(map(_NAME, evs)))
         labels = self.names.labels() if len(self._comm_name) < len(self.names.index) else []
@@ -244,7 +265,7 @@ class DeviceColumns:
             nbytes[comm] = message_sizes(comm_args)
         self._p.add(
             start=start,
-            end=start + np.maximum(floats(evs, "dur"), 0.0),
+            end=start + dur,
             kind=kind,
             name=name,
             pid=self.pids.encode(values(evs, "pid")),

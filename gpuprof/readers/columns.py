@@ -3,11 +3,13 @@
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Any
+from operator import itemgetter
+from typing import Any, TypeVar
 
 import numpy as np
 import numpy.typing as npt
 
+T = TypeVar("T")
 _INT64_MIN = -(2**63)
 _INT64_MAX = 2**63 - 1
 
@@ -31,8 +33,16 @@ def str_column(values: Sequence[Any]) -> list[str]:
     return [v if v.__class__ is str else ("" if v is None else str(v)) for v in values]
 
 
+# Digit strings longer than this are not ids (and Python refuses to convert > 4300 digits).
+_MAX_DIGITS = 40
+
+
 def as_int(value: Any) -> int | None:
-    """An integer from a JSON value (int, integral float or digit string), else ``None``."""
+    """An integer from a JSON value (int, integral float or ASCII digit string), else ``None``.
+
+    Strings of other digits (``"²"``, Arabic-Indic digits) and of more than 40 digits are
+    not integers here: ``int()`` would refuse some of them, and none is an id or a rank.
+    """
     if isinstance(value, bool):
         return None
     if isinstance(value, int):
@@ -41,6 +51,16 @@ def as_int(value: Any) -> int | None:
         return int(value)
     if isinstance(value, str):
         s = value.strip()
-        if s.lstrip("-").isdigit():
+        digits = s[1:] if s.startswith("-") else s
+        if digits.isascii() and digits.isdigit() and len(digits) <= _MAX_DIGITS:
             return int(s)
     return None
+
+
+def pick(items: Sequence[T], rows: npt.NDArray[np.intp]) -> list[T]:
+    """``[items[i] for i in rows]`` at C speed."""
+    if len(rows) == 0:
+        return []
+    if len(rows) == 1:
+        return [items[int(rows[0])]]
+    return list(itemgetter(*rows.tolist())(items))

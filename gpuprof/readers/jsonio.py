@@ -1,14 +1,18 @@
 """Bytes -> decoded trace events, for every Chrome trace-event based format.
 
 Reading is split from interpretation: this module turns a file (plain or gzip, whole or
-cut off mid-write, read as a stream by :mod:`gpuprof.readers.textstream`) into :class:`Event` structs, piece by piece for large traces (see
-:mod:`gpuprof.readers.chunks`), plus the few top-level keys the readers need. Decoding uses ``msgspec`` into structs that keep only the fields we use, so
-a trace is never turned into per-event Python dicts (the unused ``args`` such as input
-shapes and call stacks are skipped by the decoder).
+cut off mid-write, read as a stream by :mod:`gpuprof.readers.textstream`) into
+:class:`Event` structs, piece by piece (see :mod:`gpuprof.readers.chunks`), plus the few
+top-level keys the readers need. Decoding uses ``msgspec`` into structs that keep only the
+fields we use, so a trace is never turned into per-event Python dicts (the unused
+``args`` such as input shapes and call stacks are skipped by the decoder). Why msgspec
+and not another decoder: see ``benchmarks/README.md`` (measured side by side).
 
 Fields whose type varies between producers (``pid``/``tid`` int or string, ``stream``
 int or ``"0x0"``, integers beyond 64 bits in ``args``) are typed loosely so that no
-valid trace fails validation; readers coerce them column by column.
+valid trace fails validation; readers coerce them column by column. A missing ``ts`` or
+``dur`` is NaN, as is a value that is not a number: readers drop such events and count
+them (see :mod:`gpuprof.readers.timecheck`).
 """
 
 from __future__ import annotations
@@ -22,13 +26,10 @@ from typing import Any, Literal, cast, get_args
 import msgspec
 
 from gpuprof.errors import BadTraceError
-from gpuprof.readers import chunks, textstream
-from gpuprof.readers.chunks import ChunkingFailed
-from gpuprof.readers.textstream import read_bytes, text_blocks
+from gpuprof.readers import chunks
+from gpuprof.readers.limits import ReadLimits
+from gpuprof.readers.textstream import text_blocks
 
-# Blocks of text read at most while looking for the end of the first piece; a trace with
-# no cut that early (one written on one line) is read and decoded whole.
-_MAX_HEAD_BLOCKS = 4
 # How many candidate cut points to try when recovering a trace cut off mid-write.
 _MAX_RECOVERY_TRIES = 32
 
@@ -105,14 +106,18 @@ Phase = Literal[
 _PHASES: frozenset[str] = frozenset(get_args(Phase))
 
 
+NAN = float("nan")
+INF = float("inf")
+
+
 class Event(msgspec.Struct, gc=False):
     """One trace event; times are microseconds as in the Chrome trace-event format."""
 
     ph: Phase = ""
     cat: str = ""
     name: str = ""
-    ts: float = 0.0
-    dur: float = 0.0
+    ts: float = NAN  # missing: NaN (never 0, which would read as a time)
+    dur: float = NAN
     pid: int | str = -1
     tid: int | str = -1
     args: Args = NO_ARGS
@@ -176,16 +181,16 @@ class TopLevel:
 class RawTrace:
     """A trace file being decoded: its first piece of events, an iterator over the rest.
 
-    ``rest`` can be consumed once and may raise :class:`ChunkingFailed` (then decode the
-    file again with ``decode_trace(path, chunked=False)``). ``warnings`` say what was
-    recovered (a cut-off gzip stream or JSON text).
+    ``rest`` can be consumed once. ``warnings`` say what was recovered (a cut-off gzip
+    stream or JSON text); like ``cut_off_at_bytes`` and the keys of ``top`` written after
+    the events, they are complete only once every piece has been read.
     """
 
     first: list[Event]
     rest: Iterator[list[Event]]
     top: TopLevel
     is_object: bool
-    warnings: tuple[str, ...]
+    warnings: list[str]
     # Bytes of JSON text before the cut of a cut-off trace (``None``: the text is whole).
     # Events after the cut are missing: readers must not conclude from what is absent.
     cut_off_at_bytes: int | None = None
@@ -202,91 +207,209 @@ class RawTrace:
         yield from self.rest
 
 
-def decode_trace(path: Path, chunked: bool = True) -> RawTrace:
+def decode_trace(path: Path, limits: ReadLimits | None = None) -> RawTrace:
     """Read and decode a Chrome trace-event file (Kineto or op-level timeline).
 
-    Large multi-line traces are read and decoded piece by piece as the caller iterates
-    :meth:`RawTrace.pieces`, so that only about a block of text (see
-    :data:`gpuprof.readers.textstream.BLOCK_BYTES`) is held at a time. Small traces, and
-    those that offer no cut, are read whole; ``chunked=False`` reads and decodes the whole
-    text at once (the way back when a piece did not decode, see :class:`ChunkingFailed`).
+    The text is read as a stream of blocks and decoded piece by piece as the caller
+    iterates :meth:`RawTrace.pieces`, so that only about a block of text and a piece of
+    events are held at a time, whatever the file's size; small traces are decoded whole.
+    A trace cut off mid-write (or whose gzip stream is damaged) gives the events before the
+    cut, with a warning. Raises :class:`BadTraceError` for a file that is not JSON, and
+    :class:`~gpuprof.readers.limits.InputLimitError` past ``limits``.
     """
-    if not chunked:
-        data, found = read_bytes(path)
-        return decode_text(data, path, found)
-    # Warnings of a damaged gzip stream are only known once its blocks run out: the rest
-    # of a streamed trace then raises ChunkingFailed, and the whole-text path says so.
+    limits = ReadLimits() if limits is None else limits
     warnings: list[str] = []
-    blocks = text_blocks(path, warnings)
-    head = bytearray()
-    is_object: bool | None = None
-    cut: tuple[int, int] | None = None
-    enough = (chunks.FIRST_PIECE_TARGETS + 1) * chunks.TARGET_BYTES
-    for block in blocks:
-        head += block
-        if is_object is None and _FIRST_CHAR.search(head):
-            is_object = _check_start(head, path)  # fails fast on a file that is not JSON
-        if is_object is None or len(head) < enough:
-            continue
-        cut = chunks.first_cut(head, is_object)
-        if cut is not None or len(head) > _MAX_HEAD_BLOCKS * textstream.BLOCK_BYTES:
-            break
-    if cut is None or is_object is None:
-        # Small, or no cut near the start (e.g. a trace written on one line): read it whole.
-        for block in blocks:
-            head += block
-        return _decode_whole(head, path, warnings)
-    end, begin = cut
-    first = head[:end]
-    first += b"]}" if is_object else b"]"
-    try:
-        events, top = _decode(first, is_object)
-    except (msgspec.DecodeError, msgspec.ValidationError):
-        events = None
-    del first
-    if not events:
-        for block in blocks:
-            head += block
-        return decode_text(head, path, warnings)
-    rest = _streamed(head, begin, blocks, is_object, top, warnings)
-    return RawTrace(events, rest, top, is_object, ())
+    return _Reader(path, text_blocks(path, warnings, limits=limits), warnings, limits).start()
 
 
-def _decode_whole(data: bytearray, path: Path, warnings: list[str]) -> RawTrace:
-    """Decode a whole text, piece by piece (in place) when it is large and offers cuts."""
-    is_object = _check_start(data, path)
-    points = chunks.split_points(data, is_object)
-    if points:
+class _Reader:
+    """Cuts the text into pieces (see :mod:`gpuprof.readers.chunks`) and decodes them.
+
+    ``buf`` holds the text not yet decoded, from the byte before ``pos`` (the ``{`` of the
+    next piece's first event); ``dropped`` counts the bytes of the file before ``buf[0]``.
+    A piece that does not decode (a cut inside a nested value or a string) is extended to
+    a later cut, at least twice as long each time, so that the work stays linear; text
+    with no cut for ``max_event_bytes`` is refused.
+    """
+
+    def __init__(self, path: Path, blocks: Iterator[bytes], warnings: list[str], limits: ReadLimits) -> None:
+        self.path = path
+        self.blocks = blocks
+        self.warnings = warnings
+        self.limits = limits
+        self.buf = bytearray()
+        self.pos = 0
+        self.dropped = 0
+        self.is_object = True
+        self.one_line = False
+        self.top = TopLevel()
+        self.raw: RawTrace | None = None
+        self.events_so_far = 0
+        self.last_end = 0  # offset in the file just past the last event decoded so far
+
+    def _more(self) -> bool:
+        block = next(self.blocks, None)
+        if block is None:
+            return False
+        self.buf += block
+        return True
+
+    def _skip_space(self) -> None:
+        """Drop leading whitespace a block at a time (linear in its length, never held)."""
+        for block in self.blocks:
+            rest = block.lstrip()  # C speed; a regular expression takes ~100 ns a byte here
+            self.dropped += len(block) - len(rest)
+            if rest:
+                self.buf += rest
+                return
+        raise BadTraceError("file holds only whitespace", self.path)
+
+    def start(self) -> RawTrace:
+        self._skip_space()
+        self.is_object = _check_start(self.buf, self.path)
+        key = 0
+        if self.is_object:
+            key = self._find_key()
+            if key < 0:  # no event list within the limit: small, or not a trace
+                return self._whole()
+        events = self._next_piece(key + chunks.FIRST_PIECE_TARGETS * chunks.TARGET_BYTES, first=True)
+        if events is None:
+            return self._whole()
+        raw = RawTrace(events, self._rest(), self.top, self.is_object, self.warnings)
+        self.raw = raw
+        return raw
+
+    def _find_key(self) -> int:
+        """Offset of the ``traceEvents`` key in ``buf`` (reading on as needed), else -1."""
+        searched = 0
+        while True:
+            found = self.buf.find(b'"traceEvents"', max(0, searched - 16))
+            if found >= 0:
+                return found
+            searched = len(self.buf)
+            if searched > self.limits.max_event_bytes:
+                raise self.limits.event_too_large(self.path, self.dropped)
+            if not self._more():
+                return -1
+
+    def _whole(self) -> RawTrace:
+        """The text decoded at once: it offers no cut (a small trace, or not a trace)."""
+        while self._more():
+            if len(self.buf) > self.limits.max_event_bytes:
+                raise self.limits.event_too_large(self.path, self.dropped)
+        return decode_text(self.buf, self.path, self.warnings)
+
+    def _next_piece(self, scan: int, first: bool = False) -> list[Event] | None:
+        """Decode the events from ``pos`` (0 for the first piece, which keeps the top-level
+        keys before the events) up to a cut at or after ``scan``, and move ``pos`` past them.
+
+        ``None`` when the text from ``pos`` to the end offers no cut that gives a piece.
+        """
+        error: str | None = None
+        failures = 0
+        while True:
+            cut = chunks.find_cut(self.buf, scan, self.one_line)
+            if cut is None and first and not self.one_line and self.buf.find(b"\n", scan) < 0:
+                cut = chunks.find_cut(self.buf, scan, True)  # a trace written on one line
+                self.one_line = cut is not None
+            if cut is None:
+                if len(self.buf) - self.pos > self.limits.max_event_bytes:
+                    if error:
+                        raise BadTraceError(f"not valid JSON ({error})", self.path)
+                    raise self.limits.event_too_large(self.path, self.dropped + self.pos)
+                # Search again from the last '}' only (a cut may straddle the end of the
+                # text), so that text with no cut is scanned once, not once per block.
+                last = self.buf.rfind(b"}", scan)
+                scan = max(scan, last if last >= 0 else len(self.buf))
+                if not first:
+                    scan -= self._drop()
+                if not self._more():
+                    return None
+                continue
+            end, nxt = cut
+            try:
+                events = self._decode_piece(end, first)
+            except (msgspec.DecodeError, msgspec.ValidationError) as exc:
+                # A cut inside a nested value or a string: try the next cut, then (should
+                # that fail too) cuts twice as far each time, so the work stays linear.
+                error = error or str(exc)
+                failures += 1
+                scan = nxt if failures < 3 else max(nxt, self.pos + 2 * (end - self.pos))
+                continue
+            self.events_so_far += len(events)
+            self.last_end = self.dropped + end
+            self.pos = nxt
+            return events
+
+    def _drop(self) -> int:
+        """Forget the text before ``pos - 1`` (that byte becomes the piece's ``[``);
+        returns how far offsets moved."""
+        drop = self.pos - 1
+        if drop <= 0:
+            return 0
+        del self.buf[:drop]
+        self.dropped += drop
+        self.pos -= drop
+        return drop
+
+    def _decode_piece(self, end: int, first: bool) -> list[Event]:
+        if first:
+            text = chunks.wrapped(b"", memoryview(self.buf)[:end], b"]}" if self.is_object else b"]")
+            events, top = _decode(text, self.is_object, self.path)
+            if not events:  # the cut was not in the event list: not a piece
+                raise msgspec.DecodeError("no events before the first cut")
+            self.top.update(top)
+            return events
+        # Decoded in place: the bytes before and after the piece lie in the gaps between
+        # events, and are put back afterwards.
+        begin = self.pos
+        before, after = self.buf[begin - 1], self.buf[end]
+        self.buf[begin - 1] = 0x5B  # "["
+        self.buf[end] = 0x5D  # "]"
         try:
-            events, top = _decode(chunks.first_piece(data, is_object, points), is_object)
-        except (msgspec.DecodeError, msgspec.ValidationError):
-            events = None
-        if events:
-            rest = _later(chunks.later_pieces(data, is_object, points), is_object, top, [])
-            return RawTrace(events, rest, top, is_object, tuple(warnings))
-    return decode_text(data, path, warnings)
+            with memoryview(self.buf) as whole, whole[begin - 1 : end + 1] as piece:
+                return _decode(piece, False, self.path)[0] or []
+        finally:
+            self.buf[begin - 1] = before
+            self.buf[end] = after
 
+    def _rest(self) -> Iterator[list[Event]]:
+        while (events := self._next_piece(self.pos + chunks.TARGET_BYTES)) is not None:
+            yield events
+            del events
+        yield self._last_piece()
 
-def _streamed(
-    buf: bytearray, begin: int, blocks: Iterator[bytes], is_object: bool, top: TopLevel, warnings: list[str]
-) -> Iterator[list[Event]]:
-    return _later(chunks.stream_pieces(buf, begin, blocks, is_object), is_object, top, warnings)
-
-
-def _later(
-    pieces: Iterator[tuple[bytearray | memoryview, bool]], is_object: bool, top: TopLevel, warnings: list[str]
-) -> Iterator[list[Event]]:
-    for piece, last in pieces:
+    def _last_piece(self) -> list[Event]:
+        begin = self.pos
+        with memoryview(self.buf) as whole, whole[begin:] as body:
+            text = chunks.wrapped(chunks.OPEN_OBJECT if self.is_object else b"[", body, b"")
+        added = len(text) - (len(self.buf) - begin)  # bytes of the opening
+        self.buf = bytearray()
         try:
-            events, found = _decode(piece, is_object and last)
-        except (msgspec.DecodeError, msgspec.ValidationError):
-            raise ChunkingFailed from None
-        del piece  # a view into the text being read: gone before the next piece is cut
-        if last:
-            if warnings:  # the gzip stream was damaged: the whole-text path reports it
-                raise ChunkingFailed
-            top.update(found)
-        yield events or []
+            events, top = _decode(text, self.is_object, self.path)
+        except (msgspec.DecodeError, msgspec.ValidationError) as exc:
+            recovered = _recover_cut(text, self.is_object)
+            at = self.last_end  # the end of the previous piece, unless some events follow
+            events, top = [], TopLevel()
+            if recovered is not None:
+                (found, top), n_bytes = recovered
+                events = found or []
+                at = self.dropped + begin + n_bytes - added
+            if not self.events_so_far and not events:
+                raise BadTraceError(f"not valid JSON ({exc})", self.path) from None
+            self._cut_off(at, self.events_so_far + len(events))
+        self.top.update(top)
+        return events or []
+
+    def _cut_off(self, at_bytes: int, n_events: int) -> None:
+        note = (
+            f"trace is cut off after {at_bytes} bytes (written while the job was killed?); "
+            f"read the {n_events} complete events before the cut"
+        )
+        self.warnings.append(note)
+        if self.raw is not None:
+            self.raw.cut_off_at_bytes = at_bytes
+            self.raw.cut_off_note = note
 
 
 _FIRST_CHAR = re.compile(rb"\S")
@@ -310,7 +433,7 @@ def decode_text(data: bytes | bytearray, path: Path, warnings: list[str] | None 
     cut: int | None = None
     note: str | None = None
     try:
-        doc = _decode(data, is_object)
+        doc = _decode(data, is_object, path)
     except msgspec.ValidationError as exc:
         raise NotATraceError(f"JSON is not a trace ({exc})", path) from None
     except msgspec.DecodeError as exc:
@@ -329,13 +452,25 @@ def decode_text(data: bytes | bytearray, path: Path, warnings: list[str] | None 
         raise NotATraceError("JSON is not a trace (no 'traceEvents' list)", path)
     if not events:
         raise BadTraceError("trace holds no events", path)
-    return RawTrace(events, iter(()), top, is_object, tuple(warns), cut, note)
+    return RawTrace(events, iter(()), top, is_object, warns, cut, note)
 
 
 _DocTuple = tuple[list[Event] | None, TopLevel]
 
 
-def _decode(data: bytes | bytearray | memoryview, is_object: bool) -> _DocTuple:
+# Deeper nesting than this inside one event is refused: msgspec decodes nested values
+# recursively, and Python's recursion limit (1000 by default) ends it before.
+_NESTING_NOTE = "nested deeper than the decoder's recursion limit allows (no trace event nests that deep)"
+
+
+def _decode(data: bytes | bytearray | memoryview, is_object: bool, path: Path) -> _DocTuple:
+    try:
+        return _decode_doc(data, is_object)
+    except RecursionError:
+        raise BadTraceError(f"JSON {_NESTING_NOTE}", path) from None
+
+
+def _decode_doc(data: bytes | bytearray | memoryview, is_object: bool) -> _DocTuple:
     try:
         if is_object:
             doc = msgspec.json.decode(data, type=_Doc)
@@ -355,10 +490,18 @@ def _decode(data: bytes | bytearray | memoryview, is_object: bool) -> _DocTuple:
 
 
 def _num(v: Any) -> float:
+    """A time from a loosely typed value: a number or numeric string as it is, ``None``
+    (``null``) as missing (NaN), anything else (``"abc"``, ``"NaN"``, ``true``) as not a
+    number (infinity), so that readers can tell the two apart."""
+    if v is None:
+        return NAN
+    if isinstance(v, bool) or not isinstance(v, (int, float, str)):
+        return INF
     try:
-        return float(v)
-    except (TypeError, ValueError):
-        return 0.0
+        f = float(v)
+    except (ValueError, OverflowError):
+        return INF
+    return INF if f != f else f
 
 
 def _coerce(e: _LooseEvent) -> Event:
@@ -410,8 +553,8 @@ def _recover_cut(data: bytes | bytearray, is_object: bool) -> tuple[_DocTuple, i
         prefix = data[: pos + 1]
         for closer in closers:
             try:
-                doc = _decode(prefix + closer, is_object)
-            except (msgspec.DecodeError, msgspec.ValidationError):
+                doc = _decode_doc(prefix + closer, is_object)
+            except (msgspec.DecodeError, msgspec.ValidationError, RecursionError):
                 continue
             if doc[0]:
                 return doc, len(prefix)

@@ -21,6 +21,7 @@ collective or point-to-point.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from itertools import repeat
 from operator import attrgetter
 from typing import Any
 
@@ -40,10 +41,11 @@ from gpuprof.model.timeline import (
     make_table,
 )
 from gpuprof.readers.accumulate import DeviceColumns, HostColumns
-from gpuprof.readers.columns import as_int
+from gpuprof.readers.columns import as_int, pick
 from gpuprof.readers.jsonio import Event, RawTrace
 from gpuprof.readers.launch import resolve_comm_kernels
 from gpuprof.readers.stepmarkers import find_steps, marker_note
+from gpuprof.readers.timecheck import TimeChecks
 
 DEVICE_CATS: dict[str, Kind] = {
     "kernel": Kind.KERNEL,
@@ -105,37 +107,34 @@ def read_kineto(
 ) -> tuple[pd.DataFrame, pd.DataFrame, tuple[Step, ...], tuple[MemorySample, ...], KinetoFacts]:
     """Device table, host table, steps, memory samples and facts of one Kineto trace.
 
-    Consumes ``raw``'s pieces; may raise :class:`ChunkingFailed` (see ``RawTrace``).
+    Consumes ``raw``'s pieces. Events whose times cannot be times are dropped and counted
+    (one warning per kind, see :mod:`gpuprof.readers.timecheck`).
     """
     facts = KinetoFacts()
-    facts.warnings.extend(raw.warnings)
-    host_cols = HostColumns(_HOST_KIND_CODES)
-    dev_cols = DeviceColumns(_DEVICE_KIND_CODES)
+    checks = TimeChecks()
+    host_cols = HostColumns(_HOST_KIND_CODES, checks)
+    dev_cols = DeviceColumns(_DEVICE_KIND_CODES, checks)
     mem: list[Event] = []
     frame_verdicts: dict[str, bool] = {}
-    dev_cats = DEVICE_CATS
-    host_cats = HOST_CATS
     for piece in raw.pieces():
-        dev: list[Event] = []
-        host: list[Event] = []
-        frames: list[Event] = []
-        for e in piece:
-            if e.ph == "X":
-                c = e.cat
-                if c in dev_cats:
-                    dev.append(e)
-                elif c == "python_function":
-                    frames.append(e)
-                elif c in host_cats:
-                    host.append(e)
-            elif e.name == "[memory]":
-                mem.append(e)
+        # Each event's route by its phase and category, at C speed (no Python loop per
+        # event): most of a trace is kernels, launches and ops; flows, metadata and
+        # instants are dropped here, except the ``[memory]`` instants.
+        n = len(piece)
+        route = np.fromiter(map(_ROUTE.get, map(_CAT, piece), repeat(_SKIP, n)), np.int8, n)
+        route[~np.fromiter(map(_IS_X, map(_PH, piece)), bool, n)] = _SKIP
+        dev = pick(piece, np.flatnonzero(route == _DEV))
+        host = pick(piece, np.flatnonzero(route == _HOST))
+        frames = pick(piece, np.flatnonzero(route == _FRAME))
+        instants = pick(piece, np.flatnonzero(np.fromiter(map(_IS_INSTANT, map(_PH, piece)), bool, n)))
+        mem.extend(e for e in instants if e.name == "[memory]")
         del piece
         if frames:
             facts.python_stacks = True
-        host.extend(_telling_frames(frames, frame_verdicts))
+            host.extend(_telling_frames(frames, frame_verdicts))
         host_cols.add(host)
         dev_cols.add(dev)
+    facts.warnings.extend(raw.warnings)
     pid_counts = facts.device_pids = dev_cols.pid_counts()
     if raw.cut_off_at_bytes is not None and not pid_counts:
         # Older Kineto traces write the GPU events after all host events: a file cut off
@@ -156,7 +155,8 @@ def read_kineto(
     note = marker_note(steps, facts.step_marker)
     if note:
         facts.warnings.append(note)
-    memory = _memory(mem, facts.device_index)
+    memory = _memory(mem, facts.device_index, checks)
+    facts.warnings.extend(checks.warnings())
     return device_table, host_table, steps, memory, facts
 
 
@@ -203,8 +203,8 @@ def _own_device(counts: dict[Any, int], facts: KinetoFacts) -> Any:
 def _read_distributed(info: Any, facts: KinetoFacts) -> None:
     if not isinstance(info, dict):
         return
-    facts.rank = as_int(info.get("rank"))
-    facts.world_size = as_int(info.get("world_size"))
+    facts.rank = _said_int(info, "rank", facts)
+    facts.world_size = _said_int(info, "world_size", facts)
     groups: list[ProcessGroup] = []
     for pg in info.get("pg_config") or ():
         if not isinstance(pg, dict):
@@ -216,6 +216,19 @@ def _read_distributed(info: Any, facts: KinetoFacts) -> None:
         desc = pg.get("pg_desc")
         groups.append(ProcessGroup(str(pg.get("pg_name", "")), None if desc is None else str(desc), ranks_t))
     facts.process_groups = tuple(groups)
+
+
+def _said_int(info: dict[str, Any], key: str, facts: KinetoFacts) -> int | None:
+    """``distributedInfo[key]`` as a non-negative integer; anything else is unknown, with a
+    warning when the key is there (``"rank": "²"`` or a 5000-digit string)."""
+    value = info.get(key)
+    n = as_int(value)
+    if n is not None and n < 2**31:
+        return n  # negative: "not distributed", as some producers write it
+    if value is not None:
+        shown = repr(value) if len(repr(value)) <= 40 else repr(value)[:37] + "..."
+        facts.warnings.append(f"distributedInfo.{key} {shown} is not a {key} number; ignored")
+    return None
 
 
 def _read_device_props(props: Any, facts: KinetoFacts) -> None:
@@ -246,6 +259,17 @@ def _tid_column(tids: list[Any]) -> np.ndarray:
 
 
 _NAME = attrgetter("name")
+_CAT = attrgetter("cat")
+_PH = attrgetter("ph")
+_IS_X = "X".__eq__
+_IS_INSTANT = frozenset(("i", "I")).__contains__
+_SKIP, _DEV, _HOST, _FRAME = 0, 1, 2, 3
+# Route of a complete event by its category; any other category is skipped.
+_ROUTE: dict[str, int] = {
+    **{c: _HOST for c in HOST_CATS},
+    **{c: _DEV for c in DEVICE_CATS},
+    "python_function": _FRAME,
+}
 _HOST_KIND_CODES = {k: int(v) for k, v in HOST_CATS.items()}
 _DEVICE_KIND_CODES = {k: int(v) for k, v in DEVICE_CATS.items()}
 
@@ -326,9 +350,13 @@ def _device_table(cols: dict[str, Any], host_table: pd.DataFrame) -> pd.DataFram
     return make_table(cols, DEVICE_COLUMNS)
 
 
-def _memory(mem: list[Event], device_index: int | None) -> tuple[MemorySample, ...]:
+def _memory(mem: list[Event], device_index: int | None, checks: TimeChecks) -> tuple[MemorySample, ...]:
     """``[memory]`` instant events of the rank's GPU (allocated / reserved bytes)."""
     out: list[MemorySample] = []
+    if mem:
+        keep = checks.usable(np.fromiter((e.ts for e in mem), np.float64, len(mem)))
+        if keep is not None:
+            mem = [e for e, k in zip(mem, keep.tolist()) if k]
     for e in mem:
         a = e.args
         dev_id = as_int(a.device_id)

@@ -52,9 +52,10 @@ import pandas as pd
 from gpuprof.model import classify as cl
 from gpuprof.model.timeline import DEVICE_COLUMNS, Kind, RankTrace, empty_host_table, make_table
 from gpuprof.readers import timersteps as ts
-from gpuprof.readers.accumulate import Coder, floats, values
+from gpuprof.readers.accumulate import Coder, timed, values
 from gpuprof.readers.columns import as_int, int_column
 from gpuprof.readers.jsonio import NO_ARGS, Args, Event, RawTrace
+from gpuprof.readers.timecheck import TimeChecks
 from gpuprof.readers.timersteps import OpSpans
 
 _THREAD_LAYOUT = re.compile(r"PP\s*rank\s*(\d+)\s*,\s*TP\s*rank\s*(\d+)", re.IGNORECASE)
@@ -177,7 +178,8 @@ def _merged(begin: Args, end: Args) -> Args:
 class _Ops:
     """Timer ops of all pieces as columns (names, pids and tids as codes)."""
 
-    def __init__(self) -> None:
+    def __init__(self, checks: TimeChecks) -> None:
+        self.checks = checks
         self.names, self.pids, self.tids = Coder(), Coder(), Coder()
         self.parts: dict[str, list[np.ndarray]] = {
             k: [] for k in ("start", "end", "name", "pid", "tid", "step", "mb")
@@ -186,11 +188,13 @@ class _Ops:
     def add(self, ops: list[Event]) -> None:
         if not ops:
             return
+        ops, start, dur = timed(ops, self.checks)
+        if not ops:
+            return
         args = list(map(_ARGS, ops))
-        start = floats(ops, "ts")
         p = self.parts
         p["start"].append(start)
-        p["end"].append(start + np.maximum(floats(ops, "dur"), 0.0))
+        p["end"].append(start + dur)
         p["name"].append(self.names.encode(list(map(_NAME, ops))))
         p["pid"].append(self.pids.encode(values(ops, "pid")))
         p["tid"].append(self.tids.encode(values(ops, "tid")))
@@ -215,7 +219,8 @@ def read_timeline(raw: RawTrace, path: Path) -> list[RankTrace]:
     """One :class:`RankTrace` per worker of an op-level timeline, sorted by rank."""
     thread_names: dict[tuple[Any, Any], str] = {}
     process_names: dict[Any, str] = {}
-    ops = _Ops()
+    checks = TimeChecks()
+    ops = _Ops(checks)
     pairs = _Pairs()
     for piece in raw.pieces():
         xs: list[Event] = []
@@ -250,7 +255,7 @@ def read_timeline(raw: RawTrace, path: Path) -> list[RankTrace]:
     groups = list(keys)
     dp_of = {pid: _dp_rank(pid, process_names.get(pid)) for pid in {k.pid for k in groups}}
     sizes = read_meta_sizes(path)
-    warnings = list(raw.warnings) + pairs.warnings()
+    warnings = list(raw.warnings) + pairs.warnings() + checks.warnings()
     structured = bool(layout)
     pp_size = tp_size = dp_size = 1
     if structured:

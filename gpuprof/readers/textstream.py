@@ -1,11 +1,9 @@
 """Trace file -> JSON text, gunzipped when it is gzip (told by content, not by name).
 
-Two ways to get the text: :func:`text_blocks` hands it out a block at a time, so that a
-trace of GBs is never held whole (see :func:`gpuprof.readers.jsonio.decode_trace`);
-:func:`read_bytes` returns it whole, for the rare trace that must be decoded at once (a
-cut-off file being recovered, a trace written on one line). Both share one gunzip loop,
-so a corrupt or cut-off gzip stream reads the same either way: the text that came before
-the damage plus a warning, or :class:`BadTraceError` when nothing came before it.
+:func:`text_blocks` hands the text out a block at a time, so that a trace of GBs is never
+held whole (see :func:`gpuprof.readers.jsonio.decode_trace`), and stops at the
+``--max-input-gb`` limit. A corrupt or cut-off gzip stream gives the text that came
+before the damage plus a warning, or :class:`BadTraceError` when nothing came before it.
 """
 
 from __future__ import annotations
@@ -17,6 +15,7 @@ from collections.abc import Generator, Iterator
 from pathlib import Path
 
 from gpuprof.errors import BadTraceError
+from gpuprof.readers.limits import ReadLimits
 
 GZIP_MAGIC = b"\x1f\x8b"
 _IN_BYTES = 1 << 20  # compressed bytes fed to zlib at a time
@@ -45,20 +44,25 @@ def _read(fh: io.BufferedReader, n: int, path: Path) -> bytes:
 
 
 def text_blocks(
-    path: Path, warnings: list[str], block_bytes: int | None = None
+    path: Path, warnings: list[str], block_bytes: int | None = None, limits: ReadLimits | None = None
 ) -> Generator[bytes, None, None]:
     """The JSON text of ``path`` in blocks of about ``block_bytes`` (default :data:`BLOCK_BYTES`).
 
     Raises :class:`BadTraceError` for a file that cannot be read, is empty, or is gzip
-    with no readable data. Damage to a gzip stream after some data ends the blocks early
-    and appends a warning to ``warnings`` (check it once the blocks are exhausted).
+    with no readable data, and :class:`InputLimitError` as soon as the text passes
+    ``limits.max_input_bytes`` (a plain file: before reading it). Damage to a gzip stream
+    after some data ends the blocks early and appends a warning to ``warnings`` (check it
+    once the blocks are exhausted).
     """
     n = BLOCK_BYTES if block_bytes is None else block_bytes
+    limit = None if limits is None else limits.max_input_bytes
     with _open(path) as fh:
         head = _read(fh, max(n, 2), path)
         if not head:
             raise BadTraceError("file is empty", path)
         if head[:2] != GZIP_MAGIC:
+            if limits is not None and limit is not None and _size(fh) > limit:
+                raise limits.input_too_large(path)
             while head:
                 yield head
                 head = _read(fh, n, path)
@@ -69,7 +73,19 @@ def text_blocks(
             while more := _read(fh, _IN_BYTES, path):
                 yield more
 
-        yield from gunzipped(compressed(), path, warnings)
+        total = 0
+        for out in gunzipped(compressed(), path, warnings):
+            total += len(out)
+            if limits is not None and limit is not None and total > limit:
+                raise limits.input_too_large(path)
+            yield out
+
+
+def _size(fh: io.BufferedReader) -> int:
+    try:
+        return os.fstat(fh.fileno()).st_size
+    except OSError:
+        return 0
 
 
 def gunzipped(src: Iterator[bytes | memoryview], path: Path, warnings: list[str]) -> Iterator[bytes]:
@@ -119,59 +135,3 @@ def gunzipped(src: Iterator[bytes | memoryview], path: Path, warnings: list[str]
             break
     if not produced:
         raise BadTraceError("gzip file holds no data", path)
-
-
-def read_bytes(path: Path) -> tuple[bytearray, list[str]]:
-    """The whole JSON text of ``path`` plus warnings (what was recovered of a damaged gzip).
-
-    A mutable buffer, so that pieces of a large trace can be decoded in place (see
-    :func:`gpuprof.readers.chunks.later_pieces`).
-    """
-    with _open(path) as fh:
-        try:
-            data = bytearray(os.fstat(fh.fileno()).st_size)
-            n = fh.readinto(data)
-        except OSError as exc:
-            raise BadTraceError(f"cannot read: {exc.strerror or exc}", path) from None
-        if n < len(data):  # the file shrank while being read
-            del data[n:]
-    if not data:
-        raise BadTraceError("file is empty", path)
-    if data[:2] != GZIP_MAGIC:
-        return data, []
-    return _gunzip(data, path)
-
-
-class _Sink:
-    """Decompressed bytes written into one buffer sized from the gzip trailer.
-
-    Joining a list of pieces would briefly hold the text twice; a trace can be GBs.
-    """
-
-    def __init__(self, size_hint: int) -> None:
-        self.buf = bytearray(size_hint)  # zero pages cost nothing until written
-        self.n = 0
-
-    def put(self, piece: bytes) -> None:
-        end = self.n + len(piece)
-        if end > len(self.buf):
-            self.buf.extend(bytes(max(end - len(self.buf), len(self.buf) // 2)))
-        self.buf[self.n : end] = piece
-        self.n = end
-
-    def result(self) -> bytearray:
-        del self.buf[self.n :]
-        return self.buf
-
-
-def _gunzip(data: bytearray, path: Path) -> tuple[bytearray, list[str]]:
-    # ISIZE (the last 4 bytes) is the size of the last member mod 2**32; of a cut-off file
-    # it is noise, hence the plausibility bound.
-    isize = int.from_bytes(data[-4:], "little")
-    sink = _Sink(isize if 0 < isize <= 200 * len(data) else 8 * len(data))
-    warnings: list[str] = []
-    view = memoryview(data)
-    pieces = (view[i : i + _IN_BYTES] for i in range(0, len(data), _IN_BYTES))
-    for out in gunzipped(pieces, path, warnings):
-        sink.put(out)
-    return sink.result(), warnings
