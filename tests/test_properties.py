@@ -14,9 +14,13 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+import pytest
 from conftest import ev, kineto_trace
-from hypothesis import HealthCheck, given, settings
-from hypothesis import strategies as st
+
+pytest.importorskip("hypothesis", reason="hypothesis is in the dev extra: pip install -e '.[dev]'")
+
+from hypothesis import HealthCheck, given, settings  # noqa: E402
+from hypothesis import strategies as st  # noqa: E402
 
 from gpuprof.analysis import intervals as iv
 
