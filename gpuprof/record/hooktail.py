@@ -67,11 +67,20 @@ class HookTail:
             state.offset += len(chunk)
             self.bytes_read += len(chunk)
             data = state.partial + chunk
-            lines = data.split(b"\n")
-            state.partial = lines.pop()  # b"" after a complete last line
-            self._take(lines)
+            end = data.rfind(b"\n")
+            if end < 0:
+                state.partial = data  # no complete line yet
+                continue
+            complete, state.partial = data[:end], data[end + 1 :]
+            self._take(complete)
 
-    def _take(self, lines: list[bytes]) -> None:
+    def _take(self, complete: bytes) -> None:
+        steps = sum(complete.count(k) for k in _STEP_KINDS)
+        if steps and steps == complete.count(b'"kind"'):
+            # Only step lines (the common case): the last one says all there is to know.
+            self._record(complete[complete.rfind(b"\n") + 1 :])
+            return
+        lines = complete.split(b"\n")
         last_step: bytes | None = None
         for line in lines:
             if not line:
