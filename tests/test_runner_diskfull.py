@@ -53,6 +53,7 @@ def test_injected_full_disk_keeps_the_exit_code_and_finishes_the_session(tmp_pat
     assert res.exit_code == 5
     meta = json.loads((out / META_FILE).read_text())
     assert meta["status"] == "finished" and meta["exit_code"] == 5  # written once the reserve was released
+    assert res.finished
     assert not (out / RESERVE_FILE).exists()
     assert any("the session is incomplete: events.jsonl: No space left on device" in w for w in meta["warnings"])
     (line,) = [s for s in said if "session incomplete" in s]
@@ -73,6 +74,7 @@ def test_injected_full_disk_for_the_metadata_too_says_so_and_keeps_the_exit_code
     line = res.problem_line()
     assert line is not None and line.startswith(f"session incomplete: {tmp_path / 's' / META_FILE}: No space left")
     assert said[-1] == line
+    assert not res.finished  # the CLI makes no report from a session it could not finish
 
 
 # -- a real small disk ----------------------------------------------------------------------
@@ -123,6 +125,7 @@ def test_no_space_at_all_still_runs_the_job_and_says_why_in_one_line(tiny_disk: 
     assert "Traceback" not in p.stderr
     lines = [ln for ln in p.stderr.splitlines() if "No space left on device" in ln]
     assert len(lines) == 1 and str(out) in lines[0], p.stderr
+    assert "no report" not in p.stderr  # nothing more to say than that one line
 
 
 _FILLING_TRAINER = """

@@ -207,7 +207,7 @@ def run(
     if recorded:
         print(f"gpuprof: recording {argv[0]} into {session_dir}", file=sys.stderr, flush=True)
     result = run_command(argv, session_dir, opts, observer=live, claimed=True, recorded=recorded)
-    if result.recorded and not no_report:
+    if result.recorded and result.finished and not no_report:  # else the line above said why
         report_run(session_dir, report_format, save_report, result)
     sys.stdout.flush()
     # SystemExit, not typer.Exit: in non-standalone mode click turns Exit into a return value.

@@ -61,6 +61,7 @@ class RunResult:
     # Session files that could not be (fully) written: "PATH: error (N records lost)".
     problems: tuple[str, ...] = field(default=())
     recorded: bool = True  # False when not even the session folder could be made
+    finished: bool = True  # False when session.json could not be written "finished" (disk full)
 
     def problem_line(self) -> str | None:
         """One line naming the first file that could not be written and the error, if any."""
@@ -318,11 +319,11 @@ def run_command(
             warn(msg)
             warnings.append(msg)
             meta.update(exit_code=code)
-            problems = _finish(writer, meta, warnings)
+            problems, finished = _finish(writer, meta, warnings)
             if backend is not None:
                 with contextlib.suppress(Exception):
                     backend.close()
-            return _result(code, None, session_dir, warnings, problems, recorded, warn)
+            return _result(code, None, session_dir, warnings, problems, recorded, finished, warn)
         pgid = proc.pid
         forwarder.attach(pgid)
         meta["pid"] = proc.pid  # also the job's process group id
@@ -356,16 +357,17 @@ def run_command(
         names = ", ".join(signal.Signals(s).name for s in seen)
         writer.event("warning", f"forwarded {names} to the job")
     meta.update(exit_code=exit_code, signal=sig)
-    problems = _finish(writer, meta, warnings)
-    return _result(exit_code, sig, session_dir, warnings, problems, recorded, warn)
+    problems, finished = _finish(writer, meta, warnings)
+    return _result(exit_code, sig, session_dir, warnings, problems, recorded, finished, warn)
 
 
-def _finish(writer: SessionWriter, meta: dict[str, Any], warnings: list[str]) -> list[str]:
+def _finish(writer: SessionWriter, meta: dict[str, Any], warnings: list[str]) -> tuple[list[str], bool]:
     """Close the session: metadata says "finished" whenever the disk allows it.
 
     The space held back at the start is released first, so that a disk the job filled
     still takes the final metadata (written before the records still in memory, which
-    matter less). Returns what could not be written, described.
+    matter less). Returns what could not be written, described, and whether the metadata
+    now says "finished".
     """
     writer.release_reserve()
     root = writer.root
@@ -379,19 +381,19 @@ def _finish(writer: SessionWriter, meta: dict[str, Any], warnings: list[str]) ->
     before = [p.describe() for p in writer.problems()]
     meta.update(status="finished", end_time_unix_s=time.time())
     note(before)
-    writer.write_meta(meta)
+    finished = writer.write_meta(meta)
     writer.close()
     after = [p.describe() for p in writer.problems()]
     if after != before:
         note(after)
-        writer.write_meta(meta)  # best effort: the file may be where the disk ran out
+        finished = writer.write_meta(meta) or finished  # best effort: the disk may have run out there
         after = [p.describe() for p in writer.problems()]
-    return after
+    return after, finished
 
 
 def _result(code: int, sig: int | None, session_dir: Path, warnings: list[str], problems: list[str],
-            recorded: bool, warn: Callable[[str], None]) -> RunResult:
-    result = RunResult(code, sig, session_dir, tuple(warnings), tuple(problems), recorded)
+            recorded: bool, finished: bool, warn: Callable[[str], None]) -> RunResult:
+    result = RunResult(code, sig, session_dir, tuple(warnings), tuple(problems), recorded, finished)
     line = result.problem_line()
     if line and recorded:
         warn(line)
