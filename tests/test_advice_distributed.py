@@ -149,7 +149,7 @@ def test_straggler_savings_are_the_critical_path_gain_not_the_others_waits() -> 
     waited = 5 * 1_000.0
     assert rec.estimated_savings_pct < 100 * waited / step_us
     assert rec.title.startswith("Rank 2 arrives last at 15 of 15 collectives")
-    assert "900 us" in " ".join(rec.evidence)
+    assert "900 µs" in " ".join(rec.evidence)
     assert not any("one profiled step" in e for e in rec.evidence)
 
 

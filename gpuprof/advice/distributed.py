@@ -45,7 +45,7 @@ LOW_OVERLAP = 0.15
 
 
 def _ms(us: float) -> str:
-    return f"{us / 1000.0:.1f} ms" if abs(us) >= 1000 else f"{us:.0f} us"
+    return f"{us / 1000.0:.1f} ms" if abs(us) >= 1000 else f"{us:.0f} µs"
 
 
 def _ranks_text(ranks: Sequence[int]) -> str:

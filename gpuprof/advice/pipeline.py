@@ -28,7 +28,7 @@ MIN_THEORETICAL_BUBBLE = 0.1
 
 
 def _ms(us: float) -> str:
-    return f"{us / 1000.0:.1f} ms" if abs(us) >= 1000 else f"{us:.0f} us"
+    return f"{us / 1000.0:.1f} ms" if abs(us) >= 1000 else f"{us:.0f} µs"
 
 
 def _pipeline_removed(reports: Sequence[RankReport], saved_us_per_step: float) -> dict[int, float]:

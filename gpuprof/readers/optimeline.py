@@ -156,13 +156,13 @@ class _Pairs:
             b = still_open[0][1]
             out.append(
                 f"{len(still_open)} begin ('B') event(s) never ended (the job was killed?) were dropped, "
-                f"the first '{b.name}' at {b.ts:.0f} us on pid {b.pid} tid {b.tid}"
+                f"the first '{b.name}' at {b.ts:.0f} µs on pid {b.pid} tid {b.tid}"
             )
         e = self.first_unmatched_end
         if e is not None:
             out.append(
                 f"{self.unmatched_ends} end ('E') event(s) without a begin were ignored, "
-                f"the first at {e.ts:.0f} us on pid {e.pid} tid {e.tid}"
+                f"the first at {e.ts:.0f} µs on pid {e.pid} tid {e.tid}"
             )
         return out
 
