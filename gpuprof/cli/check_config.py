@@ -24,6 +24,7 @@ from typing import Any
 from gpuprof.errors import GpuprofError
 from gpuprof.gate import Thresholds
 from gpuprof.model.report import CAUSES, Cause
+from gpuprof.suggest import did_you_mean, match_name
 
 if sys.version_info >= (3, 11):
     import tomllib
@@ -51,10 +52,13 @@ def find_pyproject(start: Path) -> Path | None:
 
 
 def _cause(name: str, where: str) -> Cause:
-    try:
-        return Cause(name.strip())
-    except ValueError:
-        raise GpuprofError(f"{where}: unknown cause {name.strip()!r}; causes are: {', '.join(c.value for c in CAUSES)}") from None
+    names = [c.value for c in CAUSES]
+    found = match_name(name, names)  # pipeline-bubble and Straggler name causes too
+    if found is None:
+        raise GpuprofError(
+            f"{where}: unknown cause {name.strip()!r}{did_you_mean(name, names)}; causes are: {', '.join(names)}"
+        )
+    return Cause(found)
 
 
 def _pct(value: Any, where: str, upper: float | None = 100.0) -> float:

@@ -12,6 +12,7 @@ from typing import Callable
 
 from gpuprof.errors import GpuprofError
 from gpuprof.model.report import Report
+from gpuprof.suggest import did_you_mean, match_name
 
 
 @dataclass(frozen=True)
@@ -47,10 +48,10 @@ def names() -> list[str]:
 
 def get(name: str) -> Renderer:
     _load()
-    try:
-        return RENDERERS[name]
-    except KeyError:
-        raise GpuprofError(f"unknown format {name!r}; choose one of: {', '.join(names())}") from None
+    found = match_name(name, RENDERERS) or {"md": "markdown", "txt": "text", "htm": "html"}.get(name.strip().lower())
+    if found is None:
+        raise GpuprofError(f"unknown format {name!r}{did_you_mean(name, RENDERERS)}; choose one of: {', '.join(names())}")
+    return RENDERERS[found]
 
 
 def format_for_path(path: str) -> str | None:
