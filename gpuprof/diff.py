@@ -56,6 +56,14 @@ class ReportDiff:
         return next(s for s in self.shares if s.name == name)
 
     @property
+    def overall(self) -> str:
+        """``better``, ``worse``, ``same`` or ``n/a`` for the job as a whole: the step time
+        when both runs have step markers (what the user waits for), else the compute share."""
+        if self.step_verdict != "n/a":
+            return self.step_verdict
+        return self.share("compute").verdict
+
+    @property
     def worse(self) -> tuple[ShareChange, ...]:
         return tuple(s for s in self.shares if s.verdict == "worse")
 
@@ -144,6 +152,7 @@ def diff_to_dict(d: ReportDiff, base_inputs: tuple[str, ...] = (), current_input
         "schema": DIFF_SCHEMA,
         "base": list(base_inputs),
         "current": list(current_inputs),
+        "overall": d.overall,
         "step_ms": {
             "base": r(d.base_step_ms),
             "current": r(d.current_step_ms),

@@ -46,8 +46,8 @@ def test_noise_is_same() -> None:
     a = report([rank(0, lost_ms={"host": 10.0})])
     b = report([rank(0, lost_ms={"host": 10.3})])
     d = diff_reports(a, b)
-    assert d.share("host").verdict == "same" and d.step_verdict == "same"
-    assert headline(d) == "no share changed by more than the noise level"
+    assert d.share("host").verdict == "same" and d.step_verdict == "same" and d.overall == "same"
+    assert headline(d) == "about the same overall (step time +0.0%); no share changed by more than the noise level"
 
 
 def test_unknown_step_time_is_na() -> None:
@@ -63,7 +63,34 @@ def test_renderings_agree() -> None:
     assert data["step_ms"]["change_pct"] == pytest.approx(20.0)
     assert data["ranks"][0]["shares"]["dataloader"]["delta_pp"] == pytest.approx(23.333, abs=1e-3)
     text = diff_text(d, 100)
-    assert text.splitlines()[0].startswith("gpuprof diff: worse: dataloader +6.8 pp")
+    assert text.splitlines()[0].startswith("gpuprof diff: worse overall (step time +20.0%); worse: dataloader +6.8 pp")
+    assert data["overall"] == "worse"
     assert "step time: 25.0 ms -> 30.0 ms (+20.0%, worse)" in text
     md = diff_markdown(d)
     assert "| dataloader | 5.0% | 11.8% | +6.8 pp | **worse** |" in md
+
+
+def test_better_overall_says_so_first_and_lists_the_gains_first() -> None:
+    d = diff_reports(CUR, BASE)  # the other way round: steps 30 -> 25 ms
+    assert d.overall == "better"
+    assert headline(d).startswith("better overall (step time -16.7%); better: dataloader -6.8 pp")
+    assert headline(d).index("better:") < headline(d).index("worse:")
+    md = diff_markdown(d)
+    assert md.startswith("### gpuprof diff: better overall (step time -16.7%)")
+
+
+def test_without_step_times_the_compute_share_decides() -> None:
+    d = diff_reports(report([rank(0, steps=0, lost_ms={"host": 30})]), report([rank(0, steps=0, lost_ms={"host": 10})]))
+    assert d.step_verdict == "n/a" and d.overall == "better"
+    assert headline(d).startswith("better overall (compute +20.0 pp)")
+
+
+def test_html_diff_is_one_offline_page_that_leads_with_the_verdict() -> None:
+    from gpuprof.render.diffs import diff_html
+
+    page = diff_html(diff_reports(CUR, BASE), ("base <b>.json",), ("cur.json",))
+    assert page.startswith("<!DOCTYPE html>") and "script-src 'none'" in page
+    body = page.split("<body>")[1]
+    assert body.index("Better overall (step time -16.7%)") < body.index("Share of the window")
+    assert "base &lt;b&gt;.json" in page and "<b>.json" not in page
+    assert page.count('id="gpuprof-diff"') == 1

@@ -1,4 +1,5 @@
-"""``gpuprof check`` (the CI gate) and ``gpuprof diff`` (what changed between two runs).
+"""``gpuprof check``: the CI gate (``gpuprof diff``, in :mod:`gpuprof.cli.diff`, reads its
+inputs the same way).
 
 Both accept traces (files, folders, session folders) or a report that ``gpuprof analyze
 --format json`` wrote; a report is recognized by its content (``"schema":
@@ -16,7 +17,6 @@ from pathlib import Path
 
 import typer
 
-from gpuprof.atomic import is_stdout
 from gpuprof.cli import app
 from gpuprof.cli.analyze import StderrProgress, max_input_gb_option, terminal_width, write_output
 from gpuprof.cli.check_config import find_pyproject, load_settings, merged, settings_from_options
@@ -78,7 +78,8 @@ def load_or_analyze(paths: list[Path], steps: str | None = None, max_input_gb: f
     from gpuprof.pipeline import AnalyzeOptions, analyze_paths
 
     options = AnalyzeOptions(steps=StepSelection.parse(steps), max_input_gb=max_input_gb)
-    return analyze_paths(paths, options, progress=StderrProgress())
+    with StderrProgress() as progress:
+        return analyze_paths(paths, options, progress=progress)
 
 
 def _append_step_summary(markdown: str) -> None:
@@ -202,38 +203,3 @@ def check(
         # SystemExit, not typer.Exit: in non-standalone mode click returns Exit's code
         # instead of exiting, and the gate must fail the CI step.
         raise SystemExit(1)
-
-
-@app.command()
-def diff(
-    base: Path = typer.Argument(..., help="The earlier run: a saved JSON report, a trace, a folder or a session folder.", show_default=False),
-    current: Path = typer.Argument(..., help="The run to compare with it (same kinds of input).", show_default=False),
-    fmt: str = typer.Option("text", "--format", "-f", help="text, json or markdown."),
-    output: Path | None = typer.Option(None, "--output", "-o", help="Write to FILE instead of stdout (- for stdout)."),
-    steps: str | None = typer.Option(None, "--steps", help="Steps to analyze in traces: N, N:M, N: or :M."),
-    max_input_gb: float | None = max_input_gb_option(),
-) -> None:
-    """What got better or worse between two runs: step time, compute and each cause's share,
-    job-wide and per rank (changes in percentage points of the window)."""
-    from gpuprof.diff import diff_reports
-    from gpuprof.render.diffs import diff_json, diff_markdown, diff_text
-
-    if fmt not in ("text", "json", "markdown"):
-        raise GpuprofError(f"unknown format {fmt!r}; choose one of: text, json, markdown")
-    if is_stdout(output):
-        output = None
-    b = load_or_analyze([base], steps, max_input_gb)
-    c = load_or_analyze([current], steps, max_input_gb)
-    d = diff_reports(b, c)
-    if fmt == "json":
-        text = diff_json(d, b.inputs, c.inputs)
-    elif fmt == "markdown":
-        text = diff_markdown(d)
-    else:
-        text = diff_text(d, terminal_width() if output is None else 100)
-    if output is None:
-        sys.stdout.write(text)
-        sys.stdout.flush()
-    else:
-        write_output(text, output)
-        print(f"gpuprof: diff written to {output}", file=sys.stderr)

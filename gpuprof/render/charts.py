@@ -242,7 +242,8 @@ def rank_bars(ranks: Sequence[RankReport], absolute: bool) -> str:
 
 
 def job_bar(lost_pct: Mapping[str, float | None], lost_us: Mapping[str, float]) -> str:
-    """One bar of the whole job (compute and every cause, as shares), largest parts labelled."""
+    """One bar of the whole job (compute and every cause, as shares), largest parts labelled;
+    ``lost_us`` (time over all ranks) goes into the tooltips where known."""
     parts = []
     x = 0.0
     for kind in KINDS:
@@ -250,7 +251,7 @@ def job_bar(lost_pct: Mapping[str, float | None], lost_us: Mapping[str, float]) 
         if pct <= 0:
             continue
         color = fg.CAUSE_COLORS[kind]
-        tip = f"{kind}: {fg.fmt_pct(pct)} ({fg.fmt_duration(lost_us.get(kind))} over all ranks)"
+        tip = f"{kind}: {fg.fmt_pct(pct)}" + (f" ({fg.fmt_duration(lost_us[kind])} over all ranks)" if kind in lost_us else "")
         parts.append(f'<rect x="{_p(x)}" width="{_p(pct)}" y="0" height="26" fill="{color}"><title>{e(tip)}</title></rect>')
         if pct >= 9:
             parts.append(

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import html
 import json
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 
 from gpuprof.model.report import CAUSES, Cause, Report, report_to_dict
 from gpuprof.render import charts as ch
@@ -315,15 +315,20 @@ def render_html(report: Report, width: int = 100) -> str:
         if more > 0:
             items += f"<li>... and {more} more (see the JSON report)</li>"
         body.append(f"<h2>Warnings</h2><ul>{items}</ul>")
-    data = _safe_json(report_to_dict(report))
+    return page("gpuprof report", body, report_to_dict(report), "gpuprof-report")
+
+
+def page(title: str, body: Sequence[str], data: object, data_id: str) -> str:
+    """A whole page: the CSP, the styles, ``body`` (already escaped markup) and ``data``
+    embedded as inert JSON under ``id=data_id``."""
     return (
         "<!DOCTYPE html>\n<html lang=\"en\"><head><meta charset=\"utf-8\">"
         f'<meta http-equiv="Content-Security-Policy" content="{CSP}">'
         '<meta name="viewport" content="width=device-width, initial-scale=1">'
-        "<title>gpuprof report</title>"
+        f"<title>{e(title)}</title>"
         f"<style>{CSS}</style></head><body>\n"
         + "\n".join(body)
-        + f'\n<script type="application/json" id="gpuprof-report">{data}</script>\n'
+        + f'\n<script type="application/json" id="{e(data_id)}">{_safe_json(data)}</script>\n'
         + "</body></html>\n"
     )
 

@@ -1,0 +1,60 @@
+"""``gpuprof diff``: what got better or worse between two runs."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import typer
+
+from gpuprof.atomic import is_stdout
+from gpuprof.cli import app
+from gpuprof.cli.analyze import choose_format, emit, max_input_gb_option, text_style
+from gpuprof.cli.check import load_or_analyze
+from gpuprof.cli.console import ColorMode, color_option, format_names
+
+
+@app.command()
+def diff(
+    base: Path = typer.Argument(
+        ..., metavar="BASE", help="The earlier run: a saved JSON report, a trace, a folder or a session folder.", show_default=False
+    ),
+    current: Path = typer.Argument(
+        ..., metavar="CURRENT", help="The run to compare with it (same kinds of input).", show_default=False
+    ),
+    fmt: str | None = typer.Option(
+        None,
+        "--format",
+        "-f",
+        metavar="FORMAT",
+        autocompletion=format_names,
+        help="text, json, markdown or html. Default: from -o's extension, else text.",
+    ),
+    output: Path | None = typer.Option(
+        None, "--output", "-o", metavar="FILE", help="Write to FILE instead of stdout (- for stdout); .json, .md, .html or .txt pick the format."
+    ),
+    steps: str | None = typer.Option(None, "--steps", metavar="STEPS", help="Steps to analyze in traces: N, N:M, N: or :M."),
+    max_input_gb: float | None = max_input_gb_option(),
+    color: ColorMode = color_option(),
+) -> None:
+    """What got better or worse between two runs: better or worse overall first (the step
+    time, else the compute share), then step time, compute and each cause's share, job-wide
+    and per rank (changes in percentage points of the window)."""
+    from gpuprof.diff import diff_reports
+    from gpuprof.render.diffs import diff_html, diff_json, diff_markdown, diff_text
+
+    if is_stdout(output):
+        output = None
+    chosen = choose_format(fmt, output)
+    b = load_or_analyze([base], steps, max_input_gb)
+    c = load_or_analyze([current], steps, max_input_gb)
+    d = diff_reports(b, c)
+    if chosen == "json":
+        text = diff_json(d, b.inputs, c.inputs)
+    elif chosen == "markdown":
+        text = diff_markdown(d)
+    elif chosen == "html":
+        text = diff_html(d, b.inputs, c.inputs)
+    else:
+        width, colored, wrap = text_style(output, color)
+        text = diff_text(d, width, color=colored, wrap=wrap)
+    emit(text, output, what="diff")
