@@ -11,7 +11,7 @@ import os
 from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable, Mapping, Sequence
+from typing import Any, Mapping, Protocol, Sequence
 
 from gpuprof.advice import AdviceContext, advise_all
 from gpuprof.analysis.attribution import Attribution, attribute, merge_claims
@@ -23,7 +23,12 @@ from gpuprof.analysis.window import StepSelection
 from gpuprof.errors import BadTraceError
 from gpuprof.model.report import CAUSES, RankReport, Report
 
-Progress = Callable[[str], None]
+class Progress(Protocol):
+    """Told how the work goes: a message, and while traces are read, ``done`` of ``total``
+    files read and ``ranks`` summarized so far (a message without counts names the next stage).
+    The counts come as keywords, so a callback must accept them."""
+
+    def __call__(self, message: str, done: int | None = None, total: int | None = None, ranks: int | None = None) -> None: ...
 
 
 @dataclass(frozen=True)
@@ -62,16 +67,20 @@ def _summaries(sources: Sequence[Any], options: AnalyzeOptions, progress: Progre
     if jobs == 1:
         for i, src in enumerate(sources, 1):
             if progress:
-                progress(f"reading {src.path} ({i}/{n})")
+                progress(f"reading {src.path}", done=i - 1, total=n, ranks=len(out))
             out.extend(summarize_source(src, options.steps))
+        if progress:
+            progress(f"read {n} file(s)", done=n, total=n, ranks=len(out))
         return out
     pool = ProcessPoolExecutor(max_workers=jobs)
     try:
         futures = [pool.submit(summarize_source, src, options.steps) for src in sources]
+        if progress:
+            progress(f"reading {n} file(s) in {jobs} processes", done=0, total=n, ranks=0)
         for i, (src, fut) in enumerate(zip(sources, futures), 1):
             out.extend(fut.result())
             if progress:
-                progress(f"read {src.path} ({i}/{n})")
+                progress(f"read {src.path}", done=i, total=n, ranks=len(out))
     except BaseException:
         # A bad file (or Ctrl-C) ends the run now, not after every other rank is read.
         pool.shutdown(wait=True, cancel_futures=True)

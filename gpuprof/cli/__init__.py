@@ -12,13 +12,15 @@ import sys
 
 import typer
 
+from gpuprof.cli.command import App, Group
 from gpuprof.errors import GpuprofError
 
-app = typer.Typer(
+app = App(
     name="gpuprof",
+    cls=Group,
     help="Where your GPU training time goes, and what to change.",
     no_args_is_help=True,
-    add_completion=False,
+    add_completion=True,  # --install-completion / --show-completion for bash, zsh, fish, PowerShell
     pretty_exceptions_enable=False,
     context_settings={"help_option_names": ["-h", "--help"]},
     rich_markup_mode="markdown",
@@ -47,6 +49,7 @@ _COMMAND_MODULES = (
     "gpuprof.cli.analyze",
     "gpuprof.cli.run",
     "gpuprof.cli.check",
+    "gpuprof.cli.diff",
     "gpuprof.cli.annotate",
     "gpuprof.cli.simulate",
 )

@@ -4,39 +4,18 @@ from __future__ import annotations
 
 import os
 import sys
-import time
 from pathlib import Path
-from typing import Any, Callable, List, Optional
+from typing import Any, List, Optional
 
 import typer
 
 from gpuprof.atomic import is_stdout, write_text_atomic
 from gpuprof.cli import app
+from gpuprof.cli.console import ColorMode, ReadProgress, color_option, format_names, is_terminal, use_color
 from gpuprof.errors import GpuprofError
 
 
-class StderrProgress:
-    """Progress lines on stderr, only once reading has taken more than a moment.
-
-    stdout carries only the report, so piping ``--format json`` stays clean.
-    """
-
-    def __init__(self, delay_s: float = 1.0, clock: Callable[[], float] = time.monotonic) -> None:
-        self.start = clock()
-        self.delay_s = delay_s
-        self.clock = clock
-        self.pending: str | None = None
-        self.shown = False
-
-    def __call__(self, message: str) -> None:
-        if self.clock() - self.start < self.delay_s:
-            self.pending = message
-            return
-        if not self.shown and self.pending:
-            print(f"gpuprof: {self.pending}", file=sys.stderr, flush=True)
-        self.shown = True
-        print(f"gpuprof: {message}", file=sys.stderr, flush=True)
-
+StderrProgress = ReadProgress  # the name the other commands import; use it as a context manager
 
 
 def max_input_gb_option() -> Any:
@@ -57,13 +36,37 @@ def write_output(text: str, out: Path) -> None:
     write_text_atomic(out, text)
 
 
-def emit(text: str, output: Optional[Path]) -> None:
+def emit(text: str, output: Optional[Path], what: str = "report") -> None:
     if output is None:
-        sys.stdout.write(text)
+        sys.stdout.write(printable(text, sys.stdout))
         sys.stdout.flush()
     else:
         write_output(text, output)
-        print(f"gpuprof: report written to {output}", file=sys.stderr)
+        print(f"gpuprof: {what} written to {output}", file=sys.stderr)
+
+
+# Characters the reports use that a legacy (non-UTF-8) terminal may not have, and what they
+# become there: "µs" is written "us" rather than failing with UnicodeEncodeError.
+_ASCII_STAND_INS = str.maketrans({"µ": "u", "×": "x", "·": "-", "—": "-", "→": "->", "…": "..."})
+
+
+def printable(text: str, stream: object) -> str:
+    """``text`` as ``stream``'s encoding can carry it."""
+    encoding = getattr(stream, "encoding", None) or "utf-8"
+    try:
+        text.encode(encoding)
+        return text
+    except (UnicodeEncodeError, LookupError):
+        return text.translate(_ASCII_STAND_INS).encode(encoding, errors="replace").decode(encoding)
+
+
+def text_style(output: Optional[Path], color: ColorMode) -> tuple[int, bool, bool]:
+    """``(width, colour, wrap)`` for text going to stdout (``output`` None) or a file: colour
+    per ``--color``, wrapped to the terminal's width only on a terminal, so that a CI log
+    or a file keeps each finding on one line."""
+    if output is None:
+        return terminal_width(), use_color(color), is_terminal()
+    return 100, color is ColorMode.always, False
 
 
 def choose_format(fmt: Optional[str], output: Optional[Path]) -> str:
@@ -72,8 +75,7 @@ def choose_format(fmt: Optional[str], output: Optional[Path]) -> str:
     if output is not None and output.is_dir():
         raise GpuprofError("is a folder; give a file name to write", output)
     if fmt:
-        render.get(fmt)  # validates the name
-        return fmt
+        return render.get(fmt).name  # validates the name (md, HTML and Json name formats too)
     if output is not None:
         found = render.format_for_path(str(output))
         if found:
@@ -97,23 +99,32 @@ def terminal_width() -> int:
 def analyze(
     paths: List[Path] = typer.Argument(
         ...,
+        metavar="PATH...",
         help="Kineto trace files (.json, .json.gz), folders of per-rank traces, gpuprof run "
         "session folders, op-level Chrome trace timelines, or a report saved with --format json "
         "(rendered again).",
         show_default=False,
     ),
     fmt: Optional[str] = typer.Option(
-        None, "--format", "-f", help="Report format: text, json, markdown or html. Default: from -o's extension, else text."
+        None,
+        "--format",
+        "-f",
+        metavar="FORMAT",
+        autocompletion=format_names,
+        help="Report format: text, json, markdown or html. Default: from -o's extension, else text.",
     ),
-    output: Optional[Path] = typer.Option(None, "--output", "-o", help="Write the report to FILE instead of stdout (- for stdout)."),
+    output: Optional[Path] = typer.Option(
+        None, "--output", "-o", metavar="FILE", help="Write the report to FILE instead of stdout (- for stdout)."
+    ),
     steps: Optional[str] = typer.Option(
-        None, "--steps", help="Steps to analyze, by step number: N, N:M, N: or :M (inclusive). Default: all complete steps."
+        None, "--steps", metavar="STEPS", help="Steps to analyze, by step number: N, N:M, N: or :M (inclusive). Default: all complete steps."
     ),
-    jobs: int = typer.Option(1, "--jobs", "-j", min=1, help="Ranks to read and analyze in parallel (processes)."),
+    jobs: int = typer.Option(1, "--jobs", "-j", min=1, metavar="N", help="Ranks to read and analyze in parallel (processes)."),
     scheduler: Optional[str] = typer.Option(
-        None, "--scheduler", help="Run per-rank work on a Dask distributed scheduler at ADDRESS (needs the dask extra: pip install 'gpuprof\\[dask]')."
+        None, "--scheduler", metavar="ADDRESS", help="Run per-rank work on a Dask distributed scheduler at ADDRESS (needs the dask extra: pip install 'gpuprof\\[dask]')."
     ),
     max_input_gb: Optional[float] = max_input_gb_option(),
+    color: ColorMode = color_option(),
 ) -> None:
     """Analyze saved traces: where each rank's GPU time went, and what to change.
 
@@ -148,13 +159,16 @@ def analyze(
             # when the job left no trace). Added by the `run` helper.
             from gpuprof.cli.run import session_report
 
-            report = session_report(paths[0], options, progress=StderrProgress())
+            with StderrProgress() as progress:
+                report = session_report(paths[0], options, progress=progress)
         else:
-            report = analyze_paths(paths, options, progress=StderrProgress())
-    if chosen == "text" and output is None:
+            with StderrProgress() as progress:
+                report = analyze_paths(paths, options, progress=progress)
+    if chosen == "text":
         from gpuprof.render.text import render_text
 
-        text = render_text(report, terminal_width(), color=sys.stdout.isatty())
+        width, colored, wrap = text_style(output, color)
+        text = render_text(report, width, color=colored, wrap=wrap)
     else:
-        text = render(report, chosen, width=terminal_width() if output is None else 100)
+        text = render(report, chosen, width=100)
     emit(text, output)

@@ -79,7 +79,8 @@ def annotate(
             raise GpuprofError("refusing to write into the input folder; choose another -o", output)
 
     options = AnalyzeOptions(steps=StepSelection.parse(steps), max_input_gb=max_input_gb)
-    analysis = run_analysis(inputs, options, progress=StderrProgress())
+    with StderrProgress() as progress:
+        analysis = run_analysis(inputs, options, progress=progress)
     ranks_of: dict[Path, list[int]] = {}
     for s in analysis.summaries:
         ranks_of.setdefault(_key(s.source), []).append(s.rank)

@@ -8,10 +8,12 @@ from pathlib import Path
 from typing import Any
 
 import typer
-from typer.core import TyperCommand
 
 from gpuprof.cli import app
+from gpuprof.cli.command import Command
+from gpuprof.cli.console import working
 from gpuprof.errors import GpuprofError
+from gpuprof.suggest import did_you_mean, match_name
 
 _SUMMARY = (
     "Simulate a training job and write one Kineto trace per rank into DIR, with "
@@ -60,6 +62,35 @@ def _list_text() -> str:
     return "\n".join(lines)
 
 
+def _scenario_names(incomplete: str = "") -> list[str]:
+    """Scenario names, for shell completion."""
+    from gpuprof.simulate import SCENARIOS
+
+    return [n for n in SCENARIOS if n.startswith(incomplete.replace("-", "_"))]
+
+
+def _resolve(scenario: str, knobs: dict[str, Any]) -> tuple[str, dict[str, Any]]:
+    """The scenario and knob names as the simulator spells them: ``dp-exposed`` is
+    ``dp_exposed``, ``Stages=4`` is ``stages=4``; a near miss gets a "did you mean"."""
+    from gpuprof.simulate import SCENARIOS, knobs_of
+
+    name = match_name(scenario, SCENARIOS)
+    if name is None:
+        raise GpuprofError(
+            f"unknown scenario {scenario!r}{did_you_mean(scenario, SCENARIOS)}; gpuprof simulate --list shows them"
+        )
+    known = knobs_of(name)
+    out: dict[str, Any] = {}
+    for knob, value in knobs.items():
+        real = match_name(knob, known)
+        if real is None:
+            raise GpuprofError(
+                f"{name}: unknown knob {knob!r}{did_you_mean(knob, known)}; its knobs are: {', '.join(known)}"
+            )
+        out[real] = value
+    return name, out
+
+
 def _clear_previous(out: Path) -> None:
     """Allow writing into an empty folder or over an earlier ``simulate`` output only."""
     if not out.exists():
@@ -80,7 +111,7 @@ def _clear_previous(out: Path) -> None:
             p.unlink()
 
 
-class _LazyHelpCommand(TyperCommand):
+class _LazyHelpCommand(Command):
     """A command whose long help (the scenario list) is built only when it is shown.
 
     Building it imports the whole simulator (numpy included), which every other command
@@ -108,22 +139,25 @@ class _LazyHelpCommand(TyperCommand):
     context_settings={"help_option_names": ["-h", "--help"]},
 )
 def simulate(
-    scenario: str | None = typer.Argument(None, help="scenario to simulate (see the list below)"),
+    scenario: str | None = typer.Argument(
+        None, metavar="SCENARIO", autocompletion=_scenario_names, help="scenario to simulate (see the list below)"
+    ),
     knobs: list[str] | None = typer.Argument(None, metavar="[KNOB=VALUE]...", help="scenario knobs"),
     out: Path | None = typer.Option(
-        None, "-o", "--output", help="folder to write the traces and ground_truth.json into"
+        None, "-o", "--output", metavar="DIR", help="folder to write the traces and ground_truth.json into"
     ),
-    seed: int = typer.Option(0, "--seed", help="random seed (same seed, same traces)"),
+    seed: int = typer.Option(0, "--seed", metavar="N", help="random seed (same seed, same traces)"),
     platform: str | None = typer.Option(
-        None, "--platform", help="cuda (H100, CUDA names) or rocm (MI300X, HIP/RCCL names); default: the scenario's"
+        None, "--platform", metavar="PLATFORM", help="cuda (H100, CUDA names) or rocm (MI300X, HIP/RCCL names); default: the scenario's"
     ),
     layout: str = typer.Option(
         "kineto",
         "--layout",
+        metavar="LAYOUT",
         help="kineto (one torch.profiler trace per rank) or megatron (pipeline scenarios: one op-level timer timeline)",
     ),
     whatif: str | None = typer.Option(
-        None, "--whatif", help="write the job with this what-if fix applied (see --list), or 'all'"
+        None, "--whatif", metavar="FIX", help="write the job with this what-if fix applied (see --list), or 'all'"
     ),
     no_whatifs: bool = typer.Option(
         False, "--no-whatifs", help="skip the what-if truth (each what-if is one more simulation)"
@@ -147,12 +181,14 @@ def simulate(
         parsed[name.strip()] = value.strip()
     from gpuprof.simulate import prepare
 
+    scenario, parsed = _resolve(scenario, parsed)
     # fail on a bad knob or option before touching the output folder
     prepare(scenario, parsed, seed=seed, platform=platform, layout=layout, whatif=whatif)
     _clear_previous(out)
-    path = generate(
-        scenario, out, seed=seed, platform=platform, layout=layout, whatif=whatif, whatifs=not no_whatifs, **parsed
-    )
+    with working(f"simulating {scenario}" + ("" if no_whatifs else " and its what-if fixes")):
+        path = generate(
+            scenario, out, seed=seed, platform=platform, layout=layout, whatif=whatif, whatifs=not no_whatifs, **parsed
+        )
     truth = read_truth(path)
     exp = truth["expected"]
     n = len(truth["ranks"])

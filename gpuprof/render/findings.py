@@ -267,12 +267,15 @@ def _pipeline(v: Any) -> list[str]:
 
 def _bandwidth(v: Any) -> list[str]:
     rows = [r for r in v.values() if isinstance(r, Mapping)] if isinstance(v, Mapping) else []
-    bus = sorted(x for x in (_num(r.get("busbw_gbps")) for r in rows) if x is not None)
+    notes = sorted({str(r["bandwidth_note"]) for r in rows if r.get("bandwidth_note")})
+    # Bandwidth of messages under a megabyte says more about latency than about the link.
+    big = [r for r in rows if (_num(r.get("bytes_per_step")) or 0.0) >= 1e6]
+    bus = sorted(x for x in (_num(r.get("busbw_gbps")) for r in big) if x)
     if not bus:
-        return []
+        return [f"Bus bandwidth not measurable: {n}." for n in notes[:2]]
     med = bus[len(bus) // 2]
     text = f"Collectives moved data at {med:,.1f} GB/s bus bandwidth (median over {len(bus)} ranks)"
-    peaks = [x for x in (_num(r.get("peak_gbps")) for r in rows) if x]
+    peaks = [x for x in (_num(r.get("peak_gbps")) for r in big) if x]
     if peaks:
         text += f", {100 * med / max(peaks):.1f}% of the {max(peaks):,.0f} GB/s link peak"
     slow = sum(int(_num(r.get("slow_calls")) or 0) for r in rows)

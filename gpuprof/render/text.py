@@ -1,7 +1,9 @@
 """The terminal report: what to change first, then where each rank's time went.
 
 Rendered with rich onto a string console, so the same code lays out at any width; colour is
-only used when the caller says the output is a terminal (:func:`render_text` ``color=``).
+only used when the caller says so (:func:`render_text` ``color=``, from ``--color``). With
+``wrap=False`` (a CI log, a file) tables keep the given width but no sentence is broken over
+lines: one evidence line, action or warning is one line of output.
 Every string taken from a trace is passed to rich as plain :class:`~rich.text.Text`, never
 as markup, so a kernel named ``[bold]`` prints as written.
 """
@@ -19,14 +21,18 @@ from rich.text import Text
 from gpuprof.model.report import CAUSES, Report
 from gpuprof.render import figures as fg
 from gpuprof.render import register
+from gpuprof.render.findings import job_blocks
 
 TOP_RECOMMENDATIONS = 5  # shown with evidence and actions; the rest as one line each
 MAX_WARNINGS = 10
 WIDE_COLUMNS = 110  # from this width on, the per-rank table has a column per cause
 
 
-def _bullet(marker: str, text: str, style: str) -> RenderableType:
-    """An indented bullet whose wrapped lines hang under its text, not under the marker."""
+def _bullet(marker: str, text: str, style: str, wrap: bool = True) -> RenderableType:
+    """An indented bullet whose wrapped lines hang under its text, not under the marker; one
+    unbroken line when not wrapping."""
+    if not wrap:
+        return Text("   ").append(marker, style=style).append(" " + text)
     grid = Table.grid(padding=(0, 1, 0, 0))
     grid.add_column(no_wrap=True, style=style)
     grid.add_column()
@@ -34,7 +40,7 @@ def _bullet(marker: str, text: str, style: str) -> RenderableType:
     return Padding(grid, (0, 0, 0, 3))
 
 
-def _recommendations(report: Report) -> list[RenderableType]:
+def _recommendations(report: Report, wrap: bool = True) -> list[RenderableType]:
     out: list[RenderableType] = [Text("What to change", style="bold underline")]
     if not report.recommendations:
         out.append(Text("No recommendation: no cause of lost time stands out.", style="dim"))
@@ -42,13 +48,13 @@ def _recommendations(report: Report) -> list[RenderableType]:
     for i, rec in enumerate(report.recommendations, 1):
         out.append(Text(f"{i}. ", style="bold").append(rec.title, style="bold"))
         meta = f"{rec.category.value} · saves ~{rec.estimated_savings_pct:.1f}% of step time · ranks {fg.rank_list(rec.ranks)}"
-        out.append(Padding(Text(meta, style="cyan"), (0, 0, 0, 3)))
+        out.append(Padding(Text(meta, style="cyan"), (0, 0, 0, 3)) if wrap else Text("   ").append(meta, style="cyan"))
         if i > TOP_RECOMMENDATIONS:
             continue
         for ev in rec.evidence:
-            out.append(_bullet("-", ev, "dim"))
+            out.append(_bullet("-", ev, "dim", wrap))
         for act in rec.actions:
-            out.append(_bullet(">", act, "green"))
+            out.append(_bullet(">", act, "green", wrap))
     return out
 
 
@@ -97,7 +103,7 @@ def _totals_table(report: Report) -> Table:
     return table
 
 
-def _samples(report: Report) -> list[RenderableType]:
+def _samples(report: Report, wrap: bool = True) -> list[RenderableType]:
     rows = fg.gpu_rows(report)
     notes = fg.sample_notes(report)
     if not rows and not notes:
@@ -113,7 +119,7 @@ def _samples(report: Report) -> list[RenderableType]:
         if r.lost_at_s is not None:
             line += f"; LOST at {r.lost_at_s:.1f} s"
         out.append(Text(line))
-    out.extend(_bullet("-", n, "dim") for n in notes)
+    out.extend(_bullet("-", n, "dim", wrap) for n in notes)
     return out
 
 
@@ -131,24 +137,34 @@ def _header(report: Report) -> Text:
     return head
 
 
-def _renderables(report: Report, width: int) -> list[RenderableType]:
+def _findings(report: Report, wrap: bool) -> list[RenderableType]:
+    """Cross-rank findings in sentences (their tables are in the JSON and HTML reports)."""
+    sentences = [x for b in job_blocks(report.extra.get("job")) for x in b.sentences]
+    if not sentences:
+        return []
+    out: list[RenderableType] = [Text("Across ranks", style="bold underline")]
+    out.extend(_bullet("-", x, "dim", wrap) for x in sentences)
+    return out
+
+
+def _renderables(report: Report, width: int, wrap: bool = True) -> list[RenderableType]:
     parts: list[RenderableType] = []
     empty = fg.nothing_to_analyze(report)
     if empty is not None:
         parts.append(Text("gpuprof: " + empty, style="bold yellow"))
         if report.inputs:
             parts.append(Text("inputs: " + ", ".join(report.inputs), style="dim"))
-        samples = _samples(report)
+        samples = _samples(report, wrap)
         if samples:
             parts.append(Text(""))
             parts.extend(samples)
         if report.recommendations:  # advice from NVML samples alone (e.g. periodic idle phases)
             parts.append(Text(""))
-            parts.extend(_recommendations(report))
+            parts.extend(_recommendations(report, wrap))
     else:
         parts.append(_header(report))
         parts.append(Text(""))
-        parts.extend(_recommendations(report))
+        parts.extend(_recommendations(report, wrap))
         parts.append(Text(""))
         table, note = _rank_table(report, width)
         parts.append(table)
@@ -156,11 +172,11 @@ def _renderables(report: Report, width: int) -> list[RenderableType]:
             parts.append(Text(note, style="dim"))
         parts.append(Text(""))
         parts.append(_totals_table(report))
-        findings = fg.scalar_findings(report)
+        findings = _findings(report, wrap)
         if findings:
-            parts.append(Text("Job findings", style="bold underline"))
-            parts.extend(Text(f"{k}: ").append(v) for k, v in findings)
-        samples = _samples(report)
+            parts.append(Text(""))
+            parts.extend(findings)
+        samples = _samples(report, wrap)
         if samples:
             parts.append(Text(""))
             parts.extend(samples)
@@ -174,8 +190,9 @@ def _renderables(report: Report, width: int) -> list[RenderableType]:
     return parts
 
 
-def render_text(report: Report, width: int = 100, color: bool = False) -> str:
-    """The report as terminal text ``width`` columns wide; ANSI colour only if ``color``."""
+def render_text(report: Report, width: int = 100, color: bool = False, wrap: bool = True) -> str:
+    """The report as terminal text ``width`` columns wide; ANSI colour only if ``color``;
+    with ``wrap=False`` no sentence is broken over lines (tables still fit ``width``)."""
     buf = io.StringIO()
     console = Console(
         file=buf,
@@ -188,7 +205,8 @@ def render_text(report: Report, width: int = 100, color: bool = False) -> str:
         markup=False,
         soft_wrap=False,
     )
-    console.print(Group(*_renderables(report, console.width)))
+    for part in _renderables(report, console.width, wrap):
+        console.print(part, soft_wrap=not wrap and isinstance(part, Text))
     # Padding and tables pad lines to the full width; trailing blanks only get in the way
     # of diffs and copy-paste.
     return "\n".join(line.rstrip() for line in buf.getvalue().splitlines()) + "\n"
