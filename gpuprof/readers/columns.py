@@ -3,13 +3,11 @@
 from __future__ import annotations
 
 from collections.abc import Sequence
-from operator import itemgetter
-from typing import Any, TypeVar
+from typing import Any
 
 import numpy as np
 import numpy.typing as npt
 
-T = TypeVar("T")
 _INT64_MIN = -(2**63)
 _INT64_MAX = 2**63 - 1
 
@@ -55,12 +53,3 @@ def as_int(value: Any) -> int | None:
         if digits.isascii() and digits.isdigit() and len(digits) <= _MAX_DIGITS:
             return int(s)
     return None
-
-
-def pick(items: Sequence[T], rows: npt.NDArray[np.intp]) -> list[T]:
-    """``[items[i] for i in rows]`` at C speed."""
-    if len(rows) == 0:
-        return []
-    if len(rows) == 1:
-        return [items[int(rows[0])]]
-    return list(itemgetter(*rows.tolist())(items))
