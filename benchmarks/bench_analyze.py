@@ -104,11 +104,14 @@ def real_cases() -> list[Case]:
     return cases
 
 
-def generated(name: str, ranks: int, mb_per_rank: float, jobs: int) -> Case:
-    """A generated job folder, made by gen_large.py unless an identical one is there."""
+def generated(name: str, ranks: int, mb_per_rank: float, jobs: int, layers: int | None = None) -> Case:
+    """A generated job folder, made by gen_large.py unless an identical one is there.
+
+    ``layers`` sets the work per step: the default makes ~2 steps per MB; real traces hold
+    a handful of steps in tens of MB (HTA's cost grows with events x steps)."""
     folder = OUT / "traces" / name
     stamp = OUT / "traces" / f"{name}.gen.json"  # beside the folder: gpuprof would read it as a trace
-    want = {"ranks": ranks, "mb_per_rank": mb_per_rank, "generator": gen_version()}
+    want = {"ranks": ranks, "mb_per_rank": mb_per_rank, "layers": layers, "generator": gen_version()}
     if stamp.is_file() and json.loads(stamp.read_text()).get("spec") == want:
         meta = json.loads(stamp.read_text())
     else:
@@ -118,7 +121,7 @@ def generated(name: str, ranks: int, mb_per_rank: float, jobs: int) -> Case:
         for old in trace_files(folder):
             old.unlink()
         t0 = time.perf_counter()
-        shape = gen_large.Shape()
+        shape = gen_large.Shape() if layers is None else gen_large.Shape(layers=layers)
         size = events = 0
         for r in range(ranks):
             _, ev, sz = gen_large.write_rank(
@@ -439,6 +442,8 @@ def main(argv: list[str] | None = None) -> int:
         cases.append(generated(f"gen-8r-{a.ranks8_mb:g}MB", 8, a.ranks8_mb, a.jobs))
         cases.append(generated(f"gen-8r-{a.ranks128_mb:g}MB", 8, a.ranks128_mb, a.jobs))
         cases.append(generated(f"gen-128r-{a.ranks128_mb:g}MB", 128, a.ranks128_mb, a.jobs))
+        # Like the real traces: a handful of steps per rank (~5 steps in 50 MB).
+        cases.append(generated("gen-1r-50MB-5steps", 1, 50, 1, layers=960))
     if a.only:
         cases = [c for c in cases if a.only in c.name]
     for c in cases:

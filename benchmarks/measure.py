@@ -7,7 +7,11 @@ Peak memory is the larger of two measures:
 * the sum over the whole process tree (the command and every process it starts, such as
   ``--jobs`` workers or HTA's parsing pool) of the proportional set size (PSS, shared pages
   split between the processes that share them, so forked workers are not counted twice),
-  sampled every ``interval_s``. Falls back to RSS where ``smaps_rollup`` is unreadable.
+  sampled every ``interval_s`` (20 ms: the workers of a one-second run live a fraction of
+  it). Falls back to RSS where ``smaps_rollup`` is unreadable.
+
+Finding the tree's new processes must stay cheap at that rate on a 2-core machine: each
+sample lists ``/proc`` and reads the parent of the processes that were not there before.
 
 Linux only (``/proc``); only the standard library is used.
 """
@@ -40,30 +44,35 @@ class Measured:
     load_before: float  # 1-minute load average when the run started
 
 
-def _children_map() -> dict[int, list[int]]:
-    kids: dict[int, list[int]] = {}
-    for entry in os.scandir("/proc"):
-        if not entry.name.isdigit():
-            continue
-        try:
-            with open(f"/proc/{entry.name}/stat", "rb") as fh:
-                stat = fh.read()
-        except OSError:
-            continue
-        # the command name may hold spaces or parentheses: fields start after the last ')'
-        fields = stat[stat.rfind(b")") + 2 :].split()
-        kids.setdefault(int(fields[1]), []).append(int(entry.name))
-    return kids
+def _ppid(pid: int) -> int | None:
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as fh:
+            stat = fh.read()
+    except OSError:
+        return None
+    # the command name may hold spaces or parentheses: fields start after the last ')'
+    return int(stat[stat.rfind(b")") + 2 :].split()[1])
 
 
-def _tree(root: int) -> list[int]:
-    kids = _children_map()
-    out, todo = [], [root]
-    while todo:
-        pid = todo.pop()
-        out.append(pid)
-        todo.extend(kids.get(pid, ()))
-    return out
+class _Tree:
+    """The pids of a process and all its descendants, kept up to date cheaply: each update
+    lists ``/proc`` and reads the parent of the processes not seen before only."""
+
+    def __init__(self, root: int) -> None:
+        self.pids = {root}
+        self.seen: set[int] = set()
+
+    def update(self) -> None:
+        now = {int(e.name) for e in os.scandir("/proc") if e.name.isdigit()}
+        new = now - self.seen
+        # Parents before children: a worker's parent may be new too.
+        for pid in sorted(new):
+            ppid = _ppid(pid)
+            if ppid is not None and ppid in self.pids:
+                self.pids.add(pid)
+        gone = self.seen - now
+        self.pids -= gone  # a pid that ended may be reused by an unrelated process
+        self.seen = now
 
 
 def _pss_kb(pid: int) -> int:
@@ -91,7 +100,7 @@ def _kill_group(pid: int) -> None:
 def run_measured(
     cmd: Sequence[str],
     cwd: Path | None = None,
-    interval_s: float = 0.1,
+    interval_s: float = 0.02,
     env: dict[str, str] | None = None,
     timeout_s: float | None = None,
 ) -> Measured:
@@ -113,16 +122,11 @@ def run_measured(
         timer.start()
 
     def sample() -> None:
-        # Scanning /proc for the tree costs more than reading PSS, and on a 2-core machine
-        # the sampler must stay cheap: rescan the tree every fifth sample only.
         nonlocal peak_tree_kb
-        pids: list[int] = []
-        n = 0
+        tree = _Tree(proc.pid)
         while not stop.is_set():
-            if n % 5 == 0:
-                pids = _tree(proc.pid)
-            n += 1
-            total = sum(_pss_kb(p) for p in pids)
+            tree.update()
+            total = sum(_pss_kb(p) for p in tree.pids)
             peak_tree_kb = max(peak_tree_kb, total)
             stop.wait(interval_s)
 
