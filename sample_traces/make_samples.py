@@ -38,7 +38,10 @@ SAMPLES: dict[str, tuple[str, dict[str, Any]]] = {
     "sync-then-host": ("sync_heavy", {"steps": 2, "items_per_layer": 1, "python_ms": 2.0, "layer_ms": 1.0}),
     "pipeline-unannotated": ("pipeline", {"steps": 2, "microbatches": 4, "annotate": False}),
     "pipeline-dp4-slow-rank": ("pipeline", {"steps": 1, "dp": 4, "slow_rank": 0, "slowdown": 2.0}),
-    "pipeline-slow-stage-dp-spread": ("pipeline", {"steps": 1, "dp": 2, "slow_stage": 3, "replica_spread": 0.3}),
+    "pipeline-slow-stage-dp-spread": (
+        "pipeline",
+        {"steps": 1, "dp": 2, "slow_stage": 3, "replica_spread": 0.3},
+    ),
     "alloc-churn-rocm": ("alloc_churn", {"steps": 2, "platform": "rocm"}),
     "megatron-timeline": (
         "pipeline",

@@ -112,7 +112,9 @@ def test_summary_gives_the_whatif_truth_and_options_reach_the_job(tmp_path: Path
     truth = read_truth(tmp_path / "f")
     assert truth["fixes"] == wi["applied"] and truth["whatif"] is None and truth["platform"] == "rocm"
     assert "written with these what-if fixes applied" in fixed.stdout
-    timeline = _gpuprof("simulate", "pipeline", "steps=1", "microbatches=2", "--layout", "megatron", "-o", str(tmp_path / "m"))
+    timeline = _gpuprof(
+        "simulate", "pipeline", "steps=1", "microbatches=2", "--layout", "megatron", "-o", str(tmp_path / "m")
+    )
     assert timeline.returncode == 0, timeline.stderr
     assert (tmp_path / "m" / "timeline-sim.json.gz").is_file()
 

@@ -50,7 +50,11 @@ def _timeline(out: Path) -> list[dict[str, Any]]:
 
 
 def test_timeline_has_megatron_workers_threads_and_meta(megatron: Path) -> None:
-    assert sorted(p.name for p in megatron.iterdir()) == ["ground_truth.json", "meta-sim.yaml", "timeline-sim.json.gz"]
+    assert sorted(p.name for p in megatron.iterdir()) == [
+        "ground_truth.json",
+        "meta-sim.yaml",
+        "timeline-sim.json.gz",
+    ]
     meta = dict(line.split(": ") for line in (megatron / "meta-sim.yaml").read_text().splitlines())
     assert (meta["pp_size"], meta["dp_size"], meta["tp_size"], meta["world_size"]) == ("4", "2", "1", "8")
     events = _timeline(megatron)
@@ -70,7 +74,11 @@ def test_timeline_has_megatron_workers_threads_and_meta(megatron: Path) -> None:
 
 def test_timeline_ops_and_args_follow_megatron(megatron: Path) -> None:
     events = [e for e in _timeline(megatron) if e["ph"] == "X"]
-    lanes = {(e["pid"], e["tid"]): e["args"]["name"].rsplit(", ", 1)[1] for e in _timeline(megatron) if e["name"] == "thread_name"}
+    lanes = {
+        (e["pid"], e["tid"]): e["args"]["name"].rsplit(", ", 1)[1]
+        for e in _timeline(megatron)
+        if e["name"] == "thread_name"
+    }
     where = {
         "forward-compute": "compute",
         "backward-compute": "compute",
@@ -187,13 +195,17 @@ def test_rocm_traces_use_hip_and_rccl_names(rocm: Path) -> None:
         events = doc["traceEvents"]
         runtime = {e["args"]["correlation"]: e for e in events if e.get("cat") == "cuda_runtime"}
         assert runtime and all(e["name"].startswith("hip") and "cid" in e["args"] for e in runtime.values())
-        assert "hipMemcpyWithStream" in {e["name"] for e in runtime.values()}, ".item() is one synchronous copy"
+        assert "hipMemcpyWithStream" in {e["name"] for e in runtime.values()}, (
+            ".item() is one synchronous copy"
+        )
         kernels = [e for e in events if e.get("cat") == "kernel"]
         for k in kernels:
             assert set(k["args"]) == {"device", "stream", "correlation", "kind"}
             assert k["args"]["stream"] in (0, 1, 4, 5)
         rccl = [k for k in kernels if k["name"].startswith("nccl")]
-        assert rccl and {k["name"] for k in rccl} == {"ncclDevKernel_Generic(ncclDevKernelArgsStorage<4096ul>)"}
+        assert rccl and {k["name"] for k in rccl} == {
+            "ncclDevKernel_Generic(ncclDevKernelArgsStorage<4096ul>)"
+        }
         assert {runtime[k["args"]["correlation"]]["name"] for k in rccl} == {"hipExtLaunchKernel"}
         compute = {runtime[k["args"]["correlation"]]["name"] for k in kernels if k not in rccl}
         assert compute == {"hipLaunchKernel"}

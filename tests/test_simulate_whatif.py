@@ -51,7 +51,12 @@ INTENDED: dict[str, list[str]] = {
     "rl_post_training": ["peer_median_compute"],
 }
 
-SYNC_CALLS = {"cudaStreamSynchronize", "cudaDeviceSynchronize", "hipStreamSynchronize", "hipDeviceSynchronize"}
+SYNC_CALLS = {
+    "cudaStreamSynchronize",
+    "cudaDeviceSynchronize",
+    "hipStreamSynchronize",
+    "hipDeviceSynchronize",
+}
 ALLOCATOR_CALLS = {"cudaMalloc", "cudaFree", "hipMalloc", "hipFree"}
 
 
@@ -151,9 +156,13 @@ def test_no_sync_job_makes_no_sync_call_and_no_blocking_copy(truths: dict[str, P
     assert [k["dur"] for k in _kernels(fixed)] == [k["dur"] for k in _kernels(base)]
 
 
-def test_peer_median_job_runs_the_slow_rank_at_its_peers_speed(truths: dict[str, Path], tmp_path: Path) -> None:
+def test_peer_median_job_runs_the_slow_rank_at_its_peers_speed(
+    truths: dict[str, Path], tmp_path: Path
+) -> None:
     base = _rank_events(truths["straggler"])
-    fixed = _rank_events(generate("straggler", tmp_path, seed=3, whatif="peer_median_compute", **SMALL["straggler"]))
+    fixed = _rank_events(
+        generate("straggler", tmp_path, seed=3, whatif="peer_median_compute", **SMALL["straggler"])
+    )
     slow = SMALL["straggler"]["slow_rank"]
     for rank, (b, f) in enumerate(zip(base, fixed)):
         # the layers' and optimizer's kernels (the loss kernel has a fixed size in this model)
@@ -193,7 +202,9 @@ def test_free_launches_job_spends_no_host_time_in_operators_or_launches(tmp_path
 
 
 def test_overlapped_collectives_take_no_transfer_time(truths: dict[str, Path], tmp_path: Path) -> None:
-    fixed = _rank_events(generate("dp_exposed", tmp_path, seed=3, whatif="overlap_collectives", **SMALL["dp_exposed"]))
+    fixed = _rank_events(
+        generate("dp_exposed", tmp_path, seed=3, whatif="overlap_collectives", **SMALL["dp_exposed"])
+    )
     # each all-reduce ends when its last rank arrives: on that rank the kernel lasts ~0
     for per_rank in zip(*(_kernels(ev, nccl=True) for ev in fixed)):
         ends = {round(k["ts"] + k["dur"], 1) for k in per_rank}
@@ -202,16 +213,20 @@ def test_overlapped_collectives_take_no_transfer_time(truths: dict[str, Path], t
 
 def test_double_bandwidth_halves_every_transfer(truths: dict[str, Path], tmp_path: Path) -> None:
     base = _rank_events(truths["dp_exposed"])
-    fixed = _rank_events(generate("dp_exposed", tmp_path, seed=3, whatif="double_bandwidth", **SMALL["dp_exposed"]))
+    fixed = _rank_events(
+        generate("dp_exposed", tmp_path, seed=3, whatif="double_bandwidth", **SMALL["dp_exposed"])
+    )
     # the last rank to arrive waits for no one: its kernel is the transfer alone
-    for b_k, f_k in zip(zip(*(_kernels(ev, nccl=True) for ev in base)), zip(*(_kernels(ev, nccl=True) for ev in fixed))):
+    for b_k, f_k in zip(
+        zip(*(_kernels(ev, nccl=True) for ev in base)), zip(*(_kernels(ev, nccl=True) for ev in fixed))
+    ):
         assert min(k["dur"] for k in f_k) == pytest.approx(min(k["dur"] for k in b_k) / 2, rel=1e-3)
 
 
 def test_a_fix_that_does_not_apply_changes_nothing(truths: dict[str, Path], tmp_path: Path) -> None:
-    # straggler's DataLoader is well fed (40 us): no_dataloader has nothing to remove
-    assert "no_dataloader" not in read_truth(truths["straggler"])["whatif"]["applied"]
-    fixed = generate("straggler", tmp_path, seed=3, whatif="no_dataloader", **SMALL["straggler"])
+    # the straggler job calls no allocator: no_allocator has nothing to remove
+    assert "no_allocator" not in read_truth(truths["straggler"])["whatif"]["applied"]
+    fixed = generate("straggler", tmp_path, seed=3, whatif="no_allocator", **SMALL["straggler"])
     for f in sorted(fixed.glob("rank*.pt.trace.json.gz")):
         assert gzip.decompress(f.read_bytes()) == gzip.decompress((truths["straggler"] / f.name).read_bytes())
 

@@ -61,7 +61,15 @@ CASES: list[tuple[str, str, dict[str, Any], dict[str, Any]]] = [
     (
         "pp4-dp4-slow-rank",
         "pipeline",
-        {"stages": 4, "dp": 4, "slow_rank": 0, "slowdown": 2.0, "microbatches": 4, "stage_ms": 0.5, "steps": 1},
+        {
+            "stages": 4,
+            "dp": 4,
+            "slow_rank": 0,
+            "slowdown": 2.0,
+            "microbatches": 4,
+            "stage_ms": 0.5,
+            "steps": 1,
+        },
         {},
     ),
     # 4. stage 3 has 1.5x the work, and the two data-parallel replicas differ by 30 %
@@ -108,7 +116,12 @@ CASES: list[tuple[str, str, dict[str, Any], dict[str, Any]]] = [
     ("imbalance", "imbalance", {"ranks": 3, "layers": 4, "steps": 3}, {}),
     ("dp-exposed", "dp_exposed", {"ranks": 3, "layers": 4, "steps": 2}, {}),
     ("pp-1f1b", "pipeline", {"microbatches": 8, "stage_ms": 0.5, "steps": 2}, {}),
-    ("pp-slow-stage", "pipeline", {"microbatches": 8, "stage_ms": 0.5, "slow_stage": 1, "slowdown": 1.6, "steps": 2}, {}),
+    (
+        "pp-slow-stage",
+        "pipeline",
+        {"microbatches": 8, "stage_ms": 0.5, "slow_stage": 1, "slowdown": 1.6, "steps": 2},
+        {},
+    ),
     ("pp-dp2", "pipeline", {"stages": 2, "dp": 2, "microbatches": 4, "stage_ms": 0.5, "steps": 2}, {}),
     (
         "rl",

@@ -32,9 +32,11 @@ def _help_text() -> str:
         "  gpuprof simulate pipeline stages=4 microbatches=16 schedule=1f1b -o out/",
         "  gpuprof analyze out/",
         "",
-        "--platform rocm writes MI300X traces with HIP/RCCL names; --layout megatron writes a "
-        "pipeline job as one Megatron-style op-level timer timeline; --whatif FIX writes the "
-        "job with a what-if fix applied (e.g. to diff against the original).",
+        (
+            "--platform rocm writes MI300X traces with HIP/RCCL names; --layout megatron writes a "
+            "pipeline job as one Megatron-style op-level timer timeline; --whatif FIX writes the "
+            "job with a what-if fix applied (e.g. to diff against the original)."
+        ),
         "Scenarios, with their knobs and defaults (`gpuprof simulate --list` says what each knob means):",
     ]
     for name, fn in SCENARIOS.items():
@@ -148,7 +150,10 @@ def simulate(
     ),
     seed: int = typer.Option(0, "--seed", metavar="N", help="random seed (same seed, same traces)"),
     platform: str | None = typer.Option(
-        None, "--platform", metavar="PLATFORM", help="cuda (H100, CUDA names) or rocm (MI300X, HIP/RCCL names); default: the scenario's"
+        None,
+        "--platform",
+        metavar="PLATFORM",
+        help="cuda (H100, CUDA names) or rocm (MI300X, HIP/RCCL names); default: the scenario's",
     ),
     layout: str = typer.Option(
         "kineto",
@@ -162,7 +167,9 @@ def simulate(
     no_whatifs: bool = typer.Option(
         False, "--no-whatifs", help="skip the what-if truth (each what-if is one more simulation)"
     ),
-    list_: bool = typer.Option(False, "--list", help="list the scenarios, their knobs and the what-if fixes, then exit"),
+    list_: bool = typer.Option(
+        False, "--list", help="list the scenarios, their knobs and the what-if fixes, then exit"
+    ),
 ) -> None:
     from gpuprof.simulate import generate, read_truth
 
@@ -187,7 +194,14 @@ def simulate(
     _clear_previous(out)
     with working(f"simulating {scenario}" + ("" if no_whatifs else " and its what-if fixes")):
         path = generate(
-            scenario, out, seed=seed, platform=platform, layout=layout, whatif=whatif, whatifs=not no_whatifs, **parsed
+            scenario,
+            out,
+            seed=seed,
+            platform=platform,
+            layout=layout,
+            whatif=whatif,
+            whatifs=not no_whatifs,
+            **parsed,
         )
     truth = read_truth(path)
     exp = truth["expected"]
@@ -224,4 +238,3 @@ def simulate(
         for name, pct in sorted(wi["savings_pct"].items(), key=lambda kv: -kv[1]):
             typer.echo(f"  {name:<20} step {wi['step_us'][name] / 1e3:8.2f} ms   saves {pct:5.1f}%")
     typer.echo(f"next: gpuprof analyze {path}")
-

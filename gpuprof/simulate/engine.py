@@ -113,7 +113,8 @@ class Job:
         self.woken.append(key)
 
 
-# A DataLoader wait longer than this is a real wait for data (not the iterator's own cost).
+# A DataLoader wait longer than this starves the device for data (the ground truth's
+# dataloader cause); a shorter one is the iterator's own cost, which no_dataloader removes too.
 DATA_WAIT_US = 50.0
 
 
@@ -516,7 +517,9 @@ class RankSim:
         self.seen.add(NO_ALLOCATOR)
         extra = self.jit(dur_us, "alloc")
         if NO_ALLOCATOR not in self.fixes:
-            self._blocking_call("cudaFree", 17, max([self.t, *self.stream_free.values()]), extra, Cause.MEMORY)
+            self._blocking_call(
+                "cudaFree", 17, max([self.t, *self.stream_free.values()]), extra, Cause.MEMORY
+            )
 
     def cuda_malloc(self, dur_us: float) -> None:
         """``cudaMalloc`` (free under ``no_allocator``)."""
@@ -538,10 +541,9 @@ class RankSim:
         ``no_dataloader``)."""
         kind = "_MultiProcessingDataLoaderIter" if multiprocessing else "_SingleProcessDataLoaderIter"
         wait = self.jit(wait_us, "data")
-        if wait_us > DATA_WAIT_US:
-            self.seen.add(NO_DATALOADER)
-            if NO_DATALOADER in self.fixes:
-                wait = 0.0
+        self.seen.add(NO_DATALOADER)
+        if NO_DATALOADER in self.fixes:
+            wait = 0.0
         with self.op(f"enumerate(DataLoader)#{kind}.__next__", cat="user_annotation"):
             self.idle(wait)
         if wait > DATA_WAIT_US:

@@ -32,6 +32,7 @@ collective spans its NCCL kernel, the wait for late ranks included.
 from __future__ import annotations
 
 import gzip
+import itertools
 import os
 from collections import defaultdict
 from collections.abc import Mapping, Sequence
@@ -61,10 +62,8 @@ def _ops_of(sim: RankSim) -> list[tuple[str, str, float, float, dict[str, int]]]
     ops = sorted(sim.timers or [], key=lambda o: (o[2], o[3]))
     merged: list[list[Any]] = [[lane, name, s, e, dict(a)] for lane, name, s, e, a in ops]
     pp = [o for o in merged if o[0] == "pp-comm"]
-    for a, b in zip(pp, pp[1:]):
-        if (a[1], b[1]) in _BATCHED and not any(
-            o[0] == "compute" and a[2] <= o[2] < b[2] for o in merged
-        ):
+    for a, b in itertools.pairwise(pp):
+        if (a[1], b[1]) in _BATCHED and not any(o[0] == "compute" and a[2] <= o[2] < b[2] for o in merged):
             a[2], a[3] = b[2], b[3]
     counts: dict[tuple[int, str], int] = defaultdict(int)
     out = []
@@ -127,11 +126,19 @@ def write_timeline(
                     )
                     meta.append(
                         _ENC.encode(
-                            {"name": "thread_sort_index", "pid": dp, "tid": tid, "ph": "M", "args": {"sort_index": tid}}
+                            {
+                                "name": "thread_sort_index",
+                                "pid": dp,
+                                "tid": tid,
+                                "ph": "M",
+                                "args": {"sort_index": tid},
+                            }
                         )
                     )
     for dp in range(dp_size):
-        meta.append(_ENC.encode({"name": "process_name", "pid": dp, "ph": "M", "args": {"name": f"DP rank [{dp}]"}}))
+        meta.append(
+            _ENC.encode({"name": "process_name", "pid": dp, "ph": "M", "args": {"name": f"DP rank [{dp}]"}})
+        )
     body = b"[" + b", ".join([r[-1] for r in rows] + meta) + b"]"
     path = out_dir / timeline_name(compress)
     tmp = path.with_name(path.name + ".part")

@@ -95,6 +95,7 @@ def _hip_kernels() -> dict[str, str]:
         wl.TINY: _rocm_elementwise(wl.TINY),
     }
 
+
 RCCL_KERNEL = "ncclDevKernel_Generic(ncclDevKernelArgsStorage<4096ul>)"
 
 

@@ -172,10 +172,14 @@ def imbalance(
             "slowest_rank_per_step": slowest,
             "seq_lens": seqs,
         },
-        whatifs=(PEER_MEDIAN_COMPUTE,) if any(differs(row, [m] * ranks) for row, m in zip(seqs, medians)) else (),
+        whatifs=(PEER_MEDIAN_COMPUTE,)
+        if any(differs(row, [m] * ranks) for row, m in zip(seqs, medians))
+        else (),
         intended_whatifs=(PEER_MEDIAN_COMPUTE,),
         whatif_culprits={
-            PEER_MEDIAN_COMPUTE: sorted({r for row, m in zip(seqs, medians) for r in faster(row, [m] * ranks)})
+            PEER_MEDIAN_COMPUTE: sorted(
+                {r for row, m in zip(seqs, medians) for r in faster(row, [m] * ranks)}
+            )
         },
     )
 
@@ -308,14 +312,18 @@ def pipeline(
                     if work.kind == "F":
                         if not first:
                             yield from xfer("recv", vs - 1, ("F", step + 1, work.mb, vs), "forward-recv")
-                        start, end = _chunk_kernels(sim, chunk_us, backward=False, with_loss=last, annotate=annotate)
+                        start, end = _chunk_kernels(
+                            sim, chunk_us, backward=False, with_loss=last, annotate=annotate
+                        )
                         sim.timer("compute", "forward-compute", start, end, **ids)
                         if not last:
                             yield from xfer("send", vs + 1, ("F", step + 1, work.mb, vs + 1), "forward-send")
                     else:
                         if not last:
                             yield from xfer("recv", vs + 1, ("B", step + 1, work.mb, vs), "backward-recv")
-                        start, end = _chunk_kernels(sim, chunk_us, backward=True, with_loss=False, annotate=annotate)
+                        start, end = _chunk_kernels(
+                            sim, chunk_us, backward=True, with_loss=False, annotate=annotate
+                        )
                         sim.timer("compute", "backward-compute", start, end, **ids)
                         if not first:
                             yield from xfer("send", vs - 1, ("B", step + 1, work.mb, vs - 1), "backward-send")
@@ -456,7 +464,7 @@ def rl_post_training(
     rng = random.Random(seed * 17 + 3)
     tokens = [[rng.randint(tokens_min, tokens_max) for _ in range(ranks)] for _ in range(steps)]
     # peer_median_compute: every rank generates the step's median rollout length
-    medians = [int(round(median(row))) for row in tokens]
+    medians = [round(median(row)) for row in tokens]
 
     def program(sim: RankSim) -> Program:
         for s in range(steps):
@@ -515,9 +523,13 @@ def rl_post_training(
             "rollout_tokens": tokens,
         },
         session=True,
-        whatifs=(PEER_MEDIAN_COMPUTE,) if any(differs(row, [m] * ranks) for row, m in zip(tokens, medians)) else (),
+        whatifs=(PEER_MEDIAN_COMPUTE,)
+        if any(differs(row, [m] * ranks) for row, m in zip(tokens, medians))
+        else (),
         intended_whatifs=(PEER_MEDIAN_COMPUTE,),
         whatif_culprits={
-            PEER_MEDIAN_COMPUTE: sorted({r for row, m in zip(tokens, medians) for r in faster(row, [m] * ranks)})
+            PEER_MEDIAN_COMPUTE: sorted(
+                {r for row, m in zip(tokens, medians) for r in faster(row, [m] * ranks)}
+            )
         },
     )

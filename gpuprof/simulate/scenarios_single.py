@@ -143,7 +143,12 @@ def input_bound(*, steps: int = 4, layers: int = 8, layer_ms: float = 1.0, batch
 
 
 def sync_heavy(
-    *, steps: int = 3, layers: int = 8, layer_ms: float = 0.5, items_per_layer: int = 4, python_ms: float = 0.12
+    *,
+    steps: int = 3,
+    layers: int = 8,
+    layer_ms: float = 0.5,
+    items_per_layer: int = 4,
+    python_ms: float = 0.12,
 ) -> Plan:
     """`.item()` inside the loop: the host waits for the device, then the device waits."""
     check(items_per_layer >= 0 and python_ms >= 0, "items_per_layer and python_ms must be >= 0")
@@ -190,7 +195,9 @@ def launch_bound(*, steps: int = 3, layers: int = 24, layer_us: float = 60.0, op
         return
         yield
 
-    return Plan(1, program, {"intended": "host"}, timing=Timing(op_us=op_us), intended_whatifs=(FREE_LAUNCHES,))
+    return Plan(
+        1, program, {"intended": "host"}, timing=Timing(op_us=op_us), intended_whatifs=(FREE_LAUNCHES,)
+    )
 
 
 # the aten operator that runs the kernel inside each autograd node of the layer's backward
@@ -216,7 +223,10 @@ def alloc_churn(
     call hipMalloc/hipFree inside, every free synchronizes the device, and the host overhead
     of the operators lands in the same gaps."""
     check(layer_us > 0 and op_us >= 0, "layer_us must be > 0 and op_us >= 0")
-    check(frees_per_layer >= 0 and free_us >= 0 and malloc_us >= 0, "frees_per_layer, free_us, malloc_us must be >= 0")
+    check(
+        frees_per_layer >= 0 and free_us >= 0 and malloc_us >= 0,
+        "frees_per_layer, free_us, malloc_us must be >= 0",
+    )
 
     def churned_op(sim: RankSim, op: str, kernel: str, us: float, free: bool) -> None:
         with sim.op(op):

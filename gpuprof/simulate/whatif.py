@@ -9,8 +9,8 @@ its step time is compared with the original's:
     savings_pct[name] = 100 * (1 - step_us[name] / baseline_step_us)
 
 ``all`` applies every applicable fix at once. A fix *applies* when the job has something
-for it to remove: a blocking sync (``no_sync``), a DataLoader wait longer than
-:data:`~gpuprof.simulate.engine.DATA_WAIT_US` (``no_dataloader``), an allocator call
+for it to remove: a blocking sync (``no_sync``), a DataLoader wait, however short
+(``no_dataloader``: the analyzer cannot tell a starved loader's wait from a fed one's), an allocator call
 (``no_allocator``), a launch (``free_launches``), a collective (``overlap_collectives``,
 ``double_bandwidth``) or a point-to-point transfer (``double_bandwidth``), as the ranks
 report while they run; the job-level fixes apply where the scenario says they change the
