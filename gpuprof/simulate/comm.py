@@ -14,7 +14,7 @@ from collections.abc import Generator, Mapping, Sequence
 from typing import Any
 
 from gpuprof.model.report import Cause
-from gpuprof.simulate.engine import COMPUTE_STREAM, NCCL_STREAM, P2P_STREAM, RankSim, Wait
+from gpuprof.simulate.engine import NCCL_STREAM, P2P_STREAM, RankSim, Wait
 
 
 def collective(
@@ -36,7 +36,8 @@ def collective(
     """An NCCL collective on the NCCL stream; returns the kernel's ``(start, end)``.
 
     The NCCL stream first waits for the compute stream (what ProcessGroupNCCL does), so
-    a rank arrives when its own compute before the call is done. Its timer op spans the
+    a rank arrives when its own compute before the call is done, and any transfer the
+    compute stream was made to wait for (``work.wait()``). Its timer op spans the
     kernel, the wait for late ranks included.
     """
     transfer_us = sim.transfer_us(transfer_us, collective=True)
@@ -71,7 +72,7 @@ def collective(
         arrival = max(
             t1 + sim.jit(sim.timing.queue_us),
             sim.stream_free[NCCL_STREAM],
-            sim.stream_free[COMPUTE_STREAM],
+            sim.compute_stream_ready(),
         )
         sim.job.post(full, sim.rank, arrival, len(ranks), transfer_us)
         yield Wait(full)
@@ -166,7 +167,7 @@ def p2p(
         arrival = max(
             t1 + sim.jit(sim.timing.queue_us),
             sim.stream_free[P2P_STREAM],
-            sim.stream_free[COMPUTE_STREAM],
+            sim.compute_stream_ready(),
         )
         if kind == "send":
             end = arrival + transfer_us
@@ -207,7 +208,7 @@ def p2p(
         sim.claim(Cause.PIPELINE_BUBBLE, arrival, end)
     if timer is not None:
         lane, name, args = timer
-        sim.timer(lane, name, max(arrival, end - transfer_us), end, **args)
+        sim.timer(lane, name, max(arrival, end - transfer_us), end, transfer=data_key, **args)
     # work.wait(): the compute stream waits for the transfer
     sim.deps.append((end, Cause.PIPELINE_BUBBLE))
     return arrival, end

@@ -146,7 +146,7 @@ class RankSim:
         self._cpu_depth = 0  # framework operators (cpu_op) open around the host's work
         self._free_ops = FREE_LAUNCHES in self.fixes
         # Megatron-style timer ops (lane, name, start, end, args), recorded when wanted
-        self.timers: list[tuple[str, str, float, float, dict[str, int]]] | None = None
+        self.timers: list[tuple[str, str, float, float, dict[str, Any]]] | None = None
         self.tid = writer.pid  # the main thread
         self.t = 0.0
         self.stream_free: dict[int, float] = {}
@@ -181,7 +181,7 @@ class RankSim:
             self._rngs[purpose] = rng
         return max(us * 0.05, us * (1.0 + rng.gauss(0.0, self.timing.jitter)))
 
-    def timer(self, lane: str, name: str, start_us: float, end_us: float, **args: int) -> None:
+    def timer(self, lane: str, name: str, start_us: float, end_us: float, **args: Any) -> None:
         """A Megatron-style timer op (kept only when the op-level timeline is written)."""
         if self.timers is not None:
             self.timers.append((lane, name, start_us, end_us, args))
@@ -203,6 +203,11 @@ class RankSim:
     @property
     def ext(self) -> int:
         return self._ext_stack[-1] if self._ext_stack else 0
+
+    def compute_stream_ready(self) -> float:
+        """When work enqueued now on another stream behind the compute stream may start:
+        after the compute stream's last op and the events it was made to wait for."""
+        return max([self.stream_free[COMPUTE_STREAM], *(end for end, _ in self.deps)])
 
     def idle(self, us: float) -> None:
         """Host time spent in Python or inside an operator with no launch (overhead).
