@@ -17,9 +17,9 @@ real ``megatron-pp4-timeline`` trace), look like this:
   ``model_chunk`` are -1 on communication ops, ``seq_id`` counts a worker's ops of one
   name within the step;
 * the steady-state 1F1B exchanges are single batched calls
-  (``send_forward_recv_backward``, ``send_backward_recv_forward``) that both timers
-  cover: such a send and the receive right after it are written with the same span, the
-  receive's transfer;
+  (``send_forward_recv_backward`` on one stage, the matching ``send_backward_recv_forward``
+  on the next) that both timers cover: the two ops of such a call are written with the
+  same span on both ranks, from the first of its two transfers to start to the last to end;
 * times are microseconds from the start of the job; the metadata events come last;
   ``meta-<trial>.yaml`` beside the timeline gives the parallel sizes.
 
@@ -57,26 +57,57 @@ def _tid(pp: int, dp: int, tp_rank: int, dp_size: int, tp_size: int, lane: str) 
     return ((pp * dp_size + dp) * tp_size + tp_rank) * len(LANES) + LANES.index(lane)
 
 
-def _ops_of(sim: RankSim) -> list[tuple[str, str, float, float, dict[str, int]]]:
-    """The rank's timer ops with batched send/receive pairs merged and ``seq_id`` set."""
-    ops = sorted(sim.timers or [], key=lambda o: (o[2], o[3]))
-    merged: list[list[Any]] = [[lane, name, s, e, dict(a)] for lane, name, s, e, a in ops]
-    pp = [o for o in merged if o[0] == "pp-comm"]
-    for a, b in itertools.pairwise(pp):
-        if (a[1], b[1]) in _BATCHED and not any(o[0] == "compute" and a[2] <= o[2] < b[2] for o in merged):
-            a[2], a[3] = b[2], b[3]
+Op = tuple[str, str, float, float, dict[str, Any]]  # lane, name, start, end, args
+
+
+def _sorted_ops(sim: RankSim) -> list[Op]:
+    return sorted(sim.timers or [], key=lambda o: (o[2], o[3]))
+
+
+def _batched_spans(ops_by_rank: Mapping[int, list[Op]]) -> dict[tuple[int, int], tuple[float, float]]:
+    """The span of every batched exchange, keyed by (rank, op index).
+
+    A send followed on the pp-comm lane by a receive, with no compute between, is one
+    ``send_forward_recv_backward`` (or ``send_backward_recv_forward``) call when the peer
+    has the matching pair (the same two transfers the other way round). Megatron's two
+    timers then cover the same span on both ranks: from the first of the two transfers
+    to start to the last to end. A pair without its match keeps its own spans.
+    """
+    pairs: dict[frozenset[Any], list[tuple[int, int, int, float, float]]] = defaultdict(list)
+    for rank, ops in ops_by_rank.items():
+        lane = [(i, o) for i, o in enumerate(ops) if o[0] == "pp-comm"]
+        for (i, a), (j, b) in itertools.pairwise(lane):
+            if (a[1], b[1]) not in _BATCHED or "transfer" not in a[4] or "transfer" not in b[4]:
+                continue
+            if any(o[0] == "compute" and a[2] <= o[2] < b[2] for o in ops):
+                continue
+            pairs[frozenset({a[4]["transfer"], b[4]["transfer"]})].append((rank, i, j, b[2], b[3]))
+    spans: dict[tuple[int, int], tuple[float, float]] = {}
+    for members in pairs.values():
+        if len(members) != 2:
+            continue
+        lo = min(m[3] for m in members)
+        hi = max(m[4] for m in members)
+        for rank, i, j, _, _ in members:
+            spans[(rank, i)] = spans[(rank, j)] = (lo, hi)
+    return spans
+
+
+def _written_ops(rank: int, ops: list[Op], spans: Mapping[tuple[int, int], tuple[float, float]]) -> list[Op]:
+    """The rank's ops as written: batched spans applied, Megatron's args with ``seq_id``."""
+    placed = [(o[0], o[1], *spans.get((rank, i), (o[2], o[3])), o[4]) for i, o in enumerate(ops)]
     counts: dict[tuple[int, str], int] = defaultdict(int)
-    out = []
-    for lane, name, s, e, args in sorted(merged, key=lambda o: (o[2], o[3])):
+    out: list[Op] = []
+    for lane, name, start, end, args in sorted(placed, key=lambda o: (o[2], o[3])):
         key = (args.get("step", -1), name)
-        args = {
+        written = {
             "step": args.get("step", -1),
             "model_chunk": args.get("model_chunk", -1),
             "mb_id": args.get("mb_id", -1),
             "seq_id": counts[key],
         }
         counts[key] += 1
-        out.append((lane, name, s, e, args))
+        out.append((lane, name, start, end, written))
     return out
 
 
@@ -91,10 +122,12 @@ def write_timeline(
     dp_size, tp_size = int(parallel["dp_size"]), int(parallel.get("tp_size", 1))
     pp_size = int(parallel["pp_size"])
     rows: list[tuple[int, int, int, int, str, float, bytes]] = []
+    ops_by_rank = {sim.rank: _sorted_ops(sim) for sim in sims}
+    spans = _batched_spans(ops_by_rank)
     for sim in sims:
         pp, rest = divmod(sim.rank, dp_size * tp_size)
         dp, tp = divmod(rest, tp_size)
-        for lane, name, s, e, args in _ops_of(sim):
+        for lane, name, s, e, args in _written_ops(sim.rank, ops_by_rank[sim.rank], spans):
             ev = {
                 "name": name,
                 "cat": name,
