@@ -124,6 +124,30 @@ def test_steady_state_send_and_receive_are_one_batched_call(megatron: Path) -> N
     assert {"backward-send", "forward-recv"} in spans.values()
 
 
+def test_every_receive_ends_after_its_send_begins(megatron: Path) -> None:
+    """Matched by order per step (the k-th forward-send of stage s is the k-th
+    forward-recv of stage s + 1), a transfer is never received before it is sent, and a
+    batched exchange has the same span on both ranks."""
+    events = [e for e in _timeline(megatron) if e["ph"] == "X"]
+
+    def ops(worker: int, name: str, step: int) -> list[dict[str, Any]]:
+        chosen = [e for e in events if e["tid"] // len(LANES) == worker and e["name"] == name]
+        return sorted((e for e in chosen if e["args"]["step"] == step), key=lambda e: e["args"]["seq_id"])
+
+    same = 0
+    for step in (1, 2, 3):
+        for stage in range(3):
+            for d in range(2):
+                lo, hi = stage * 2 + d, (stage + 1) * 2 + d
+                for src, dst, kind in ((lo, hi, "forward"), (hi, lo, "backward")):
+                    sends, recvs = ops(src, f"{kind}-send", step), ops(dst, f"{kind}-recv", step)
+                    assert len(sends) == len(recvs) == 4
+                    for a, b in zip(sends, recvs):
+                        assert b["ts"] + b["dur"] >= a["ts"]
+                        same += (a["ts"], a["dur"]) == (b["ts"], b["dur"])
+    assert same >= 3 * 3 * 2 * 2 * 2, "the steady-state exchanges share their span"
+
+
 def test_timeline_step_times_agree_with_the_truth(megatron: Path) -> None:
     """Per worker, a step lasts from its first op to the next step's first op."""
     events = [e for e in _timeline(megatron) if e["ph"] == "X"]
