@@ -175,6 +175,41 @@ def test_peer_median_job_runs_the_slow_rank_at_its_peers_speed(
             assert after == before
 
 
+def _compute_us(events: list[dict[str, Any]]) -> float:
+    return float(sum(k["dur"] for k in _kernels(events) if "SoftMax" not in k["name"]))
+
+
+def test_balanced_stages_job_gives_every_stage_the_mean_work(tmp_path: Path) -> None:
+    knobs = {"steps": 1, "microbatches": 4, "stage_ms": 0.5, "slow_stage": 2, "slowdown": 1.8}
+    base = [_compute_us(ev) for ev in _rank_events(generate("pipeline", tmp_path / "b", seed=3, **knobs))]
+    fixed = _rank_events(generate("pipeline", tmp_path / "f", seed=3, whatif="balanced_stages", **knobs))
+    after = [_compute_us(ev) for ev in fixed]
+    assert base[2] > 1.6 * base[0]
+    mean_factor = (3 + 1.8) / 4
+    for b, a, f in zip(base, after, (1, 1, 1.8, 1)):
+        assert a == pytest.approx(b * mean_factor / f, rel=1e-3)
+    assert sum(after) == pytest.approx(sum(base), rel=1e-3), "total work unchanged"
+
+
+def test_double_microbatches_job_runs_twice_as_many_half_size_microbatches(tmp_path: Path) -> None:
+    knobs = {"steps": 1, "microbatches": 4, "stage_ms": 0.5}
+    base = _rank_events(generate("pipeline", tmp_path / "b", seed=3, **knobs))
+    fixed = _rank_events(generate("pipeline", tmp_path / "f", seed=3, whatif="double_microbatches", **knobs))
+    for b, f in zip(base, fixed):
+
+        def count(events: list[dict[str, Any]], name: str) -> int:
+            return sum(e.get("name") == name for e in events)
+
+        assert count(b, "forward_step") == 4 and count(f, "forward_step") == 8
+        assert count(f, "backward_step") == 8
+        assert _compute_us(f) == pytest.approx(_compute_us(b), rel=0.05), "the same work in all"
+        sends = [e for e in f if str(e.get("name", "")).startswith("ncclDevKernel_SendRecv")]
+        base_sends = [e for e in b if str(e.get("name", "")).startswith("ncclDevKernel_SendRecv")]
+        assert len(sends) == 2 * len(base_sends)
+        if sends:
+            assert sends[0]["args"]["In msg nelems"] * 2 == base_sends[0]["args"]["In msg nelems"]
+
+
 def test_no_allocator_job_calls_no_allocator(tmp_path: Path) -> None:
     out = generate("alloc_churn", tmp_path / "fixed", seed=3, whatif="no_allocator", **SMALL["alloc_churn"])
     names = {e.get("name") for e in _rank_events(out)[0]}
