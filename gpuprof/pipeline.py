@@ -166,8 +166,9 @@ def run_analysis(
     world_note = (cross.findings.get("straggler_analysis") or {}).get("world_size_note")
     if world_note:
         warnings.append(str(world_note))
-    # What the trace cannot support (see gpuprof.advice): one line each, and in the JSON.
-    warnings.extend(h.line for h in advice.held_back)
+    # What the trace cannot support (see gpuprof.advice): one line each, first (a renderer
+    # may show only the first few warnings), and in the JSON.
+    warnings[:0] = [h.line for h in advice.held_back]
     extra: dict[str, Any] = {"job": {k: v for k, v in cross.findings.items() if k != "per_rank"}}
     if advice.held_back:
         extra["held_back"] = [h.to_dict() for h in advice.held_back]

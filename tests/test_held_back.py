@@ -116,6 +116,17 @@ def test_nccl_only_holds_back_overlap_and_cost_but_says_who_is_late(job: Path, t
     lines = [w for w in got["warnings"] if w.startswith("held back 'Rank 3 arrives last")]
     assert len(lines) == 1 and "compute kernels (ranks 0-3: no compute kernels" in lines[0]
     assert any("the trace has no compute kernels" in w for w in got["warnings"])
+    assert got["warnings"][: len(held)] == [w for w in got["warnings"] if w.startswith("held back")]
+
+
+def test_renderers_say_advice_was_held_back(job: Path, tmp_path: Path) -> None:
+    from gpuprof.render import render
+
+    report = analyze_paths([L.per_rank(job, tmp_path / "nccl", L.nccl_only)])
+    for fmt in ("text", "markdown", "html"):
+        out = render(report, fmt, width=200)
+        assert "No recommendation the trace supports: 2 held back" in out, fmt
+        assert "no cause of lost time stands out" not in out
 
 
 def test_gpu_only_keeps_the_diagnosis_from_device_events(job: Path, tmp_path: Path) -> None:

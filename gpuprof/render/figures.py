@@ -154,6 +154,19 @@ def nothing_to_analyze(report: Report) -> str | None:
     return f"nothing to analyze: {why}"
 
 
+def no_recommendation(report: Report) -> str:
+    """What to say when the report has no recommendation: nothing stands out, or what
+    stood out was held back because the trace cannot support it (see gpuprof.advice)."""
+    held = report.extra.get("held_back") or []
+    if held:
+        n = len(held)
+        return (
+            f"No recommendation the trace supports: {n} held back for want of events the trace lacks "
+            "(see the warnings)."
+        )
+    return "No recommendation: no cause of lost time stands out."
+
+
 def ranks_to_show(report: Report, limit: int = MANY_RANKS) -> tuple[list[RankReport], str | None]:
     """All ranks when there are few; otherwise the lowest and highest compute shares and a note."""
     ranks = list(report.ranks)

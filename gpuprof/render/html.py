@@ -114,7 +114,7 @@ def _where_time_went(report: Report) -> str:
 
 def _recommendations(report: Report) -> str:
     if not report.recommendations:
-        return "<h2>What to change</h2><p class=\"muted\">No recommendation: no cause of lost time stands out.</p>"
+        return f"<h2>What to change</h2><p class=\"muted\">{html.escape(fg.no_recommendation(report))}</p>"
     items = []
     for i, rec in enumerate(report.recommendations):
         color = fg.CAUSE_COLORS[rec.category.value]

@@ -29,7 +29,7 @@ def md_escape(text: object) -> str:
 def _recommendations(report: Report) -> list[str]:
     out = ["#### What to change", ""]
     if not report.recommendations:
-        return out + ["No recommendation: no cause of lost time stands out.", ""]
+        return out + [md_escape(fg.no_recommendation(report)), ""]
     for i, rec in enumerate(report.recommendations, 1):
         ranks = fg.rank_list(rec.ranks)
         out.append(

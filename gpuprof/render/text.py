@@ -43,7 +43,7 @@ def _bullet(marker: str, text: str, style: str, wrap: bool = True) -> Renderable
 def _recommendations(report: Report, wrap: bool = True) -> list[RenderableType]:
     out: list[RenderableType] = [Text("What to change", style="bold underline")]
     if not report.recommendations:
-        out.append(Text("No recommendation: no cause of lost time stands out.", style="dim"))
+        out.append(Text(fg.no_recommendation(report), style="dim"))
         return out
     for i, rec in enumerate(report.recommendations, 1):
         out.append(Text(f"{i}. ", style="bold").append(rec.title, style="bold"))
