@@ -35,6 +35,26 @@ def test_every_cause_declares_what_it_needs() -> None:
     assert needs_of(_rec("new-dataloader-idea", Cause.DATALOADER)) == CATEGORY_NEEDS[Cause.DATALOADER]
 
 
+def test_an_advisor_declares_what_its_recommendations_need(monkeypatch: pytest.MonkeyPatch) -> None:
+    import gpuprof.advice as advice
+
+    monkeypatch.setattr(advice, "ADVISORS", [])
+    monkeypatch.setattr(advice, "_ADVISOR_NEEDS", {})
+
+    @advice.advisor(needs=[Evidence.ALL_KERNELS])
+    def kernel_census(ctx: Any) -> list[Recommendation]:
+        return []
+
+    @advice.advisor
+    def plain(ctx: Any) -> list[Recommendation]:
+        return []
+
+    assert advice.ADVISORS == [kernel_census, plain]
+    rec = _rec("kernel-census", Cause.OTHER)
+    assert needs_of(rec, kernel_census) == {Evidence.ALL_KERNELS}
+    assert needs_of(rec, plain) == frozenset()
+
+
 def test_a_recommendation_is_held_back_when_a_rank_it_rests_on_lacks_what_it_needs() -> None:
     lacks = {0: {"host_events": "no host events: a GPU-only trace"}, 1: {}}
     local = _rec("dataloader-starvation", Cause.DATALOADER, (0,))
