@@ -50,6 +50,21 @@ def test_a_gap_in_the_ranks_is_not_a_complete_job(job: Path, tmp_path: Path) -> 
     assert not got["job"]["stragglers"]
 
 
+
+def test_an_unknown_group_size_is_said_so() -> None:
+    from reportfactory import rank
+
+    from gpuprof.advice import AdviceContext
+    from gpuprof.advice.distributed import straggler_advice
+
+    reports = [rank(0, lost_ms={"straggler": 20.0}), rank(1, lost_ms={"straggler": 22.0})]
+    info = {"incomplete_groups": {"0": {"present": 2, "expected": -1}}, "note": "partly in the input"}
+    ctx = AdviceContext(summaries=[], reports=reports, cross={"straggler_analysis": info})
+    [rec] = straggler_advice(ctx)
+    assert rec.id == "straggler-absent-rank"
+    assert "process groups only partly in the input (0: 2 of an unknown number of ranks)" in rec.evidence
+
+
 def test_collectives_of_subgroups_say_nothing_of_the_world(tmp_path: Path) -> None:
     # Two data-parallel replicas of a 2-stage pipeline: the collectives have 2 members of 4.
     job = generate(

@@ -305,7 +305,10 @@ def straggler_advice(ctx: AdviceContext) -> list[Recommendation]:
         worst = max(wait[r.rank] / max(r.steps, 1) for r in reports)
         if 100.0 * worst / max(job_step_time_us(reports), 1e-9) >= MIN_SAVINGS_PCT:
             groups = info["incomplete_groups"]
-            desc = "; ".join(f"{g}: {v['present']} of {v['expected']} ranks" for g, v in groups.items())
+            desc = "; ".join(
+                f"{g}: {v['present']} of {v['expected'] if int(v['expected']) > 0 else 'an unknown number of'} ranks"
+                for g, v in groups.items()
+            )
             out.append(
                 Recommendation(
                     id="straggler-absent-rank",
