@@ -199,7 +199,7 @@ def mixed_ranks(host: pd.DataFrame, device_pid_counts: dict[Any, int]) -> str | 
     top = max(device_pid_counts.values(), default=0)
     gpus = [p for p, n in device_pid_counts.items() if n >= SUBSTANTIAL_GPU_SHARE * top and n > 0]
     if len(gpus) >= 2:
-        steps = host["name"].astype(str)[host["category"].to_numpy() == int(Category.STEP)]
+        steps = host["name"][host["category"].to_numpy() == int(Category.STEP)].astype(str)
         numbers = [m.group(1) for m in map(cl.STEP_NUMBER.match, steps) if m is not None]
         if len(numbers) > len(set(numbers)):
             return f"events of {len(gpus)} GPUs, and the same ProfilerStep recorded several times"
