@@ -52,6 +52,7 @@ _COMMAND_MODULES = (
     "gpuprof.cli.diff",
     "gpuprof.cli.annotate",
     "gpuprof.cli.simulate",
+    "gpuprof.cli.schema",
 )
 for _name in _COMMAND_MODULES:
     importlib.import_module(_name)

@@ -8,9 +8,14 @@ that know the JSON layout, so that ``check --baseline`` and ``diff`` read exactl
 
 from __future__ import annotations
 
+import json
+import math
 from dataclasses import dataclass, field
 from enum import Enum
-from typing import Any, Mapping, Sequence
+from typing import TYPE_CHECKING, Any, Mapping, Sequence
+
+if TYPE_CHECKING:  # pandas is imported only when a DataFrame is asked for
+    import pandas as pd
 
 SCHEMA = "gpuprof.report/1"
 
@@ -35,33 +40,46 @@ def zero_lost() -> dict[Cause, float]:
     return {c: 0.0 for c in CAUSES}
 
 
+# Field metadata read by the JSON Schema generator (gpuprof/model/schema.py): "doc" is the
+# key's description, "minimum" its lower bound, "flatten" marks a mapping whose keys are
+# written beside the fixed ones (so the schema allows more keys there). In the JSON, a field
+# without a default is required (SPEC.md's keys), one with a default may be absent.
+def _doc(text: str, **more: Any) -> Any:
+    return field(metadata={"doc": text, **more})
+
+
 @dataclass(frozen=True)
 class Recommendation:
-    id: str
-    category: Cause
-    title: str
-    estimated_savings_pct: float
-    ranks: tuple[int, ...]
-    evidence: tuple[str, ...]
-    actions: tuple[str, ...]
+    id: str = _doc("stable rule id, the same for the same finding in every report")
+    category: Cause = _doc("the cause this recommendation fixes")
+    title: str = _doc("one line a user can act on")
+    estimated_savings_pct: float = _doc("estimated share of step time (%) that fixing it would save")
+    ranks: tuple[int, ...] = _doc("ranks where the cause originates and the fix applies", item_minimum=0)
+    evidence: tuple[str, ...] = _doc("measured facts behind it")
+    actions: tuple[str, ...] = _doc("concrete changes to try")
     # The what-if of gpuprof.analysis.whatifs the saving was replayed from (``None``: the
     # saving comes from a closed-form estimate, said in the evidence).
-    whatif: str | None = None
+    whatif: str | None = field(
+        default=None,
+        metadata={"doc": "the what-if the saving was replayed from; null when it comes from a closed-form estimate"},
+    )
 
 
 @dataclass(frozen=True)
 class RankReport:
     """One rank's accounting. ``compute_us + sum(lost_us) == window_us``."""
 
-    rank: int
-    device: str | None
-    steps: int
-    window_us: float
-    compute_us: float
-    lost_us: Mapping[Cause, float]
-    source: str | None = None
-    step_times_us: tuple[float, ...] = ()
-    extra: Mapping[str, Any] = field(default_factory=dict)
+    rank: int = _doc("global rank", minimum=0)
+    device: str | None = _doc("device name, null when the trace does not say")
+    steps: int = _doc("profiled steps in the analysis window", minimum=0)
+    window_us: float = _doc("analysis window in microseconds: compute_us + sum(lost_us)", minimum=0)
+    compute_us: float = _doc("time some compute kernel ran, in microseconds", minimum=0)
+    lost_us: Mapping[Cause, float] = _doc("lost time per cause in microseconds; all eight causes present")
+    source: str | None = field(default=None, metadata={"doc": "trace file this rank was read from"})
+    step_times_us: tuple[float, ...] = field(
+        default=(), metadata={"doc": "duration of each step in the window, in microseconds", "item_minimum": 0}
+    )
+    extra: Mapping[str, Any] = field(default_factory=dict, metadata={"flatten": True})
 
     @property
     def lost_total_us(self) -> float:
@@ -70,20 +88,26 @@ class RankReport:
 
 @dataclass(frozen=True)
 class Totals:
-    window_us: float
-    compute_us: float
-    lost_us: Mapping[Cause, float]
+    window_us: float = _doc("sum of the ranks' windows, in microseconds", minimum=0)
+    compute_us: float = _doc("sum of the ranks' compute time, in microseconds", minimum=0)
+    lost_us: Mapping[Cause, float] = _doc("sum of the ranks' lost time per cause, in microseconds")
 
 
 @dataclass(frozen=True)
 class Report:
-    inputs: tuple[str, ...]
-    ranks: tuple[RankReport, ...]
-    recommendations: tuple[Recommendation, ...]
-    warnings: tuple[str, ...] = ()
+    """The result of an analysis: per-rank accounting, recommendations and job findings.
+
+    ``to_dict()`` / ``to_json()`` give the ``gpuprof.report/1`` JSON document of SPEC.md;
+    ``to_dataframe()`` gives one row per rank.
+    """
+
+    inputs: tuple[str, ...] = _doc("the paths that were analyzed")
+    ranks: tuple[RankReport, ...] = _doc("one entry per rank, sorted by rank")
+    recommendations: tuple[Recommendation, ...] = _doc("sorted by estimated_savings_pct, highest first")
+    warnings: tuple[str, ...] = field(default=(), metadata={"doc": "what the analysis could not do or had to guess"})
     # More keys for the JSON report (job-level findings: critical rank per step, imbalance,
     # pipeline schedule, NVML sample summaries, ...). Values must be JSON-serializable.
-    extra: Mapping[str, Any] = field(default_factory=dict)
+    extra: Mapping[str, Any] = field(default_factory=dict, metadata={"flatten": True})
 
     @property
     def totals(self) -> Totals:
@@ -96,6 +120,52 @@ class Report:
             compute_us=float(sum(r.compute_us for r in self.ranks)),
             lost_us=lost,
         )
+
+    def to_dict(self) -> dict[str, Any]:
+        """The ``gpuprof.report/1`` JSON document as Python objects."""
+        return report_to_dict(self)
+
+    def to_json(self, indent: int | None = 2) -> str:
+        """The ``gpuprof.report/1`` JSON document (what ``--format json`` writes)."""
+        return report_to_json(self, indent)
+
+    @classmethod
+    def from_dict(cls, data: Any) -> Report:
+        """Rebuild a report from its JSON document; :class:`ReportFormatError` naming the
+        first problem (as a JSON path) when ``data`` is not a valid ``gpuprof.report/1``."""
+        return report_from_dict(data)
+
+    def to_dataframe(self) -> pd.DataFrame:
+        """One row per rank, indexed by rank (needs pandas).
+
+        Columns: ``device``, ``steps``, ``window_us``, ``compute_us``, ``compute_pct``,
+        ``lost_us`` (all causes), ``lost_<cause>_us`` for each of the eight causes,
+        ``step_median_us`` (NaN without steps) and ``source``.
+        """
+        import pandas as pd
+
+        rows = []
+        for r in self.ranks:
+            row: dict[str, Any] = {
+                "rank": r.rank,
+                "device": r.device,
+                "steps": r.steps,
+                "window_us": r.window_us,
+                "compute_us": r.compute_us,
+                "compute_pct": 100.0 * r.compute_us / r.window_us if r.window_us > 0 else math.nan,
+                "lost_us": r.lost_total_us,
+            }
+            for c in CAUSES:
+                row[f"lost_{c.value}_us"] = float(r.lost_us.get(c, 0.0))
+            times = sorted(r.step_times_us)
+            row["step_median_us"] = (
+                (times[(len(times) - 1) // 2] + times[len(times) // 2]) / 2.0 if times else math.nan
+            )
+            row["source"] = r.source
+            rows.append(row)
+        columns = ["rank", "device", "steps", "window_us", "compute_us", "compute_pct", "lost_us"]
+        columns += [f"lost_{c.value}_us" for c in CAUSES] + ["step_median_us", "source"]
+        return pd.DataFrame(rows, columns=columns).set_index("rank")
 
 
 def _lost_to_dict(lost: Mapping[Cause, float]) -> dict[str, float]:
@@ -146,55 +216,68 @@ def report_to_dict(report: Report) -> dict[str, Any]:
     return out
 
 
+def report_to_json(report: Report, indent: int | None = 2) -> str:
+    """The JSON document. NaN and Infinity are not JSON: a report holding one is a bug, and
+    raises ``ValueError`` here rather than writing a file that other tools cannot read."""
+    return json.dumps(report_to_dict(report), indent=indent, allow_nan=False) + "\n"
+
+
 class ReportFormatError(ValueError):
     """A JSON document is not a gpuprof report of a schema this version reads."""
 
 
 def report_from_dict(data: Any) -> Report:
-    """Rebuild a :class:`Report` from :func:`report_to_dict` output (for check / diff)."""
+    """Rebuild a :class:`Report` from :func:`report_to_dict` output (for check / diff).
+
+    ``data`` is untrusted (a file someone saved, edited or damaged): it is checked against
+    the report's JSON Schema first, and NaN / Infinity anywhere are refused, so the first
+    problem is a :class:`ReportFormatError` naming its JSON path (``$.ranks[0].lost_us``)
+    rather than an ``AttributeError`` deep in the gate.
+    """
     if not isinstance(data, dict):
         raise ReportFormatError("not a gpuprof report (expected a JSON object)")
     schema = data.get("schema")
     if schema != SCHEMA:
         raise ReportFormatError(f"report schema is {schema!r}, this gpuprof reads {SCHEMA!r}")
-    try:
-        ranks = []
-        for r in data["ranks"]:
-            known = {"rank", "device", "steps", "window_us", "compute_us", "lost_us", "source", "step_times_us"}
-            ranks.append(
-                RankReport(
-                    rank=int(r["rank"]),
-                    device=r.get("device"),
-                    steps=int(r["steps"]),
-                    window_us=float(r["window_us"]),
-                    compute_us=float(r["compute_us"]),
-                    lost_us={c: float(r["lost_us"].get(c.value, 0.0)) for c in CAUSES},
-                    source=r.get("source"),
-                    step_times_us=tuple(float(t) for t in r.get("step_times_us", ())),
-                    extra={k: v for k, v in r.items() if k not in known},
-                )
-            )
-        recs = [
-            Recommendation(
-                id=str(x["id"]),
-                category=Cause(x["category"]),
-                title=str(x["title"]),
-                estimated_savings_pct=float(x["estimated_savings_pct"]),
-                ranks=tuple(int(i) for i in x["ranks"]),
-                evidence=tuple(str(e) for e in x["evidence"]),
-                actions=tuple(str(a) for a in x["actions"]),
-                whatif=None if x.get("whatif") is None else str(x["whatif"]),
-            )
-            for x in data["recommendations"]
-        ]
-    except (KeyError, TypeError, ValueError) as exc:
-        raise ReportFormatError(f"malformed gpuprof report: {exc}") from None
+    from gpuprof.model.schema import first_problem  # the validator stays off the analyze path
+
+    problem = first_problem(data)
+    if problem is not None:
+        raise ReportFormatError(f"malformed gpuprof report: {problem}")
+    known = {"rank", "device", "steps", "window_us", "compute_us", "lost_us", "source", "step_times_us"}
+    ranks = [
+        RankReport(
+            rank=int(r["rank"]),
+            device=r.get("device"),
+            steps=int(r["steps"]),
+            window_us=float(r["window_us"]),
+            compute_us=float(r["compute_us"]),
+            lost_us={c: float(r["lost_us"][c.value]) for c in CAUSES},
+            source=r.get("source"),
+            step_times_us=tuple(float(t) for t in r.get("step_times_us", ())),
+            extra={k: v for k, v in r.items() if k not in known},
+        )
+        for r in data["ranks"]
+    ]
+    recs = [
+        Recommendation(
+            id=x["id"],
+            category=Cause(x["category"]),
+            title=x["title"],
+            estimated_savings_pct=float(x["estimated_savings_pct"]),
+            ranks=tuple(int(i) for i in x["ranks"]),
+            evidence=tuple(x["evidence"]),
+            actions=tuple(x["actions"]),
+            whatif=x.get("whatif"),
+        )
+        for x in data["recommendations"]
+    ]
     fixed = {"schema", "inputs", "ranks", "totals", "recommendations", "warnings"}
     return Report(
-        inputs=tuple(str(i) for i in data.get("inputs", ())),
+        inputs=tuple(data["inputs"]),
         ranks=tuple(ranks),
         recommendations=tuple(recs),
-        warnings=tuple(str(w) for w in data.get("warnings", ())),
+        warnings=tuple(data.get("warnings", ())),
         extra={k: v for k, v in data.items() if k not in fixed},
     )
 

@@ -1,0 +1,266 @@
+"""The JSON Schema of ``gpuprof.report/1``, generated from the report model.
+
+The schema follows :mod:`gpuprof.model.report`'s dataclasses: a field without a default is a
+required key (exactly SPEC.md's keys), a field with one may be absent, field metadata gives
+each key's description and lower bound, and a ``flatten`` field (``extra``) is why an
+object allows more keys. Every object allows more keys, as SPEC.md allows extension (a
+recommendation's ``whatif``, job findings), except ``lost_us``: its keys are the eight
+causes, all present.
+
+The generated schema is shipped in the package as ``report.schema.json`` beside this module:
+``gpuprof schema`` prints it, and :func:`first_problem` validates saved reports against it.
+A test checks that the shipped file equals a fresh :func:`report_schema`; after changing the
+model, write it again with ``python -m gpuprof.model.schema --write``.
+
+The validator (``jsonschema``) is imported only when a report is validated, never on the
+``analyze`` path.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import functools
+import json
+import math
+import sys
+import types
+import typing
+from collections.abc import Mapping
+from importlib import resources
+from pathlib import Path
+from typing import Any
+
+from gpuprof.model.report import CAUSES, SCHEMA, Cause, RankReport, Recommendation, Report, Totals
+
+SCHEMA_FILE_NAME = "report.schema.json"
+_DRAFT = "https://json-schema.org/draft/2020-12/schema"
+_DEF_NAMES: dict[type, str] = {RankReport: "rank", Recommendation: "recommendation", Totals: "totals"}
+_SIMPLE: dict[Any, str] = {str: "string", int: "integer", float: "number", bool: "boolean"}
+
+# Job-level what-if figures of SPEC.md: optional (absent in reports of older versions),
+# a number or null when present.
+_JOB_FIGURES = {
+    "model_error_pct": "the replay's signed error on the measured step time of the unchanged job, in %; "
+    "null when no replay could be built",
+    "combined_savings_pct": "share of step time (%) saved by applying every recommendation at once, "
+    "from one replay; null when no replay could be built",
+}
+
+
+def _type_schema(tp: Any, defs: dict[str, Any]) -> dict[str, Any]:
+    """The schema of one annotated type of the report model."""
+    origin = typing.get_origin(tp)
+    args = typing.get_args(tp)
+    if tp in _SIMPLE:
+        return {"type": _SIMPLE[tp]}
+    if tp is Cause:
+        return {"$ref": "#/$defs/cause"}
+    if origin in (typing.Union, types.UnionType):
+        rest = [a for a in args if a is not type(None)]
+        if len(rest) == 1 and rest[0] in _SIMPLE and len(args) == 2:
+            return {"type": [_SIMPLE[rest[0]], "null"]}
+        return {"anyOf": [_type_schema(a, defs) for a in args]}
+    if origin is tuple and len(args) == 2 and args[1] is Ellipsis:
+        return {"type": "array", "items": _type_schema(args[0], defs)}
+    if origin in (Mapping, dict) and args == (Cause, float):
+        return {"$ref": "#/$defs/lost_us"}
+    if dataclasses.is_dataclass(tp) and isinstance(tp, type) and tp in _DEF_NAMES:
+        name = _DEF_NAMES[tp]
+        if name not in defs:
+            defs[name] = {}  # claimed before recursing
+            defs[name] = _object_schema(tp, defs)
+        return {"$ref": f"#/$defs/{name}"}
+    raise TypeError(f"no JSON Schema for {tp!r}: extend gpuprof/model/schema.py")
+
+
+def _field_schema(f: dataclasses.Field[Any], tp: Any, defs: dict[str, Any]) -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    if "doc" in f.metadata:
+        out["description"] = f.metadata["doc"]
+    out.update(_type_schema(tp, defs))
+    if "minimum" in f.metadata:
+        out["minimum"] = f.metadata["minimum"]
+    if "item_minimum" in f.metadata:
+        out["items"] = {**out["items"], "minimum": f.metadata["item_minimum"]}
+    return out
+
+
+def _is_required(f: dataclasses.Field[Any]) -> bool:
+    return f.default is dataclasses.MISSING and f.default_factory is dataclasses.MISSING
+
+
+def _object_schema(cls: type, defs: dict[str, Any], first: Mapping[str, Any] | None = None) -> dict[str, Any]:
+    hints = typing.get_type_hints(cls)
+    props: dict[str, Any] = dict(first or {})
+    required = list(props)
+    for f in dataclasses.fields(cls):
+        if f.metadata.get("flatten"):
+            continue
+        props[f.name] = _field_schema(f, hints[f.name], defs)
+        if _is_required(f):
+            required.append(f.name)
+    out: dict[str, Any] = {"type": "object"}
+    if cls.__doc__ and cls in _DEF_NAMES:
+        out["description"] = " ".join(cls.__doc__.replace("``", "").split())
+    out.update({"properties": props, "required": required, "additionalProperties": True})
+    return out
+
+
+def report_schema() -> dict[str, Any]:
+    """The JSON Schema (draft 2020-12) of a ``gpuprof.report/1`` document, from the model."""
+    defs: dict[str, Any] = {
+        "cause": {"description": "one of the eight causes of lost GPU time", "enum": [c.value for c in CAUSES]},
+        "lost_us": {
+            "description": "lost time per cause, in microseconds",
+            "type": "object",
+            "properties": {c.value: {"type": "number", "minimum": 0} for c in CAUSES},
+            "required": [c.value for c in CAUSES],
+            "additionalProperties": False,
+        },
+    }
+    body = _object_schema(Report, defs, first={"schema": {"description": "the schema's name and version", "const": SCHEMA}})
+    props = body["properties"]
+    # `totals` is derived from the ranks (a property of Report), written after them.
+    ordered: dict[str, Any] = {}
+    for key, value in props.items():
+        ordered[key] = value
+        if key == "ranks":
+            ordered["totals"] = {"description": "the ranks' figures summed", **_type_schema(Totals, defs)}
+    ordered["job"] = {
+        "description": "job-level findings; more keys may appear",
+        "type": "object",
+        "properties": {k: {"description": v, "type": ["number", "null"]} for k, v in _JOB_FIGURES.items()},
+        "additionalProperties": True,
+    }
+    required = body["required"]
+    required.insert(required.index("ranks") + 1, "totals")
+    return {
+        "$schema": _DRAFT,
+        "title": SCHEMA,
+        "description": "The JSON report of gpuprof (gpuprof analyze --format json). Keys may be added "
+        "within schema 1; none of the required ones is renamed or dropped.",
+        "type": "object",
+        "properties": ordered,
+        "required": required,
+        "additionalProperties": True,
+        "$defs": {name: defs[name] for name in sorted(defs)},
+    }
+
+
+def schema_text(schema: Mapping[str, Any]) -> str:
+    """The schema as the shipped file holds it."""
+    return json.dumps(schema, indent=2) + "\n"
+
+
+def shipped_schema_text() -> str:
+    """The schema file shipped in the package (what ``gpuprof schema`` prints)."""
+    return resources.files("gpuprof.model").joinpath(SCHEMA_FILE_NAME).read_text(encoding="utf-8")
+
+
+@functools.lru_cache(maxsize=1)
+def _validator() -> Any:
+    # jsonschema: a complete, maintained implementation of the draft; imported here only.
+    from jsonschema import Draft202012Validator
+
+    return Draft202012Validator(json.loads(shipped_schema_text()))
+
+
+def json_path(parts: typing.Iterable[str | int]) -> str:
+    """``("ranks", 0, "lost_us")`` -> ``$.ranks[0].lost_us``."""
+    out = "$"
+    for p in parts:
+        out += f"[{p}]" if isinstance(p, int) else (f".{p}" if p.isidentifier() else f"[{json.dumps(p)}]")
+    return out
+
+
+def _non_finite(data: Any) -> tuple[list[str | int], Any] | None:
+    """Path and value of the first NaN, Infinity or number too large for a float, else None."""
+    stack: list[tuple[list[str | int], Any]] = [([], data)]
+    while stack:
+        path, value = stack.pop()
+        if isinstance(value, float) and not math.isfinite(value):
+            return path, value
+        if isinstance(value, int) and not isinstance(value, bool) and abs(value) > sys.float_info.max:
+            return path, value
+        if isinstance(value, dict):
+            stack.extend((path + [k], v) for k, v in reversed(list(value.items())))
+        elif isinstance(value, list):
+            stack.extend((path + [i], v) for i, v in reversed(list(enumerate(value))))
+    return None
+
+
+_NAMES = {"object": "an object", "array": "an array", "string": "a string", "number": "a number",
+          "integer": "an integer", "boolean": "a boolean", "null": "null"}
+
+
+def _json_type(value: Any) -> str:
+    if value is None:
+        return "null"
+    for py, name in ((bool, "a boolean"), (int, "an integer"), (float, "a number"), (str, "a string"),
+                     (list, "an array"), (dict, "an object")):
+        if isinstance(value, py):
+            return name
+    return type(value).__name__
+
+
+def _short(value: Any, limit: int = 60) -> str:
+    text = json.dumps(value, default=str)
+    return text if len(text) <= limit else text[: limit - 3] + "..."
+
+
+def _describe(err: Any) -> str:
+    """One schema violation as ``$.path: what is wrong`` (short, whatever the value's size)."""
+    where = json_path(err.absolute_path)
+    kind, want, value = err.validator, err.validator_value, err.instance
+    if kind == "type":
+        wanted = " or ".join(_NAMES.get(t, t) for t in ([want] if isinstance(want, str) else want))
+        return f"{where}: expected {wanted}, got {_json_type(value)}"
+    if kind == "required":
+        missing = [k for k in want if k not in value]
+        return f"{where}: missing key {missing[0]!r}" if missing else f"{where}: {err.message}"
+    if kind == "enum":
+        return f"{where}: {_short(value)} is not one of: {', '.join(str(v) for v in want)}"
+    if kind == "minimum":
+        return f"{where}: {_short(value)} is below the minimum {want}"
+    if kind == "additionalProperties":
+        allowed = set(err.schema.get("properties", {}))
+        unexpected = sorted(str(k) for k in value if k not in allowed)
+        return f"{where}: unexpected key(s) {', '.join(repr(k) for k in unexpected[:5])}; allowed: {', '.join(sorted(allowed))}"
+    if kind == "const":
+        return f"{where}: expected {_short(want)}, got {_short(value)}"
+    message = " ".join(str(err.message).split())
+    return f"{where}: {message[:200]}"
+
+
+def first_problem(data: Any) -> str | None:
+    """Why ``data`` is not a valid ``gpuprof.report/1`` document, as one line starting with
+    the JSON path of the problem; ``None`` when it is valid."""
+    bad = _non_finite(data)
+    if bad is not None:
+        path, value = bad
+        if isinstance(value, float) and math.isnan(value):
+            what = "NaN"
+        elif isinstance(value, float):
+            what = "Infinity (or a number beyond 1.8e308)"
+        else:
+            what = "an integer beyond 1.8e308"
+        return f"{json_path(path)}: {what} is not allowed in a report (only finite JSON numbers are)"
+    from jsonschema.exceptions import best_match
+
+    err = best_match(_validator().iter_errors(data))
+    return None if err is None else _describe(err)
+
+
+def main(argv: list[str] | None = None) -> int:
+    """``python -m gpuprof.model.schema [--write]``: print the schema, or write the shipped file."""
+    args = sys.argv[1:] if argv is None else argv
+    text = schema_text(report_schema())
+    if args == ["--write"]:
+        Path(__file__).with_name(SCHEMA_FILE_NAME).write_text(text, encoding="utf-8")
+        return 0
+    sys.stdout.write(text)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
