@@ -9,8 +9,6 @@ Both accept traces (files, folders, session folders) or a report that ``gpuprof 
 
 from __future__ import annotations
 
-import gzip
-import json
 import os
 import sys
 from pathlib import Path
@@ -21,50 +19,10 @@ from gpuprof.cli import app
 from gpuprof.cli.analyze import StderrProgress, max_input_gb_option, terminal_width, write_output
 from gpuprof.cli.check_config import find_pyproject, load_settings, merged, settings_from_options
 from gpuprof.errors import GpuprofError
-from gpuprof.model.report import Report, ReportFormatError, report_from_dict
+from gpuprof.model.report import Report
+from gpuprof.reportfile import is_report_file, read_report
 
-# A report written by `analyze --format json` starts with its schema; a trace never
-# contains this string near its start, so a short peek decides without parsing a 1 GB trace.
-_REPORT_MARK = b'"gpuprof.report/'
-_PEEK_BYTES = 4096
-
-
-def is_report_file(path: Path) -> bool:
-    """True when ``path`` is a file whose first bytes name a gpuprof report schema."""
-    if not path.is_file():
-        return False
-    try:
-        if path.name.lower().endswith(".gz"):
-            with gzip.open(path, "rb") as fh:
-                head = fh.read(_PEEK_BYTES)
-        else:
-            with open(path, "rb") as fh:
-                head = fh.read(_PEEK_BYTES)
-    except (OSError, EOFError):
-        return False  # not ours to explain: the trace readers report unreadable files
-    return _REPORT_MARK in head
-
-
-def read_report(path: Path) -> Report:
-    """Load a JSON report; any problem becomes one :class:`GpuprofError` naming the file."""
-    try:
-        if path.name.lower().endswith(".gz"):
-            with gzip.open(path, "rb") as fh:
-                raw = fh.read()
-        else:
-            raw = path.read_bytes()
-        data = json.loads(raw)
-    except FileNotFoundError:
-        raise GpuprofError("no such file", path) from None
-    except (OSError, EOFError) as exc:
-        raise GpuprofError(f"cannot read report: {exc}", path) from None
-    except (UnicodeDecodeError, json.JSONDecodeError) as exc:
-        raise GpuprofError(f"not a JSON report: {exc}", path) from None
-    try:
-        return report_from_dict(data)
-    except ReportFormatError as exc:
-        hint = "" if isinstance(data, dict) and "schema" in data else " (make one with: gpuprof analyze TRACE --format json -o FILE)"
-        raise GpuprofError(f"{exc}{hint}", path) from None
+__all__ = ["check", "diff", "is_report_file", "load_or_analyze", "read_report"]
 
 
 def load_or_analyze(paths: list[Path], steps: str | None = None, max_input_gb: float | None = None) -> Report:
