@@ -1,3 +1,61 @@
-"""gpuprof: where your GPU training time goes, and what to change."""
+"""gpuprof: where your GPU training time goes, and what to change.
+
+The public Python API is what ``__all__`` lists::
+
+    import gpuprof
+
+    report = gpuprof.analyze("traces/", steps="10:12", jobs=4)   # -> gpuprof.Report
+    report.recommendations, report.to_dict(), report.to_json(), report.to_dataframe()
+    checks = gpuprof.check(report, baseline="ci/baseline.json", min_compute_pct=60)
+    report = gpuprof.load_report("report.json")                  # saved with --format json
+
+Integrations, each imported on its own: :mod:`gpuprof.torch` (``trace_handler``, a
+``torch.profiler`` ``on_trace_ready`` handler), :mod:`gpuprof.lightning` (a Lightning
+callback) and :mod:`gpuprof.hf` (a Hugging Face ``TrainerCallback``).
+
+Importing the package is cheap: the names are loaded on first use (module ``__getattr__``),
+so ``gpuprof --version`` and the command line never pay for pandas, numpy or torch here.
+"""
+
+from __future__ import annotations
+
+import importlib
+from typing import TYPE_CHECKING, Any
 
 __version__ = "0.1.0"
+
+# name -> module that defines it
+_PUBLIC = {
+    "analyze": "gpuprof.api",
+    "check": "gpuprof.api",
+    "load_report": "gpuprof.api",
+    "Report": "gpuprof.model.report",
+    "RankReport": "gpuprof.model.report",
+    "Recommendation": "gpuprof.model.report",
+    "Cause": "gpuprof.model.report",
+    "CheckResult": "gpuprof.gate",
+    "GpuprofError": "gpuprof.errors",
+}
+_INTEGRATIONS = ("torch", "lightning", "hf")
+
+__all__ = ["__version__", *_PUBLIC]
+
+if TYPE_CHECKING:  # what type checkers and IDEs see; at run time __getattr__ loads these
+    from gpuprof.api import analyze, check, load_report
+    from gpuprof.errors import GpuprofError
+    from gpuprof.gate import CheckResult
+    from gpuprof.model.report import Cause, RankReport, Recommendation, Report
+
+
+def __getattr__(name: str) -> Any:
+    if name in _PUBLIC:
+        value = getattr(importlib.import_module(_PUBLIC[name]), name)
+        globals()[name] = value  # later lookups skip this function
+        return value
+    if name in _INTEGRATIONS:  # gpuprof.torch after a plain `import gpuprof`
+        return importlib.import_module(f"gpuprof.{name}")
+    raise AttributeError(f"module 'gpuprof' has no attribute {name!r}")
+
+
+def __dir__() -> list[str]:
+    return sorted(__all__)

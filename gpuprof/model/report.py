@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import math
+import statistics
 from dataclasses import dataclass, field
 from enum import Enum
 from typing import TYPE_CHECKING, Any, Mapping, Sequence
@@ -93,12 +94,12 @@ class Totals:
     lost_us: Mapping[Cause, float] = _doc("sum of the ranks' lost time per cause, in microseconds")
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, repr=False)
 class Report:
     """The result of an analysis: per-rank accounting, recommendations and job findings.
 
     ``to_dict()`` / ``to_json()`` give the ``gpuprof.report/1`` JSON document of SPEC.md;
-    ``to_dataframe()`` gives one row per rank.
+    ``to_dataframe()`` gives one row per rank; ``str(report)`` is the text report.
     """
 
     inputs: tuple[str, ...] = _doc("the paths that were analyzed")
@@ -120,6 +121,22 @@ class Report:
             compute_us=float(sum(r.compute_us for r in self.ranks)),
             lost_us=lost,
         )
+
+    def __repr__(self) -> str:
+        # Short: a notebook showing a 1000-rank report must not print every figure.
+        t = self.totals
+        compute = f"{100.0 * t.compute_us / t.window_us:.1f}%" if t.window_us > 0 else "N/A"
+        first = f", first: {self.recommendations[0].title!r}" if self.recommendations else ""
+        return (
+            f"<gpuprof.Report {len(self.ranks)} rank(s), compute {compute} of the window, "
+            f"{len(self.recommendations)} recommendation(s){first}>"
+        )
+
+    def __str__(self) -> str:
+        """The text report, as ``gpuprof analyze`` prints it (100 columns, no colour)."""
+        from gpuprof.render import render
+
+        return render(self, "text", width=100)
 
     def to_dict(self) -> dict[str, Any]:
         """The ``gpuprof.report/1`` JSON document as Python objects."""
@@ -157,10 +174,7 @@ class Report:
             }
             for c in CAUSES:
                 row[f"lost_{c.value}_us"] = float(r.lost_us.get(c, 0.0))
-            times = sorted(r.step_times_us)
-            row["step_median_us"] = (
-                (times[(len(times) - 1) // 2] + times[len(times) // 2]) / 2.0 if times else math.nan
-            )
+            row["step_median_us"] = statistics.median(r.step_times_us) if r.step_times_us else math.nan
             row["source"] = r.source
             rows.append(row)
         columns = ["rank", "device", "steps", "window_us", "compute_us", "compute_pct", "lost_us"]

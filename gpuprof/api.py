@@ -1,0 +1,202 @@
+"""gpuprof's Python API: what ``gpuprof analyze`` and ``gpuprof check`` do, as functions.
+
+Use it through the package (``import gpuprof``), whose ``__all__`` lists what is public::
+
+    import gpuprof
+
+    report = gpuprof.analyze("traces/", steps="10:12", jobs=4)
+    print(report)                             # the text report
+    report.recommendations[0].title           # what to change first
+    df = report.to_dataframe()                # one row per rank (pandas)
+    report.to_json()                          # the gpuprof.report/1 document
+
+    checks = gpuprof.check(report, baseline="ci/baseline.json", max_lost_pct={"dataloader": 10})
+    assert all(c.passed for c in checks), [c.message for c in checks if not c.passed]
+
+Problems with the inputs (a missing file, a damaged trace, a malformed saved report) raise
+:class:`gpuprof.GpuprofError` naming the file, as the command line's exit-2 errors do; bad
+arguments raise ``ValueError`` / ``TypeError``. Nothing is printed unless ``progress`` is
+given.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+from collections.abc import Callable, Mapping, Sequence
+from pathlib import Path
+from typing import TYPE_CHECKING, Union
+
+from gpuprof.errors import GpuprofError
+from gpuprof.model.report import CAUSES, Cause, Report
+
+if TYPE_CHECKING:
+    from gpuprof.analysis.window import StepSelection
+    from gpuprof.gate import CheckResult
+
+PathLike = Union[str, "os.PathLike[str]"]
+Steps = Union[str, int, "tuple[int | None, int | None]", None]
+
+__all__ = ["analyze", "check", "load_report"]
+
+
+def _as_paths(paths: PathLike | Sequence[PathLike]) -> list[Path]:
+    if isinstance(paths, (str, os.PathLike)):
+        return [Path(paths)]
+    if not isinstance(paths, Sequence) or isinstance(paths, bytes):
+        raise TypeError(f"paths: expected a path or a list of paths, got {type(paths).__name__}")
+    out = [Path(p) for p in paths]
+    if not out:
+        raise ValueError("paths: give at least one trace, folder, session folder or saved report")
+    return out
+
+
+def _steps(steps: Steps) -> StepSelection:
+    from gpuprof.analysis.window import StepSelection
+
+    if steps is None:
+        return StepSelection()
+    if isinstance(steps, bool):
+        raise TypeError("steps: expected 'N', 'N:M', 'N:', ':M', an int or a (first, last) tuple")
+    if isinstance(steps, int):
+        return StepSelection(steps, steps)
+    if isinstance(steps, str):
+        try:
+            return StepSelection.parse(steps)
+        except GpuprofError as exc:
+            raise ValueError(exc.message.replace("--steps", "steps")) from None
+    if isinstance(steps, tuple) and len(steps) == 2 and all(s is None or (isinstance(s, int) and not isinstance(s, bool)) for s in steps):
+        first, last = steps
+        if first is not None and last is not None and last < first:
+            raise ValueError(f"steps: last step {last} is before first step {first}")
+        return StepSelection(first, last)
+    raise TypeError(f"steps: expected 'N', 'N:M', 'N:', ':M', an int or a (first, last) tuple, got {steps!r}")
+
+
+def analyze(
+    paths: PathLike | Sequence[PathLike],
+    *,
+    steps: Steps = None,
+    jobs: int = 1,
+    scheduler: str | None = None,
+    max_input_gb: float | None = None,
+    progress: Callable[[str], None] | None = None,
+) -> Report:
+    """Analyze saved traces into a :class:`~gpuprof.Report`, as ``gpuprof analyze`` does.
+
+    ``paths``: a Kineto trace (``.json``/``.json.gz``), a folder of per-rank traces, a
+    ``gpuprof run`` session folder, an op-level Chrome timeline, or a list of these; a
+    report saved with ``--format json`` (given alone) is read back instead (validated).
+    ``steps``: which steps to analyze, by step number: ``"10:12"``, ``"10:"``, ``":12"``,
+    ``10`` or ``(10, 12)`` (inclusive); default all complete steps. ``jobs``: ranks read
+    in parallel processes. ``scheduler``: a Dask scheduler address (needs the ``dask``
+    extra). ``max_input_gb``: refuse a trace whose decompressed JSON is larger (default:
+    the command line's, sized for real traces). ``progress``: called with one line per
+    step of the work (e.g. ``print``).
+    """
+    from gpuprof.reportfile import is_report_file, read_report
+
+    path_list = _as_paths(paths)
+    if isinstance(jobs, bool) or not isinstance(jobs, int) or jobs < 1:
+        raise ValueError(f"jobs: expected a whole number of processes >= 1, got {jobs!r}")
+    selection = _steps(steps)
+    saved = [p for p in path_list if is_report_file(p)]
+    if saved:
+        if len(path_list) > 1:
+            raise GpuprofError("a saved report cannot be combined with other inputs; give it alone", saved[0])
+        if steps is not None or jobs != 1 or scheduler:
+            raise ValueError("steps, jobs and scheduler apply to traces, not to a saved report")
+        return read_report(saved[0])
+
+    from gpuprof.pipeline import AnalyzeOptions, analyze_paths
+    from gpuprof.session import is_session
+
+    if max_input_gb is not None:
+        _pct_arg("max_input_gb", max_input_gb, upper=None)
+    options = AnalyzeOptions(steps=selection, jobs=jobs, scheduler=scheduler, max_input_gb=max_input_gb)
+
+    def told(message: str, done: int | None = None, total: int | None = None, ranks: int | None = None) -> None:
+        if progress is not None:
+            progress(message)  # the pipeline's counts are for progress bars; a user gets the line
+
+    if len(path_list) == 1 and is_session(path_list[0]):
+        # The same report as `gpuprof analyze SESSION` (samples alone when no trace was written).
+        from gpuprof.run_report import session_report
+
+        return session_report(path_list[0], options, progress=told)
+    return analyze_paths(path_list, options, progress=told)
+
+
+def load_report(path: PathLike) -> Report:
+    """Read a report saved with ``gpuprof analyze --format json`` (``.json`` or ``.json.gz``).
+
+    The document is checked against the report's JSON Schema: a malformed one raises
+    :class:`~gpuprof.GpuprofError` naming the file and the first problem's JSON path.
+    """
+    from gpuprof.reportfile import read_report
+
+    return read_report(Path(path))
+
+
+def _pct_arg(name: str, value: object, upper: float | None = 100.0) -> float:
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        raise TypeError(f"{name}: expected a number, got {value!r}")
+    v = float(value)
+    if not math.isfinite(v) or v < 0 or (upper is not None and v > upper):
+        raise ValueError(f"{name}: {value!r} is not between 0 and {'infinity' if upper is None else f'{upper:g}'}")
+    return v
+
+
+def _cause_limits(limits: Mapping[str, float] | Mapping[Cause, float]) -> dict[Cause, float]:
+    if not isinstance(limits, Mapping):
+        raise TypeError(f"max_lost_pct: expected a mapping of cause to percent, got {type(limits).__name__}")
+    out: dict[Cause, float] = {}
+    for key, value in limits.items():
+        try:
+            cause = Cause(key)
+        except ValueError:
+            raise ValueError(f"max_lost_pct: unknown cause {key!r}; causes are: {', '.join(c.value for c in CAUSES)}") from None
+        out[cause] = _pct_arg(f"max_lost_pct[{cause.value!r}]", value)
+    return out
+
+
+def check(
+    report: Report,
+    *,
+    baseline: Report | PathLike | None = None,
+    min_compute_pct: float | None = None,
+    max_lost_pct: Mapping[str, float] | Mapping[Cause, float] | None = None,
+    max_step_ms: float | None = None,
+    tolerance_pct: float = 5.0,
+    step_tolerance_pct: float = 5.0,
+) -> list[CheckResult]:
+    """The CI gate of ``gpuprof check`` on a report: one :class:`~gpuprof.CheckResult` per check.
+
+    Thresholds (each checked only when given): ``min_compute_pct`` (compute share of the
+    window, %), ``max_lost_pct`` (cause -> largest share of the window, %), ``max_step_ms``
+    (the slowest rank's median step). ``baseline`` (a :class:`~gpuprof.Report` or the path
+    of a saved JSON report) adds one check for compute, each cause and the step time:
+    a share may worsen by ``tolerance_pct`` percentage points, the step time grow by
+    ``step_tolerance_pct`` %. A check that cannot be measured (no steps) fails.
+
+    The gate failed when any ``result.passed`` is false. Raises ``ValueError`` when there
+    is nothing to check.
+    """
+    from gpuprof import gate
+
+    if not isinstance(report, Report):
+        raise TypeError(f"report: expected a gpuprof.Report (from gpuprof.analyze or gpuprof.load_report), got {type(report).__name__}")
+    limits = gate.Thresholds(
+        min_compute_pct=None if min_compute_pct is None else _pct_arg("min_compute_pct", min_compute_pct),
+        max_lost_pct=_cause_limits(max_lost_pct or {}),
+        max_step_ms=None if max_step_ms is None else _pct_arg("max_step_ms", max_step_ms, upper=None),
+    )
+    tol = _pct_arg("tolerance_pct", tolerance_pct)
+    step_tol = _pct_arg("step_tolerance_pct", step_tolerance_pct, upper=None)
+    if limits.empty and baseline is None:
+        raise ValueError("nothing to check: give min_compute_pct, max_lost_pct, max_step_ms or a baseline")
+    base = baseline if isinstance(baseline, Report) or baseline is None else load_report(baseline)
+    results = gate.check_thresholds(report, limits)
+    if base is not None:
+        results += gate.check_baseline(report, base, tol, step_tol)
+    return results
