@@ -1,5 +1,8 @@
 """The HTML report in a real browser (headless Chromium): it renders, logs nothing to the
-console, and a trace string full of markup shows as text and never runs.
+console, and a trace string full of markup shows as text and never runs. A multi-rank, a
+pipeline and a ``gpuprof run`` session report are opened at 700 and 1280 px: every chart
+has a size, nothing makes the page scroll sideways, and a screenshot is taken of each
+(kept in ``$GPUPROF_SCREENSHOTS`` when set, e.g. as CI artifacts).
 
 Skips where Chromium is not installed (``apt-get install chromium``; CI's .ci/run installs it).
 A control page with the same payload left unescaped proves the detectors would notice.
@@ -8,6 +11,9 @@ A control page with the same payload left unescaped proves the detectors would n
 from __future__ import annotations
 
 import dataclasses
+import json
+import os
+import shutil
 import subprocess
 from collections.abc import Callable
 from html.parser import HTMLParser
@@ -141,3 +147,110 @@ def test_real_trace_report_in_browser(browse: Callable[[str], tuple[_Dom, list[s
     assert "lost: dataloader" in text
     for r in rep.recommendations:
         assert r.title in text
+
+
+# --- the three kinds of report, at two window widths -----------------------------------------
+
+WIDTHS = (700, 1280)
+SHOT_HEIGHT = 8000  # tall enough for the whole page; layout does not depend on the height
+NONCE = "gpuprof-measure"
+# Runs after load in a copy of the page whose CSP admits this one script: what a person at
+# this width would see, measured by the browser's own layout.
+MEASURE = """addEventListener('load', () => {
+  const hidden = el => !!el.closest('details:not([open])');
+  const charts = [...document.querySelectorAll('svg')].filter(s => !hidden(s)).map(s => {
+    const r = s.getBoundingClientRect();
+    return {label: s.getAttribute('aria-label') || s.getAttribute('class') || '', w: r.width, h: r.height};
+  });
+  // Boxes past the window's edge, and boxes whose content spills out of them (text wider
+  // than its card): both end in sideways scrolling or text over its neighbours.
+  const wide = [...document.body.querySelectorAll('*')]
+    .filter(el => !hidden(el) && !el.closest('.scroll') && !el.closest('svg'))
+    .filter(el => el.getBoundingClientRect().right > innerWidth + 0.5
+                  || (el.scrollWidth > el.clientWidth + 1 && el.clientWidth > 0 && getComputedStyle(el).overflowX === 'visible'))
+    .map(el => el.tagName.toLowerCase() + '.' + (el.getAttribute('class') || '') + ': ' + (el.textContent || '').slice(0, 40));
+  document.body.setAttribute('data-measure', JSON.stringify({
+    innerWidth, scrollWidth: document.documentElement.scrollWidth, charts, wide: wide.slice(0, 10)}));
+});"""
+
+
+def _measure_copy(page: str) -> str:
+    """The page with one measuring script admitted by a nonce; any other script stays blocked
+    (and would be logged as a console error)."""
+    assert "script-src 'none'" in page
+    page = page.replace("script-src 'none'", f"script-src 'nonce-{NONCE}'")
+    return page.replace("</body>", f'<script nonce="{NONCE}">{MEASURE}</script></body>')
+
+
+def _open_at(page: Path, width: int, shot: Path, profile: Path) -> subprocess.Popen[str]:
+    cmd = [
+        str(CHROMIUM), "--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking",
+        "--disable-component-update", "--disable-sync", "--no-first-run", "--disable-extensions", "--hide-scrollbars",
+        f"--user-data-dir={profile}", "--enable-logging=stderr", "--v=0", "--virtual-time-budget=3000",
+        f"--window-size={width},{SHOT_HEIGHT}", f"--screenshot={shot}", "--dump-dom", page.resolve().as_uri(),
+    ]  # fmt: skip
+    return subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+
+
+class _Body(HTMLParser):
+    def __init__(self) -> None:
+        super().__init__()
+        self.measure: str | None = None
+
+    def handle_starttag(self, tag: str, attrs: list[tuple[str, str | None]]) -> None:
+        if tag == "body":
+            self.measure = dict(attrs).get("data-measure")
+
+
+def _simulated_reports(tmp: Path) -> dict[str, Any]:
+    """A multi-rank job, a pipeline and a ``gpuprof run`` session, as their users would
+    render them: simulated, analyzed, then the HTML report."""
+    from gpuprof.cli.run import session_report
+    from gpuprof.pipeline import analyze_paths
+    from gpuprof.simulate import generate
+
+    out: dict[str, Any] = {}
+    for name, scenario, knobs in (
+        ("multi-rank", "straggler", {}),
+        ("pipeline", "pipeline", {"stages": 4, "microbatches": 8}),
+        ("session", "rl_post_training", {}),
+    ):
+        path = generate(scenario, tmp / name, seed=0, whatifs=False, **knobs)
+        out[name] = session_report(path) if name == "session" else analyze_paths([path])
+    return out
+
+
+def test_three_kinds_of_report_at_two_widths(tmp_path: Path) -> None:
+    reports = _simulated_reports(tmp_path / "sim")
+    keep = os.environ.get("GPUPROF_SCREENSHOTS")  # a folder to keep the screenshots in (CI artifacts)
+    for name, rep in reports.items():
+        page = render(rep, "html")
+        if name == "session":
+            assert "GPUs over the run" in page and rep.extra.get("samples")
+        if name == "pipeline":
+            assert "stage 3 · rank 3" in page
+        path = tmp_path / f"{name}.html"
+        path.write_text(_measure_copy(page), encoding="utf-8")
+        runs = {
+            w: (_open_at(path, w, tmp_path / f"{name}-{w}.png", tmp_path / f"profile-{name}-{w}"), tmp_path / f"{name}-{w}.png")
+            for w in WIDTHS
+        }
+        for width, (proc, shot) in runs.items():
+            stdout, stderr = proc.communicate(timeout=120)
+            assert proc.returncode == 0, stderr[-2000:]
+            console = [line for line in stderr.splitlines() if ":CONSOLE" in line or "Uncaught" in line]
+            assert console == [], (name, width, console)
+            body = _Body()
+            body.feed(stdout)
+            assert body.measure is not None, f"{name} at {width} px: the measuring script did not run"
+            m = json.loads(body.measure)
+            assert m["innerWidth"] == width
+            assert m["scrollWidth"] <= width, (name, width, m["wide"])  # no sideways scrolling
+            assert m["wide"] == [], (name, width)
+            assert len(m["charts"]) >= 10, (name, width)  # timeline, steps, bars, axes...
+            empty = [c for c in m["charts"] if c["w"] < 1 or c["h"] < 1]
+            assert empty == [], (name, width, empty)
+            assert shot.stat().st_size > 10_000  # a real picture, not a blank page
+            if keep:
+                Path(keep).mkdir(parents=True, exist_ok=True)
+                shutil.copy(shot, Path(keep) / shot.name)

@@ -45,9 +45,12 @@ def test_timeline_lanes_place_each_kind_on_the_common_clock() -> None:
     assert (0.0, 60.0, "rank 0 · compute: 600 µs at 0 µs") in rects
     assert (60.0, 40.0, "rank 0 · straggler: 400 µs at 600 µs") in rects
     assert (0.0, 100.0, "rank 1 · compute: 1.0 ms at 0 µs") in rects
-    # The slowest rank is tagged, the critical path drawn above its lane and explained.
+    # The slowest rank is tagged, the critical path outlined on its lane (only) and explained.
     assert html.count('class="tag">slowest') == 1 and html.count('class="tag crit">critical') == 1
-    assert re.search(r'<rect x="0.000%" width="100.000%" y="0" height="3" fill="#000000"><title>critical path', html)
+    lane1 = html.split('aria-label="rank 1"')[1].split("</svg>")[0]
+    assert re.search(r'<rect x="0.000%" width="100.000%" y="3" height="18" fill="none" stroke="#000000" '
+                     r'stroke-width="2" class="crit"><title>critical path', lane1)  # fmt: skip
+    assert html.count('class="crit"><title>critical path') == 1
     assert "the rank that waited least in this step stands in for it" in html
     assert "step 3" in html
 

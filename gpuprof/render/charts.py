@@ -163,8 +163,12 @@ def timeline_chart(data: Any) -> str:
                 f'<rect x="{_p(x)}" width="{_p(w)}" y="5" height="14" fill="{fg.CAUSE_COLORS[kind]}"><title>{e(tip)}</title></rect>'
             )
         for a, b in crit_by_rank.get(lane.rank, []):
+            # An outline around the critical part of this lane (drawn over its segments).
             x, w = 100.0 * (a - lo) / span, 100.0 * (b - a) / span
-            parts.append(f'<rect x="{_p(x)}" width="{_p(w)}" y="0" height="3" fill="{CRITICAL_COLOR}"><title>critical path</title></rect>')
+            parts.append(
+                f'<rect x="{_p(x)}" width="{_p(w)}" y="3" height="18" fill="none" stroke="{CRITICAL_COLOR}" '
+                f'stroke-width="2" class="crit"><title>critical path</title></rect>'
+            )
         label = f"stage {lane.stage} · rank {lane.rank}" if lane.stage is not None else f"rank {lane.rank}"
         tags = []
         if lane.rank == marks["slowest_rank"] and len(lanes) > 1:
@@ -173,7 +177,7 @@ def timeline_chart(data: Any) -> str:
             tags.append('<b class="tag crit">critical</b>')
         rows.append(
             f'<span class="l">{e(label)}{"".join(tags)}</span>'
-            f'<svg width="100%" height="20" role="img" aria-label="{e(label)}">{"".join(parts)}</svg>'
+            f'<svg width="100%" height="24" role="img" aria-label="{e(label)}">{"".join(parts)}</svg>'
             f'<span class="v">{e(fg.fmt_duration(lane.end_us - lane.start_us))}</span>'
         )
     ticks = nice_ticks(0.0, span)
@@ -201,8 +205,10 @@ def _segments_of(r: RankReport) -> list[tuple[str, float]]:
 
 
 def per_step_us(r: RankReport) -> float:
-    """The rank's window per profiled step (the whole window without step markers)."""
-    return r.window_us / r.steps if r.steps > 0 else r.window_us
+    """The rank's step time as the tables show it (the median step), else its window per
+    profiled step, else the whole window (no step markers)."""
+    step = fg.step_time_us(r)
+    return step if step is not None else r.window_us
 
 
 def rank_bars(ranks: Sequence[RankReport], absolute: bool) -> str:
@@ -223,7 +229,7 @@ def rank_bars(ranks: Sequence[RankReport], absolute: bool) -> str:
             if us <= 0 or r.window_us <= 0:
                 continue
             w = full * us / r.window_us
-            amount = fg.fmt_duration(us / r.steps if absolute and r.steps > 0 else us)
+            amount = fg.fmt_duration(total * us / r.window_us if absolute else us)
             tip = f"rank {r.rank} · {kind}: {amount}{' per step' if absolute and r.steps > 0 else ''} ({fg.fmt_pct(fg.pct(us, r.window_us))})"
             parts.append(f'<rect x="{_p(x)}" width="{_p(w)}" y="2" height="14" fill="{fg.CAUSE_COLORS[kind]}"><title>{e(tip)}</title></rect>')
             x += w
@@ -379,6 +385,13 @@ def utilization_chart(points: Sequence[fg.UtilPoint]) -> str:
             yv = 100.0 - min(max(p.util_pct, 0.0), 100.0)
             x0 = 1000.0 * (p.t_s - t_lo) / span
             x1 = 1000.0 * (ends[(gpu, i)] - t_lo) / span
+            if run and i > 0:
+                prev_end = ends[(gpu, i - 1)]
+                if p.t_s - prev_end > (prev_end - pts[i - 1].t_s) * 1.01 + 1e-9:
+                    lines.append(_polyline(run, color, gpu))  # more than one bin without a sample: a gap
+                    run = []
+                elif p.t_s > prev_end:
+                    run.append(f"{x0:.2f},{run[-1].split(',')[1]}")  # one empty bin: hold the level
             run += [f"{x0:.2f},{yv:.2f}", f"{x1:.2f},{yv:.2f}"]
         if run:
             lines.append(_polyline(run, color, gpu))

@@ -29,6 +29,7 @@ TITLES: Mapping[str, str] = {
     "pipeline": "Pipeline schedule",
     "barrier_waits": "Waits at barriers",
     "collective_bandwidth": "Collective bandwidth per rank",
+    "whatif": "What-if replay of the whole job",
 }
 
 
@@ -59,6 +60,12 @@ def humanize(key: str) -> str:
     words = str(key).split("_")
     kept = [w for i, w in enumerate(words) if i == 0 or w not in _UNIT_WORDS]
     return " ".join(w for w in kept if w) or str(key)
+
+
+def _has_unit(key: str) -> bool:
+    """Whether a key names its unit, so that its value can be formatted by it."""
+    k = str(key)
+    return k.endswith(("_us", "_s", "_pct", "_bytes", "_gbps")) or "fraction" in k or "_us_" in k or "_pct_" in k
 
 
 def _ids(m: Mapping[str, Any]) -> bool:
@@ -148,7 +155,10 @@ def tables_of(value: Any, name: str = "", depth: int = 0) -> list[Table]:
         flat = [(k, v) for k, v in value.items() if not _is_record(v) and not _is_record_list(v)]
         nested = [(k, v) for k, v in value.items() if _is_record(v) or _is_record_list(v)]
         out: list[Table] = []
-        if flat and value and _ids(value) and name:
+        if flat and name and _has_unit(name) and not any(_has_unit(str(k)) for k, _ in flat) and not _ids(value):
+            # {"no_dataloader": 0.11} under savings_pct: named rows in the parent's unit.
+            out.append(Table(("", humanize(name)), tuple((humanize(str(k)), fmt_value(name, v)) for k, v in flat)))
+        elif flat and value and _ids(value) and name:
             # {"0": 1.5, "1": 2.0} under clock_offsets_us: one row per rank, in the parent's unit.
             rows = tuple((str(k), fmt_value(name, v)) for k, v in flat[:MAX_ROWS])
             more = f"{len(flat) - MAX_ROWS} more rows in the JSON report" if len(flat) > MAX_ROWS else None
@@ -287,7 +297,44 @@ def _bandwidth(v: Any) -> list[str]:
     return [text + "."]
 
 
+def _whatif(v: Any) -> list[str]:
+    if not isinstance(v, Mapping):
+        return []
+    out = []
+    measured, replayed = _num(v.get("measured_step_us")), _num(v.get("replayed_step_us"))
+    err = _num(v.get("model_error_pct"))
+    if measured is not None and replayed is not None:
+        text = f"Replaying the job's dependencies gives a step of {fg.fmt_duration(replayed)} against {fg.fmt_duration(measured)} measured"
+        out.append(text + (f" (model error {err:+.1f}%)." if err is not None else "."))
+    savings = v.get("savings_pct")
+    if isinstance(savings, Mapping):
+        best = sorted(((k, x) for k, x in ((str(k), _num(x)) for k, x in savings.items()) if x and x >= 0.5), key=lambda kv: -kv[1])
+        if best:
+            out.append("Largest single savings in the replay: " + ", ".join(f"{humanize(k)} {x:.1f}%" for k, x in best[:3]) + ".")
+        elif savings:
+            out.append("No single what-if in the replay saves 0.5% of the step or more.")
+    return out
+
+
+def _whatif_tables(v: Any) -> list[Table] | None:
+    """One row per what-if (its step and its saving) instead of two parallel tables."""
+    if not isinstance(v, Mapping):
+        return None
+    steps, savings = v.get("step_us"), v.get("savings_pct")
+    if not isinstance(steps, Mapping) or not isinstance(savings, Mapping):
+        return None
+    names = list(dict.fromkeys([*savings, *steps]))
+    names.sort(key=lambda k: -(_num(savings.get(k)) or 0.0))
+    rows = tuple((humanize(str(k)), fmt_value("step_us", steps.get(k)), fmt_value("savings_pct", savings.get(k))) for k in names)
+    rest = {k: x for k, x in v.items() if k not in ("step_us", "savings_pct")}
+    return tables_of(rest, "whatif") + [Table(("what-if", "step", "saves"), rows[:MAX_ROWS])]
+
+
+CUSTOM_TABLES = {"whatif": _whatif_tables}
+
+
 SENTENCES = {
+    "whatif": _whatif,
     "collective_bandwidth": _bandwidth,
     "stragglers": _stragglers,
     "straggler_analysis": _arrivals,
@@ -313,7 +360,8 @@ def job_blocks(job: Any) -> list[Block]:
         if not isinstance(value, (Mapping, list)):
             continue
         sentences = tuple(SENTENCES[key](value)) if key in SENTENCES else ()
-        tables = () if (isinstance(value, list) and not value) else tuple(tables_of(value, key))
+        custom = CUSTOM_TABLES[key](value) if key in CUSTOM_TABLES else None
+        tables = () if (isinstance(value, list) and not value) else tuple(custom if custom is not None else tables_of(value, key))
         if not sentences and not tables:
             continue
         out.append(Block(key, TITLES.get(key, humanize(key).capitalize()), sentences, tables))

@@ -34,7 +34,7 @@ h3 { font-size: 15px; margin: 18px 0 4px; }
 .muted { color: var(--muted); } .small { font-size: 12px; margin: 4px 0 0; } .inputs { font-size: 12px; }
 .cards { display: flex; flex-wrap: wrap; gap: 12px; margin: 16px 0; }
 .card { background: var(--card); border: 1px solid var(--line); border-radius: 8px; padding: 10px 14px; min-width: 140px; flex: 1 1 140px; }
-.card .v { font-size: 20px; font-weight: 600; } .card .k { color: var(--muted); font-size: 12px; }
+.card .v { font-size: 20px; font-weight: 600; overflow-wrap: anywhere; } .card .k { color: var(--muted); font-size: 12px; }
 ol.recs > li { margin: 0 0 12px; } .badge { display: inline-block; border-radius: 10px; padding: 0 8px;
        font-size: 12px; margin-left: 6px; } .save { font-weight: 600; }
 details > summary { cursor: pointer; color: var(--muted); }
@@ -45,7 +45,7 @@ th:first-child, td:first-child { text-align: left; }
 .scroll { overflow-x: auto; max-width: 100%; }
 .legend { margin: 4px 0 6px; } .legend span { display: inline-block; margin-right: 14px; font-size: 12px; white-space: nowrap; }
 .legend i { display: inline-block; width: 10px; height: 10px; margin-right: 4px; border-radius: 2px; vertical-align: -1px; }
-.legend i.crit { height: 3px; width: 14px; background: #000; vertical-align: 2px; border-radius: 0; }
+.legend i.crit { width: 14px; background: transparent; border: 2px solid #000; border-radius: 0; }
 .legend i.dotkey { border-radius: 50%; background: #0072B2; opacity: .7; }
 .legend i.ringkey { border-radius: 50%; background: transparent; border: 2px solid #D55E00; }
 .legend i.linekey { height: 2px; width: 14px; background: #5f6368; vertical-align: 3px; border-radius: 0; }
@@ -84,13 +84,14 @@ def _safe_json(data: object) -> str:
 def _cards(report: Report) -> str:
     s = fg.job_shares(report)
     top = max(CAUSES, key=lambda c: s.lost_us[c])
-    top_txt = f"{top.value} {fg.fmt_pct(s.lost_pct[top])}" if s.lost_us[top] > 0 else "none"
     step = fg.job_step_time_us(report)
     cards = [
         ("compute share", fg.fmt_pct(s.compute_pct)),
         ("step time (slowest rank)", fg.fmt_duration(step) if step is not None else fg.NA),
         ("ranks", str(len(report.ranks))),
-        ("largest lost cause", top_txt),
+        (f"lost to {top.value}, the largest cause", fg.fmt_pct(s.lost_pct[top]))
+        if s.lost_us[top] > 0
+        else ("lost time", "none"),
     ]
     body = "".join(f'<div class="card"><div class="v">{e(v)}</div><div class="k">{e(k)}</div></div>' for k, v in cards)
     return f'<div class="cards">{body}</div>'
@@ -133,7 +134,9 @@ def _recommendations(report: Report) -> str:
             f"<li><strong>{e(rec.title)}</strong>"
             f'<span class="badge" style="background:{color};color:{fg.text_color_on(color)}">{e(rec.category.value)}</span> '
             f'<span class="save">saves ~{rec.estimated_savings_pct:.1f}% of step time</span> '
-            f'<span class="muted">ranks {e(ranks)} &middot; {e(rec.id)}</span>{details}</li>'
+            f'<span class="muted">ranks {e(ranks)} &middot; {e(rec.id)}'
+            + (f" &middot; replayed as {e(rec.whatif)}" if rec.whatif else "")
+            + f"</span>{details}</li>"
         )
     return "<h2>What to change</h2><ol class=\"recs\">" + "".join(items) + "</ol>"
 
@@ -169,7 +172,11 @@ def _rank_bars_section(report: Report) -> str:
     shown = [r for r in shown if fg.has_data(r)]
     if not shown:
         return ""
-    kinds = [k for k in ch.KINDS if any((r.compute_us if k == "compute" else float(r.lost_us.get(Cause(k), 0.0))) > 0 for r in shown)]
+    # Kinds with a visible segment somewhere (at least 0.05 % of a window).
+    kinds = [
+        k for k in ch.KINDS
+        if any((r.compute_us if k == "compute" else float(r.lost_us.get(Cause(k), 0.0))) >= 5e-4 * r.window_us for r in shown)
+    ]  # fmt: skip
     out = "<h2>Where each rank's time went</h2>" + ch.legend(kinds)
     out += '<div class="two">' + ch.rank_bars(shown, absolute=True) + ch.rank_bars(shown, absolute=False) + "</div>"
     if note:
