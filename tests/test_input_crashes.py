@@ -1,7 +1,9 @@
-"""Inputs that used to end in a traceback: each one now analyzes, or exits 2 with one line."""
+"""Inputs that used to end in a traceback or a broken report: each one now analyzes, or
+exits 2 with one line."""
 
 from __future__ import annotations
 
+import json
 from typing import Any
 
 from clirun import run_cli
@@ -58,3 +60,22 @@ def test_a_timeline_whose_ops_all_last_zero_is_analyzed(write_trace: Any) -> Non
     assert result.traceback is None, result.traceback
     assert result.code == 0, result.stderr
     assert '"modelled_bubble_fraction"' not in result.stdout
+
+
+def test_a_step_that_ends_after_the_last_one_keeps_the_partition(write_trace: Any) -> None:
+    # Non-consecutive steps end at their last op; one op of step 2 with a damaged timestamp
+    # made step 2 outlast step 14, and the window's bounds (first start, last step's end)
+    # no longer held its spans: window_us 4,981,220 us against 23,440 us of compute + lost.
+    events = pipeline_timeline(steps=4)
+    for e in events:
+        if e["ph"] == "X" and e["args"]["step"] >= 3:
+            e["args"]["step"] += 10
+    far = next(e for e in events if e["ph"] == "X" and e["tid"] == 30 and e["args"]["step"] == 2)
+    far["ts"] = 5_000_000.0
+    result = run_cli("analyze", str(write_trace("timeline.json", events)), "--format", "json")
+    assert result.code == 0, result.stderr
+    ranks = json.loads(result.stdout)["ranks"]
+    assert len(ranks) == 4
+    for r in ranks:
+        assert abs(r["compute_us"] + sum(r["lost_us"].values()) - r["window_us"]) <= 1e-3 * r["window_us"], r
+    assert max(r["window_us"] for r in ranks) > 4_000_000  # the damaged step is in the window, as the trace says

@@ -316,7 +316,9 @@ def select_window(
                 trace.source,
             )
         spans = None if aligned else step_spans(chosen, reader_ends_steps=trace.fmt == "timeline")
-        return Window(chosen[0].start_us, chosen[-1].end_us, chosen, note, aligned, spans)
+        # Steps are sorted by start; one may end after the last (a damaged timestamp): the
+        # outer bounds hold every step, so that compute and lost still partition the window.
+        return Window(chosen[0].start_us, max(s.end_us for s in chosen), chosen, note, aligned, spans)
     if selection.first is not None or selection.last is not None:
         what = "no complete step" if trace.steps else "no step markers"
         raise GpuprofError(f"--steps: rank {trace.rank} has {what} to select", trace.source)
