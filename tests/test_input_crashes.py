@@ -6,6 +6,8 @@ from __future__ import annotations
 import json
 from typing import Any
 
+import pytest
+
 from clirun import run_cli
 
 
@@ -79,3 +81,16 @@ def test_a_step_that_ends_after_the_last_one_keeps_the_partition(write_trace: An
     for r in ranks:
         assert abs(r["compute_us"] + sum(r["lost_us"].values()) - r["window_us"]) <= 1e-3 * r["window_us"], r
     assert max(r["window_us"] for r in ranks) > 4_000_000  # the damaged step is in the window, as the trace says
+
+
+@pytest.mark.parametrize("pg_config", [1.5, 7, True, "abc", {"pg_name": "0"}])
+def test_a_pg_config_that_is_not_a_list_is_no_process_groups(write_trace: Any, kineto: Any, event: Any, pg_config: Any) -> None:
+    events = [
+        event("kernel", "sm90_xmma_gemm_bf16", 0, 500, pid=0, tid=7, stream=7),
+        event("kernel", "sm90_xmma_gemm_bf16", 600, 500, pid=0, tid=7, stream=7),
+    ]
+    doc = kineto(events, rank=0, world_size=2)
+    doc["distributedInfo"]["pg_config"] = pg_config
+    result = run_cli("analyze", str(write_trace("rank0.json", doc)), "--format", "json")
+    assert result.traceback is None, result.traceback
+    assert result.code == 0, result.stderr

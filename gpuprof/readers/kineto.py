@@ -212,7 +212,8 @@ def _read_distributed(info: Any, facts: KinetoFacts) -> None:
     facts.rank = _said_int(info, "rank", facts)
     facts.world_size = _said_int(info, "world_size", facts)
     groups: list[ProcessGroup] = []
-    for pg in info.get("pg_config") or ():
+    configs = info.get("pg_config")
+    for pg in configs if isinstance(configs, list) else ():  # a number or a string: no groups
         if not isinstance(pg, dict):
             continue
         ranks = pg.get("ranks")
