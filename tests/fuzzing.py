@@ -12,9 +12,9 @@ is reproduced with ``python tests/fuzzing.py --seed s --only i --keep DIR`` (whi
 input to DIR and prints the command and its output).
 
 Each case runs in a forked child of this process (gpuprof is imported once, before the
-fork): a hang is killed at the per-case timeout, a crash cannot take the harness down, and
-the child's peak memory (``ru_maxrss``, which includes the harness it was forked from) is
-measured by the kernel.
+fork): a hang is stopped at the per-case limit (CPU time, or ten times as long blocked), a
+crash cannot take the harness down, and the child's peak memory (``ru_maxrss``, which
+includes the harness it was forked from) and CPU time are measured by the kernel.
 """
 
 from __future__ import annotations
@@ -379,7 +379,7 @@ class Outcome:
     traceback: str | None = None
     problem: str | None = None  # why this case breaks the contract; None when it holds
     warning: bool = False  # a Python warning leaked to stderr
-    seconds: float = 0.0
+    seconds: float = 0.0  # CPU time of the case process (building the case included)
     maxrss_kb: int = 0
 
 
@@ -440,26 +440,39 @@ def _argv(case: Case, paths: list[Path], work: Path) -> list[str]:
     return ["analyze", *map(str, paths), "--format", "json"]
 
 
+# A case is a hang when it uses ``timeout_s`` of CPU time, or sits blocked for this many
+# times as long in wall time: on a shared, loaded machine a case may wait far longer for a
+# CPU than it computes, and that is no hang.
+WALL_FACTOR = 10
+_CPU_EXCEEDED, _WALL_EXCEEDED = 71, 72
+
+
 class _Timeout(BaseException):
-    """Raised in the child by SIGALRM; a BaseException so no handler in gpuprof eats it."""
+    """Raised in the child by its timers; a BaseException so no handler in gpuprof eats it."""
+
+    def __init__(self, code: int) -> None:
+        self.code = code
 
 
-def _alarm(signum: int, frame: object) -> None:
-    raise _Timeout()
+def _on_timer(signum: int, frame: object) -> None:
+    raise _Timeout(_CPU_EXCEEDED if signum == signal.SIGPROF else _WALL_EXCEEDED)
 
 
 def _child(seed: int, index: int, all_sources: Sequence[Source], timeout_s: float, max_events: int, work: Path) -> int:
     """In the forked child: build the case, run it, write the outcome as JSON."""
-    signal.signal(signal.SIGALRM, _alarm)
-    signal.setitimer(signal.ITIMER_REAL, timeout_s)
+    signal.signal(signal.SIGPROF, _on_timer)
+    signal.signal(signal.SIGALRM, _on_timer)
+    signal.setitimer(signal.ITIMER_PROF, timeout_s)  # CPU time of this process
+    signal.setitimer(signal.ITIMER_REAL, timeout_s * WALL_FACTOR)
     try:
         case, paths = build_case(seed, index, all_sources, work, max_events)
         t0 = time.monotonic()
         result = run_cli(*_argv(case, paths, work))
+        signal.setitimer(signal.ITIMER_PROF, 0)
         signal.setitimer(signal.ITIMER_REAL, 0)
         outcome = judge(case, result, time.monotonic() - t0)
-    except _Timeout:
-        return 71
+    except _Timeout as exc:
+        return exc.code
     (work / "outcome.json").write_text(json.dumps(dataclasses.asdict(outcome)))
     return 0
 
@@ -484,7 +497,9 @@ def run_case(
             code = _child(seed, index, all_sources, timeout_s, max_events, work)
         finally:
             os._exit(code)  # no atexit handlers, no pytest teardown in the child
-    deadline = started + timeout_s + 10  # the alarm cannot interrupt C code: kill then
+    # The timers cannot interrupt a long call into C code: kill it then.
+    deadline = started + timeout_s * WALL_FACTOR + 30
+    killed = False
     while True:
         wpid, status, rusage = os.wait4(pid, os.WNOHANG)
         if wpid:
@@ -492,22 +507,27 @@ def run_case(
         if time.monotonic() > deadline:
             os.kill(pid, signal.SIGKILL)
             _, status, rusage = os.wait4(pid, 0)
+            killed = True
             break
         time.sleep(0.005)
-    elapsed = time.monotonic() - started
+    cpu_s = rusage.ru_utime + rusage.ru_stime
     result = work / "outcome.json"
     if result.is_file():
         data = json.loads(result.read_text())
         outcome = Outcome(case=Case(**data.pop("case")), **data)
     else:
         case, _ = build_case(seed, index, all_sources, work / "again", max_events)
-        if os.WIFEXITED(status) and os.WEXITSTATUS(status) == 71 or elapsed >= timeout_s:
-            why = f"hang: no result in {timeout_s:.0f} s"
+        code = os.WEXITSTATUS(status) if os.WIFEXITED(status) else None
+        if code == _CPU_EXCEEDED:
+            why = f"hang: {timeout_s:.0f} s of CPU without a result"
+        elif code == _WALL_EXCEEDED or killed:
+            why = f"hang: blocked {time.monotonic() - started:.0f} s without a result ({cpu_s:.1f} s of CPU)"
         elif os.WIFSIGNALED(status):
             why = f"crash: killed by signal {os.WTERMSIG(status)}"
         else:
-            why = f"crash: harness child exit {os.WEXITSTATUS(status)}"
-        outcome = Outcome(case, None, problem=why, seconds=elapsed)
+            why = f"crash: harness child exit {code}"
+        outcome = Outcome(case, None, problem=why)
+    outcome.seconds = cpu_s
     outcome.maxrss_kb = rusage.ru_maxrss
     if keep is not None and outcome.problem:
         _keep(keep, work, outcome)
@@ -519,8 +539,10 @@ def _keep(keep: Path, work: Path, o: Outcome) -> None:
     dest = keep / f"seed{o.case.seed}-case{o.case.index}"
     shutil.rmtree(dest, ignore_errors=True)
     dest.mkdir(parents=True)
-    if (work / "job").exists():
-        shutil.copytree(work / "job", dest / "job")
+    for job in (work / "job", work / "again" / "job"):  # the child's, or rebuilt after a hang
+        if job.is_dir() and any(job.iterdir()):
+            shutil.copytree(job, dest / "job")
+            break
     (dest / "outcome.txt").write_text(
         f"{o.case.describe()}\nproblem: {o.problem}\nexit: {o.code}\n--- stderr\n{o.stderr}\n--- traceback\n{o.traceback or ''}\n"
     )
@@ -584,7 +606,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     ap.add_argument("--cases", type=int, default=1000, help="number of cases (0 .. N-1)")
     ap.add_argument("--start", type=int, default=0, help="first case index")
     ap.add_argument("--only", type=int, help="run this one case, show its command and output")
-    ap.add_argument("--timeout", type=float, default=60.0, help="seconds per case before it counts as a hang")
+    ap.add_argument("--timeout", type=float, default=60.0, help=f"CPU seconds per case (or {WALL_FACTOR} times as long blocked) before it counts as a hang")
     ap.add_argument("--max-events", type=int, default=DEFAULT_MAX_EVENTS, help="events kept per mutated trace (0: all)")
     ap.add_argument("--keep", type=Path, help="write each failing case's input and output here")
     ap.add_argument("--no-shared", action="store_true", help="sample traces only")
@@ -610,7 +632,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     for line, n in f.tracebacks.most_common():
         print(f"  {n:5d}  {line}")
     print(f"python warnings leaked to stderr: {f.warnings}")
-    print(f"slowest case: {f.max_case_s:.2f} s ({f.slowest}); wall time {f.elapsed_s:.0f} s")
+    print(f"slowest case: {f.max_case_s:.2f} s of CPU ({f.slowest}); wall time {f.elapsed_s:.0f} s")
     print(f"peak memory of a case process (ru_maxrss): {f.max_rss_kb / 1024:.0f} MiB (the harness it is forked from: {f.harness_rss_kb / 1024:.0f} MiB)")
     for o in f.failures[:40]:
         print(f"FAIL {o.case.describe()} -> {o.problem}")
