@@ -517,15 +517,15 @@ def run_case(
         outcome = Outcome(case=Case(**data.pop("case")), **data)
     else:
         case, _ = build_case(seed, index, all_sources, work / "again", max_events)
-        code = os.WEXITSTATUS(status) if os.WIFEXITED(status) else None
-        if code == _CPU_EXCEEDED:
+        exit_code = os.WEXITSTATUS(status) if os.WIFEXITED(status) else None
+        if exit_code == _CPU_EXCEEDED:
             why = f"hang: {timeout_s:.0f} s of CPU without a result"
-        elif code == _WALL_EXCEEDED or killed:
+        elif exit_code == _WALL_EXCEEDED or killed:
             why = f"hang: blocked {time.monotonic() - started:.0f} s without a result ({cpu_s:.1f} s of CPU)"
         elif os.WIFSIGNALED(status):
             why = f"crash: killed by signal {os.WTERMSIG(status)}"
         else:
-            why = f"crash: harness child exit {code}"
+            why = f"crash: harness child exit {exit_code}"
         outcome = Outcome(case, None, problem=why)
     outcome.seconds = cpu_s
     outcome.maxrss_kb = rusage.ru_maxrss
