@@ -12,6 +12,7 @@ import html
 from gpuprof.model.report import CAUSES, Report
 from gpuprof.render import figures as fg
 from gpuprof.render import register
+from gpuprof.render.findings import job_blocks
 
 TOP_RECOMMENDATIONS = 3  # with evidence; the rest as one line each
 MAX_WARNINGS = 10
@@ -78,6 +79,14 @@ def _ranks(report: Report) -> list[str]:
     return out
 
 
+def _findings(report: Report) -> list[str]:
+    """The cross-rank findings in sentences, folded (their numbers are in the JSON report)."""
+    sentences = [x for b in job_blocks(report.extra.get("job")) for x in b.sentences]
+    if not sentences:
+        return []
+    return ["<details><summary>Across ranks</summary>", ""] + [f"- {md_escape(x)}" for x in sentences] + ["", "</details>", ""]
+
+
 def _samples(report: Report) -> list[str]:
     rows = fg.gpu_rows(report)
     notes = fg.sample_notes(report)
@@ -117,6 +126,7 @@ def render_markdown(report: Report, width: int = 100) -> str:
         lines += _recommendations(report)
         lines += _totals(report)
         lines += _ranks(report)
+        lines += _findings(report)
         lines += _samples(report)
     if report.warnings:
         lines += ["<details><summary>Warnings</summary>", ""]
