@@ -51,6 +51,7 @@ _TRACE_SUFFIXES = (".json", ".json.gz")
 # Files of a ``gpuprof run`` session folder that are not traces.
 _NOT_TRACES = ("session.json", "gpuprof-session.json", "ground_truth.json")  # metadata beside traces
 _NOT_TRACE_PREFIXES = ("samples",)
+_NOT_TRACE_SUFFIXES = (".gpuprof.json",)  # reports gpuprof.torch.trace_handler saves beside traces
 # A file found in a folder whose start does not look like a trace is read while
 # discovering, up to this size, to skip JSON that is not a trace (configs, stamp files,
 # all small). Larger files are taken as traces.
@@ -176,6 +177,8 @@ def is_trace_name(path: Path) -> bool:
     """True for file names a folder scan treats as traces (``*.json``, ``*.json.gz``)."""
     name = path.name
     if name in _NOT_TRACES or name.startswith(_NOT_TRACE_PREFIXES) or name.startswith("."):
+        return False
+    if name.endswith(_NOT_TRACE_SUFFIXES):
         return False
     return name.endswith(_TRACE_SUFFIXES)
 
