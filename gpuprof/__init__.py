@@ -38,7 +38,19 @@ _PUBLIC = {
 }
 _INTEGRATIONS = ("torch", "lightning", "hf")
 
-__all__ = ["__version__", *_PUBLIC]
+# A literal list, for type checkers and linters (a test checks it names exactly _PUBLIC).
+__all__ = [
+    "__version__",
+    "analyze",
+    "check",
+    "load_report",
+    "Report",
+    "RankReport",
+    "Recommendation",
+    "Cause",
+    "CheckResult",
+    "GpuprofError",
+]
 
 if TYPE_CHECKING:  # what type checkers and IDEs see; at run time __getattr__ loads these
     from gpuprof.api import analyze, check, load_report

@@ -52,6 +52,7 @@ def test_all_lists_the_public_api_and_nothing_else() -> None:
          "CheckResult", "GpuprofError"]
     )
     assert dir(gpuprof) == sorted(gpuprof.__all__)
+    assert sorted(gpuprof.__all__) == sorted(["__version__", *gpuprof._PUBLIC])
     for name in gpuprof.__all__:
         assert getattr(gpuprof, name) is not None
     with pytest.raises(AttributeError):
