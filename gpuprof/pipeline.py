@@ -158,7 +158,11 @@ def run_analysis(
         attributions[s.rank] = att
         reports.append(_rank_report(s, att, cross))
     samples = _load_samples(paths)
-    advice = advise_all(AdviceContext(summaries=summaries, reports=reports, cross=cross.findings, samples=samples))
+    advice = advise_all(
+        AdviceContext(
+            summaries=summaries, reports=reports, cross=cross.findings, samples=samples, whatifs=cross.whatifs
+        )
+    )
     # One line per distinct warning text, naming its ranks.
     warnings = skipped + rank_warnings(
         [(s.rank, w) for s in summaries for w in s.warnings + ((s.empty_reason,) if s.empty_reason else ())]
@@ -169,7 +173,20 @@ def run_analysis(
     # What the trace cannot support (see gpuprof.advice): one line each, first (a renderer
     # may show only the first few warnings), and in the JSON.
     warnings[:0] = [h.line for h in advice.held_back]
-    extra: dict[str, Any] = {"job": {k: v for k, v in cross.findings.items() if k != "per_rank"}}
+    job: dict[str, Any] = {k: v for k, v in cross.findings.items() if k != "per_rank"}
+    w = cross.whatifs
+    job["model_error_pct"] = None if w is None else round(w.model_error_pct, 3)
+    job["combined_savings_pct"] = None if advice.combined_savings_pct is None else round(advice.combined_savings_pct, 2)
+    if w is None:
+        if any(s.empty_reason is None and s.window_us > 0 for s in summaries):
+            warnings.append(
+                "no job-level replay could be built (no device work with a known order): savings are closed-form estimates"
+            )
+    elif abs(w.model_error_pct) > 5.0:
+        warnings.append(
+            f"the job's replay misses the measured step time by {w.model_error_pct:+.1f}%: the estimates are rough"
+        )
+    extra: dict[str, Any] = {"job": job}
     if advice.held_back:
         extra["held_back"] = [h.to_dict() for h in advice.held_back]
     if samples is not None and hasattr(samples, "to_dict"):

@@ -184,15 +184,18 @@ def lost_by_cause(trace: RankTrace) -> dict[str, float]:
 
 def advice_context(*traces: RankTrace) -> Any:
     """An AdviceContext for the local advisors: each trace summarized and its local claims
-    attributed, as the pipeline does for a job without cross-rank findings."""
+    attributed, as the pipeline does for a job without cross-rank findings, with the job's
+    what-if replays."""
     from gpuprof.advice import AdviceContext
     from gpuprof.analysis.attribution import attribute
+    from gpuprof.analysis.cross_rank import analyze_job
     from gpuprof.analysis.summarize import summarize
     from gpuprof.model.report import RankReport
 
     summaries, reports = [], []
-    for t in traces:
-        s = summarize(t)
+    done = [summarize(t) for t in traces]
+    cross = analyze_job(done)
+    for s in done:
         att = attribute(s.lost, s.claims)
         summaries.append(s)
         reports.append(
@@ -206,4 +209,4 @@ def advice_context(*traces: RankTrace) -> Any:
                 step_times_us=tuple(x.duration_us for x in s.steps),
             )
         )
-    return AdviceContext(summaries=summaries, reports=reports)
+    return AdviceContext(summaries=summaries, reports=reports, whatifs=cross.whatifs)

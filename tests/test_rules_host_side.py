@@ -95,16 +95,34 @@ def test_sync_drains_the_queue_and_the_relaunch_is_sync() -> None:
 
 
 def test_long_host_work_after_a_sync_is_host() -> None:
-    # Scoring rewards in Python for 2 ms after the sync returned would starve the device
-    # with or without the sync: only the relaunch allowance goes to sync.
+    # Scoring rewards in Python for 2 ms after a 1 ms sync returned: without the sync the
+    # host would have started scoring 995 µs earlier, beside the kernel, so that much of
+    # the gap (plus the relaunch allowance) is the sync's; the rest would starve the device
+    # anyway and is host.
     b = RankBuilder()
     b.kernel(0, 1000, launch_at=-20)
     b.host(10, 1005, "cudaStreamSynchronize", kind=Kind.RUNTIME)
     b.host(1005, 3000, "compute_reward", kind=Kind.ANNOTATION)
     b.kernel(3010, 3100, launch_at=3000)
     got = lost_by_cause(b.build())
-    assert got["sync"] == 1005 + DRAIN_RELAUNCH_US - 1000
-    assert got["host"] == 3010 - 1005 - DRAIN_RELAUNCH_US
+    assert got["sync"] == (1005 - 10) + DRAIN_RELAUNCH_US
+    assert got["host"] == 3010 - 1000 - got["sync"]
+
+
+def test_gap_after_a_sync_goes_to_sync_as_far_as_removing_it_recovers() -> None:
+    # Per layer: a 3 ms kernel, .item() waits for it, then 2 ms of Python before the next
+    # launch. Without the sync the Python overlaps the kernel and the device never idles:
+    # the whole gap is the sync's (the job replay without syncs agrees; see test_replay).
+    b = RankBuilder()
+    t = 0.0
+    for _ in range(4):
+        b.kernel(t + 10, t + 3010, launch_at=t)
+        b.host(t + 6, t + 3015, "aten::item")
+        b.host(t + 3015, t + 5015, "python_work")
+        t += 5015
+    got = lost_by_cause(b.build())
+    assert got["host"] == pytest.approx(0.0, abs=1.0)
+    assert got["sync"] == pytest.approx(got["window"] - got["compute"], abs=1.0)
 
 
 def test_sync_called_on_an_idle_device_claims_only_its_own_duration() -> None:
@@ -125,8 +143,10 @@ def test_dataloader_beats_sync_inside_a_drained_gap() -> None:
     b.kernel(1610, 1700, launch_at=1600)
     got = lost_by_cause(b.build())
     assert got["dataloader"] == 400
-    assert got["sync"] == 100  # 1000..1100; its allowance (to 1205) overlaps the DataLoader
-    assert got["host"] == 110  # 1500..1610
+    # 1000..1100 and 1500..1610: the sync's share reaches its length past the gap's start,
+    # and the DataLoader wait inside it takes precedence.
+    assert got["sync"] == 210
+    assert got["host"] == 0
 
 
 def test_gap_at_window_end_with_no_more_kernels_is_host() -> None:

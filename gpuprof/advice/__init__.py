@@ -35,12 +35,14 @@ from gpuprof.model.report import Cause, RankReport, Recommendation, sort_recomme
 class AdviceContext:
     """Everything an advisor may look at. ``cross`` is the job-level findings dict of the
     cross-rank analysis; ``samples`` the NVML sample findings of a ``gpuprof run`` session
-    (``None`` when the input has no samples)."""
+    (``None`` when the input has no samples); ``whatifs`` the job's what-if replays
+    (:class:`gpuprof.analysis.whatifs.WhatIfResults`, ``None`` when none could be built)."""
 
     summaries: Sequence[RankSummary]
     reports: Sequence[RankReport]
     cross: Mapping[str, Any] = field(default_factory=dict)
     samples: Any = None
+    whatifs: Any = None
 
 
 Advisor = Callable[[AdviceContext], list[Recommendation]]
@@ -164,8 +166,12 @@ class HeldBack:
 
 @dataclass(frozen=True)
 class Advice:
+    """What :func:`advise_all` found: the recommendations, those held back, and the saving
+    of all the recommended fixes at once from one replay (``None``: no replay)."""
+
     recommendations: tuple[Recommendation, ...]
     held_back: tuple[HeldBack, ...] = ()
+    combined_savings_pct: float | None = None
 
 
 def needs_of(rec: Recommendation, made_by: Advisor | None = None) -> frozenset[Evidence]:
@@ -193,7 +199,11 @@ def hold_back(
 
 
 def advise_all(ctx: AdviceContext) -> Advice:
-    """Run every advisor; rank what the trace supports, hold back the rest."""
+    """Run every advisor; rank what the trace supports, hold back the rest, add the general
+    advice for any cause left without a recommendation and say where fixes overlap
+    (:mod:`gpuprof.advice.general`)."""
+    from gpuprof.advice.general import combined_savings_pct, general_advice, note_overlaps
+
     _load()
     made: list[tuple[Recommendation, Advisor]] = []
     for fn in ADVISORS:
@@ -218,8 +228,17 @@ def advise_all(ctx: AdviceContext) -> Advice:
             kept.append(r)
         else:
             held.append(h)
+    # Never silent: a cause holding a fair share of a step with no recommendation gets the
+    # general advice for it (held back in turn when the trace cannot support even that).
+    for r in general_advice(ctx, kept + [h.recommendation for h in held]):
+        h = hold_back(r, needs_of(r), lacks)
+        if h is None:
+            kept.append(r)
+        else:
+            held.append(h)
     held.sort(key=lambda h: (-h.recommendation.estimated_savings_pct, h.recommendation.id))
-    return Advice(sort_recommendations(kept), tuple(held))
+    combined = combined_savings_pct(ctx, kept)
+    return Advice(sort_recommendations(note_overlaps(ctx, kept, combined)), tuple(held), combined)
 
 
 def advise(ctx: AdviceContext) -> tuple[Recommendation, ...]:

@@ -31,6 +31,7 @@ from gpuprof.advice import AdviceContext, advisor
 
 # The pipeline advisors live beside these; importing registers them.
 from gpuprof.advice import pipeline as _pipeline  # noqa: F401
+from gpuprof.advice.replayed import replayed, results
 from gpuprof.advice.savings import cause_savings_pct, job_step_time_us, savings_pct, step_time_us
 from gpuprof.analysis import intervals as iv
 from gpuprof.model.report import Cause, RankReport, Recommendation
@@ -246,7 +247,11 @@ def _rotating_advice(ctx: AdviceContext, reports: Sequence[RankReport]) -> Recom
     if not arrivals.get("rotating"):
         return None
     gain = float(arrivals.get("gain_us_per_step") or 0.0)
-    pct = savings_pct(reports, {r.rank: gain * max(r.steps, 1) for r in reports})
+    # The fix is the same work per rank in every step: each rank's compute in each step at
+    # its peers' median, replayed; the critical-path gain (the last arrival brought to the
+    # next-latest) where the job could not be replayed.
+    got = replayed(ctx, "peer_median_compute")
+    pct = got.pct if got is not None else savings_pct(reports, {r.rank: gain * max(r.steps, 1) for r in reports})
     if pct < MIN_SAVINGS_PCT:
         return None
     counts = {int(r): int(n) for r, n in (arrivals.get("last_counts") or {}).items()}
@@ -265,6 +270,7 @@ def _rotating_advice(ctx: AdviceContext, reports: Sequence[RankReport]) -> Recom
                 f"the last arrival leads the next-latest by {_ms(gain)} per step in total: what evening out "
                 "the work would take off the critical path"
             ),
+            *((got.line,) if got is not None else ()),
             *skew,
             *_one_step_note(reports),
         ),
@@ -276,6 +282,96 @@ def _rotating_advice(ctx: AdviceContext, reports: Sequence[RankReport]) -> Recom
             ),
             "Check for host-side jitter on all ranks alike (garbage collection, logging, page cache).",
         ),
+        whatif=got.name if got is not None else None,
+    )
+
+
+def _slow_rank_advice(ctx: AdviceContext, reports: Sequence[RankReport]) -> Recommendation | None:
+    """Ranks that compute clearly slower than the ranks doing the same work (the same
+    pipeline stage on the other data-parallel replicas, or every rank of a data-parallel
+    job): a slow GPU, clocks, node or heavier data on that rank. The estimate is the
+    ``peer_median_compute`` replay: their compute at their peers' median, the whole job
+    replayed (whoever waited for them, in collectives or the pipeline, waits less)."""
+    w = results(ctx)
+    info = ctx.cross.get("straggler_analysis") or {}
+    if w is None or info.get("incomplete_groups"):
+        # With ranks missing, a slower peer may be among them: no rank is called slow.
+        return None
+    slow = w.model.slow_ranks()
+    got = replayed(ctx, "peer_median_compute")
+    if not slow or got is None or got.pct < MIN_SAVINGS_PCT:
+        return None
+    ranks = sorted(slow)
+    per = ctx.cross.get("per_rank") or {}
+    comp = w.model.compute_us_per_step
+    evidence = []
+    for r in ranks:
+        peers = [q for q in w.model.peers.get(r, ()) if q != r]
+        stage = per.get(r, {}).get("stage")
+        same = f"the other ranks of pipeline stage {stage}" if stage is not None else "the other ranks"
+        evidence.append(
+            f"rank {r} computes {_ms(comp[r])} per step, {slow[r]:.2f}x the median of {same} doing the same work "
+            f"(ranks {_ranks_text(peers)}: {_ms(float(np.median([comp[q] for q in peers])))})"
+        )
+    waited = [rp for rp in reports if rp.rank not in slow and float(rp.lost_us.get(Cause.STRAGGLER, 0.0)) > 0]
+    if waited:
+        share = max(float(rp.lost_us.get(Cause.STRAGGLER, 0.0)) / max(rp.window_us, 1e-9) for rp in waited)
+        evidence.append(
+            f"ranks {_ranks_text([rp.rank for rp in waited])} wait for it in collectives, up to "
+            f"{100 * share:.0f}% of their step"
+        )
+    named = {int(x["rank"]): x for x in ctx.cross.get("stragglers") or []}
+    phase = None
+    for r in ranks:
+        x = named.get(r)
+        if x is None:
+            continue
+        evidence.append(
+            f"the other ranks waited {_ms(float(x['caused_wait_us_per_step']))} per step for rank {r} at the "
+            f"{x['last_arrivals']} collectives it arrived last at"
+        )
+        if x.get("phase"):
+            phase = phase or x["phase"]
+            evidence.append(
+                f"rank {r}'s {x['phase']} takes {float(x['phase_ratio']):.2f}x the median of the others "
+                f"({_ms(float(x['phase_excess_us_per_step']))} more per step)"
+            )
+    stages = {per.get(r, {}).get("stage") for r in ranks} - {None}
+    if stages:
+        evidence.append(
+            "the same stage runs at normal speed on the other data-parallel replicas: the layers are not too many "
+            "for the stage, this rank is slow"
+        )
+    evidence.append(got.line)
+    evidence.extend(_one_step_note(reports, "compute times vary from step to step"))
+    many = len(ranks) > 1
+    return Recommendation(
+        id="straggler-rank",
+        category=Cause.STRAGGLER,
+        title=f"Rank{'s' if many else ''} {_ranks_text(ranks)} compute{'' if many else 's'} "
+        f"{max(slow.values()):.1f}x slower than the ranks doing the same work, and the whole job waits: "
+        "check that GPU and node",
+        estimated_savings_pct=got.pct,
+        ranks=tuple(ranks),
+        evidence=tuple(evidence),
+        actions=tuple(_PHASE_ACTIONS[phase][:1] if phase in _PHASE_ACTIONS and phase is not None else ())
+        + (
+            (
+                "Check the slow rank's GPU: clocks and throttle reasons (nvidia-smi -q -d PERFORMANCE,CLOCK), "
+                "temperature and power cap, ECC/XID errors in dmesg, and that nothing else runs on it "
+                "(nvidia-smi, other processes on that host)."
+            ),
+            (
+                "Check its node: CPU frequency governor and contention, NUMA/PCIe placement of the GPU and NIC "
+                "(nvidia-smi topo -m), and whether it is a different GPU model or driver."
+            ),
+            (
+                "If its batches are heavier (longer sequences, more experts routed to it), balance the work per "
+                "rank: length bucketing or sequence packing, balanced expert or shard placement."
+            ),
+            "Until fixed, exclude or replace the node: the job moves at the pace of its slowest rank.",
+        ),
+        whatif=got.name,
     )
 
 
@@ -287,6 +383,9 @@ def straggler_advice(ctx: AdviceContext) -> list[Recommendation]:
         return []
     wait = {r.rank: float(r.lost_us.get(Cause.STRAGGLER, 0.0)) for r in reports}
     out: list[Recommendation] = []
+    peer = _slow_rank_advice(ctx, reports)
+    if peer is not None:
+        return [peer]
     if stragglers:
         rec = _named_straggler_advice(ctx, reports, stragglers, wait)
         return [rec] if rec is not None else []
@@ -488,7 +587,9 @@ def _overlap_share(ctx: AdviceContext) -> float | None:
     return hidden / total if total > 0 else None
 
 
-def _inference_comm(pct: float, ranks: tuple[int, ...], evidence: list[str]) -> Recommendation:
+def _inference_comm(
+    pct: float, ranks: tuple[int, ...], evidence: list[str], whatif: str | None = None
+) -> Recommendation:
     """Exposed collectives of an inference job: tensor-parallel all-reduces sit on the
     critical path by design (there is no backward to hide them behind)."""
     return Recommendation(
@@ -519,6 +620,7 @@ def _inference_comm(pct: float, ranks: tuple[int, ...], evidence: list[str]) -> 
                 "with NCCL_DEBUG=INFO check that the all-reduce uses NVLink (P2P/NVLS), not SHM or the network."
             ),
         ),
+        whatif=whatif,
     )
 
 
@@ -632,12 +734,17 @@ def slow_collectives_advice(ctx: AdviceContext) -> list[Recommendation]:
     excess = _slow_excess_us(ctx, reports)
     if not excess:
         return []
-    pct = savings_pct(reports, excess)
-    if pct < MIN_SAVINGS_PCT:
-        return []
+    upper = savings_pct(reports, excess)
     bw: Mapping[str, Mapping[str, Any]] = ctx.cross.get("collective_bandwidth") or {}
     info = ctx.cross.get("straggler_analysis") or {}
     absent = bool(info.get("note"))
+    # With every member present, a faster transport is the fix: its what-if is transfers
+    # at twice the bandwidth, replayed; the excess vanishing altogether (link speed) is
+    # the upper end. With ranks missing the time may be waiting: the closed form stays.
+    got = None if absent else replayed(ctx, "double_bandwidth")
+    pct = got.pct if got is not None else upper
+    if pct < MIN_SAVINGS_PCT:
+        return []
     devices = {s.rank: s.device_name for s in ctx.summaries}
     evidence: list[str] = []
     for rank in sorted(excess):
@@ -661,12 +768,19 @@ def slow_collectives_advice(ctx: AdviceContext) -> list[Recommendation]:
             "only part of each process group is in the input: a collective ends when its last member arrives, "
             "so the time beyond the transfer is most likely this rank waiting for the others"
         )
-    evidence.append(
-        "estimate (an upper bound): that excess vanishes, i.e. the late ranks arrive with this one or the "
-        "transport runs at link speed; link peaks are approximate datasheet figures (both directions), and "
-        "collectives are taken to reach 40% of them. Overlap or bucket tuning could at most hide the time at "
-        "link speed"
-    )
+    if got is not None:
+        evidence.append(got.line)
+        evidence.append(
+            f"at link speed (the excess gone altogether) up to {upper:.1f}%: link peaks are approximate datasheet "
+            "figures (both directions), and collectives are taken to reach 40% of them"
+        )
+    else:
+        evidence.append(
+            "estimate (an upper bound): that excess vanishes, i.e. the late ranks arrive with this one or the "
+            "transport runs at link speed; link peaks are approximate datasheet figures (both directions), and "
+            "collectives are taken to reach 40% of them. Overlap or bucket tuning could at most hide the time at "
+            "link speed"
+        )
     evidence.extend(_one_step_note(reports, "collective times vary from step to step"))
     ranks = tuple(sorted(excess)) if not absent else ()
     title = (
@@ -698,6 +812,7 @@ def slow_collectives_advice(ctx: AdviceContext) -> list[Recommendation]:
                     "work, checkpointing, logging) on that rank."
                 ),
             ),
+            whatif=got.name if got is not None else None,
         )
     ]
 
@@ -715,15 +830,22 @@ def communication_advice(ctx: AdviceContext) -> list[Recommendation]:
     # something overlap or bucket tuning removes (see slow_collectives_advice): only the
     # rest counts.
     excess = _slow_excess_us(ctx, reports)
-    pct = savings_pct(reports, {r: 0.5 * max(comm[r] - excess.get(r, 0.0), 0.0) for r in comm})
+    closed = savings_pct(reports, {r: 0.5 * max(comm[r] - excess.get(r, 0.0), 0.0) for r in comm})
+    share = _overlap_share(ctx)
+    info = ctx.cross.get("straggler_analysis") or {}
+    partial = bool(info.get("note")) and not ctx.cross.get("stragglers")
+    # What-if: collectives that run after compute are overlapped; ones already beside
+    # compute but longer than it transfer faster. With ranks missing, part of the time is
+    # waiting for them, which neither removes: the closed form (half the exposed time) stays.
+    got = None if partial else replayed(
+        ctx, "overlap_collectives" if share is not None and share < LOW_OVERLAP else "double_bandwidth"
+    )
+    pct = got.pct if got is not None else closed
     if pct < MIN_SAVINGS_PCT:
         return []
-    share = _overlap_share(ctx)
     top = sorted(reports, key=lambda r: -comm[r.rank] / max(r.steps, 1))
     worst = top[0]
     per_step = comm[worst.rank] / max(worst.steps, 1)
-    info = ctx.cross.get("straggler_analysis") or {}
-    partial = bool(info.get("note")) and not ctx.cross.get("stragglers")
     evidence = [
         (
             f"rank {worst.rank} loses {_ms(per_step)} per step ({100 * per_step / max(step_time_us(worst), 1e-9):.1f}% "
@@ -745,7 +867,9 @@ def communication_advice(ctx: AdviceContext) -> list[Recommendation]:
             "part of this may be waiting for ranks that are not in the input: "
             + str(info["note"]).split(":")[0]
         )
-    if excess:
+    if got is not None:
+        evidence.append(got.line)
+    elif excess:
         evidence.append(
             "estimate assumes half of the exposed time can be hidden, leaving out the time slow collectives "
             "spend beyond their transfer at link speed"
@@ -758,7 +882,7 @@ def communication_advice(ctx: AdviceContext) -> list[Recommendation]:
     evidence.extend(_one_step_note(reports, "collective times vary from step to step"))
     ranks = tuple(r.rank for r in reports if comm[r.rank] > 0)
     if _inference(ctx):
-        return [_inference_comm(pct, ranks, evidence)]
+        return [_inference_comm(pct, ranks, evidence, got.name if got is not None else None)]
     # Ranks missing and no message sizes to tell transfer from waiting: the first thing to
     # do is to see the other ranks.
     unsure = partial and not any(str(r.rank) in bw for r in reports)
@@ -806,6 +930,7 @@ def communication_advice(ctx: AdviceContext) -> list[Recommendation]:
                 ranks=ranks,
                 evidence=tuple(evidence),
                 actions=first + overlap_actions,
+                whatif=got.name if got is not None else None,
             )
         ]
     return [
@@ -829,5 +954,6 @@ def communication_advice(ctx: AdviceContext) -> list[Recommendation]:
                 ),
                 "Larger buckets (DDP bucket_cap_mb) for fewer, bandwidth-bound transfers.",
             ),
+            whatif=got.name if got is not None else None,
         )
     ]

@@ -58,6 +58,7 @@ from typing import Any
 import numpy as np
 
 from gpuprof.advice import AdviceContext, advisor
+from gpuprof.advice.replayed import replayed
 from gpuprof.advice.savings import MIN_WINDOW_US, savings_pct
 from gpuprof.analysis.rules import RULES
 from gpuprof.analysis.summary import RankSummary
@@ -152,61 +153,16 @@ def _idle_line(hits: Sequence[_Hit], what: str) -> str:
     return line + "."
 
 
-def _replay_cut_us(s: RankSummary, whatif: str) -> float | None:
-    """Window time the replay says ``whatif`` saves on one rank (``None``: no replay)."""
-    times: Mapping[str, Sequence[float]] | None = s.facts.get("whatif_step_times_us")
-    if not times or whatif not in times or "baseline" not in times:
-        return None
-    return max(0.0, float(sum(times["baseline"])) - float(sum(times[whatif])))
-
-
 _WHATIF_WHAT = {
-    "dataloader": "DataLoader wait",
-    "sync": "blocking calls",
-    "allocator": "allocator calls",
-    "launch": "kernel launch calls",
-    "operators": "framework operators that launch kernels",
-    "ddp_buffers": "DDP buffer broadcast",
+    "no_dataloader": "DataLoader wait",
+    "no_sync": "blocking calls",
+    "no_allocator": "allocator calls",
+    "free_launch_calls": "kernel launch calls",
+    "free_launches": "framework operators that launch kernels",
+    "no_ddp_buffer_sync": "DDP buffer broadcast",
+    "pinned_copies": "pageable copies",
+    "hidden_copies": "exposed copies",
 }
-
-
-def _per_step(hit: _Hit, whatif: str, cut_us: float) -> tuple[float, float, str]:
-    """Step time now and after ``whatif`` on one rank: medians where the rank has steps
-    (as the report shows them), else the window."""
-    r, s = hit.report, hit.summary
-    if r.steps <= 0 or not r.step_times_us:
-        return r.window_us, r.window_us - cut_us, "in the window"
-    times: Mapping[str, Sequence[float]] = s.facts.get("whatif_step_times_us") or {}
-    now = float(np.median(r.step_times_us))
-    if "baseline" in times and whatif in times and len(times[whatif]) == len(times["baseline"]):
-        drop = float(np.median(times["baseline"])) - float(np.median(times[whatif]))
-    else:
-        drop = cut_us / r.steps
-    return now, now - max(drop, 0.0), "per step"
-
-
-def _removed_per(hit: _Hit, whatif: str) -> float:
-    removed = float((hit.summary.facts.get("whatif_removed_us") or {}).get(whatif, 0.0))
-    return removed / hit.report.steps if hit.report.steps > 0 else removed
-
-
-def _replay_line(hit: _Hit, whatif: str, cut_us: float) -> str:
-    now, after, unit = _per_step(hit, whatif, cut_us)
-    return (
-        f"Replaying rank {hit.report.rank}'s timeline without the {_ms(_removed_per(hit, whatif))} of "
-        f"{_WHATIF_WHAT[whatif]} {unit}: {_ms(now)} -> {_ms(after)} {unit} (device work re-issued at the "
-        "earlier launch times, stream order and durations kept; model in gpuprof/analysis/whatif.py)."
-    )
-
-
-def _replayed_cuts(ctx: AdviceContext, whatif: str) -> dict[int, float]:
-    """Per rank with a replay: the window time ``whatif`` saves."""
-    out = {}
-    for s, r in _pairs(ctx):
-        cut = _replay_cut_us(s, whatif)
-        if cut is not None:
-            out[r.rank] = cut
-    return out
 
 
 def _recommend(
@@ -221,26 +177,31 @@ def _recommend(
     lower: str | None = None,
     replay_note: str | None = None,
 ) -> list[Recommendation]:
+    """One recommendation whose saving is the replay of ``whatif`` on the whole job (the
+    closed-form removal of the hits' lost time where the job could not be replayed);
+    ``lower``: a what-if whose saving is the lower end of the range."""
     removed = {h.report.rank: h.lost_us for h in hits}
     estimate = savings_pct(ctx.reports, removed)
     evidence = list(evidence)
-    if whatif is not None:
-        replayed = _replayed_cuts(ctx, whatif)
-        if replayed:
-            estimate = savings_pct(ctx.reports, {**removed, **replayed})
-            worst = _worst(hits)
-            if worst.report.rank in replayed:
-                evidence.append(_replay_line(worst, whatif, replayed[worst.report.rank]))
-                low = _replayed_cuts(ctx, lower) if lower is not None else {}
-                if low:
-                    low_pct = min(estimate, savings_pct(ctx.reports, {**removed, **low}))
-                    evidence.append(
-                        f"Model: the {_WHATIF_WHAT[whatif]} cost nothing on the host, as CUDA graph capture or "
-                        "torch.compile achieve; the Python between them is kept. Estimated saving between "
-                        f"{low_pct:.1f}% (only the {_WHATIF_WHAT[lower or whatif]} free) and {estimate:.1f}%."
-                    )
-                if replay_note is not None:
-                    evidence.append(replay_note)
+    used: str | None = None
+    got = replayed(ctx, whatif) if whatif is not None else None
+    if got is not None:
+        estimate, used = got.pct, got.name
+        evidence.append(got.line)
+        low = replayed(ctx, lower) if lower is not None else None
+        if low is not None and low.pct < estimate:
+            evidence.append(
+                f"Model: the {_WHATIF_WHAT[got.name]} cost nothing on the host, as CUDA graph capture or "
+                "torch.compile achieve; the Python between them is kept. Estimated saving between "
+                f"{low.pct:.1f}% (only the {_WHATIF_WHAT[low.name]} free) and {estimate:.1f}%."
+            )
+        if replay_note is not None:
+            evidence.append(replay_note)
+    elif whatif is not None:
+        evidence.append(
+            "No replay of this job was possible (launches not in the trace): the estimate assumes this idle "
+            "time vanishes on those ranks, with the job's step set by its slowest rank."
+        )
     if any(h.report.window_us < MIN_WINDOW_US for h in hits):
         estimate = 0.0
         evidence.append(
@@ -258,6 +219,7 @@ def _recommend(
             ranks=tuple(sorted(removed)),
             evidence=tuple(evidence),
             actions=tuple(actions),
+            whatif=used,
         )
     ]
 
@@ -305,7 +267,7 @@ def dataloader_starvation(ctx: AdviceContext) -> list[Recommendation]:
         "The GPU waits for input data: speed up the DataLoader",
         evidence,
         actions,
-        whatif="dataloader",
+        whatif="no_dataloader",
         replay_note=(
             "The replay keeps the host's measured speed between launches. Host ops run slow while the "
             "DataLoader works in-process (CPU and cache contention); loading in worker processes speeds them "
@@ -356,7 +318,7 @@ def sync_host_blocking(ctx: AdviceContext) -> list[Recommendation]:
         "The host blocks on the GPU inside the loop: remove the syncs",
         evidence,
         actions,
-        whatif="sync",
+        whatif="no_sync",
     )
 
 
@@ -394,6 +356,7 @@ def memory_pageable_copies(ctx: AdviceContext) -> list[Recommendation]:
         "Host-device copies use pageable memory and stall the GPU: pin memory",
         evidence,
         actions,
+        whatif="pinned_copies",
     )
 
 
@@ -441,6 +404,7 @@ def memory_exposed_copies(ctx: AdviceContext) -> list[Recommendation]:
         "Memory transfers run with nothing beside them: overlap or remove them",
         evidence,
         actions,
+        whatif="hidden_copies",
     )
 
 
@@ -496,7 +460,7 @@ def memory_allocator(ctx: AdviceContext) -> list[Recommendation]:
         "The GPU waits on memory allocation and release: stop allocator churn",
         evidence,
         actions,
-        whatif="allocator",
+        whatif="no_allocator",
     )
 
 
@@ -649,17 +613,17 @@ def host_launch(ctx: AdviceContext) -> list[Recommendation]:
         # The in-process DataLoader slows every host op (CPU and cache contention): the
         # CUDA-graph replay would count host time the DataLoader fix removes anyway. Until
         # that is fixed, only the launch-call replay is claimed.
-        graphs = _replayed_cuts(ctx, "operators")
-        upper = savings_pct(ctx.reports, {**{h.report.rank: h.lost_us for h in hits}, **graphs})
+        graphs = replayed(ctx, "free_launches")
+        upper = graphs.pct if graphs is not None else savings_pct(ctx.reports, {h.report.rank: h.lost_us for h in hits})
         evidence.append(
             "The DataLoader runs in the training process and slows the host ops between kernels; fix "
             "dataloader-starvation first and profile again. Until then the estimate counts only the launch "
             f"calls (the CUDA-graph replay, operators free, gives {upper:.1f}%, much of it host time the "
             "DataLoader fix removes)."
         )
-        return _recommend(ctx, hits, rec_id, Cause.HOST, title, evidence, actions, whatif="launch")
+        return _recommend(ctx, hits, rec_id, Cause.HOST, title, evidence, actions, whatif="free_launch_calls")
     return _recommend(
-        ctx, hits, rec_id, Cause.HOST, title, evidence, actions, whatif="operators", lower="launch"
+        ctx, hits, rec_id, Cause.HOST, title, evidence, actions, whatif="free_launches", lower="free_launch_calls"
     )
 
 
@@ -713,5 +677,5 @@ def host_ddp_buffer_sync(ctx: AdviceContext) -> list[Recommendation]:
             ),
             "If buffers must agree, use SyncBatchNorm or sync them every N steps instead.",
         ],
-        whatif="ddp_buffers",
+        whatif="no_ddp_buffer_sync",
     )

@@ -10,12 +10,12 @@ follow :mod:`gpuprof.advice.savings`: a shorter pipeline span shortens every ran
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from dataclasses import replace
 from typing import Any
 
 import numpy as np
 
 from gpuprof.advice import AdviceContext, advisor
+from gpuprof.advice.replayed import replayed
 from gpuprof.advice.savings import savings_pct
 from gpuprof.model.report import Cause, RankReport, Recommendation
 
@@ -56,7 +56,8 @@ def pipeline_advice(ctx: AdviceContext) -> list[Recommendation]:
         modelled = float(pipe["modelled_span_us"])
         balanced = float(pipe["modelled_balanced_span_us"])
         saved = float(span) * (1.0 - balanced / modelled) if modelled > 0 else 0.0
-        pct = savings_pct(reports, _pipeline_removed(reports, saved))
+        got = replayed(ctx, "balanced_stages")
+        pct = got.pct if got is not None else savings_pct(reports, _pipeline_removed(reports, saved))
         if pct >= MIN_SAVINGS_PCT:
             o_f = float(np.median([r["forward_per_microbatch_us"] for r in others]))
             o_b = float(np.median([r["backward_per_microbatch_us"] for r in others]))
@@ -72,9 +73,11 @@ def pipeline_advice(ctx: AdviceContext) -> list[Recommendation]:
                 f"p={p}, m={m} leaves; stage {slow} itself idles {100 * float(slow_row['bubble_fraction']):.0f}%"
                 if theory is not None
                 else f"the other stages sit idle {100 * min(o_bubble):.0f}-{100 * max(o_bubble):.0f}% of the pipeline span",
-                (
+                got.line
+                if got is not None
+                else (
                     f"with the same total compute spread evenly the pipeline span would drop from about {_ms(float(span))} "
-                    f"to {_ms(float(span) - saved)} per step"
+                    f"to {_ms(float(span) - saved)} per step (bottleneck model sum(t) + (m-1) max(t))"
                 ),
             ]
             out.append(
@@ -94,6 +97,7 @@ def pipeline_advice(ctx: AdviceContext) -> list[Recommendation]:
                         ),
                         "Re-profile after the change: the stages' compute per microbatch should be within ~10% of each other.",
                     ),
+                    whatif=got.name if got is not None else None,
                 )
             )
     if theory is not None and m and p > 1 and rows:
@@ -102,7 +106,9 @@ def pipeline_advice(ctx: AdviceContext) -> list[Recommendation]:
         # Doubling the microbatches (half the size) or interleaving 2 chunks halves the
         # fill/drain: the span shrinks by (p-1) * t_mb / 2 (t_mb: per-microbatch compute).
         saved = (p - 1) * t_mb / (2.0 * chunks)
-        pct = savings_pct(reports, _pipeline_removed(reports, saved))
+        got_mb = replayed(ctx, "double_microbatches")
+        pct = got_mb.pct if got_mb is not None else savings_pct(reports, _pipeline_removed(reports, saved))
+        source = pipe.get("microbatches_source")
         if pct >= MIN_SAVINGS_PCT and float(theory) >= MIN_THEORETICAL_BUBBLE:
             out.append(
                 Recommendation(
@@ -120,7 +126,10 @@ def pipeline_advice(ctx: AdviceContext) -> list[Recommendation]:
                             f"stage {r['stage']} {100 * float(r['bubble_fraction']):.0f}%"
                             for r in pipe["per_stage"]
                         ),
-                        f"halving the bubble saves about {_ms(saved)} per step ({p - 1} x {_ms(t_mb)} / 2)",
+                        got_mb.line
+                        if got_mb is not None
+                        else f"halving the bubble saves about {_ms(saved)} per step ({p - 1} x {_ms(t_mb)} / 2)",
+                        *((f"microbatches counted from the {source}",) if source else ()),
                     ),
                     actions=(
                         (
@@ -133,15 +142,7 @@ def pipeline_advice(ctx: AdviceContext) -> list[Recommendation]:
                             "ScheduleInterleaved1F1B) or a zero-bubble schedule (ScheduleInterleavedZeroBubble)."
                         ),
                     ),
+                    whatif=got_mb.name if got_mb is not None else None,
                 )
             )
-    ids = {r.id for r in out}
-    if {"pipeline-imbalance", "pipeline-bubble"} <= ids:
-        # Both shrink the same idle time (fill and drain are longer because the slow stage
-        # sets their length): the savings overlap.
-        note = (
-            "pipeline-imbalance and pipeline-bubble act on the same idle time, so their estimates overlap "
-            "and do not add up: after one fix, the other saves less"
-        )
-        out = [replace(r, evidence=(*r.evidence, note)) for r in out]
     return out

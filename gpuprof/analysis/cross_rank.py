@@ -577,6 +577,7 @@ def analyze_job(summaries: Sequence[RankSummary]) -> CrossRankResult:
         pipe.stage_of if pipe is not None else {},
         pipe.findings if pipe is not None else None,
         barriers.points_us if barriers is not None else (),
+        pipe.bubble_us_per_step if pipe is not None else None,
     )
     whatifs = run_whatifs(model) if model is not None else None
     findings["whatif"] = whatifs.to_dict() if whatifs is not None else None

@@ -53,12 +53,6 @@ Keys:
     allocated) / capacity.
 ``comm_us``, ``comm_exposed_us`` (float)
     device time in collective / P2P kernels, and the part no compute overlaps.
-``whatif_step_times_us`` (dict str -> list of float | None), ``whatif_removed_us`` (dict str -> float | None)
-    set by :func:`gpuprof.analysis.summarize.summarize` from :mod:`gpuprof.analysis.whatif`:
-    per-step times of the window replayed with nothing removed (``baseline``) and without
-    each host-side cause (``dataloader``, ``sync``, ``allocator``, ``launch``, ``operators``,
-    ``ddp_buffers``; :data:`gpuprof.analysis.whatif.WHATIF_CAUSES`), and the host
-    time each what-if removed; ``None`` when the launches are not known well enough.
 ``lost_by_op`` (dict cause -> list of dict)
     for ``host``, ``sync`` and ``other`` (local attribution): the top enclosing host ops or
     annotations of that lost time, each ``{"op", "lost_us", "lost_us_per_step", "calls"}``

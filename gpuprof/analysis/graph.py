@@ -149,6 +149,9 @@ class RankGraph:
     timeline: bool = False
     # Copies from or to pageable host memory (the others are pinned or device-to-device).
     pageable: npt.NDArray[np.bool_] | None = None
+    # Op-level timelines only: each event's op name, as an index into ``names``.
+    name_idx: IntArray | None = None
+    names: tuple[str, ...] = ()
     # Steps recorded apart (time between them left out of the window): each step's
     # (start, end); its replayed time runs from its first replayed start to its last end.
     stitched: Intervals | None = None
@@ -215,13 +218,18 @@ def _latest_other_end(
 
 
 def _blocking_copies(ctx: RuleContext, sel: npt.NDArray[np.bool_]) -> tuple[Intervals, Intervals]:
-    """Launch calls of copies that returned only once their copy had finished, split into
-    device-to-host ones (the host waited for a result: a sync) and the others."""
+    """Launch calls of copies the host waited through (the call lasted past most of its
+    copy), split into device-to-host ones (the host waited for a result: a sync) and the
+    others."""
     dev = ctx.trace.device
-    de = dev["end_us"].to_numpy()
+    ds, de = ctx.cols.dev_start_us, ctx.cols.dev_end_us
     ls, le = ctx.launches.start_us, ctx.launches.end_us
     copy = sel & (dev["category"].to_numpy() == int(Category.COPY))
-    blocking = copy & ~np.isnan(le) & (de <= le)
+    # The host stayed in the call for most of the copy: a pageable copy is staged by the
+    # driver and the call returns as the last chunk is handed over, microseconds before
+    # the copy ends on the device.
+    known = ~np.isnan(le)
+    blocking = copy & known & (np.where(known, le, 0.0) - ds >= 0.5 * (de - ds)) & (de - ds > 0)
     d2h = blocking & (dev["copy_kind"].to_numpy() == int(CopyKind.DTOH))
     lo, hi = ctx.lo_us, ctx.hi_us
     a = iv.clip(iv.union(ls[d2h] - lo, le[d2h] - lo), 0.0, hi - lo)
@@ -289,6 +297,27 @@ def _step_edges(ctx: RuleContext, steps: tuple[Step, ...]) -> tuple[FloatArray, 
     return np.vstack([np.minimum(host0, dev0), dev0]), float(host_end)
 
 
+def _lanes(start: FloatArray, end: FloatArray, stream: IntArray) -> IntArray:
+    """Split each thread of an op-level timeline into lanes of ops that do not overlap
+    (beyond :data:`TIMER_OVERLAP_US`), as a trace viewer stacks them: a receive posted while
+    a compute op runs on the same thread is not that thread's next op in sequence. Each op
+    goes to the first lane free at its start."""
+    out = np.empty(start.size, dtype=np.int64)
+    order = np.lexsort((start, stream))
+    lanes: dict[int, list[float]] = {}
+    for i in order.tolist():
+        ends = lanes.setdefault(int(stream[i]), [])
+        for lane, free in enumerate(ends):
+            if free <= start[i] + TIMER_OVERLAP_US:
+                ends[lane] = max(free, float(end[i]))
+                break
+        else:
+            lane = len(ends)
+            ends.append(float(end[i]))
+        out[i] = int(stream[i]) * 1024 + lane
+    return out
+
+
 def _comm_rows(start_abs: FloatArray, end_abs: FloatArray, kind: npt.NDArray[np.int8], comms: object) -> IntArray:
     """Row of each communication event in the rank's ``comms`` table (same start and end)."""
     out = np.full(start_abs.size, -1, dtype=np.int64)
@@ -329,14 +358,24 @@ def build_rank_graph(
     ds, de, stream = ds_all[sel] - lo, de_all[sel] - lo, stream_all[sel]
     cat = ctx.cols.dev_category[sel]
     pageable = dev["pageable"].to_numpy()[sel]
+    codes = dev["name"].cat.codes.to_numpy()[sel] if timeline else None
     la = ctx.launches.end_us[sel] - lo
     ls = ctx.launches.start_us[sel] - lo
     if not use_launch:
         la = np.full(ds.size, np.nan)
         ls = np.full(ds.size, np.nan)
+    if timeline:
+        stream = _lanes(ds, de, stream)
     order = np.lexsort((ds, stream))
     ds, de, stream, la, ls, cat = ds[order], de[order], stream[order], la[order], ls[order], cat[order]
     pageable = np.asarray(pageable[order], dtype=bool)
+    names: tuple[str, ...] = ()
+    name_idx = None
+    if codes is not None:
+        used, name_idx = np.unique(codes[order], return_inverse=True)
+        cats = dev["name"].cat.categories
+        names = tuple(str(cats[c]) if c >= 0 else "" for c in used.tolist())
+        name_idx = name_idx.astype(np.int64)
     dur = np.maximum(de - ds, 0.0)
     end = ds + dur
     cut = np.flatnonzero(np.diff(stream)) + 1
@@ -352,26 +391,39 @@ def build_rank_graph(
         np.maximum.at(carry, slot[ok], de_all[pre][ok] - lo)
     prev_end[bounds[:-1]] = carry
     known = ~np.isnan(la)
-    lat_obs = ds - la
-    host_bound = known & (lat_obs <= HOST_BOUND_SLACK_US)
-    lat = np.where(host_bound, lat_obs, QUEUE_LATENCY_US)
-    lat = np.where(known, lat, 0.0)
-    # Dependencies on other streams for events the host did not release just in time.
+    has_prev = np.isfinite(prev_end)
+    # The latest end on another stream before each start: a candidate dependency. It
+    # started before the event (timer ops overlapping by microseconds may end just after it
+    # began, but never start after it) and binds more tightly than the stream predecessor.
     window = TIMER_DEP_WINDOW_US if timeline else DEP_WINDOW_US
     tolerance = TIMER_OVERLAP_US if timeline else 1.0
     other_end, other_idx = _latest_other_end(ds, end, bounds, tolerance)
-    has_prev = np.isfinite(prev_end)
-    held = ~host_bound
-    # A dependency started before the event (timer ops overlapping by microseconds may end
-    # just after it began, but never start after it).
     started_before = ds[np.maximum(other_idx, 0)] <= ds
-    dep_ok = (
-        held
-        & (other_idx >= 0)
+    dep_cand = (
+        (other_idx >= 0)
         & started_before
         & (ds - other_end <= window)
         & (~has_prev | (other_end > prev_end))
     )
+    # An event that started while its launch call was still running was released by the
+    # call, not by its end: a pageable copy the driver stages for a while before the DMA
+    # starts (host-bound, from the call's start) -- unless it waited for its stream (the
+    # stream was busy when the call began and it started right after its predecessor) or
+    # for another stream (a dependency), inside a call that waits for it.
+    during = known & (ds < la) & ~np.isnan(ls)
+    queued = (
+        during
+        & has_prev
+        & (prev_end > np.where(during, ls, np.inf))
+        & (ds - prev_end <= HOST_BOUND_SLACK_US)
+    ) | (during & dep_cand)
+    la = np.where(during, ls, la)
+    lat_obs = ds - la
+    host_bound = known & ((lat_obs <= HOST_BOUND_SLACK_US) | during) & ~queued
+    lat = np.where(host_bound, lat_obs, QUEUE_LATENCY_US)
+    lat = np.where(known, lat, 0.0)
+    # Dependencies on other streams for events the host did not release just in time.
+    dep_ok = ~host_bound & dep_cand
     dep = np.where(dep_ok, other_idx, -1).astype(np.int64)
     dep_lag = np.where(dep_ok, ds - other_end, 0.0)
     gap = np.where(has_prev, np.maximum(ds - prev_end, 0.0), 0.0)
@@ -379,7 +431,13 @@ def build_rank_graph(
     if timeline:
         # Ops overlap by microseconds: a predecessor may end just after the next op began.
         gap = np.where(has_prev & (ds < prev_end), ds - prev_end, gap)
-    anchor = np.asarray((~known & ~dep_ok & (not timeline)) | (timeline & ~has_prev & ~dep_ok), dtype=bool)
+    # Without launches (an op-level timeline, or a trace without its host side) an event
+    # follows its stream predecessor and its dependency, gaps kept as measured; only the
+    # first of a stream keeps its measured start. With launches, an event whose own launch
+    # is unknown keeps its measured start as a lower bound.
+    anchor = np.asarray(
+        (~known & ~dep_ok & use_launch) | ((not use_launch) & ~has_prev & ~dep_ok), dtype=bool
+    )
     issued = np.where(known, la, ds)
     for k in range(bounds.size - 1):
         issued[bounds[k] : bounds[k + 1]] = np.maximum.accumulate(issued[bounds[k] : bounds[k + 1]])
@@ -415,6 +473,8 @@ def build_rank_graph(
         removable=removable,
         timeline=timeline,
         pageable=pageable & (kind == EV_COPY),
+        name_idx=name_idx,
+        names=names,
         stitched=(
             (np.array([st.start_us - lo for st in steps]), np.array([st.end_us - lo for st in steps]))
             if stitched and steps

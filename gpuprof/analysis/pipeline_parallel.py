@@ -13,9 +13,11 @@ Detection and stage order
 
 Microbatches and schedule
     The microbatch count ``m`` is the number of forward passes a stage runs per step (the
-    ``forward_calls`` of its phases), divided by the number of model chunks ``v`` of an
+    ``forward_calls`` of its phases), else the first stage's sends per step (it sends each
+    microbatch's activations once), else its bursts of compute per step (forward and
+    backward alternate with idle gaps), divided by the number of model chunks ``v`` of an
     interleaved schedule (``vpp_size`` of the layout, or ``pp_chunks`` of the phases; 1
-    otherwise). The schedule is GPipe
+    otherwise); ``microbatches_source`` says which signal it came from. The schedule is GPipe
     when the first stage sends all its forward activations before it receives the first
     gradient, 1F1B when it receives a gradient earlier, interleaved 1F1B when ``v > 1``.
     (A plain NCCL send on the first stage is a forward send, a receive a backward one.)
@@ -42,7 +44,9 @@ Bubble (the ``pipeline_bubble`` claim)
     filling the pipeline as well: that wait is claimed too, outside the fraction.
 
 Imbalance
-    A stage's compute per microbatch is its forward plus backward time per step over ``m``.
+    A stage's compute per microbatch is its forward plus backward time per step over ``m``
+    (the median over its data-parallel replicas: one slow replica is a slow rank, reported as a
+    straggler against its same-stage peers, not a heavier stage).
     With per-microbatch times ``t_k``, a pipeline step lasts about
     ``sum(t_k) + (m-1) * max(t_k)`` (each microbatch crosses every stage once; the slowest
     stage sets the pace of the other ``m-1``), which is how the slowest stage inflates every
@@ -139,20 +143,52 @@ def _stages(
     return {s.rank: k for k, s in enumerate(first)}, "p2p timing"
 
 
-def _microbatches(members: Mapping[int, list[RankSummary]], chunks: int) -> int | None:
+def _microbatches(members: Mapping[int, list[RankSummary]], chunks: int) -> tuple[int | None, str | None]:
+    """The microbatch count and the signal it came from: the stages' forward annotations
+    (``forward_calls`` of the phases), else the first stage's sends per step (a timer's
+    ``forward-send``, or NCCL ``send`` calls: the first stage sends each microbatch's
+    activations once; with neither direction known, half its point-to-point calls: one send
+    forward, one receive back per microbatch), else the first stage's forward compute
+    clusters per step (bursts of compute separated by idle gaps, halved for the backward
+    bursts that alternate with them)."""
     calls = [s.phases_us.get("forward_calls") for ss in members.values() for s in ss]
     known = [float(c) for c in calls if c is not None and c > 0]
     if known:
-        return max(1, round(float(np.median(known)) / chunks))
-    # Op-level timelines without phase counts: forward sends of the first stage per step.
+        return max(1, round(float(np.median(known)) / chunks)), "forward annotations"
     first = members[min(members)]
-    counts = []
+    counts: list[float] = []
     for s in first:
         p = _p2p(s)
-        fwd = p.loc[p["name"].astype(str).str.contains("forward-send")]
-        if len(fwd) and s.steps:
+        if not len(p) or not s.steps:
+            continue
+        names = p["name"].astype(str)
+        coll = p["coll_name"].astype(str) if "coll_name" in p else names
+        fwd = p.loc[names.str.contains("forward-send") | (coll == "send")]
+        if len(fwd):
             counts.append(len(fwd) / len(s.steps))
-    return max(1, round(float(np.median(counts)) / chunks)) if counts else None
+        elif not (coll == "recv").any():
+            counts.append(len(p) / 2.0 / len(s.steps))
+    if counts:
+        return max(1, round(float(np.median(counts)) / chunks)), "point-to-point sends of the first stage"
+    bursts = [_compute_bursts(s) for s in first]
+    found = [b for b in bursts if b]
+    if found:
+        return max(1, round(float(np.median(found)) / 2.0 / chunks)), "compute bursts of the first stage"
+    return None, None
+
+
+def _compute_bursts(s: RankSummary) -> float | None:
+    """Bursts of compute per step on one rank: compute separated by idle gaps of at least
+    2% of the step."""
+    if not s.steps:
+        return None
+    cs, ce = s.compute
+    if cs.size < 2:
+        return None
+    step = float(np.median([st.duration_us for st in s.steps]))
+    gaps = cs[1:] - ce[:-1]
+    long = int(np.sum(gaps >= 0.02 * step))
+    return (long + len(s.steps)) / len(s.steps)
 
 
 def _schedule(first_stage: Sequence[RankSummary], m: int | None, chunks: int) -> str:
@@ -225,7 +261,7 @@ def analyze_pipeline(summaries: Sequence[RankSummary], offsets: Mapping[int, flo
 
     ``offsets`` (us, per rank) align the ranks' clocks. Keys of ``findings``: ``stages``,
     ``stage_source`` (``layout`` / ``annotations`` / ``p2p timing``), ``microbatches``
-    (None unknown), ``chunks``, ``schedule`` (``gpipe``, ``1f1b``, ``interleaved-1f1b``,
+    (None unknown) and ``microbatches_source`` (the signal it was counted from), ``chunks``, ``schedule`` (``gpipe``, ``1f1b``, ``interleaved-1f1b``,
     ``unknown``), ``theoretical_bubble_fraction`` (None without microbatches),
     ``span_us`` (median pipeline span of a step), ``steps_measured``, ``per_stage`` (list of
     ``{stage, ranks, bubble_fraction, bubble_us_per_step}`` plus, where phases are known,
@@ -249,7 +285,7 @@ def analyze_pipeline(summaries: Sequence[RankSummary], offsets: Mapping[int, flo
         max((int(s.parallel.get("vpp_size", 1) or 1) for s in summaries), default=1),
         max((int(s.phases_us.get("pp_chunks", 1)) for s in summaries), default=1),
     )
-    m = _microbatches(members, chunks)
+    m, m_source = _microbatches(members, chunks)
     schedule = _schedule(members[min(members)], m, chunks)
 
     # Pipeline span per step: from the first-stage ranks, on the aligned clock.
@@ -301,8 +337,9 @@ def analyze_pipeline(summaries: Sequence[RankSummary], offsets: Mapping[int, flo
         bwd = [s.phases_us.get("backward") for s in ss]
         row: dict[str, Any] = {"stage": st, "ranks": [s.rank for s in ss]}
         if m and all(f is not None for f in fwd) and all(b is not None for b in bwd):
-            f_mb = float(np.mean([float(f) for f in fwd if f is not None])) / (m * chunks)
-            b_mb = float(np.mean([float(b) for b in bwd if b is not None])) / (m * chunks)
+            # The replicas' median: one slow replica is a slow rank, not a heavier stage.
+            f_mb = float(np.median([float(f) for f in fwd if f is not None])) / (m * chunks)
+            b_mb = float(np.median([float(b) for b in bwd if b is not None])) / (m * chunks)
             row["forward_per_microbatch_us"] = round(f_mb, 3)
             row["backward_per_microbatch_us"] = round(b_mb, 3)
             t_mb[st] = f_mb + b_mb
@@ -316,6 +353,7 @@ def analyze_pipeline(summaries: Sequence[RankSummary], offsets: Mapping[int, flo
         "stages": p,
         "stage_source": source,
         "microbatches": m,
+        "microbatches_source": m_source,
         "chunks": chunks,
         "schedule": schedule,
         "theoretical_bubble_fraction": None if theory is None else round(theory, 4),

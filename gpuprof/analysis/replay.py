@@ -41,6 +41,7 @@ the model's error, reported beside every estimate.
 
 from __future__ import annotations
 
+import heapq
 from bisect import bisect_right
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
@@ -57,6 +58,10 @@ IntArray = npt.NDArray[np.int64]
 
 # A member whose measured end is this close to the last arrival (or later) waited for it.
 COUPLED_TOLERANCE_US = 1.0
+# An op-level timer op that started this much after it was ready waited for its group.
+SYNC_WAIT_US = 20.0
+# How often a group whose members are not reachable yet goes back behind the others.
+MAX_DEFERRALS = 8
 
 
 @dataclass(frozen=True)
@@ -246,7 +251,8 @@ class _Rank:
         j = int(g.dep[i])
         if j >= 0:
             r = max(r, float(self.new_end[j]))
-        return max(r, self.last_end[k])
+        # Timer ops may overlap their predecessor by microseconds (a negative gap): kept.
+        return max(r, self.last_end[k] + min(float(g.gap[i]), 0.0))
 
     def orig_ready_for_barrier(self, i: int, k: int) -> float:
         """:meth:`ready_for_barrier` on the measured times."""
@@ -257,7 +263,7 @@ class _Rank:
         j = int(g.dep[i])
         if j >= 0:
             r = max(r, float(self.orig_end[j]))
-        return min(max(r, prev), float(g.start[i]))
+        return min(max(r, prev + min(float(g.gap[i]), 0.0)), float(g.start[i]))
 
     def set_event(self, i: int, k: int, start: float, end: float) -> None:
         self.new_start[i] = start
@@ -337,7 +343,12 @@ class _Rank:
         if g.stitched is not None:
             return self._stitched(new_end)
         dev_end = float(np.max(new_end)) if new_end.size else 0.0
-        end = max(dev_end, self.hmap.one(g.host_end))
+        if not g.release_known.any():
+            # No host (an op-level timeline, a trace without its host side): the window
+            # ends as long after the last op as it did.
+            end = dev_end + max(float(g.host_end) - float(np.max(self.orig_end)), 0.0) if new_end.size else g.host_end
+        else:
+            end = max(dev_end, self.hmap.one(g.host_end))
         bounds = self._step_bounds(new_end)
         edges = np.concatenate(([0.0], np.minimum(bounds, end), [end]))
         edges = np.maximum.accumulate(edges)
@@ -380,6 +391,11 @@ class _Rank:
         i = np.searchsorted(s_sorted, dev0, side="left")
         before = np.where(i > 0, prev_max[np.maximum(i - 1, 0)], -np.inf)
         after = np.where(i < s_sorted.size, next_min[np.minimum(i, s_sorted.size - 1)], np.inf)
+        if not g.release_known.any():
+            # No host: a step begins as long before its first op as it did.
+            orig_next = np.minimum.accumulate(s_sorted[::-1])[::-1]
+            lead = np.where(i < s_sorted.size, orig_next[np.minimum(i, s_sorted.size - 1)] - dev0, 0.0)
+            return np.asarray(np.maximum(after - lead, before), dtype=np.float64)
         return np.asarray(np.minimum(np.maximum(self.hmap(host0), before), after), dtype=np.float64)
 
 
@@ -429,10 +445,14 @@ def replay_job(
         arr = [float(by_rank[r].start[i]) + by_rank[r].lo_us - offsets.get(r, 0.0) for r, i in grp.members]
         arrivals.append(max(arr))
         agenda.append((max(arr), 1, n, 0))
-    agenda.sort(key=lambda x: (x[0], x[1]))
-
+    # A heap, so that a group whose members are not reachable yet (a dependency resolved
+    # by another group at the same instant) can wait its turn behind the others.
+    heap = [(key, what, n, who, j, 0) for n, (key, what, who, j) in enumerate(agenda)]
+    heapq.heapify(heap)
+    seq = len(heap)
     unreached = 0
-    for key, what, who, j in agenda:
+    while heap:
+        key, what, _, who, j, tries = heapq.heappop(heap)
         if what == 0:
             st = ranks[who]
             s0, s1 = float(st.block_s[j]), float(st.block_e[j])
@@ -442,6 +462,10 @@ def replay_job(
         grp = usable[who]
         for r, _ in grp.members:
             ranks[r].advance(key + offsets.get(r, 0.0) - ranks[r].g.lo_us)
+        if tries < MAX_DEFERRALS and heap and not _reachable(grp, ranks):
+            seq += 1
+            heapq.heappush(heap, (key, what, seq, who, j, tries + 1))
+            continue
         unreached += _resolve(grp, ranks, offsets, whatif)
 
     for st in ranks.values():
@@ -463,6 +487,16 @@ def replay_job(
             if stuck:
                 st.advance(np.inf)
     return JobReplay(ranks={r: st.finish() for r, st in ranks.items()}, unreached=unreached)
+
+
+def _reachable(grp: Group, ranks: Mapping[int, _Rank]) -> bool:
+    """Every member is next on its stream with its dependency replayed."""
+    for r, i in grp.members:
+        st = ranks[r]
+        k = int(st.stream_of[i])
+        if st.done[k] != i or (st.g.dep[i] >= 0 and np.isnan(st.new_end[st.g.dep[i]])):
+            return False
+    return True
 
 
 def _resolve(grp: Group, ranks: Mapping[int, _Rank], offsets: Mapping[int, float], w: WhatIf) -> int:
@@ -503,8 +537,11 @@ def _resolve(grp: Group, ranks: Mapping[int, _Rank], offsets: Mapping[int, float
 
 
 def _resolve_barrier(grp: Group, ranks: Mapping[int, _Rank], offsets: Mapping[int, float], w: WhatIf) -> int:
-    """Members start together once the last is ready, plus the measured lag from the last
-    ready member to the shared start; each lasts its own (scaled) duration."""
+    """Op-level timers started together (behind a barrier, or a receive posted as its send
+    goes out). A member that was ready at its measured start did not wait: it starts when
+    it is ready again. The others waited for it: they start at the shared instant, each at
+    its measured offset from it (a receive timed just before its send keeps that lead), but
+    not before they are ready themselves. Each lasts its own (scaled) duration."""
     info = []
     missing = 0
     for r, i in grp.members:
@@ -515,16 +552,22 @@ def _resolve_barrier(grp: Group, ranks: Mapping[int, _Rank], offsets: Mapping[in
         orig_ready = st.orig_ready_for_barrier(i, k) - off
         new_ready = st.ready_for_barrier(i, k) - off if reached else orig_ready
         missing += 0 if reached else 1
-        info.append((st, i, k, off, orig_ready, new_ready, reached))
-    orig_start = max(float(st.g.start[i]) - off for st, i, k, off, *_ in info)
-    lag = max(orig_start - max(x[4] for x in info), 0.0)
-    start = max(x[5] for x in info) + lag
-    for st, i, k, off, _, _, reached in info:
+        info.append((st, i, k, off, float(st.g.start[i]) - off, orig_ready, new_ready, reached))
+    t_orig = max(x[4] for x in info)
+    waited = [x[4] - x[5] > SYNC_WAIT_US for x in info]
+    if all(waited):  # nobody was ready at its start: the group waited for something else
+        waited = [False] * len(info)
+    free = [
+        (x[6] + (x[4] - x[5]), x[4] - t_orig) for x, wt in zip(info, waited) if not wt
+    ]  # (new start, offset from the shared instant)
+    t_new = max(start - o for start, o in free)
+    for (st, i, k, off, start0, ready0, new_ready, reached), wt in zip(info, waited):
         st.resolved[i] = True
         if not reached:
             st.new_start[i] = st.g.start[i]
             st.new_end[i] = st.orig_end[i]
             continue
+        start = max(new_ready, t_new + (start0 - t_orig)) if wt else new_ready + (start0 - ready0)
         dur = float(st.dur[i]) * w.comm_scale(int(st.g.kind[i]))
         st.set_event(i, k, start + off, start + off + dur)
     return missing

@@ -11,8 +11,9 @@ Steps, in order:
 4. run the local rules (:mod:`gpuprof.analysis.rules`), which claim lost time per cause;
    attribution (precedence) happens later, together with the cross-rank claims;
 5. measure the facts for the advice (keys documented in :mod:`gpuprof.analysis.facts`),
-   including the what-if replays of the host-side causes (:mod:`gpuprof.analysis.whatif`)
-   and what the trace lacks (``trace_lacks``, :mod:`gpuprof.analysis.evidence`);
+   what the trace lacks (``trace_lacks``, :mod:`gpuprof.analysis.evidence`), and build the
+   rank's dependency graph for the job's what-if replays (:mod:`gpuprof.analysis.graph`,
+   replayed in :mod:`gpuprof.analysis.whatifs`);
 6. warn where the numbers deserve less trust: a profiler that slowed the host, a filtered
    or sampled trace (:func:`gpuprof.analysis.hostfacts.trust_warnings`), a window under
    :data:`MIN_WINDOW_US` or a single step (:func:`data_warnings`);
@@ -39,7 +40,6 @@ from gpuprof.analysis.hostfacts import trust_warnings
 from gpuprof.analysis.launches import activity_mask, match_launches
 from gpuprof.analysis.rules import build_context, claims_by_cause, claims_by_rule
 from gpuprof.analysis.summary import COMMS_COLUMNS, RankSummary
-from gpuprof.analysis.whatif import whatif_facts
 from gpuprof.analysis.window import StepSelection, Window, select_window
 from gpuprof.model.timeline import Category, RankTrace
 
@@ -110,7 +110,6 @@ def summarize(trace: RankTrace, selection: StepSelection = _ALL_STEPS) -> RankSu
     facts["step_marker"] = trace.step_marker if window.steps else None
     facts["launch_matched_share"] = launches.matched_share
     facts["window_gaps_us"] = (hi - lo) - window.duration_us
-    facts.update(whatif_facts(ctx, window.steps))
     facts["trace_lacks"] = trace_lacks(trace, facts)
     warnings = trace.warnings + ((window.note,) if window.note else ())
     warnings += trust_warnings(facts) + lacks_warnings(facts["trace_lacks"])

@@ -44,6 +44,7 @@ replayed. Pure: the summaries are only read.
 
 from __future__ import annotations
 
+from bisect import bisect_left, bisect_right
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -52,7 +53,7 @@ import numpy as np
 import numpy.typing as npt
 
 from gpuprof.analysis import intervals as iv
-from gpuprof.analysis.graph import BLOCK_ALLOC, BLOCK_COPY, BLOCK_SYNC, EV_COMPUTE, EV_COPY, EV_P2P, RankGraph
+from gpuprof.analysis.graph import BLOCK_ALLOC, BLOCK_COPY, BLOCK_SYNC, EV_COLLECTIVE, EV_COMPUTE, EV_COPY, EV_P2P, RankGraph
 from gpuprof.analysis.intervals import Intervals
 from gpuprof.analysis.replay import Group, JobReplay, WhatIf, replay_job
 from gpuprof.analysis.summary import RankSummary
@@ -92,6 +93,7 @@ SLOW_RANK_RATIO = 1.15
 SYNC_TOL_US = 20.0
 # Point-to-point calls of two ranks ending within this long of each other are one transfer.
 P2P_END_TOL_US = 20.0
+PAIR_UNWAITED = False
 
 
 @dataclass(frozen=True)
@@ -108,6 +110,9 @@ class PipelineShape:
     backward_us: tuple[float, ...]
     transfer_us: float
     span_us: float
+    # Pipeline-bubble time per step of the bottleneck rank (the most compute per step):
+    # the fill and drain it sits through, which twice the microbatches halve.
+    bottleneck_bubble_us: float | None = None
 
 
 @dataclass(frozen=True)
@@ -123,6 +128,12 @@ class JobModel:
     stage_of: Mapping[int, int] = field(default_factory=dict)
     compute_us_per_step: Mapping[int, float] = field(default_factory=dict)
     pipeline: PipelineShape | None = None
+    # Per rank: each graph event's step index, and the compute time of each step; the same
+    # by segment (the work between consecutive collectives of the rank's groups).
+    step_of_event: Mapping[int, npt.NDArray[np.int64]] = field(default_factory=dict)
+    compute_by_step: Mapping[int, FloatArray] = field(default_factory=dict)
+    segment_of_event: Mapping[int, npt.NDArray[np.int64]] = field(default_factory=dict)
+    compute_by_segment: Mapping[int, FloatArray] = field(default_factory=dict)
 
     def applicable(self) -> list[str]:
         """The what-ifs that change something in this job."""
@@ -137,7 +148,7 @@ class JobModel:
                 out.append("pinned_copies")
             if (copies & ~pageable).any() and "hidden_copies" not in out:
                 out.append("hidden_copies")
-        if any(f < 0.999 for f in self._peer_factors().values()):
+        if any(float(np.min(f)) < 0.999 for f in self._peer_factors().values() if f.size):
             out.append("peer_median_compute")
         if len(set(self.stage_of.values())) >= 2 and any(abs(f - 1.0) > 1e-3 for f in self._stage_factors().values()):
             out.append("balanced_stages")
@@ -150,25 +161,40 @@ class JobModel:
             out.append("double_bandwidth")
         return out
 
-    def _peer_factors(self) -> dict[int, float]:
-        """Per rank, its compute scale to the median of its peers (never above 1)."""
-        out: dict[int, float] = {}
+    def _peer_factors(self) -> dict[int, FloatArray]:
+        """Per rank, a factor for each of its events: its compute in each *segment* (the
+        work between two consecutive collectives, which every data-parallel peer runs alike)
+        scaled to the median of its peers' compute in that segment, never above 1 -- a slow
+        GPU is slow in every segment, data-dependent imbalance (a longer rollout, a longer
+        sequence) in some. Peers with a different sequence of collectives are compared step
+        by step, and on their means when even their step counts differ. Ranks with nothing
+        to scale are left out."""
+        out: dict[int, FloatArray] = {}
         for r, peers in self.peers.items():
-            vals = [self.compute_us_per_step[q] for q in peers if q in self.compute_us_per_step]
-            mine = self.compute_us_per_step.get(r)
-            if len(vals) < 2 or not mine or mine <= 0:
-                continue
-            out[r] = min(1.0, float(np.median(vals)) / mine)
+            for index, table in ((self.segment_of_event, self.compute_by_segment), (self.step_of_event, self.compute_by_step)):
+                mine = table.get(r)
+                rows = [table[q] for q in peers if q in table]
+                if mine is None or len(rows) < 2 or mine.size == 0 or not all(x.size == mine.size for x in rows):
+                    continue
+                med = np.median(np.vstack(rows), axis=0)
+                f = np.where(mine > 0, np.minimum(1.0, med / np.where(mine > 0, mine, 1.0)), 1.0)
+                out[r] = f[np.clip(index[r], 0, f.size - 1)]
+                break
+            else:
+                vals = [self.compute_us_per_step[q] for q in peers if q in self.compute_us_per_step]
+                c = self.compute_us_per_step.get(r) or 0.0
+                if len(vals) >= 2 and c > 0 and r in self.step_of_event:
+                    out[r] = np.full(self.step_of_event[r].size, min(1.0, float(np.median(vals)) / c))
         return out
 
     def slow_ranks(self) -> dict[int, float]:
         """Ranks computing at least :data:`SLOW_RANK_RATIO` times the median of their
-        same-work peers (at least two others), with that ratio."""
+        same-work peers (the other ranks doing the same work), with that ratio."""
         out: dict[int, float] = {}
         for r, peers in self.peers.items():
             others = [self.compute_us_per_step[q] for q in peers if q != r and q in self.compute_us_per_step]
             mine = self.compute_us_per_step.get(r)
-            if len(others) < 2 or not mine:
+            if not others or not mine:
                 continue
             med = float(np.median(others))
             if med > 0 and mine / med >= SLOW_RANK_RATIO:
@@ -211,19 +237,28 @@ class JobModel:
                     if prev is None
                     else iv.union(np.concatenate((prev[0], rem[0])), np.concatenate((prev[1], rem[1])))
                 )
-        factor: dict[int, float] = {}
+        per_event: dict[int, FloatArray] = {}
         if "peer_median_compute" in names:
-            factor.update(self._peer_factors())
+            per_event.update(self._peer_factors())
+        factor: dict[int, float] = {}
         if "balanced_stages" in names:
-            after = {r: c * factor.get(r, 1.0) for r, c in self.compute_us_per_step.items()}
-            for r, f in self._stage_factors(after).items():
-                factor[r] = factor.get(r, 1.0) * f
+            after = dict(self.compute_us_per_step)
+            for g in self.graphs:
+                if g.rank in per_event and g.rank in after:
+                    comp = g.kind == EV_COMPUTE
+                    steps = max(int(self.compute_by_step[g.rank].size), 1)
+                    after[g.rank] = float(np.sum(g.dur[comp] * per_event[g.rank][comp])) / steps
+            factor = self._stage_factors(after)
         scale: dict[int, FloatArray] = {}
         for g in self.graphs:
-            fr = factor.get(g.rank)
             f_ev = np.ones(g.n_events)
+            compute = g.kind == EV_COMPUTE
+            peer_f = per_event.get(g.rank)
+            if peer_f is not None and peer_f.size == g.n_events:
+                f_ev = np.where(compute, peer_f, f_ev)
+            fr = factor.get(g.rank)
             if fr is not None and abs(fr - 1.0) > 1e-9:
-                f_ev = np.where(g.kind == EV_COMPUTE, fr, f_ev)
+                f_ev = np.where(compute, f_ev * fr, f_ev)
             copies = g.kind == EV_COPY
             pageable = g.pageable if g.pageable is not None else np.zeros(g.n_events, dtype=bool)
             if "pinned_copies" in names:
@@ -250,9 +285,14 @@ class JobModel:
     def replay(self, names: Iterable[str] = ()) -> JobReplay:
         return replay_job(self.graphs, self.groups, self.offsets_us, self.whatif(names))
 
-    def microbatch_saving_us(self, balanced: bool = False) -> float:
-        """Per step, what twice the microbatches at half the size saves, on the schedule
-        model (``balanced``: with the stages' compute evened out first)."""
+    def microbatch_saving_us(self, balanced: bool = False, capped: bool = True) -> float:
+        """Per step, what twice the microbatches at half the size saves (``balanced``: with
+        the stages' compute evened out first). Two models bound it and the tighter is
+        taken: the schedule model (per-stage forward and backward times, ``m`` against
+        ``2m`` microbatches, scaled to the measured span), which assumes a microbatch of
+        half the size takes half the time and sees nothing outside the pipeline; and half
+        the fill and drain the bottleneck rank sat through (its measured bubble), which
+        leaves the per-transfer latencies that do not shrink in."""
         pl = self.pipeline
         if pl is None or pl.p < 2 or pl.m < 1:
             return 0.0
@@ -265,7 +305,10 @@ class JobModel:
             return 0.0
         ref = schedule_span_us(f, b, pl.m * pl.v, pl.schedule, pl.transfer_us, pl.v)
         half = schedule_span_us([x / 2 for x in f], [x / 2 for x in b], 2 * pl.m * pl.v, pl.schedule, pl.transfer_us, pl.v)
-        return max(0.0, pl.span_us * (ref - half) / now)
+        model = max(0.0, pl.span_us * (ref - half) / now)
+        if pl.bottleneck_bubble_us is not None and not balanced and capped:
+            model = min(model, 0.5 * pl.bottleneck_bubble_us)
+        return model
 
 
 def schedule_span_us(
@@ -379,80 +422,158 @@ def _collective_groups(summaries: Sequence[RankSummary], matched: Any, offsets: 
     return out
 
 
+def _direction(name: str) -> tuple[str, str]:
+    """(``send``/``recv``/``""``, ``forward``/``backward``/``""``) from a p2p op's name."""
+    low = name.lower()
+    way = "send" if "send" in low else "recv" if "recv" in low else ""
+    phase = "forward" if "forward" in low else "backward" if "backward" in low else ""
+    return way, phase
+
+
 def _p2p_groups(summaries: Sequence[RankSummary], offsets: Mapping[int, float], stage_of: Mapping[int, int]) -> list[Group]:
-    """Point-to-point transfers across ranks. Op-level timers of the two sides start
-    together behind a barrier: ops of adjacent stages (same data-parallel replica when the
-    layout says) starting within :data:`SYNC_TOL_US` form one group. Kineto kernels: a send
-    and a receive on adjacent stages whose ends (on the common clock) fall within
-    :data:`P2P_END_TOL_US`."""
-    rows: list[tuple[float, float, int, int, bool, int]] = []  # (start, end, rank, ev, timeline, dp)
+    """Point-to-point transfers across ranks.
+
+    Op-level timers (a ``forward-recv`` waiting for a ``forward-send``): each receive is
+    paired with a send of an adjacent stage (the same data-parallel replica where the layout
+    says, the same direction where the names say) that starts while the receive's timer
+    runs, within :data:`SYNC_TOL_US`; the pair is replayed as a barrier, each op keeping its
+    measured offset from the other (a receive timed behind a barrier starts with the send; a
+    receive posted just before the data arrives keeps that lead). Kineto kernels: a send and
+    a receive on different ranks whose ends (on the common clock) fall within
+    :data:`P2P_END_TOL_US` of each other."""
+    Row = tuple[float, float, int, int, int, str, str]  # start, end, rank, event, dp, way, phase
+    timeline: list[Row] = []
+    kineto: list[Row] = []
+    pgs: dict[tuple[int, int], str] = {}
     for s in summaries:
         g = s.graph
         if g is None:
             continue
         off = offsets.get(s.rank, 0.0)
+        names = s.comms["name"].astype(str).to_numpy() if len(s.comms) else np.empty(0, dtype=object)
+        colls = s.comms["coll_name"].astype(str).to_numpy() if len(s.comms) else np.empty(0, dtype=object)
+        groups = s.comms["pg"].astype(str).to_numpy() if len(s.comms) else np.empty(0, dtype=object)
         for i in np.flatnonzero(g.kind == EV_P2P).tolist():
-            rows.append(
-                (
-                    float(g.start[i]) + g.lo_us - off,
-                    float(g.start[i] + g.dur[i]) + g.lo_us - off,
-                    s.rank,
-                    i,
-                    g.timeline,
-                    int(s.parallel.get("dp_rank", -1)),
-                )
+            row = int(g.comm_row[i])
+            way, phase = _direction(str(names[row])) if 0 <= row < names.size else ("", "")
+            if 0 <= row < colls.size and str(colls[row]) in ("send", "recv"):
+                way = str(colls[row])
+            pgs[(s.rank, i)] = str(groups[row]) if 0 <= row < groups.size else ""
+            item: Row = (
+                float(g.start[i]) + g.lo_us - off,
+                float(g.start[i] + g.dur[i]) + g.lo_us - off,
+                s.rank,
+                i,
+                int(s.parallel.get("dp_rank", -1)),
+                way,
+                phase,
             )
-    if not rows:
-        return []
+            (timeline if g.timeline else kineto).append(item)
 
-    def adjacent(a: int, b: int) -> bool:
-        if a == b:
+    def neighbours(a: Row, b: Row) -> bool:
+        if a[2] == b[2] or (a[4] >= 0 and b[4] >= 0 and a[4] != b[4]):
             return False
-        if a in stage_of and b in stage_of:
-            return abs(stage_of[a] - stage_of[b]) >= 1
+        if a[2] in stage_of and b[2] in stage_of:
+            # Adjacent stages (or the last and the first: an interleaved schedule wraps).
+            d = abs(stage_of[a[2]] - stage_of[b[2]])
+            return d == 1 or (d > 1 and d == max(stage_of.values()) - min(stage_of.values()))
         return True
 
     out: list[Group] = []
-    timeline_rows = sorted((r for r in rows if r[4]), key=lambda r: r[0])
-    # Timeline: cluster by start instant, then split by replica.
-    i = 0
-    while i < len(timeline_rows):
-        j = i + 1
-        while j < len(timeline_rows) and timeline_rows[j][0] - timeline_rows[j - 1][0] <= SYNC_TOL_US:
-            j += 1
-        cluster = timeline_rows[i:j]
-        by_dp: dict[int, list[tuple[float, float, int, int, bool, int]]] = {}
-        for row in cluster:
-            by_dp.setdefault(row[5], []).append(row)
-        for members in by_dp.values():
-            if len({m[2] for m in members}) >= 2:
-                out.append(Group(tuple((m[2], m[3]) for m in members), "barrier"))
-        i = j
-    kineto_rows = sorted((r for r in rows if not r[4]), key=lambda r: r[1])
+    sends = sorted((r for r in timeline if r[5] != "recv"), key=lambda r: r[0])
+    send_starts = [r[0] for r in sends]
     used: set[tuple[int, int]] = set()
-    for a, b in zip(kineto_rows, kineto_rows[1:]):
+    for rv in sorted((r for r in timeline if r[5] == "recv"), key=lambda r: r[0]):
+        lo_i = bisect_left(send_starts, rv[0] - SYNC_TOL_US)
+        hi_i = bisect_right(send_starts, rv[1] + SYNC_TOL_US)
+        best: Row | None = None
+        for sd in sends[lo_i:hi_i]:
+            if (sd[2], sd[3]) in used or not neighbours(rv, sd):
+                continue
+            if rv[6] and sd[6] and rv[6] != sd[6]:
+                continue
+            if best is None or abs(sd[0] - rv[0]) < abs(best[0] - rv[0]):
+                best = sd
+        if best is not None:
+            used.add((best[2], best[3]))
+            out.append(Group(((rv[2], rv[3]), (best[2], best[3])), "barrier"))
+    out.extend(_kineto_p2p_pairs(kineto, neighbours, pgs))
+    return out
+
+
+def _kineto_p2p_pairs(
+    rows: Sequence[tuple[float, float, int, int, int, str, str]],
+    neighbours: Any,
+    pgs: Mapping[tuple[int, int], str],
+) -> list[Group]:
+    """Sends paired with receives on neighbouring ranks of the same process group.
+
+    First the transfers both sides waited through: a send and a receive whose ends (on the
+    common clock) fall within :data:`P2P_END_TOL_US`, nearest first. Then every receive
+    left (it started after its data had arrived, a buffered send) takes the latest unpaired
+    send of a neighbour that ended by its end: in a what-if where that send comes later, the
+    receive waits for it. Directions come from the profiler's collective name (``send`` /
+    ``recv``) where it has one; without it any two calls may pair."""
+    out: list[Group] = []
+    used: set[tuple[int, int]] = set()
+
+    def compatible(a: tuple[float, float, int, int, int, str, str], b: tuple[float, float, int, int, int, str, str]) -> bool:
+        if not neighbours(a, b) or pgs.get((a[2], a[3]), "") != pgs.get((b[2], b[3]), ""):
+            return False
+        return not (a[5] and b[5] and a[5] == b[5])
+
+    by_end = sorted(rows, key=lambda r: r[1])
+    ends = [r[1] for r in by_end]
+    cands: list[tuple[float, int, int]] = []
+    for i, a in enumerate(by_end):
+        j = bisect_left(ends, a[1] - P2P_END_TOL_US)
+        for k in range(j, len(by_end)):
+            b = by_end[k]
+            if b[1] > a[1] + P2P_END_TOL_US:
+                break
+            if k > i and compatible(a, b):
+                cands.append((abs(b[1] - a[1]), i, k))
+    for _, i, k in sorted(cands):
+        a, b = by_end[i], by_end[k]
         if (a[2], a[3]) in used or (b[2], b[3]) in used:
             continue
-        if b[1] - a[1] <= P2P_END_TOL_US and adjacent(a[2], b[2]):
-            out.append(Group(((a[2], a[3]), (b[2], b[3])), "collective"))
-            used.update({(a[2], a[3]), (b[2], b[3])})
+        used.update({(a[2], a[3]), (b[2], b[3])})
+        out.append(Group(((a[2], a[3]), (b[2], b[3])), "collective"))
+    if not PAIR_UNWAITED:
+        return out
+    sends = [r for r in by_end if r[5] != "recv" and (r[2], r[3]) not in used]
+    for rv in (r for r in by_end if r[5] == "recv" and (r[2], r[3]) not in used):
+        best = None
+        for sd in sends:
+            if sd[1] > rv[1] + P2P_END_TOL_US:
+                break
+            if (sd[2], sd[3]) not in used and compatible(rv, sd):
+                best = sd
+        if best is not None:
+            used.update({(rv[2], rv[3]), (best[2], best[3])})
+            out.append(Group(((rv[2], rv[3]), (best[2], best[3])), "collective"))
     return out
 
 
 def _barrier_groups(summaries: Sequence[RankSummary], points_us: Sequence[float], offsets: Mapping[int, float], taken: set[tuple[int, int]]) -> list[Group]:
-    """Ops that start at a barrier of an op-level timeline, one per rank and barrier."""
+    """Ops that start at a barrier of an op-level timeline, one per rank and barrier: the
+    same op on every rank (a barrier before a timer starts the same op everywhere; ops of
+    different names starting together are a coincidence of the schedule)."""
     out: list[Group] = []
     graphs = [s.graph for s in summaries if s.graph is not None and s.graph.timeline]
     for p in points_us:
         members = []
+        names = set()
         for g in graphs:
             t = p + offsets.get(g.rank, 0.0) - g.lo_us
             near = np.flatnonzero(np.abs(g.start - t) <= SYNC_TOL_US)
             for i in near.tolist():
                 if (g.rank, i) not in taken:
                     members.append((g.rank, i))
+                    if g.name_idx is not None:
+                        names.add(g.names[int(g.name_idx[i])])
                     break
-        if len({r for r, _ in members}) >= 2:
+        if len({r for r, _ in members}) >= 2 and len(names) <= 1:
             out.append(Group(tuple(members), "barrier"))
             taken.update(members)
     return out
@@ -476,7 +597,9 @@ def _peers(summaries: Sequence[RankSummary], stage_of: Mapping[int, int]) -> dic
     return {r: tuple(members) for members in by.values() for r in members}
 
 
-def _pipeline_shape(pipe: Mapping[str, Any] | None, summaries: Sequence[RankSummary]) -> PipelineShape | None:
+def _pipeline_shape(
+    pipe: Mapping[str, Any] | None, summaries: Sequence[RankSummary], bubble_us_per_step: Mapping[int, float]
+) -> PipelineShape | None:
     if not pipe:
         return None
     m = pipe.get("microbatches")
@@ -513,7 +636,53 @@ def _pipeline_shape(pipe: Mapping[str, Any] | None, summaries: Sequence[RankSumm
         backward_us=tuple(b),
         transfer_us=min(transfer, 0.1 * float(np.median(f + b))),
         span_us=float(span),
+        bottleneck_bubble_us=_bottleneck_bubble(summaries, bubble_us_per_step),
     )
+
+
+def _bottleneck_bubble(summaries: Sequence[RankSummary], bubble_us_per_step: Mapping[int, float]) -> float | None:
+    """The pipeline-bubble time per step of the rank with the most compute per step."""
+    ranks = [s for s in summaries if s.rank in bubble_us_per_step]
+    if not ranks:
+        return None
+    top = max(ranks, key=lambda s: iv.total(s.compute) / max(len(s.steps), 1))
+    return float(bubble_us_per_step[top.rank])
+
+
+def _step_index(g: RankGraph) -> npt.NDArray[np.int64]:
+    """Each event's step: by its start against the step boundaries (0 = first step)."""
+    if g.stitched is not None:
+        return np.maximum(np.searchsorted(g.stitched[0], g.start, side="right") - 1, 0).astype(np.int64)
+    return np.searchsorted(g.edges[1], g.start, side="right").astype(np.int64)
+
+
+def _segment_index(graphs: Mapping[int, RankGraph], groups: Sequence[Group]) -> dict[int, npt.NDArray[np.int64]]:
+    """Each event's segment: how many of the rank's collectives (members of a collective
+    group) started before it."""
+    starts: dict[int, list[float]] = {r: [] for r in graphs}
+    for grp in groups:
+        if grp.kind != "collective":
+            continue
+        for r, i in grp.members:
+            g = graphs.get(r)
+            if g is not None and int(g.kind[i]) == EV_COLLECTIVE:
+                starts[r].append(float(g.start[i]))
+    return {
+        r: np.searchsorted(np.sort(np.asarray(starts[r], dtype=np.float64)), g.start, side="right").astype(np.int64)
+        for r, g in graphs.items()
+    }
+
+
+def _compute_by_index(g: RankGraph, idx: npt.NDArray[np.int64]) -> FloatArray:
+    n = int(idx.max()) + 1 if idx.size else 1
+    compute = g.kind == EV_COMPUTE
+    return np.bincount(idx[compute], weights=g.dur[compute], minlength=n).astype(np.float64)
+
+
+def _compute_by_step(g: RankGraph, idx: npt.NDArray[np.int64]) -> FloatArray:
+    n = int(g.stitched[0].size) if g.stitched is not None else int(g.edges.shape[1]) + 1
+    compute = g.kind == EV_COMPUTE
+    return np.bincount(np.minimum(idx[compute], n - 1), weights=g.dur[compute], minlength=n).astype(np.float64)
 
 
 def _step_us(s: RankSummary) -> float:
@@ -527,6 +696,7 @@ def build_job_model(
     stage_of: Mapping[int, int] | None = None,
     pipeline: Mapping[str, Any] | None = None,
     barrier_points_us: Sequence[float] = (),
+    bubble_us_per_step: Mapping[int, float] | None = None,
 ) -> JobModel | None:
     """The job model of the active ranks, or ``None`` when no rank has a graph."""
     active = [s for s in summaries if s.graph is not None and s.window_us > 0]
@@ -538,6 +708,9 @@ def build_job_model(
     groups += _p2p_groups(active, offsets, stages)
     taken = {m for grp in groups for m in grp.members}
     groups += _barrier_groups(active, barrier_points_us, offsets, taken)
+    graphs = {s.rank: s.graph for s in active if s.graph is not None}
+    steps = {r: _step_index(g) for r, g in graphs.items()}
+    segments = _segment_index(graphs, groups)
     return JobModel(
         graphs=tuple(s.graph for s in active if s.graph is not None),
         groups=tuple(groups),
@@ -546,7 +719,11 @@ def build_job_model(
         peers=_peers(active, stages),
         stage_of=stages,
         compute_us_per_step={s.rank: iv.total(s.compute) / max(len(s.steps), 1) for s in active},
-        pipeline=_pipeline_shape(pipeline, active),
+        pipeline=_pipeline_shape(pipeline, active, bubble_us_per_step or {}),
+        step_of_event=steps,
+        compute_by_step={r: _compute_by_step(graphs[r], idx) for r, idx in steps.items()},
+        segment_of_event=segments,
+        compute_by_segment={r: _compute_by_index(graphs[r], idx) for r, idx in segments.items()},
     )
 
 
@@ -586,7 +763,10 @@ class WhatIfResults:
         step = self.model.replay(graph_names).step_us if graph_names else self.baseline.step_us
         saved = self.baseline.step_us - step
         if "double_microbatches" in names:
-            saved += self.model.microbatch_saving_us(balanced="balanced_stages" in names)
+            # After a stage or rank fix the bottleneck's measured bubble no longer applies:
+            # the schedule model with the fixed stage times says what the microbatches add.
+            fixed = "balanced_stages" in names or "peer_median_compute" in names
+            saved += self.model.microbatch_saving_us(balanced="balanced_stages" in names, capped=not fixed)
         return max(0.0, min(100.0, 100.0 * saved / m))
 
     def to_dict(self) -> dict[str, Any]:

@@ -496,10 +496,11 @@ def rl_post_training(
                     sim.deps.append((end, Cause.COMMUNICATION))
                     sim.item()  # the rollouts go to the host for scoring
                 with sim.op("compute_reward", cat="user_annotation"):
+                    # .item() above held the host until the rollout was done; without it the
+                    # host would have scored the rewards while the device still generated
+                    # (the no_sync what-if recovers this idle time), so the device's wait
+                    # during the scoring is the sync's, up to how long the sync blocked.
                     sim.idle(sim.jit(reward_ms * 1e3))
-                    # The sync above returned at once; what starves the device now is
-                    # Python scoring rewards, which is host time, not synchronization.
-                    sim.label = Cause.HOST
                 with sim.op("train", cat="user_annotation"):
                     yield from dp_step(
                         sim,

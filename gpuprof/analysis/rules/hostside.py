@@ -13,10 +13,13 @@ Two ways a host call explains device idle time:
 * *drain*: the device ran out of work *while* the thread was blocked in a call that waits
   for the device (``cudaStreamSynchronize``, ``aten::item``, ``cudaFree``). The sync
   emptied the queue, so the device idles until the call returns and the host has issued
-  compute again: that wait is the sync's doing, up to :data:`DRAIN_RELAUNCH_US` after the
-  call returned (the time a loop needs to reach its next launch). Longer host work after
-  the sync (scoring rewards in Python, logging) would starve the device with or without
-  the sync, so it stays with what the host was doing (``host``, ``dataloader``, ...).
+  compute again. Without the call the host would have gone on as soon as it made it, so
+  its next launch would come earlier by the call's length: that much of the gap (plus
+  :data:`DRAIN_RELAUNCH_US` for the loop to reach its launch) is the sync's doing -- the
+  same time the ``no_sync`` what-if recovers (:mod:`gpuprof.analysis.whatifs`). Host work
+  after the sync that is longer than the device work the sync waited for (scoring rewards
+  in Python, logging) would starve the device with or without the sync: that remainder
+  stays with what the host was doing (``host``, ``dataloader``, ...).
 """
 
 from __future__ import annotations
@@ -75,9 +78,12 @@ def _per_thread(ctx: RuleContext, calls: npt.NDArray[np.bool_], drain: bool) -> 
         if cs.size == 0:
             continue
         i = np.searchsorted(cs, g0, side="right") - 1  # last merged call starting at or before g0
+        call_start = cs[np.maximum(i, 0)]
         call_end = ce[np.maximum(i, 0)]
         inside = (i >= 0) & (call_end >= g0)
-        end = np.minimum(pe, call_end + DRAIN_RELAUNCH_US)
+        # Without the blocking call the host would have gone on that much earlier, so the
+        # next launch comes that much sooner: the gap shrinks by up to the call's length.
+        end = np.minimum(pe, g0 + (call_end - call_start) + DRAIN_RELAUNCH_US)
         out.append(iv.make(g0[inside], end[inside]))
     return _concat(out)
 

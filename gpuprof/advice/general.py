@@ -1,0 +1,219 @@
+"""Never silent, never double counted: what :func:`gpuprof.advice.advise` adds last.
+
+*General advice.* Any cause holding at least :data:`NEVER_SILENT_PCT` of a rank's step gets
+a recommendation. When no specific advisor spoke for it (the schedule was unknown, the
+trace has no host events, no one finding stood out), the general advice for that cause is
+given with its measured share, its saving from the cause's what-if replay where one exists
+(else the closed form: the cause's time vanishing on every rank, the job's step set by its
+slowest rank), and a line saying what was missing to be specific.
+
+*Overlaps.* Two fixes can act on the same lost time (a slow stage and the pipeline's fill
+and drain; allocator frees inside the operators a CUDA graph would remove). Their savings do
+not add up: every recommendation with a replay carries one line with the saving of fixing
+all of them at once, from one replay of every what-if together
+(:meth:`gpuprof.analysis.whatifs.WhatIfResults.combined_pct`), whenever that is less than the
+sum. The same figure is the report's ``job.combined_savings_pct``, never more than the
+largest share of a step any rank loses.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, replace
+
+from gpuprof.advice import AdviceContext
+from gpuprof.advice.replayed import replayed, results
+from gpuprof.advice.savings import cause_savings_pct
+from gpuprof.model.report import CAUSES, Cause, Recommendation
+
+# A cause holding this share of a rank's step always gets a recommendation.
+NEVER_SILENT_PCT = 5.0
+
+
+@dataclass(frozen=True)
+class _General:
+    title: str
+    whatifs: tuple[str, ...]
+    actions: tuple[str, ...]
+    missing: str
+
+
+_GENERAL: Mapping[Cause, _General] = {
+    Cause.PIPELINE_BUBBLE: _General(
+        "Pipeline stages sit idle waiting for their neighbours: shrink the bubble",
+        ("double_microbatches", "balanced_stages"),
+        (
+            "Use more microbatches per step (at least 4x the number of stages) at the same global batch.",
+            "Use an interleaved or zero-bubble schedule (virtual pipeline stages).",
+            "Balance the layers across stages so that no stage computes longer per microbatch than the others.",
+        ),
+        "the pipeline's schedule could not be worked out from the trace (microbatch count or stage times unknown)",
+    ),
+    Cause.COMMUNICATION: _General(
+        "Collectives run with no compute beside them: overlap them or make them cheaper",
+        ("overlap_collectives", "double_bandwidth"),
+        (
+            "Overlap gradient collectives with backward (DDP buckets, FSDP prefetch, Megatron --overlap-grad-reduce).",
+            "Check the transport with NCCL_DEBUG=INFO and send less (larger buckets, reduce-scatter, compression).",
+        ),
+        "no specific communication finding stood out (message sizes or the other ranks are missing)",
+    ),
+    Cause.STRAGGLER: _General(
+        "Ranks wait in collectives for slower ranks: find what makes those ranks late",
+        ("peer_median_compute",),
+        (
+            "Profile every rank and compare the slowest one's GPU (clocks, throttling), node and data with the others.",
+            "Balance the work per rank (length bucketing, sequence packing, balanced sharding).",
+        ),
+        "no single rank could be named as the one the others wait for",
+    ),
+    Cause.MEMORY: _General(
+        "The GPU waits on memory management and transfers: overlap copies, pin memory, stop allocator churn",
+        ("hidden_copies", "no_allocator", "pinned_copies"),
+        (
+            "Pin host buffers and copy with non_blocking=True on a side stream, one step ahead.",
+            "Set PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True and keep shapes stable.",
+        ),
+        "no single kind of memory operation stood out",
+    ),
+    Cause.DATALOADER: _General(
+        "The GPU waits for input data: speed up the input pipeline",
+        ("no_dataloader",),
+        ("Raise DataLoader num_workers, use pin_memory=True and persistent_workers=True.",),
+        "the DataLoader calls are not in the trace",
+    ),
+    Cause.SYNC: _General(
+        "The host blocks on the GPU inside the loop: remove the syncs",
+        ("no_sync",),
+        (
+            "Remove .item() / .cpu() / print(loss) from the step; read metrics every N steps.",
+            "Find hidden syncs with torch.cuda.set_sync_debug_mode('warn').",
+        ),
+        "the blocking calls could not be tied to the device's idle time",
+    ),
+    Cause.HOST: _General(
+        "The host issues GPU work too slowly: cut framework and Python overhead",
+        ("free_launches", "free_launch_calls"),
+        (
+            "torch.compile the model (mode='reduce-overhead' also captures CUDA graphs).",
+            "Profile the host side (py-spy, the profiler's CPU view) and move Python work out of the step.",
+        ),
+        "the trace does not show which host work delays the launches (no launch calls or host ops)",
+    ),
+    Cause.OTHER: _General(
+        "Idle GPU time that no rule explains: profile with more detail",
+        (),
+        (
+            "Record the trace with the host side (activities CPU and CUDA, record_shapes=True) and without "
+            "filters, so that every idle gap can be tied to what the host or another stream was doing.",
+            "Look at the gaps in Perfetto: gpuprof annotate TRACE -o annotated.json marks each one.",
+        ),
+        "nothing in the trace explains this idle time (waits on other streams, device scheduling, or events "
+        "the trace left out)",
+    ),
+}
+
+
+def _shares(ctx: AdviceContext) -> dict[Cause, tuple[float, list[int]]]:
+    """Per cause, the largest share of a rank's window it holds (percent) and the ranks
+    where it holds at least :data:`NEVER_SILENT_PCT`."""
+    out: dict[Cause, tuple[float, list[int]]] = {}
+    for cause in CAUSES:
+        top = 0.0
+        ranks: list[int] = []
+        for r in ctx.reports:
+            if r.window_us <= 0:
+                continue
+            pct = 100.0 * float(r.lost_us.get(cause, 0.0)) / r.window_us
+            top = max(top, pct)
+            if pct >= NEVER_SILENT_PCT:
+                ranks.append(r.rank)
+        out[cause] = (top, ranks)
+    return out
+
+
+def general_advice(ctx: AdviceContext, recs: Sequence[Recommendation]) -> list[Recommendation]:
+    """A general recommendation for every cause with at least :data:`NEVER_SILENT_PCT` of
+    a rank's step that no recommendation of ``recs`` covers."""
+    covered = {r.category for r in recs}
+    out: list[Recommendation] = []
+    for cause, (top, ranks) in _shares(ctx).items():
+        if top < NEVER_SILENT_PCT or cause in covered:
+            continue
+        g = _GENERAL[cause]
+        got = next((x for x in (replayed(ctx, n) for n in g.whatifs) if x is not None and x.pct > 0), None)
+        evidence = [
+            f"{cause.value} holds {top:.1f}% of the step on rank{'s' if len(ranks) > 1 else ''} "
+            + ", ".join(str(r) for r in ranks)
+        ]
+        if cause is Cause.OTHER:
+            # Time no rule explains has no fix to replay: its share is shown, no saving is claimed.
+            pct = 0.0
+            evidence.append("no saving is estimated: nothing says what would remove this idle time")
+        elif got is not None:
+            pct = got.pct
+            evidence.append(got.line)
+        else:
+            pct = cause_savings_pct(ctx.reports, cause)
+            evidence.append(
+                "estimate: this idle time vanishing on every rank, with the job's step set by its slowest rank "
+                "(an upper bound: no replay of this fix was possible)"
+            )
+        evidence.append(f"general advice: {g.missing}, so no more specific fix can be named")
+        out.append(
+            Recommendation(
+                id=f"{cause.value.replace('_', '-')}-general",
+                category=cause,
+                title=g.title,
+                estimated_savings_pct=pct,
+                ranks=tuple(ranks),
+                evidence=tuple(evidence),
+                actions=g.actions,
+                whatif=got.name if got is not None else None,
+            )
+        )
+    return out
+
+
+def combined_savings_pct(ctx: AdviceContext, recs: Sequence[Recommendation]) -> float | None:
+    """Saving of every recommended fix at once, from one replay (``None``: no replay),
+    capped by the largest share of a step that any rank loses."""
+    w = results(ctx)
+    names = sorted({r.whatif for r in recs if r.whatif})
+    if w is None or not names:
+        return None
+    pct = w.combined_pct(names)
+    if pct is None:
+        return None
+    lost = max(
+        (sum(float(v) for v in r.lost_us.values()) / r.window_us for r in ctx.reports if r.window_us > 0),
+        default=0.0,
+    )
+    return min(pct, 100.0 * lost)
+
+
+def note_overlaps(ctx: AdviceContext, recs: Sequence[Recommendation], combined: float | None) -> list[Recommendation]:
+    """Say on each replayed recommendation what all of them save together, when their
+    savings overlap (the sum exceeds the combined replay)."""
+    replayed_recs = [r for r in recs if r.whatif]
+    if combined is None or len(replayed_recs) < 2:
+        return list(recs)
+    by_whatif: dict[str, float] = {}
+    for r in replayed_recs:
+        by_whatif[str(r.whatif)] = max(by_whatif.get(str(r.whatif), 0.0), r.estimated_savings_pct)
+    total = sum(by_whatif.values())
+    if total <= combined + 0.5:
+        return list(recs)
+    w = results(ctx)
+    assert w is not None
+    step = w.model.measured_step_us
+    ids = ", ".join(r.id for r in replayed_recs)
+    note = (
+        f"These fixes act partly on the same idle time ({ids}): together they save {combined:.1f}% "
+        f"(job step {step / 1000:.1f} ms -> {step * (1 - combined / 100) / 1000:.1f} ms, one replay of all of them), "
+        f"not the {total:.1f}% their estimates add up to."
+    )
+    return [replace(r, evidence=(*r.evidence, note)) if r.whatif else r for r in recs]
+
+
+__all__ = ["NEVER_SILENT_PCT", "combined_savings_pct", "general_advice", "note_overlaps"]

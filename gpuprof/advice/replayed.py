@@ -1,0 +1,73 @@
+"""Savings from the job's what-if replays (:mod:`gpuprof.analysis.whatifs`), for the advisors.
+
+Every advisor names the what-if its fix corresponds to; the estimate is what that
+what-if's replay saves on the job's step (its slowest rank's), and the evidence says so in
+one line with the replayed step times and the model's error. Where no replay exists (no
+launches in the trace, an op-level timeline without the events a what-if removes), the
+advisor's closed-form estimate stands and the recommendation has no ``whatif``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from gpuprof.advice import AdviceContext
+from gpuprof.analysis.whatifs import WHATIFS, WhatIfResults
+
+# Above this model error (percent of the measured step) estimates are called rough.
+ROUGH_MODEL_ERROR_PCT = 5.0
+
+
+def results(ctx: AdviceContext) -> WhatIfResults | None:
+    w = ctx.whatifs
+    return w if isinstance(w, WhatIfResults) else None
+
+
+def _ms(us: float) -> str:
+    return f"{us / 1000.0:.1f} ms" if abs(us) >= 1000 else f"{us:.0f} µs"
+
+
+@dataclass(frozen=True)
+class Replayed:
+    """A what-if's saving and the evidence line that states it."""
+
+    name: str
+    pct: float
+    line: str
+
+
+def replayed(ctx: AdviceContext, name: str) -> Replayed | None:
+    """The saving of what-if ``name`` on the job, or ``None`` when it was not replayed."""
+    w = results(ctx)
+    if w is None:
+        return None
+    pct = w.savings_pct(name)
+    if pct is None:
+        return None
+    measured = w.model.measured_step_us
+    after = measured * (1.0 - pct / 100.0)
+    err = w.model_error_pct
+    rough = " (rough: the model misses the measured step by more than 5%)" if abs(err) > ROUGH_MODEL_ERROR_PCT else ""
+    how = (
+        "replayed on a model of the pipeline schedule with the measured stage times"
+        if name == "double_microbatches"
+        else f"replaying the job's dependency graph (model error {err:+.1f}%{rough})"
+    )
+    line = (
+        f"What-if '{name}' ({WHATIFS[name]}): job step {_ms(measured)} -> {_ms(after)}, "
+        f"{pct:.1f}% saved, {how}; gpuprof/analysis/whatifs.py."
+    )
+    return Replayed(name, pct, line)
+
+
+def best(ctx: AdviceContext, names: Sequence[str]) -> Replayed | None:
+    """The first of ``names`` that was replayed."""
+    for n in names:
+        got = replayed(ctx, n)
+        if got is not None:
+            return got
+    return None
+
+
+__all__ = ["ROUGH_MODEL_ERROR_PCT", "Replayed", "best", "replayed", "results"]
