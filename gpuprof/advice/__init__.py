@@ -202,7 +202,7 @@ def advise_all(ctx: AdviceContext) -> Advice:
     """Run every advisor; rank what the trace supports, hold back the rest, add the general
     advice for any cause left without a recommendation and say where fixes overlap
     (:mod:`gpuprof.advice.general`)."""
-    from gpuprof.advice.general import combined_savings_pct, general_advice, note_overlaps
+    from gpuprof.advice.general import combined_savings_pct, explain_disagreement, general_advice, note_overlaps
 
     _load()
     made: list[tuple[Recommendation, Advisor]] = []
@@ -238,7 +238,8 @@ def advise_all(ctx: AdviceContext) -> Advice:
             held.append(h)
     held.sort(key=lambda h: (-h.recommendation.estimated_savings_pct, h.recommendation.id))
     combined = combined_savings_pct(ctx, kept)
-    return Advice(sort_recommendations(note_overlaps(ctx, kept, combined)), tuple(held), combined)
+    kept = explain_disagreement(ctx, note_overlaps(ctx, kept, combined))
+    return Advice(sort_recommendations(kept), tuple(held), combined)
 
 
 def advise(ctx: AdviceContext) -> tuple[Recommendation, ...]:

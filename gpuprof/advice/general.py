@@ -28,6 +28,10 @@ from gpuprof.model.report import CAUSES, Cause, Recommendation
 
 # A cause holding this share of a rank's step always gets a recommendation.
 NEVER_SILENT_PCT = 5.0
+# A recommendation whose saving differs from its cause's lost share by more than this
+# factor says why (``Saving vs lost share:``).
+AGREE_FACTOR = 3.0
+AGREE_MARK = "Saving vs lost share:"
 
 
 @dataclass(frozen=True)
@@ -93,7 +97,7 @@ _GENERAL: Mapping[Cause, _General] = {
     ),
     Cause.HOST: _General(
         "The host issues GPU work too slowly: cut framework and Python overhead",
-        ("free_launches", "free_launch_calls"),
+        ("free_host",),
         (
             "torch.compile the model (mode='reduce-overhead' also captures CUDA graphs).",
             "Profile the host side (py-spy, the profiler's CPU view) and move Python work out of the step.",
@@ -175,6 +179,41 @@ def general_advice(ctx: AdviceContext, recs: Sequence[Recommendation]) -> list[R
     return out
 
 
+def explain_disagreement(ctx: AdviceContext, recs: Sequence[Recommendation]) -> list[Recommendation]:
+    """Add one line to each recommendation whose saving is more than :data:`AGREE_FACTOR`
+    times off the share of the step its cause holds on its ranks: the replay follows the
+    whole job, so fixing a cause can save less (the time freed is then spent waiting on
+    other work of the critical path) or more (it also removes waits it set off)."""
+    out: list[Recommendation] = []
+    by_rank = {r.rank: r for r in ctx.reports if r.window_us > 0}
+    for rec in recs:
+        # A straggler's or a slow stage's own ranks are not the ones that wait: job-level
+        # causes are measured on every rank.
+        job_level = rec.category in (Cause.STRAGGLER, Cause.PIPELINE_BUBBLE, Cause.COMMUNICATION)
+        ranks = ([] if job_level else [by_rank[r] for r in rec.ranks if r in by_rank]) or list(by_rank.values())
+        share = max((100.0 * float(r.lost_us.get(rec.category, 0.0)) / r.window_us for r in ranks), default=0.0)
+        est = rec.estimated_savings_pct
+        if rec.category is Cause.OTHER or max(share, est) < NEVER_SILENT_PCT:
+            out.append(rec)
+            continue
+        if est * AGREE_FACTOR < share:
+            line = (
+                f"{AGREE_MARK} it saves less than the {share:.1f}% of a step that {rec.category.value} holds: once that idle time is gone the job still waits on other work of its critical path "
+                "(other ranks, collectives, other causes), which the estimate follows"
+            )
+        elif est > AGREE_FACTOR * share:
+            line = (
+                f"{AGREE_MARK} it saves more than the {share:.1f}% of a step that {rec.category.value} holds: "
+                "removing it also removes idle time it sets off that is counted under other causes (a drained "
+                "queue refilled by late launches, waits of the ranks that waited for it)"
+            )
+        else:
+            out.append(rec)
+            continue
+        out.append(replace(rec, evidence=(*rec.evidence, line)))
+    return out
+
+
 def combined_savings_pct(ctx: AdviceContext, recs: Sequence[Recommendation]) -> float | None:
     """Saving of every recommended fix at once, from one replay (``None``: no replay),
     capped by the largest share of a step that any rank loses."""
@@ -216,4 +255,12 @@ def note_overlaps(ctx: AdviceContext, recs: Sequence[Recommendation], combined: 
     return [replace(r, evidence=(*r.evidence, note)) if r.whatif else r for r in recs]
 
 
-__all__ = ["NEVER_SILENT_PCT", "combined_savings_pct", "general_advice", "note_overlaps"]
+__all__ = [
+    "AGREE_FACTOR",
+    "AGREE_MARK",
+    "NEVER_SILENT_PCT",
+    "combined_savings_pct",
+    "explain_disagreement",
+    "general_advice",
+    "note_overlaps",
+]

@@ -96,6 +96,7 @@ REMOVABLE: tuple[str, ...] = (
     "operators",
     "ddp_buffers",
     "blocking_copies",
+    "host_work",
 )
 
 # Allocator calls that synchronize the device.
@@ -512,7 +513,17 @@ def _host_side(
     be = np.concatenate([p[0][1] for p in parts])
     tag = np.concatenate([np.full(p[0][0].size, p[1], dtype=np.int8) for p in parts])
     order = np.argsort(be, kind="stable")
+    # Everything else on the host's timeline: its own work (Python, framework, launches),
+    # which an infinitely fast host would not spend; its waits (input, syncs, allocator,
+    # blocking copies) stay.
+    waits = [alloc, sync_all, other_copies, dataloader]
+    host_work = iv.complement(
+        iv.union(np.concatenate([w[0] for w in waits]), np.concatenate([w[1] for w in waits])),
+        0.0,
+        ctx.hi_us - ctx.lo_us,
+    )
     removable = {
+        "host_work": host_work,
         "blocking_copies": iv.subtract(other_copies, sync_all),
         "dataloader": dataloader,
         "sync": sync_all,

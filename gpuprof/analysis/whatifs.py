@@ -18,6 +18,9 @@ model's error cancels as far as it is the same in both replays. The what-ifs
                         cost no host time (CUDA graphs / ``torch.compile``); the allocator
                         calls, syncs and input waits inside them stay (their own what-ifs).
 ``free_launch_calls``   only the launch calls cost nothing: the lower end of ``free_launches``.
+``free_host``           all the host's own work on the launching threads (Python, framework,
+                        launches) costs nothing; DataLoader waits, syncs, allocator calls and
+                        blocking copies stay: the upper bound of any host-side speed-up.
 ``no_allocator``        device allocator calls are deleted and no longer synchronize.
 ``no_ddp_buffer_sync``  DDP's buffer broadcast at each forward is deleted from host time.
 ``pinned_copies``       copies from or to pageable host memory take no device time on the
@@ -65,6 +68,7 @@ WHATIFS: Mapping[str, str] = {
     "no_sync": "no blocking host-device syncs (the host runs ahead)",
     "free_launches": "the operators that launch kernels cost no host time (CUDA graphs / torch.compile)",
     "free_launch_calls": "the kernel launch calls cost no host time",
+    "free_host": "the host's own work between launches (Python, framework) costs nothing",
     "no_allocator": "no device allocator calls",
     "no_ddp_buffer_sync": "no DDP buffer broadcast at each forward",
     "pinned_copies": "pageable copies made asynchronous and hidden behind compute",
@@ -82,6 +86,7 @@ _HOST: Mapping[str, tuple[str, tuple[int, ...]]] = {
     "no_sync": ("sync", (BLOCK_SYNC,)),
     "free_launches": ("operators", ()),
     "free_launch_calls": ("launch", ()),
+    "free_host": ("host_work", ()),
     "no_allocator": ("allocator", (BLOCK_ALLOC,)),
     "no_ddp_buffer_sync": ("ddp_buffers", ()),
     "pinned_copies": ("blocking_copies", (BLOCK_COPY,)),
