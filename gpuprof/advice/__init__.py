@@ -80,6 +80,8 @@ NEEDS: Mapping[str, frozenset[Evidence]] = {
     # kept only the launch calls still shows that, and the ops the host was in)
     "host-overhead": _LAUNCH_GAPS,
     "host-launch-bound": _LAUNCH_GAPS,
+    # idle time no rule explains only means something beside the compute it interrupts
+    "other-general": frozenset({Evidence.COMPUTE_KERNELS}),
 }
 # ... else by category (a new advisor's recommendation needs at least this).
 CATEGORY_NEEDS: Mapping[Cause, frozenset[Evidence]] = {
