@@ -22,10 +22,10 @@ from typing import Any
 import msgspec
 
 from gpuprof import atomic
-
 from gpuprof.analysis.attribution import Attribution
 from gpuprof.errors import BadTraceError
 from gpuprof.model.report import CAUSES
+from gpuprof.readers.columns import as_int
 
 TRACK_PREFIX = "gpuprof: lost time"
 CATEGORY = "gpuprof.lost"
@@ -81,10 +81,9 @@ def unused_pids(existing: Iterable[Any], count: int) -> list[int]:
     """``count`` integer pids above every integer pid in use (string pids cannot clash)."""
     top = 0
     for pid in existing:
-        if isinstance(pid, int) and not isinstance(pid, bool):
-            top = max(top, pid)
-        elif isinstance(pid, str) and pid.strip().lstrip("-").isdigit():
-            top = max(top, int(pid))
+        n = as_int(pid)  # "²" or 5000 digits are no integer (int() raised on them)
+        if n is not None:
+            top = max(top, n)
     return [top + 1 + i for i in range(count)]
 
 

@@ -93,3 +93,34 @@ def test_a_pg_config_that_is_not_a_list_is_no_process_groups(write_trace: Any, k
     result = run_cli("analyze", str(write_trace("rank0.json", doc)), "--format", "json")
     assert result.traceback is None, result.traceback
     assert result.code == 0, result.stderr
+
+
+def test_a_timeline_whose_every_op_is_dropped_is_nothing_to_analyze(write_trace: Any) -> None:
+    # Thread names give the Megatron layout, but no op has a usable time: no worker at all
+    # (the layout sizes were a max() over no workers).
+    events = pipeline_timeline()
+    for e in events:
+        if e["ph"] == "X":
+            e["ts"] = "not a time"
+    result = run_cli("analyze", str(write_trace("timeline.json", events)), "--format", "json")
+    assert result.traceback is None, result.traceback
+    assert result.code == 0, result.stderr
+    assert json.loads(result.stdout)["ranks"] == []
+
+
+@pytest.mark.parametrize("pid", ["²", "9" * 5000, "-12", 3.0])
+def test_annotate_reads_any_pid_of_the_trace(write_trace: Any, kineto: Any, event: Any, tmp_path: Any, pid: Any) -> None:
+    # New tracks get integer pids above the trace's own; a pid string of other digits or
+    # past Python's int() digit limit made int() raise.
+    events = [
+        event("kernel", "sm90_xmma_gemm_bf16", 0, 500, pid=0, tid=7, stream=7),
+        event("cuda_runtime", "cudaStreamSynchronize", 500, 400, pid=pid, tid=1),
+        event("kernel", "sm90_xmma_gemm_bf16", 1000, 500, pid=0, tid=7, stream=7),
+    ]
+    out = tmp_path / "annotated.json"
+    result = run_cli("annotate", str(write_trace("rank0.json", kineto(events, rank=0))), "-o", str(out))
+    assert result.traceback is None, result.traceback
+    assert result.code == 0, result.stderr
+    added = [e for e in json.loads(out.read_text())["traceEvents"] if e.get("name") == "process_name"]
+    assert [e["args"]["name"] for e in added] == ["gpuprof: lost time (rank 0)"]
+    assert isinstance(added[0]["pid"], int) and added[0]["pid"] >= 1

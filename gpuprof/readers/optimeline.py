@@ -258,7 +258,7 @@ def read_timeline(raw: RawTrace, path: Path) -> list[RankTrace]:
     warnings = list(raw.warnings) + pairs.warnings() + checks.warnings()
     structured = bool(layout)
     pp_size = tp_size = dp_size = 1
-    if structured:
+    if structured and groups:  # thread names, but every op was dropped: no workers
         pp_size = sizes.get("pp_size") or 1 + max((k.pp_rank or 0) for k in groups)
         tp_size = sizes.get("tp_size") or 1 + max((k.tp_rank or 0) for k in groups)
         dp_size = sizes.get("dp_size") or 1 + max((d or 0) for d in dp_of.values())
