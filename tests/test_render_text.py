@@ -166,3 +166,22 @@ def test_samples_only_run_still_shows_gpus() -> None:
     assert "| 0 | 4 | 61% | 95% | 0% | 95% | N/A |" in md
     page = render(report([], extra={"samples": _sample_findings()}), "html")
     assert page.count("<polyline") == 2  # bins 0 and 1 joined; bin 3 alone after the N/A bin
+
+
+def test_the_combined_replay_of_overlapping_fixes_is_said_once_in_every_format() -> None:
+    """Allocator frees inside the operators a CUDA graph would remove: the two fixes act on
+    the same idle time, and the report says what both save together (one replay), below
+    the sum of their estimates."""
+    from pathlib import Path
+
+    from gpuprof.pipeline import analyze_paths
+    from gpuprof.render import render
+
+    rep = analyze_paths([Path(__file__).resolve().parents[1] / "sample_traces" / "alloc-churn-rocm"])
+    replayed = [r for r in rep.recommendations if r.whatif]
+    assert len(replayed) >= 2
+    combined = rep.extra["job"]["combined_savings_pct"]
+    assert max(r.estimated_savings_pct for r in replayed) <= combined < sum(r.estimated_savings_pct for r in replayed)
+    for fmt in ("text", "markdown", "html"):
+        out = render(rep, fmt, width=200)
+        assert f"All {len(replayed)} replayed changes at once" in out and f"{combined:.1f}% saved" in out, fmt

@@ -138,7 +138,9 @@ def _recommendations(report: Report) -> str:
             + (f" &middot; replayed as {e(rec.whatif)}" if rec.whatif else "")
             + f"</span>{details}</li>"
         )
-    return "<h2>What to change</h2><ol class=\"recs\">" + "".join(items) + "</ol>"
+    combined = fg.combined_line(report)
+    after = f"<p><strong>{e(combined)}</strong></p>" if combined is not None else ""
+    return "<h2>What to change</h2><ol class=\"recs\">" + "".join(items) + "</ol>" + after
 
 
 def _critical_by_step_index(report: Report) -> dict[int, int]:

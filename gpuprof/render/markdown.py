@@ -48,6 +48,9 @@ def _recommendations(report: Report) -> list[str]:
                 out.extend(f"   - {md_escape(a)}" for a in rec.actions)
             out.append("")
             out.append("   </details>")
+    combined = fg.combined_line(report)
+    if combined is not None:
+        out += ["", f"**{md_escape(combined)}**"]
     out.append("")
     return out
 

@@ -55,6 +55,9 @@ def _recommendations(report: Report, wrap: bool = True) -> list[RenderableType]:
             out.append(_bullet("-", ev, "dim", wrap))
         for act in rec.actions:
             out.append(_bullet(">", act, "green", wrap))
+    combined = fg.combined_line(report)
+    if combined is not None:
+        out.append(Text(combined, style="bold"))
     return out
 
 
