@@ -148,7 +148,8 @@ def test_launch_names_only_count_as_launches_when_they_are_api_calls() -> None:
         ("forward-compute", C.COMPUTE),
         ("backward-compute", C.COMPUTE),
         ("optimizer", C.COMPUTE),
-        ("optimizer-clip-main-grad", C.COMPUTE),
+        ("optimizer-clip-main-grad", C.COLLECTIVE),  # ends in the all-reduce of the grad norm
+        ("all-grads-sync", C.COLLECTIVE),
         ("forward-send", C.P2P),
         ("forward-recv", C.P2P),
         ("backward-send", C.P2P),

@@ -142,13 +142,10 @@ PARAMS = [
 # remove the mark. The simulator's point-to-point sends are buffered: a receive that
 # started after its data had arrived did not wait, so nothing in the trace pairs it with
 # its send, and when balancing the stages makes that send later the replay does not hold
-# the receive back (balanced_stages over-estimated, 18 % against 13.6 %; in the Megatron
-# layout of the same job 14.3 % against 11.9 %, seed 0, and 6 % against 11.6 %, seed 1).
+# the receive back (balanced_stages over-estimated, 18 % against 13.6 %).
 KNOWN_LIMITS = {
     "pp-slow-stage-seed0",
     "pp-slow-stage-seed1",
-    "megatron-slow-stage-dp-spread-seed0",
-    "megatron-slow-stage-dp-spread-seed1",
 }
 ESTIMATE_PARAMS = [
     pytest.param(

@@ -220,6 +220,20 @@ def _step_spans(s: RankSummary) -> dict[int, tuple[float, float]]:
     return {st.number: (st.start_us, st.end_us) for st in s.steps}
 
 
+def _replica(s: RankSummary) -> Any:
+    """Which data-parallel replica's pipeline a rank belongs to: its ``dp_rank`` where the
+    layout says, else the process group its point-to-point calls use (one per pipeline),
+    else one pipeline for all."""
+    if "dp_rank" in s.parallel:
+        return ("dp", int(s.parallel["dp_rank"]))
+    p = _p2p(s)
+    if len(p) and "pg" in p:
+        groups = [str(g) for g in pd.unique(p["pg"].astype(str)) if str(g)]
+        if groups:
+            return ("pg", groups[0])
+    return ("all", 0)
+
+
 def _span_of_step(s: RankSummary, lo: float, hi: float, p2p: pd.DataFrame) -> tuple[float, float] | None:
     """The pipeline span of one step on a first-stage rank, on its own clock."""
     cs, ce = s.compute
@@ -288,17 +302,28 @@ def analyze_pipeline(summaries: Sequence[RankSummary], offsets: Mapping[int, flo
     m, m_source = _microbatches(members, chunks)
     schedule = _schedule(members[min(members)], m, chunks)
 
-    # Pipeline span per step: from the first-stage ranks, on the aligned clock.
-    spans: dict[int, tuple[float, float]] = {}
+    # Pipeline span per step: from the first-stage ranks, on the aligned clock -- each
+    # data-parallel replica its own pipeline: a fast replica that finishes its pipeline and
+    # then waits for a slow one in the gradient collective waits for a straggler, not for
+    # its own pipeline (the union of every replica's span would call that wait a bubble).
+    replica = {s.rank: _replica(s) for s in summaries}
+    by_replica: dict[Any, dict[int, tuple[float, float]]] = {}
     for s in members[min(members)]:
         p2p_all = _p2p(s)
         off = offsets.get(s.rank, 0.0)
+        spans_r = by_replica.setdefault(replica[s.rank], {})
         for number, (lo, hi) in _step_spans(s).items():
             p2p = p2p_all.loc[(p2p_all["end_us"] > lo) & (p2p_all["start_us"] < hi)]
             sp = _span_of_step(s, lo, hi, p2p)
             if sp is None:
                 continue
             a = (sp[0] - off, sp[1] - off)
+            old = spans_r.get(number)
+            spans_r[number] = a if old is None else (min(old[0], a[0]), max(old[1], a[1]))
+    # The job's span (for the findings): every replica's together.
+    spans: dict[int, tuple[float, float]] = {}
+    for spans_r in by_replica.values():
+        for number, a in spans_r.items():
             old = spans.get(number)
             spans[number] = a if old is None else (min(old[0], a[0]), max(old[1], a[1]))
 
@@ -314,7 +339,8 @@ def analyze_pipeline(summaries: Sequence[RankSummary], offsets: Mapping[int, flo
         parts_e: list[np.ndarray] = []
         fracs: list[float] = []
         own_steps = _step_spans(s)
-        for number, (a0, a1) in spans.items():
+        mine = by_replica.get(replica[s.rank]) or spans
+        for number, (a0, a1) in mine.items():
             lo, hi = a0 + off, a1 + off
             # A later stage that waits for activations from the start of its step (before
             # the first stage has begun computing) is filling the pipeline too.
@@ -327,7 +353,7 @@ def analyze_pipeline(summaries: Sequence[RankSummary], offsets: Mapping[int, flo
         claim = iv.union(np.concatenate(parts_s), np.concatenate(parts_e)) if parts_s else iv.empty()
         claims[s.rank] = claim
         fraction[s.rank] = float(np.mean(fracs)) if fracs else 0.0
-        bubble_per_step[s.rank] = iv.total(claim) / max(len(spans), 1)
+        bubble_per_step[s.rank] = iv.total(claim) / max(len(mine), 1)
 
     span_us = float(np.median([b - a for a, b in spans.values()])) if spans else None
     per_stage = []

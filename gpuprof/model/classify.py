@@ -201,7 +201,12 @@ _COLLECTIVE_WORDS = re.compile(
 # --- op-level timelines (framework timers, e.g. Megatron) -----------------------------
 
 _TIMER_P2P = re.compile(r"(?:^|-)(?:send|recv)(?:-|$)")
-_TIMER_COLL = re.compile(r"all-reduce|all-gather|reduce-scatter|all-to-all|allreduce|allgather|broadcast")
+# Megatron's "optimizer-clip-main-grad" ends in the all-reduce of the gradient norm over the
+# data-parallel (and model-parallel) group, and waits in it for the slowest member;
+# "all-grads-sync" is its data-parallel gradient all-reduce without the distributed optimizer.
+_TIMER_COLL = re.compile(
+    r"all-reduce|all-gather|reduce-scatter|all-to-all|allreduce|allgather|broadcast|clip-main-grad|grads-sync"
+)
 _TIMER_COMPUTE = re.compile(r"(?:^|-)(?:compute|optimizer|forward|backward)(?:-|$)|^optimizer")
 _TIMER_DATA = re.compile(r"batch-generator|data-?load|get-batch")
 
