@@ -23,7 +23,7 @@ from dataclasses import dataclass, replace
 
 from gpuprof.advice import AdviceContext
 from gpuprof.advice.replayed import replayed, results
-from gpuprof.advice.savings import cause_savings_pct
+from gpuprof.advice.savings import MIN_WINDOW_US, cause_savings_pct
 from gpuprof.model.report import CAUSES, Cause, Recommendation
 
 # A cause holding this share of a rank's step always gets a recommendation.
@@ -154,6 +154,12 @@ def general_advice(ctx: AdviceContext, recs: Sequence[Recommendation]) -> list[R
             # Time no rule explains has no fix to replay: its share is shown, no saving is claimed.
             pct = 0.0
             evidence.append("no saving is estimated: nothing says what would remove this idle time")
+        elif all(r.window_us < MIN_WINDOW_US for r in ctx.reports):
+            pct = 0.0
+            evidence.append(
+                f"the analysed window is under {MIN_WINDOW_US / 1000:.0f} ms: too little to estimate a saving "
+                "(profile a few full steps)"
+            )
         elif got is not None:
             pct = got.pct
             evidence.append(got.line)

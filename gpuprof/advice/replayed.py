@@ -13,6 +13,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from gpuprof.advice import AdviceContext
+from gpuprof.advice.savings import MIN_WINDOW_US
 from gpuprof.analysis.whatifs import WHATIFS, WhatIfResults
 
 # Above this model error (percent of the measured step) estimates are called rough.
@@ -45,6 +46,9 @@ def replayed(ctx: AdviceContext, name: str) -> Replayed | None:
     pct = w.savings_pct(name)
     if pct is None:
         return None
+    if ctx.reports and all(r.window_us < MIN_WINDOW_US for r in ctx.reports):
+        # A few kernels say nothing about a job: no saving from a window under 1 ms.
+        pct = 0.0
     measured = w.model.measured_step_us
     after = measured * (1.0 - pct / 100.0)
     err = w.model_error_pct

@@ -752,11 +752,11 @@ class WhatIfResults:
         if m <= 0:
             return None
         if name == "double_microbatches":
-            return 100.0 * self.microbatch_saving_us / m if self.model.pipeline is not None else None
+            return min(100.0, 100.0 * self.microbatch_saving_us / m) if self.model.pipeline is not None else None
         got = self.results.get(name)
         if got is None:
             return None
-        return max(0.0, 100.0 * (self.baseline.step_us - got.step_us) / m)
+        return min(100.0, max(0.0, 100.0 * (self.baseline.step_us - got.step_us) / m))
 
     def combined_pct(self, names: Iterable[str]) -> float | None:
         """What applying every what-if of ``names`` at once saves, from one replay."""
