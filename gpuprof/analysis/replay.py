@@ -42,9 +42,10 @@ the model's error, reported beside every estimate.
 from __future__ import annotations
 
 import heapq
-from bisect import bisect_right
+from bisect import bisect_left, bisect_right
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
+from math import isinf, isnan
 
 import numpy as np
 import numpy.typing as npt
@@ -142,6 +143,8 @@ class _HostMap:
         self.bps = np.full(capacity + 1, np.inf)
         self.shifts = np.zeros(capacity + 1)
         self.bps[0] = -np.inf
+        self._bps: list[float] = [-np.inf]
+        self._shifts: list[float] = [0.0]
         self.n = 1
 
     def removed_before(self, t: FloatArray) -> FloatArray:
@@ -163,8 +166,8 @@ class _HostMap:
         return np.asarray(self.shifts[np.maximum(k, 0)], dtype=np.float64)
 
     def shift_one(self, t: float) -> float:
-        k = int(np.searchsorted(self.bps[: self.n], t, side="right")) - 1
-        return float(self.shifts[max(k, 0)])
+        k = bisect_right(self._bps, t) - 1
+        return self._shifts[max(k, 0)]
 
     def __call__(self, t: FloatArray) -> FloatArray:
         return np.asarray(t - self.removed_before(t) + self.shift_of(t), dtype=np.float64)
@@ -176,6 +179,8 @@ class _HostMap:
         """From host time ``t`` on (original clock), the shift is ``shift``."""
         self.bps[self.n] = t
         self.shifts[self.n] = shift
+        self._bps.append(t)
+        self._shifts.append(shift)
         self.n += 1
 
 
@@ -186,84 +191,168 @@ def _scan(r: FloatArray, d: FloatArray, g: FloatArray, carry: float) -> FloatArr
     return np.asarray(e + np.maximum(x, carry), dtype=np.float64)
 
 
+class _Static:
+    """What every replay of one rank's graph shares, derived once per job: the stream of
+    each event, the events a plain scan cannot compute, the lists the per-event paths
+    search, and the release terms that do not depend on the change.
+
+    The host's release of an event is ``max(H(base) + lat, H(floor))`` with ``H`` the
+    host-time map of :class:`_HostMap`; ``H(t) = (t - removed_before(t)) + shift(t)``. The
+    first term depends only on the host time the change removes, so it is computed once per
+    replay (once per job when nothing is removed on the rank); the shift is looked up by
+    the number of kept blocking calls that end at or before ``t`` -- a fixed index per
+    event -- capped at the number of calls processed so far (the calls are processed in
+    order of their end, so the processed ones are always the first ones)."""
+
+    def __init__(self, g: RankGraph, member: npt.NDArray[np.bool_]) -> None:
+        self.g = g
+        self.n = g.n_events
+        self.bounds: list[int] = g.bounds.tolist()
+        self.n_streams = len(self.bounds) - 1
+        self.stream_of = np.repeat(np.arange(g.n_streams), np.diff(g.bounds))
+        self.member = member
+        # Events a plain scan cannot compute: group members and dependents of other streams.
+        self.special: list[int] = np.flatnonzero(member | (g.dep >= 0)).tolist()
+        self.issued: list[float] = g.issued.tolist()
+        self.orig_end = g.orig_end
+        self.orig_end_list: list[float] = self.orig_end.tolist()
+        known = g.release_known
+        self.lat = np.where(known & ~g.anchor, g.lat, 0.0)
+        self.any_known = bool(known.any())
+        self._kept: dict[frozenset[int], tuple[FloatArray, FloatArray, npt.NDArray[np.intp], npt.NDArray[np.intp]]] = {}
+        self._release0: tuple[FloatArray, FloatArray] | None = None
+        self._order: tuple[npt.NDArray[np.intp], FloatArray] | None = None
+
+    def kept_blocking(
+        self, unblock: frozenset[int]
+    ) -> tuple[FloatArray, FloatArray, npt.NDArray[np.intp], npt.NDArray[np.intp]]:
+        """The blocking calls kept by a change that frees ``unblock``, and per event how
+        many of them end at or before its launch call's end and start (see the class)."""
+        g = self.g
+        key = frozenset(int(t) for t in np.unique(g.blocking_tag) if int(t) in unblock)
+        got = self._kept.get(key)
+        if got is None:
+            keep = ~np.isin(g.blocking_tag, list(key)) if key else np.ones(g.blocking[0].size, bool)
+            bs, be = g.blocking[0][keep], g.blocking[1][keep]
+            known = g.release_known & ~g.anchor
+            ib = np.where(known, np.searchsorted(be, g.base, side="right"), 0)
+            i_f = np.where(known, np.searchsorted(be, g.floor, side="right"), 0)
+            got = (bs, be, ib, i_f)
+            self._kept[key] = got
+        return got
+
+    def release(self, hmap: _HostMap) -> tuple[FloatArray, FloatArray]:
+        """``(R1, R2)``: per event ``base - removed_before(base)`` (the measured start for
+        an anchored event, -inf without a known launch) and ``floor - removed_before(floor)``
+        (-inf where it does not apply)."""
+        if hmap.rs.size == 0 and self._release0 is not None:
+            return self._release0
+        g = self.g
+        known = g.release_known & ~g.anchor
+        tb = g.base - hmap.removed_before(g.base)
+        tf = g.floor - hmap.removed_before(g.floor)
+        r1 = np.where(g.anchor, g.start, np.where(known, tb, -np.inf))
+        r2 = np.where(known, tf, -np.inf)
+        if hmap.rs.size == 0:
+            self._release0 = (r1, r2)
+        return r1, r2
+
+    def start_order(self) -> tuple[npt.NDArray[np.intp], FloatArray]:
+        """The events by measured start, and those starts."""
+        if self._order is None:
+            order = np.argsort(self.g.start, kind="stable")
+            self._order = (order, self.g.start[order])
+        return self._order
+
+
 class _Rank:
     """Replay state of one rank."""
 
-    def __init__(self, g: RankGraph, w: WhatIf, members: npt.NDArray[np.bool_]) -> None:
+    def __init__(self, st: _Static, w: WhatIf) -> None:
+        g = st.g
+        self.st = st
         self.g = g
-        n = g.n_events
         factor = w.scale.get(g.rank)
         self.dur = g.dur * factor if factor is not None else g.dur
         if w.transfer_scale != 1.0 or w.p2p_scale != 1.0:
             # Communication outside any group (its peers are not in the input) only transfers.
-            coll = (g.kind == EV_COLLECTIVE) & ~members
-            p2p = (g.kind == EV_P2P) & ~members
+            coll = (g.kind == EV_COLLECTIVE) & ~st.member
+            p2p = (g.kind == EV_P2P) & ~st.member
             self.dur = np.where(coll, self.dur * w.transfer_scale, np.where(p2p, self.dur * w.p2p_scale, self.dur))
         removed = w.removed.get(g.rank, iv.empty())
-        keep = ~np.isin(g.blocking_tag, list(w.unblock)) if w.unblock else np.ones(g.blocking[0].size, bool)
-        self.block_s = g.blocking[0][keep]
-        self.block_e = g.blocking[1][keep]
+        self.block_s, self.block_e, self.ib, self.i_f = st.kept_blocking(w.unblock)
         self.hmap = _HostMap(removed, int(self.block_s.size))
+        self.r1, self.r2 = st.release(self.hmap)
+        # Without kept blocking calls the host never shifts: every release is known now.
+        self.fixed_ready = (
+            np.maximum(self.r1 + st.lat, self.r2) if self.block_s.size == 0 else None
+        )
+        n = st.n
         self.new_end = np.full(n, np.nan)
         self.new_start = np.full(n, np.nan)
-        self.bounds: list[int] = g.bounds.tolist()
-        self.done: list[int] = self.bounds[:-1]
+        self.done: list[int] = st.bounds[:-1]
         self.last_end: list[float] = g.carry.tolist()
-        self.member = members
-        # Events a plain scan cannot compute: group members and dependents of other streams.
-        special = members | (g.dep >= 0)
-        self.special_idx = np.flatnonzero(special)
-        self.issued_list: list[float] = g.issued.tolist()
-        self.orig_end = g.orig_end
-        self.orig_end_list: list[float] = self.orig_end.tolist()
+        self.member = st.member
         self.resolved = np.zeros(n, dtype=bool)  # group members whose end is set
-        self.stream_of = np.repeat(np.arange(g.n_streams), np.diff(g.bounds))
+        self.stream_of = st.stream_of
+        self.orig_end = st.orig_end
 
     # -- events -----------------------------------------------------------------------
-    def _ready(self, sl: slice) -> FloatArray:
-        g = self.g
-        rel = np.maximum(self.hmap(g.base[sl]) + g.lat[sl], self.hmap(g.floor[sl]))
-        rel = np.where(g.release_known[sl], rel, -np.inf)
-        return np.where(g.anchor[sl], g.start[sl], rel)
+    def _ready(self, a: int, b: int) -> FloatArray:
+        if self.fixed_ready is not None:
+            return self.fixed_ready[a:b]
+        nset = self.hmap.n - 1
+        s = self.hmap.shifts
+        return np.maximum(
+            self.r1[a:b] + s[np.minimum(self.ib[a:b], nset)] + self.st.lat[a:b],
+            self.r2[a:b] + s[np.minimum(self.i_f[a:b], nset)],
+        )
 
     def _ready_one(self, i: int) -> float:
-        g = self.g
-        if g.anchor[i]:
-            r = float(g.start[i])
-        elif g.release_known[i]:
-            r = max(self.hmap.one(float(g.base[i])) + float(g.lat[i]), self.hmap.one(float(g.floor[i])))
+        if self.fixed_ready is not None:
+            r = self.fixed_ready.item(i)
         else:
-            r = -np.inf
-        j = int(g.dep[i])
+            nset = self.hmap.n - 1
+            s = self.hmap._shifts
+            r = self.r1.item(i) + s[min(self.ib.item(i), nset)] + self.st.lat.item(i)
+            r2 = self.r2.item(i) + s[min(self.i_f.item(i), nset)]
+            if r2 > r:
+                r = r2
+        j = self.g.dep.item(i)
         if j >= 0:
-            r = max(r, float(self.new_end[j]) + float(g.dep_lag[i]))
+            r = max(r, self.new_end.item(j) + self.g.dep_lag.item(i))
         return r
 
     def arrival(self, i: int, k: int) -> float:
         """When event ``i`` (next on stream ``k``) can start."""
-        return max(self._ready_one(i), self.last_end[k] + float(self.g.gap[i]))
+        return max(self._ready_one(i), self.last_end[k] + self.g.gap.item(i))
+
+    def dep_done(self, i: int) -> bool:
+        """Event ``i`` has no dependency on another stream, or it is replayed."""
+        j = self.g.dep.item(i)
+        return j < 0 or not isnan(self.new_end.item(j))
 
     def ready_for_barrier(self, i: int, k: int) -> float:
         """When event ``i`` could start but for the barrier before it: its stream's previous
         work and its dependency done (the idle time before it, waiting, is not kept)."""
         g = self.g
-        r = float(g.start[i]) if g.anchor[i] and np.isinf(self.last_end[k]) else -np.inf
-        j = int(g.dep[i])
+        r = g.start.item(i) if g.anchor.item(i) and isinf(self.last_end[k]) else -np.inf
+        j = g.dep.item(i)
         if j >= 0:
-            r = max(r, float(self.new_end[j]))
+            r = max(r, self.new_end.item(j))
         # Timer ops may overlap their predecessor by microseconds (a negative gap): kept.
-        return max(r, self.last_end[k] + min(float(g.gap[i]), 0.0))
+        return max(r, self.last_end[k] + min(g.gap.item(i), 0.0))
 
     def orig_ready_for_barrier(self, i: int, k: int) -> float:
         """:meth:`ready_for_barrier` on the measured times."""
         g = self.g
-        a = int(g.bounds[k])
-        prev = float(self.orig_end[i - 1]) if i > a else float(g.carry[k])
-        r = float(g.start[i]) if g.anchor[i] and np.isinf(prev) else -np.inf
-        j = int(g.dep[i])
+        a = self.st.bounds[k]
+        prev = self.st.orig_end_list[i - 1] if i > a else g.carry.item(k)
+        r = g.start.item(i) if g.anchor.item(i) and isinf(prev) else -np.inf
+        j = g.dep.item(i)
         if j >= 0:
-            r = max(r, float(self.orig_end[j]))
-        return min(max(r, prev + min(float(g.gap[i]), 0.0)), float(g.start[i]))
+            r = max(r, self.st.orig_end_list[j])
+        return min(max(r, prev + min(g.gap.item(i), 0.0)), g.start.item(i))
 
     def set_event(self, i: int, k: int, start: float, end: float) -> None:
         self.new_start[i] = start
@@ -274,42 +363,48 @@ class _Rank:
     def advance(self, limit: float) -> bool:
         """Replay every event issued by ``limit`` (host time, original clock) that does not
         wait for an unresolved group; returns whether anything moved."""
+        st = self.st
+        issued, bounds, special = st.issued, st.bounds, st.special
+        n_special = len(special)
+        done, last_end = self.done, self.last_end
+        new_end = self.new_end
+        dep = self.g.dep
         moved_any = False
         progress = True
         while progress:
             progress = False
-            for k in range(len(self.done)):
+            for k in range(st.n_streams):
+                b = bounds[k + 1]
                 while True:
-                    a, b = self.done[k], self.bounds[k + 1]
-                    if a >= b or self.issued_list[a] > limit:
+                    a = done[k]
+                    if a >= b or issued[a] > limit:
                         break
-                    stop = bisect_right(self.issued_list, limit, a, b)
-                    nxt = int(np.searchsorted(self.special_idx, a, side="left"))
-                    if nxt < self.special_idx.size and self.special_idx[nxt] < stop:
-                        stop = int(self.special_idx[nxt])
+                    stop = bisect_right(issued, limit, a, b)
+                    p = bisect_left(special, a)
+                    if p < n_special and special[p] < stop:
+                        stop = special[p]
                     if stop > a:
-                        sl = slice(a, stop)
-                        ends = _scan(self._ready(sl), self.dur[sl], self.g.gap[sl], self.last_end[k])
-                        self.new_end[sl] = ends
-                        self.new_start[sl] = ends - self.dur[sl]
-                        self.last_end[k] = float(ends[-1])
-                        self.done[k] = stop
+                        ends = _scan(self._ready(a, stop), self.dur[a:stop], self.g.gap[a:stop], last_end[k])
+                        new_end[a:stop] = ends
+                        self.new_start[a:stop] = ends - self.dur[a:stop]
+                        last_end[k] = ends.item(-1)
+                        done[k] = stop
                         progress = moved_any = True
                         continue
                     # ``a`` is special.
-                    if self.member[a]:
-                        if not self.resolved[a]:
+                    if self.member.item(a):
+                        if not self.resolved.item(a):
                             break  # waits for its group
                         # resolved: already set by the group (done advanced there)
-                        self.done[k] = a + 1
-                        self.last_end[k] = float(self.new_end[a])
+                        done[k] = a + 1
+                        last_end[k] = new_end.item(a)
                         progress = True
                         continue
-                    j = int(self.g.dep[a])
-                    if j >= 0 and np.isnan(self.new_end[j]):
+                    j = dep.item(a)
+                    if j >= 0 and isnan(new_end.item(j)):
                         break  # its dependency on another stream is not replayed yet
                     start = self.arrival(a, k)
-                    self.set_event(a, k, start, start + float(self.dur[a]))
+                    self.set_event(a, k, start, start + self.dur.item(a))
                     progress = moved_any = True
         return moved_any
 
@@ -317,13 +412,15 @@ class _Rank:
         """The device work a blocking call returning at ``s1`` waited for: the latest
         measured end at or before ``s1`` among the replayed events, (measured, replayed)."""
         best_orig, best_new = -np.inf, -np.inf
+        orig_end = self.st.orig_end_list
+        bounds = self.st.bounds
         for k in range(len(self.done)):
-            a, b = self.bounds[k], self.done[k]
+            a, b = bounds[k], self.done[k]
             if b <= a:
                 continue
-            j = bisect_right(self.orig_end_list, s1, a, b) - 1
-            if j >= a and self.orig_end_list[j] > best_orig:
-                best_orig, best_new = self.orig_end_list[j], float(self.new_end[j])
+            j = bisect_right(orig_end, s1, a, b) - 1
+            if j >= a and orig_end[j] > best_orig:
+                best_orig, best_new = orig_end[j], self.new_end.item(j)
         return best_orig, best_new
 
     def block(self, s0: float, s1: float) -> None:
@@ -343,7 +440,7 @@ class _Rank:
         if g.stitched is not None:
             return self._stitched(new_end)
         dev_end = float(np.max(new_end)) if new_end.size else 0.0
-        if not g.release_known.any():
+        if not self.st.any_known:
             # No host (an op-level timeline, a trace without its host side): the window
             # ends as long after the last op as it did.
             end = dev_end + max(float(g.host_end) - float(np.max(self.orig_end)), 0.0) if new_end.size else g.host_end
@@ -352,7 +449,7 @@ class _Rank:
         bounds = self._step_bounds(new_end)
         edges = np.concatenate(([0.0], np.minimum(bounds, end), [end]))
         edges = np.maximum.accumulate(edges)
-        return RankReplay(window_us=end, step_times_us=tuple(float(x) for x in np.diff(edges)))
+        return RankReplay(window_us=end, step_times_us=tuple(np.diff(edges).tolist()))
 
     def _stitched(self, new_end: FloatArray) -> RankReplay:
         """Steps recorded apart: each step's replayed time is its measured time changed by
@@ -375,15 +472,14 @@ class _Rank:
         has = np.isfinite(first_new)
         change = np.where(has, (last_new - first_new) - (last_old - first_old), 0.0)
         times = np.maximum((s1 - s0) + change, 0.0)
-        return RankReplay(window_us=float(times.sum()), step_times_us=tuple(float(x) for x in times))
+        return RankReplay(window_us=float(times.sum()), step_times_us=tuple(times.tolist()))
 
     def _step_bounds(self, new_end: FloatArray) -> FloatArray:
         g = self.g
         host0, dev0 = g.edges[0], g.edges[1]
         if dev0.size == 0:
             return dev0
-        order = np.argsort(g.start, kind="stable")
-        s_sorted = g.start[order]
+        order, s_sorted = self.st.start_order()
         end_sorted = new_end[order]
         start_sorted = end_sorted - self.dur[order]
         prev_max = np.maximum.accumulate(end_sorted)
@@ -391,7 +487,7 @@ class _Rank:
         i = np.searchsorted(s_sorted, dev0, side="left")
         before = np.where(i > 0, prev_max[np.maximum(i - 1, 0)], -np.inf)
         after = np.where(i < s_sorted.size, next_min[np.minimum(i, s_sorted.size - 1)], np.inf)
-        if not g.release_known.any():
+        if not self.st.any_known:
             # No host: a step begins as long before its first op as it did.
             orig_next = np.minimum.accumulate(s_sorted[::-1])[::-1]
             lead = np.where(i < s_sorted.size, orig_next[np.minimum(i, s_sorted.size - 1)] - dev0, 0.0)
@@ -399,102 +495,129 @@ class _Rank:
         return np.asarray(np.minimum(np.maximum(self.hmap(host0), before), after), dtype=np.float64)
 
 
+# Heap entries of the agenda sort groups after blocking calls at the same instant (``what``)
+# and then in the order they were listed; deferred groups get numbers past every other.
+_GROUP_SEQ0 = 1 << 40
+
+
+class ReplayPlan:
+    """What every replay of one job shares: the groups that can couple their members
+    (one member per rank and stream), each rank's :class:`_Static` part, and the groups'
+    places on the agenda. Build it once per job and pass it to every :func:`replay_job`."""
+
+    def __init__(
+        self, graphs: Sequence[RankGraph], groups: Sequence[Group] = (), offsets_us: Mapping[int, float] | None = None
+    ) -> None:
+        self.offsets: dict[int, float] = dict(offsets_us or {})
+        offsets = self.offsets
+        by_rank = {g.rank: g for g in graphs}
+        member_masks = {g.rank: np.zeros(g.n_events, dtype=bool) for g in graphs}
+        usable: list[Group] = []
+        stream_of = {g.rank: np.repeat(np.arange(g.n_streams), np.diff(g.bounds)) for g in graphs}
+        for grp in groups:
+            ms = []
+            seen: set[tuple[int, int]] = set()
+            # One member per (rank, stream): a second op of the group on the same stream (a
+            # send and a receive timed together) simply follows the first in stream order.
+            for r, i in sorted(grp.members):
+                if r not in by_rank or not 0 <= i < by_rank[r].n_events:
+                    continue
+                lane = (r, int(stream_of[r][i]))
+                if lane in seen or member_masks[r][i]:
+                    continue
+                seen.add(lane)
+                ms.append((r, i))
+            if len({r for r, _ in ms}) < 2:
+                continue
+            for r, i in ms:
+                member_masks[r][i] = True
+            usable.append(Group(tuple(ms), grp.kind))
+        self.groups = usable
+        self.statics = {g.rank: _Static(g, member_masks[g.rank]) for g in graphs}
+        self.group_keys: list[float] = []
+        for grp in usable:
+            arr = [float(by_rank[r].start[i]) + by_rank[r].lo_us - offsets.get(r, 0.0) for r, i in grp.members]
+            self.group_keys.append(max(arr))
+
+
 def replay_job(
     graphs: Sequence[RankGraph],
     groups: Sequence[Group] = (),
     offsets_us: Mapping[int, float] | None = None,
     whatif: WhatIf = WhatIf(),
+    plan: ReplayPlan | None = None,
 ) -> JobReplay:
     """Replay every rank's graph, coupled by ``groups`` (see the module docstring).
 
     ``offsets_us[rank]`` is subtracted from a rank's own clock to get the common clock.
+    ``plan``: the :class:`ReplayPlan` of these graphs, groups and offsets, when the caller
+    replays the same job several times.
     """
-    offsets = offsets_us or {}
-    by_rank = {g.rank: g for g in graphs}
-    member_masks = {g.rank: np.zeros(g.n_events, dtype=bool) for g in graphs}
-    usable: list[Group] = []
-    stream_of = {g.rank: np.repeat(np.arange(g.n_streams), np.diff(g.bounds)) for g in graphs}
-    for grp in groups:
-        ms = []
-        seen: set[tuple[int, int]] = set()
-        # One member per (rank, stream): a second op of the group on the same stream (a
-        # send and a receive timed together) simply follows the first in stream order.
-        for r, i in sorted(grp.members):
-            if r not in by_rank or not 0 <= i < by_rank[r].n_events:
-                continue
-            lane = (r, int(stream_of[r][i]))
-            if lane in seen or member_masks[r][i]:
-                continue
-            seen.add(lane)
-            ms.append((r, i))
-        if len({r for r, _ in ms}) < 2:
-            continue
-        for r, i in ms:
-            member_masks[r][i] = True
-        usable.append(Group(tuple(ms), grp.kind))
-    ranks = {g.rank: _Rank(g, whatif, member_masks[g.rank]) for g in graphs}
+    if plan is None:
+        plan = ReplayPlan(graphs, groups, offsets_us)
+    offsets = plan.offsets
+    usable = plan.groups
+    ranks = {r: _Rank(st, whatif) for r, st in plan.statics.items()}
 
     # The agenda: kept blocking calls and groups, by measured time on the common clock.
-    agenda: list[tuple[float, int, int, int]] = []  # (key, kind 0 block / 1 group, rank or group, index)
+    # A heap, so that a group whose members are not reachable yet (a dependency resolved
+    # by another group at the same instant) can wait its turn behind the others.
+    heap: list[tuple[float, int, int, int, int, int]] = []
+    n = 0
     for r, st in ranks.items():
         base = st.g.lo_us - offsets.get(r, 0.0)
         for j, e in enumerate(st.block_e.tolist()):
-            agenda.append((e + base, 0, r, j))
-    arrivals: list[float] = []
-    for n, grp in enumerate(usable):
-        arr = [float(by_rank[r].start[i]) + by_rank[r].lo_us - offsets.get(r, 0.0) for r, i in grp.members]
-        arrivals.append(max(arr))
-        agenda.append((max(arr), 1, n, 0))
-    # A heap, so that a group whose members are not reachable yet (a dependency resolved
-    # by another group at the same instant) can wait its turn behind the others.
-    heap = [(key, what, n, who, j, 0) for n, (key, what, who, j) in enumerate(agenda)]
+            heap.append((e + base, 0, n, r, j, 0))
+            n += 1
+    for gi, key in enumerate(plan.group_keys):
+        heap.append((key, 1, _GROUP_SEQ0 + gi, gi, 0, 0))
     heapq.heapify(heap)
-    seq = len(heap)
+    seq = _GROUP_SEQ0 + len(plan.group_keys)
     unreached = 0
     while heap:
         key, what, _, who, j, tries = heapq.heappop(heap)
         if what == 0:
-            st = ranks[who]
-            s0, s1 = float(st.block_s[j]), float(st.block_e[j])
-            st.advance(s1)
-            st.block(s0, s1)
+            rk = ranks[who]
+            s0, s1 = rk.block_s.item(j), rk.block_e.item(j)
+            rk.advance(s1)
+            rk.block(s0, s1)
             continue
         grp = usable[who]
         for r, _ in grp.members:
-            ranks[r].advance(key + offsets.get(r, 0.0) - ranks[r].g.lo_us)
+            rk = ranks[r]
+            rk.advance(key + offsets.get(r, 0.0) - rk.g.lo_us)
         if tries < MAX_DEFERRALS and heap and not _reachable(grp, ranks):
             seq += 1
             heapq.heappush(heap, (key, what, seq, who, j, tries + 1))
             continue
         unreached += _resolve(grp, ranks, offsets, whatif)
 
-    for st in ranks.values():
-        st.advance(np.inf)
+    for rk in ranks.values():
+        rk.advance(np.inf)
     # Members never reached in order (a dependency the ordering could not honour): keep
     # their measured times and let their streams go on.
     stuck = True
     while stuck:
         stuck = False
-        for st in ranks.values():
-            for k in range(len(st.done)):
-                a = st.done[k]
-                if a < st.bounds[k + 1] and st.member[a] and not st.resolved[a]:
-                    st.resolved[a] = True
-                    st.new_start[a] = st.g.start[a]
-                    st.new_end[a] = st.orig_end[a]
+        for rk in ranks.values():
+            for k in range(len(rk.done)):
+                a = rk.done[k]
+                if a < rk.st.bounds[k + 1] and rk.member[a] and not rk.resolved[a]:
+                    rk.resolved[a] = True
+                    rk.new_start[a] = rk.g.start[a]
+                    rk.new_end[a] = rk.orig_end[a]
                     unreached += 1
                     stuck = True
             if stuck:
-                st.advance(np.inf)
-    return JobReplay(ranks={r: st.finish() for r, st in ranks.items()}, unreached=unreached)
+                rk.advance(np.inf)
+    return JobReplay(ranks={r: rk.finish() for r, rk in ranks.items()}, unreached=unreached)
 
 
 def _reachable(grp: Group, ranks: Mapping[int, _Rank]) -> bool:
     """Every member is next on its stream with its dependency replayed."""
     for r, i in grp.members:
-        st = ranks[r]
-        k = int(st.stream_of[i])
-        if st.done[k] != i or (st.g.dep[i] >= 0 and np.isnan(st.new_end[st.g.dep[i]])):
+        rk = ranks[r]
+        if rk.done[rk.stream_of.item(i)] != i or not rk.dep_done(i):
             return False
     return True
 
@@ -507,32 +630,32 @@ def _resolve(grp: Group, ranks: Mapping[int, _Rank], offsets: Mapping[int, float
     info = []
     missing = 0
     for r, i in grp.members:
-        st = ranks[r]
-        k = int(st.stream_of[i])
-        off = offsets.get(r, 0.0) - st.g.lo_us  # common = own relative time - off
-        reached = st.done[k] == i and (st.g.dep[i] < 0 or not np.isnan(st.new_end[st.g.dep[i]]))
-        orig_arr = float(st.g.start[i]) - off
-        new_arr = st.arrival(i, k) - off if reached else orig_arr
+        rk = ranks[r]
+        k = rk.stream_of.item(i)
+        off = offsets.get(r, 0.0) - rk.g.lo_us  # common = own relative time - off
+        reached = rk.done[k] == i and rk.dep_done(i)
+        orig_arr = rk.g.start.item(i) - off
+        new_arr = rk.arrival(i, k) - off if reached else orig_arr
         if not reached:
             missing += 1
-        info.append((st, i, k, off, orig_arr, new_arr, reached))
+        info.append((rk, i, k, off, orig_arr, new_arr, reached))
     last_orig = max(x[4] for x in info)
     last_new = max(x[5] for x in info)
-    for st, i, k, off, orig_arr, new_arr, reached in info:
-        orig_end = float(st.orig_end[i]) - off
+    for rk, i, k, off, orig_arr, new_arr, reached in info:
+        orig_end = rk.st.orig_end_list[i] - off
         if not reached:
-            st.resolved[i] = True
-            st.new_start[i] = st.g.start[i]
-            st.new_end[i] = st.orig_end[i]
+            rk.resolved[i] = True
+            rk.new_start[i] = rk.g.start[i]
+            rk.new_end[i] = rk.orig_end[i]
             continue
-        scale = w.comm_scale(int(st.g.kind[i]))
+        scale = w.comm_scale(rk.g.kind.item(i))
         if orig_end >= last_orig - COUPLED_TOLERANCE_US:
             end = last_new + (orig_end - last_orig) * scale
         else:
-            end = new_arr + float(st.dur[i]) * scale
+            end = new_arr + rk.dur.item(i) * scale
         end = max(end, new_arr)
-        st.resolved[i] = True
-        st.set_event(i, k, new_arr + off, end + off)
+        rk.resolved[i] = True
+        rk.set_event(i, k, new_arr + off, end + off)
     return missing
 
 
@@ -545,14 +668,14 @@ def _resolve_barrier(grp: Group, ranks: Mapping[int, _Rank], offsets: Mapping[in
     info = []
     missing = 0
     for r, i in grp.members:
-        st = ranks[r]
-        k = int(st.stream_of[i])
-        off = offsets.get(r, 0.0) - st.g.lo_us
-        reached = st.done[k] == i and (st.g.dep[i] < 0 or not np.isnan(st.new_end[st.g.dep[i]]))
-        orig_ready = st.orig_ready_for_barrier(i, k) - off
-        new_ready = st.ready_for_barrier(i, k) - off if reached else orig_ready
+        rk = ranks[r]
+        k = rk.stream_of.item(i)
+        off = offsets.get(r, 0.0) - rk.g.lo_us
+        reached = rk.done[k] == i and rk.dep_done(i)
+        orig_ready = rk.orig_ready_for_barrier(i, k) - off
+        new_ready = rk.ready_for_barrier(i, k) - off if reached else orig_ready
         missing += 0 if reached else 1
-        info.append((st, i, k, off, float(st.g.start[i]) - off, orig_ready, new_ready, reached))
+        info.append((rk, i, k, off, rk.g.start.item(i) - off, orig_ready, new_ready, reached))
     t_orig = max(x[4] for x in info)
     waited = [x[4] - x[5] > SYNC_WAIT_US for x in info]
     if all(waited):  # nobody was ready at its start: the group waited for something else
@@ -561,16 +684,16 @@ def _resolve_barrier(grp: Group, ranks: Mapping[int, _Rank], offsets: Mapping[in
         (x[6] + (x[4] - x[5]), x[4] - t_orig) for x, wt in zip(info, waited) if not wt
     ]  # (new start, offset from the shared instant)
     t_new = max(start - o for start, o in free)
-    for (st, i, k, off, start0, ready0, new_ready, reached), wt in zip(info, waited):
-        st.resolved[i] = True
+    for (rk, i, k, off, start0, ready0, new_ready, reached), wt in zip(info, waited):
+        rk.resolved[i] = True
         if not reached:
-            st.new_start[i] = st.g.start[i]
-            st.new_end[i] = st.orig_end[i]
+            rk.new_start[i] = rk.g.start[i]
+            rk.new_end[i] = rk.orig_end[i]
             continue
         start = max(new_ready, t_new + (start0 - t_orig)) if wt else new_ready + (start0 - ready0)
-        dur = float(st.dur[i]) * w.comm_scale(int(st.g.kind[i]))
-        st.set_event(i, k, start + off, start + off + dur)
+        dur = rk.dur.item(i) * w.comm_scale(rk.g.kind.item(i))
+        rk.set_event(i, k, start + off, start + off + dur)
     return missing
 
 
-__all__ = ["Group", "JobReplay", "RankReplay", "WhatIf", "replay_job"]
+__all__ = ["Group", "JobReplay", "RankReplay", "ReplayPlan", "WhatIf", "replay_job"]

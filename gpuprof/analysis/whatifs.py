@@ -58,7 +58,7 @@ import numpy.typing as npt
 from gpuprof.analysis import intervals as iv
 from gpuprof.analysis.graph import BLOCK_ALLOC, BLOCK_COPY, BLOCK_SYNC, EV_COLLECTIVE, EV_COMPUTE, EV_COPY, EV_P2P, RankGraph
 from gpuprof.analysis.intervals import Intervals
-from gpuprof.analysis.replay import Group, JobReplay, WhatIf, replay_job
+from gpuprof.analysis.replay import Group, JobReplay, ReplayPlan, WhatIf, replay_job
 from gpuprof.analysis.summary import RankSummary
 
 FloatArray = npt.NDArray[np.float64]
@@ -139,6 +139,8 @@ class JobModel:
     compute_by_step: Mapping[int, FloatArray] = field(default_factory=dict)
     segment_of_event: Mapping[int, npt.NDArray[np.int64]] = field(default_factory=dict)
     compute_by_segment: Mapping[int, FloatArray] = field(default_factory=dict)
+    # What every replay of this job shares, built at the first replay.
+    _plan: list[ReplayPlan] = field(default_factory=list, compare=False, repr=False)
 
     def applicable(self) -> list[str]:
         """The what-ifs that change something in this job."""
@@ -288,7 +290,9 @@ class JobModel:
         )
 
     def replay(self, names: Iterable[str] = ()) -> JobReplay:
-        return replay_job(self.graphs, self.groups, self.offsets_us, self.whatif(names))
+        if not self._plan:
+            self._plan.append(ReplayPlan(self.graphs, self.groups, self.offsets_us))
+        return replay_job(self.graphs, self.groups, self.offsets_us, self.whatif(names), plan=self._plan[0])
 
     def microbatch_saving_us(self, balanced: bool = False, capped: bool = True) -> float:
         """Per step, what twice the microbatches at half the size saves (``balanced``: with
