@@ -173,3 +173,31 @@ def test_unchanged_replay_reproduces_every_trace(folder: Path) -> None:
     # fraction of a percent; everything else replays exactly.
     assert abs(w.model_error_pct) < 1.0, folder.name
     assert w.baseline.unreached <= max(1, len(w.model.groups) // 100)
+
+
+@pytest.mark.parametrize(
+    "folder",
+    [ROOT / "sample_traces" / n for n in ("sync-then-host", "pipeline-dp2", "megatron-timeline", "straggler")],
+    ids=lambda p: p.name,
+)
+def test_short_runs_in_python_give_the_numpy_scan_to_the_last_bit(folder: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Short runs of events are replayed element by element in Python, long ones by
+    ``_scan``: the same operations in the same order, so every what-if's replayed step
+    times are the same to the last bit either way."""
+    from gpuprof.analysis import replay
+    from gpuprof.analysis.whatifs import JobModel
+
+    w = run_analysis([folder]).cross.whatifs
+    assert w is not None
+    names = [n for n in w.model.applicable() if n != "double_microbatches"]
+
+    def replays(model: JobModel) -> list[object]:
+        fresh = JobModel(**{f: getattr(model, f) for f in model.__dataclass_fields__ if f != "_plan"})
+        return [fresh.replay((n,)).ranks for n in names] + [fresh.replay(()).ranks]
+
+    python_runs = replays(w.model)
+    monkeypatch.setattr(replay, "_SHORT_RUN", 0)
+    numpy_runs = replays(w.model)
+    monkeypatch.setattr(replay, "_SHORT_RUN", 10**9)
+    all_python = replays(w.model)
+    assert python_runs == numpy_runs == all_python

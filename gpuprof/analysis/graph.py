@@ -503,8 +503,8 @@ def _host_side(
     # A CUDA graph removes the operators' dispatch and launches, not the allocator calls,
     # syncs or input waits inside them: those belong to their own what-ifs, so that no
     # host time is removed by two of them.
-    for own in (alloc, sync_calls, d2h, dataloader):
-        ops = iv.subtract(ops, own)
+    own = (alloc, sync_calls, d2h, dataloader)
+    ops = iv.subtract(ops, (np.concatenate([o[0] for o in own]), np.concatenate([o[1] for o in own])))
     sync_all = iv.normalize(iv.union(np.concatenate((sync_calls[0], d2h[0])), np.concatenate((sync_calls[1], d2h[1]))))
     spans, _ = ddp_buffer_spans(ctx)
     ddp = iv.clip((spans[0] - ctx.lo_us, spans[1] - ctx.lo_us), 0.0, ctx.hi_us - ctx.lo_us)
