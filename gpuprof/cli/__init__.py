@@ -8,54 +8,48 @@ that turns the project's own error type into a single line on stderr and exit co
 from __future__ import annotations
 
 import importlib
+import os
 import sys
+from collections.abc import Sequence
+from typing import Any
 
 import typer
+from typer import Typer
 
-from gpuprof.cli.command import App, Group
+from gpuprof.cli.root import app as _app
 from gpuprof.errors import GpuprofError
 
-app = App(
-    name="gpuprof",
-    cls=Group,
-    help="Where your GPU training time goes, and what to change.",
-    no_args_is_help=True,
-    add_completion=True,  # --install-completion / --show-completion for bash, zsh, fish, PowerShell
-    pretty_exceptions_enable=False,
-    context_settings={"help_option_names": ["-h", "--help"]},
-    rich_markup_mode="markdown",
-)
+# Command modules, imported for their side effect of registering on the app: by the command
+# line only the one it runs (its imports are most of a small analysis's start-up), all of
+# them for help, completion or an unknown name; by ``from gpuprof.cli import app``, all.
+_COMMAND_MODULES = {
+    "analyze": "gpuprof.cli.analyze",
+    "run": "gpuprof.cli.run",
+    "check": "gpuprof.cli.check",
+    "diff": "gpuprof.cli.diff",
+    "annotate": "gpuprof.cli.annotate",
+    "simulate": "gpuprof.cli.simulate",
+    "schema": "gpuprof.cli.schema",
+}
 
 
-def _version(value: bool) -> None:
-    if value:
-        from gpuprof import __version__
+def load_commands(argv: Sequence[str] | None = None) -> Typer:
+    """Register the command ``argv`` names (its first word that is not an option), or every
+    command when it names none, and return the app."""
+    words = [a for a in (argv or ()) if not a.startswith("-")]
+    wanted = _COMMAND_MODULES.get(words[0]) if words and argv is not None else None
+    if wanted is not None and not os.environ.get("_GPUPROF_COMPLETE"):
+        importlib.import_module(wanted)
+    else:
+        for name in _COMMAND_MODULES.values():
+            importlib.import_module(name)
+    return _app
 
-        print(f"gpuprof {__version__}")
-        raise typer.Exit(0)
 
-
-@app.callback()
-def _root(
-    version: bool = typer.Option(False, "--version", callback=_version, is_eager=True, help="Show the version and exit."),
-) -> None:
-    """Where your GPU training time goes, and what to change.
-
-    Add --debug to any command to see a traceback instead of a one-line error.
-    """
-
-# Command modules, imported for their side effect of registering on `app`.
-_COMMAND_MODULES = (
-    "gpuprof.cli.analyze",
-    "gpuprof.cli.run",
-    "gpuprof.cli.check",
-    "gpuprof.cli.diff",
-    "gpuprof.cli.annotate",
-    "gpuprof.cli.simulate",
-    "gpuprof.cli.schema",
-)
-for _name in _COMMAND_MODULES:
-    importlib.import_module(_name)
+def __getattr__(name: str) -> Any:
+    if name == "app":  # the whole command line, as a typer app (tests, documentation tools)
+        return load_commands()
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
 def main() -> None:
@@ -67,7 +61,7 @@ def main() -> None:
     if debug:
         sys.argv.remove("--debug")  # removes the first occurrence, which is gpuprof's
     try:
-        rc = app(standalone_mode=False, prog_name="gpuprof")
+        rc = load_commands(sys.argv[1:])(standalone_mode=False, prog_name="gpuprof")
         # Non-standalone click returns typer.Exit's code instead of exiting.
         if isinstance(rc, int) and rc:
             sys.exit(rc)

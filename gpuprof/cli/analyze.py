@@ -10,7 +10,7 @@ from typing import Any, List, Optional
 import typer
 
 from gpuprof.atomic import is_stdout, write_text_atomic
-from gpuprof.cli import app
+from gpuprof.cli.root import app
 from gpuprof.cli.console import ColorMode, ReadProgress, color_option, format_names, is_terminal, use_color
 from gpuprof.errors import GpuprofError
 

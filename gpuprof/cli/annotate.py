@@ -8,7 +8,7 @@ from pathlib import Path
 import typer
 
 from gpuprof.atomic import is_stdout
-from gpuprof.cli import app
+from gpuprof.cli.root import app
 from gpuprof.cli.analyze import max_input_gb_option
 from gpuprof.errors import GpuprofError
 

@@ -15,7 +15,7 @@ from pathlib import Path
 
 import typer
 
-from gpuprof.cli import app
+from gpuprof.cli.root import app
 from gpuprof.cli.analyze import StderrProgress, max_input_gb_option, terminal_width, write_output
 from gpuprof.cli.check_config import find_pyproject, load_settings, merged, settings_from_options
 from gpuprof.errors import GpuprofError

@@ -7,7 +7,7 @@ from pathlib import Path
 import typer
 
 from gpuprof.atomic import is_stdout
-from gpuprof.cli import app
+from gpuprof.cli.root import app
 from gpuprof.cli.analyze import choose_format, emit, max_input_gb_option, text_style
 from gpuprof.cli.check import load_or_analyze
 from gpuprof.cli.console import ColorMode, color_option, format_names

@@ -10,7 +10,7 @@ from typing import Optional
 
 import typer
 
-from gpuprof.cli import app
+from gpuprof.cli.root import app
 from gpuprof.errors import GpuprofError
 from gpuprof.record.runner import RunOptions, RunResult, run_command
 from gpuprof.record.sampler import DEFAULT_INTERVAL_MS

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import sys
 
-from gpuprof.cli import app
+from gpuprof.cli.root import app
 
 
 @app.command()

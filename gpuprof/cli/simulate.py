@@ -9,7 +9,7 @@ from typing import Any
 
 import typer
 
-from gpuprof.cli import app
+from gpuprof.cli.root import app
 from gpuprof.cli.command import Command
 from gpuprof.cli.console import working
 from gpuprof.errors import GpuprofError
