@@ -37,8 +37,19 @@ _COMM_CATEGORIES = (int(Category.COLLECTIVE), int(Category.P2P))
 _NAME_CHARS = 80
 
 
+_EMPTY: list[pd.DataFrame] = []
+
+
 def empty_comms() -> pd.DataFrame:
-    """An empty table with the :data:`COMMS_COLUMNS` columns and their dtypes."""
+    """An empty table with the :data:`COMMS_COLUMNS` columns and their dtypes: one table,
+    made once (most ranks of a job without communication ask for it; building a DataFrame
+    costs a millisecond), shared -- never modify it."""
+    if not _EMPTY:
+        _EMPTY.append(_new_empty())
+    return _EMPTY[0]
+
+
+def _new_empty() -> pd.DataFrame:
     return pd.DataFrame(
         {
             "start_us": pd.Series([], dtype="float64"),
@@ -81,18 +92,19 @@ def timeline_group(name: str, parallel: Mapping[str, int]) -> str:
 def _launch_times(trace: RankTrace, correlation: np.ndarray) -> np.ndarray:
     """Host start time of the runtime call that launched each device row (NaN unknown)."""
     out = np.full(correlation.size, np.nan)
-    host = trace.host
+    host = trace.host_cols
     if correlation.size == 0 or len(host) == 0:
         return out
-    kind = host["kind"].to_numpy()
-    corr = host["correlation"].to_numpy()
+    kind = host["kind"]
+    corr = host["correlation"]
     runtime = ((kind == int(Kind.RUNTIME)) | (kind == int(Kind.DRIVER))) & (corr >= 0)
     if not runtime.any():
         return out
-    calls = pd.Series(host["start_us"].to_numpy()[runtime], index=corr[runtime])
-    calls = calls[~calls.index.duplicated(keep="first")]
-    known = correlation >= 0
-    out[known] = calls.reindex(correlation[known]).to_numpy(dtype=np.float64)
+    # The first call of each correlation id; NaN for a row without one.
+    ids, first = np.unique(corr[runtime], return_index=True)
+    pos = np.minimum(np.searchsorted(ids, correlation), ids.size - 1)
+    hit = (ids[pos] == correlation) & (correlation >= 0)
+    out[hit] = host["start_us"][runtime][first][pos[hit]]
     return out
 
 
@@ -122,16 +134,16 @@ def build_comms(trace: RankTrace, lo_us: float, hi_us: float) -> pd.DataFrame:
     true start and end to match it with other ranks. ``seq`` counts this rank's calls of
     one process group inside the window, in the order the host issued them.
     """
-    dev = trace.device
-    if len(dev) == 0:
+    cols = trace.device_cols
+    if len(cols) == 0:
         return empty_comms()
-    cat = dev["category"].to_numpy()
-    start = dev["start_us"].to_numpy()
-    end = dev["end_us"].to_numpy()
+    cat = cols["category"]
+    start = cols["start_us"]
+    end = cols["end_us"]
     keep = np.isin(cat, _COMM_CATEGORIES) & (end > lo_us) & (start < hi_us)
     if not keep.any():
         return empty_comms()
-    rows = dev.loc[keep]
+    rows = trace.device.loc[keep]
     correlation = rows["correlation"].to_numpy()
     launch = _launch_times(trace, correlation)
     names = rows["name"].astype(str).str.slice(0, _NAME_CHARS).to_numpy(dtype=object)

@@ -81,25 +81,25 @@ def trace_lacks(trace: RankTrace, facts: Mapping[str, Any]) -> dict[str, str]:
     ``runtime_calls_matched_share``, ``launch_matched_share``). Empty for op-level
     timelines and ranks with no device activity.
     """
-    dev = trace.device
+    dev = trace.device_cols
     act = activity_mask(dev)
     if trace.fmt != "kineto" or not act.any():
         return {}
     out: dict[str, str] = {}
-    cat = dev["category"].to_numpy()[act]
+    cat = dev["category"][act]
     if not (cat == int(Category.COMPUTE)).any():
         comm = np.isin(cat, (int(Category.COLLECTIVE), int(Category.P2P)))
         what = "only communication kernels" if comm.all() else "only communication kernels, copies or memsets"
         out[Evidence.COMPUTE_KERNELS.value] = f"no compute kernels, {what}"
-    host = trace.host
-    kinds = host["kind"].to_numpy()
+    host = trace.host_cols
+    kinds = host["kind"]
     if not np.isin(kinds, _HOST_KINDS).any():
         why = "no host events: a GPU-only trace"
         for e in (Evidence.HOST_EVENTS, Evidence.LAUNCH_CALLS, Evidence.RUNTIME_CALLS, Evidence.ALL_LAUNCHES):
             out[e.value] = why
         return out
     runtime = np.isin(kinds, (int(Kind.RUNTIME), int(Kind.DRIVER)))
-    launches = runtime & (host["category"].to_numpy() == int(Category.LAUNCH))
+    launches = runtime & (host["category"] == int(Category.LAUNCH))
     if not launches.any():
         why = "no kernel launch calls among its host events"
         out[Evidence.LAUNCH_CALLS.value] = why
@@ -111,8 +111,8 @@ def trace_lacks(trace: RankTrace, facts: Mapping[str, Any]) -> dict[str, str]:
             f"only launch calls among its {n_rt} runtime calls, no synchronization, event or allocation call: "
             "a filtered export"
         )
-    corr = host["correlation"].to_numpy()[launches]
-    dev_corr = dev["correlation"].to_numpy()
+    corr = host["correlation"][launches]
+    dev_corr = dev["correlation"]
     seen = float(np.isin(corr, dev_corr[dev_corr >= 0]).mean())
     if corr.size >= MIN_LAUNCHES and seen < MIN_LAUNCH_SHARE:
         out[Evidence.ALL_KERNELS.value] = (

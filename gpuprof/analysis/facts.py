@@ -84,7 +84,6 @@ from collections.abc import Mapping
 from typing import Any
 
 import numpy as np
-import pandas as pd
 
 from gpuprof.analysis import hostfacts
 from gpuprof.analysis import intervals as iv
@@ -92,7 +91,7 @@ from gpuprof.analysis.attribution import PRECEDENCE
 from gpuprof.analysis.rules import RULES
 from gpuprof.analysis.rules.context import RuleContext
 from gpuprof.model.report import Cause
-from gpuprof.model.timeline import Category, CopyKind
+from gpuprof.model.timeline import Category, Columns, CopyKind
 
 _SCALAR_READS = ("aten::item", "aten::_local_scalar_dense")
 _COPY_LABEL = {
@@ -108,15 +107,16 @@ def _median(x: np.ndarray) -> float | None:
     return float(np.median(x)) if x.size else None
 
 
-def _count_by_name(names: pd.Series) -> dict[str, int]:
-    if names.size == 0:
+def _count_by_name(host: Any, rows: np.ndarray) -> dict[str, int]:
+    """Calls per name among the host table's ``rows`` (a mask), most frequent first."""
+    if not rows.any():
         return {}
-    counts = names.astype(str).value_counts()
+    counts = host["name"][rows].astype(str).value_counts()
     return {str(k): int(v) for k, v in counts.items() if v}
 
 
-def _in_window(df: pd.DataFrame, lo: float, hi: float) -> np.ndarray:
-    return (df["end_us"].to_numpy() > lo) & (df["start_us"].to_numpy() < hi)
+def _in_window(cols: Columns, lo: float, hi: float) -> np.ndarray:
+    return (cols["end_us"] > lo) & (cols["start_us"] < hi)
 
 
 def _outermost(s: np.ndarray, e: np.ndarray) -> np.ndarray:
@@ -133,15 +133,15 @@ def rank_facts(
     """The facts of one rank (keys in the module docstring); ``by_rule`` is
     :func:`gpuprof.analysis.rules.claims_by_rule` of ``ctx``."""
     lo, hi = ctx.lo_us, ctx.hi_us
-    dev, host = ctx.trace.device, ctx.trace.host
+    dev, host = ctx.trace.device_cols, ctx.trace.host_cols
     per_step = n_steps if n_steps > 0 else None
     f: dict[str, Any] = {
         "steps": n_steps,
         "step_time_us_median": _median(np.asarray(step_times_us, dtype=float)),
     }
     # Kernels and their launches.
-    ds, de = dev["start_us"].to_numpy(), dev["end_us"].to_numpy()
-    cat = dev["category"].to_numpy()
+    ds, de = dev["start_us"], dev["end_us"]
+    cat = dev["category"]
     kern = ctx.act & (cat == int(Category.COMPUTE)) & (ds >= lo) & (ds < hi)
     dur = (de - ds)[kern]
     ls, le = ctx.launches.start_us[kern], ctx.launches.end_us[kern]
@@ -159,15 +159,15 @@ def rank_facts(
     f["queued_gap_us"] = iv.total(iv.normalize(ctx.queued))
     # Host calls.
     win = _in_window(host, lo, hi)
-    hcat = host["category"].to_numpy()
-    hs, he = host["start_us"].to_numpy(), host["end_us"].to_numpy()
+    hcat = host["category"]
+    hs, he = host["start_us"], host["end_us"]
     sync = win & (hcat == int(Category.SYNC))
     f["sync_calls"] = int(sync.sum())
-    f["sync_calls_by_name"] = _count_by_name(host["name"][sync])
+    f["sync_calls_by_name"] = _count_by_name(ctx.trace.host, sync)
     f["sync_wait_us"] = iv.total(iv.union(hs[sync], he[sync]))
-    names = host["name"]
-    codes = names.cat.codes.to_numpy()
-    is_scalar = np.isin(names.cat.categories.astype(str), _SCALAR_READS)  # per name, not per row
+    codes = host.codes("name")
+    labels = host.labels("name")
+    is_scalar = np.isin(labels, _SCALAR_READS)  # per name, not per row
     scalar = sync & (codes >= 0) & is_scalar[np.maximum(codes, 0)] if is_scalar.size else np.zeros_like(sync)
     n_scalar = int(_outermost(hs[scalar], he[scalar]).sum())
     f["scalar_reads"] = n_scalar
@@ -180,16 +180,16 @@ def rank_facts(
     f["dataloader_wait_us"] = iv.total(dl_iv)
     f["dataloader_wait_per_step_us"] = f["dataloader_wait_us"] / per_step if per_step else None
     f["dataloader_single_process"] = (
-        bool(names[dl].astype(str).str.contains("SingleProcessDataLoaderIter", regex=False).any())
+        any("SingleProcessDataLoaderIter" in (labels[c] if c >= 0 else "nan") for c in np.unique(codes[dl]).tolist())
         if dl.any()
         else None
     )
     alloc = win & (hcat == int(Category.ALLOC))
-    f["alloc_calls_by_name"] = _count_by_name(names[alloc])
+    f["alloc_calls_by_name"] = _count_by_name(ctx.trace.host, alloc)
     f["alloc_calls"] = int(alloc.sum())
     f["alloc_time_us"] = iv.total(ctx.clip(iv.union(hs[alloc], he[alloc])))
     # Copies and memsets on the device.
-    copy_kind = dev["copy_kind"].to_numpy()
+    copy_kind = dev["copy_kind"]
     copies = ctx.act & (cat == int(Category.COPY)) & (de > lo) & (ds < hi)
     by_kind: dict[str, float] = {}
     exposed_by_kind: dict[str, float] = {}
@@ -205,8 +205,8 @@ def rank_facts(
     ms_iv = ctx.clip(iv.union(ds[memset], de[memset]))
     f["memset_us"] = iv.total(ms_iv)
     f["exposed_memset_us"] = iv.total(iv.subtract(ms_iv, ctx.compute))
-    pageable = copies & dev["pageable"].to_numpy()
-    nbytes = dev["bytes"].to_numpy()[pageable]
+    pageable = copies & dev["pageable"]
+    nbytes = dev["bytes"][pageable]
     f["pageable_copies"] = int(pageable.sum())
     f["pageable_copy_bytes"] = int(nbytes[nbytes >= 0].sum()) if (nbytes >= 0).any() else None
     pg_iv = ctx.clip(iv.union(ds[pageable], de[pageable]))

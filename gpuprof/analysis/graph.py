@@ -222,16 +222,16 @@ def _blocking_copies(ctx: RuleContext, sel: npt.NDArray[np.bool_]) -> tuple[Inte
     """Launch calls of copies the host waited through (the call lasted past most of its
     copy), split into device-to-host ones (the host waited for a result: a sync) and the
     others."""
-    dev = ctx.trace.device
+    dev = ctx.trace.device_cols
     ds, de = ctx.cols.dev_start_us, ctx.cols.dev_end_us
     ls, le = ctx.launches.start_us, ctx.launches.end_us
-    copy = sel & (dev["category"].to_numpy() == int(Category.COPY))
+    copy = sel & (dev["category"] == int(Category.COPY))
     # The host stayed in the call for most of the copy: a pageable copy is staged by the
     # driver and the call returns as the last chunk is handed over, microseconds before
     # the copy ends on the device.
     known = ~np.isnan(le)
     blocking = copy & known & (np.where(known, le, 0.0) - ds >= 0.5 * (de - ds)) & (de - ds > 0)
-    d2h = blocking & (dev["copy_kind"].to_numpy() == int(CopyKind.DTOH))
+    d2h = blocking & (dev["copy_kind"] == int(CopyKind.DTOH))
     lo, hi = ctx.lo_us, ctx.hi_us
     a = iv.clip(iv.union(ls[d2h] - lo, le[d2h] - lo), 0.0, hi - lo)
     rest = blocking & ~d2h
@@ -250,20 +250,18 @@ def _host_union(ctx: RuleContext, mask: npt.NDArray[np.bool_], threads: npt.NDAr
 
 def _kernel_launch_mask(ctx: RuleContext) -> npt.NDArray[np.bool_]:
     """Host rows that are the launch calls of kernels."""
-    host, dev = ctx.trace.host, ctx.trace.device
-    kern = dev["kind"].to_numpy() == int(Kind.KERNEL)
-    corr = dev["correlation"].to_numpy()[kern]
-    hc = host["correlation"].to_numpy()
+    host, dev = ctx.trace.host_cols, ctx.trace.device_cols
+    kern = dev["kind"] == int(Kind.KERNEL)
+    corr = dev["correlation"][kern]
+    hc = host["correlation"]
     return ctx.host_mask(Category.LAUNCH) & (hc >= 0) & np.isin(hc, corr[corr >= 0])
 
 
 def _kernel_op_mask(ctx: RuleContext, launch: npt.NDArray[np.bool_]) -> npt.NDArray[np.bool_]:
     """Framework operator rows (any depth) that contain a kernel launch call of their thread."""
-    host = ctx.trace.host
-    hs, he, tid = ctx.cols.host_start_us, ctx.cols.host_end_us, host["tid"].to_numpy()
-    ops = ctx.host_mask(Category.OTHER, Category.COPY, Category.LAUNCH) & (
-        host["kind"].to_numpy() == int(Kind.OP)
-    )
+    host = ctx.trace.host_cols
+    hs, he, tid = ctx.cols.host_start_us, ctx.cols.host_end_us, host["tid"]
+    ops = ctx.host_mask(Category.OTHER, Category.COPY, Category.LAUNCH) & (host["kind"] == int(Kind.OP))
     out = np.zeros(len(host), dtype=bool)
     for t in np.unique(tid[launch]):
         starts = np.sort(hs[launch & (tid == t)])
@@ -274,12 +272,11 @@ def _kernel_op_mask(ctx: RuleContext, launch: npt.NDArray[np.bool_]) -> npt.NDAr
 
 
 def _syncing_alloc(ctx: RuleContext, alloc: npt.NDArray[np.bool_]) -> npt.NDArray[np.bool_]:
-    names = ctx.trace.host["name"]
-    cats = names.cat.categories.astype(str)
+    cats = ctx.trace.host_cols.labels("name")
     if cats.size == 0:
         return alloc & False
     flag = np.array([any(w in n for w in _SYNCING_ALLOC_WORDS) for n in cats], dtype=bool)
-    codes = names.cat.codes.to_numpy()
+    codes = ctx.trace.host_cols.codes("name")
     return alloc & (codes >= 0) & flag[np.maximum(codes, 0)]
 
 
@@ -345,11 +342,11 @@ def build_rank_graph(
     """The graph of one rank's window (see the module docstring); ``None`` when the window
     holds no device work. ``comms`` is the rank's ``RankSummary.comms`` table;
     ``stitched``: the window leaves the time between its steps out."""
-    dev = ctx.trace.device
+    dev = ctx.trace.device_cols
     lo, hi = ctx.lo_us, ctx.hi_us
     act = ctx.act
     ds_all, de_all = ctx.cols.dev_start_us, ctx.cols.dev_end_us
-    stream_all = dev["stream"].to_numpy()
+    stream_all = dev["stream"]
     sel = act & (ds_all >= lo) & (ds_all < hi)
     if not sel.any():
         return None
@@ -358,8 +355,8 @@ def build_rank_graph(
     use_launch = (not timeline) and share is not None and share >= MIN_MATCHED_SHARE
     ds, de, stream = ds_all[sel] - lo, de_all[sel] - lo, stream_all[sel]
     cat = ctx.cols.dev_category[sel]
-    pageable = dev["pageable"].to_numpy()[sel]
-    codes = dev["name"].cat.codes.to_numpy()[sel] if timeline else None
+    pageable = dev["pageable"][sel]
+    codes = dev.codes("name")[sel] if timeline else None
     la = ctx.launches.end_us[sel] - lo
     ls = ctx.launches.start_us[sel] - lo
     if not use_launch:
@@ -374,7 +371,7 @@ def build_rank_graph(
     name_idx = None
     if codes is not None:
         used, name_idx = np.unique(codes[order], return_inverse=True)
-        cats = dev["name"].cat.categories
+        cats = dev.labels("name")
         names = tuple(str(cats[c]) if c >= 0 else "" for c in used.tolist())
         name_idx = name_idx.astype(np.int64)
     dur = np.maximum(de - ds, 0.0)
@@ -489,7 +486,7 @@ def _host_side(
 ) -> tuple[Intervals, npt.NDArray[np.int8], dict[str, Intervals]]:
     """Blocking calls (sorted by end, tagged) and the removable host time of each what-if."""
     tids = np.unique(ctx.launches.tid[ctx.act & (ctx.launches.tid >= 0)])
-    htid = ctx.trace.host["tid"].to_numpy()
+    htid = ctx.trace.host_cols["tid"]
     threads = np.isin(htid, tids) if tids.size else None
     sync_calls = _host_union(ctx, ctx.host_mask(Category.SYNC), threads)
     alloc_mask = ctx.host_mask(Category.ALLOC)

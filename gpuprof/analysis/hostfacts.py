@@ -35,12 +35,11 @@ from typing import Any, NamedTuple
 
 import numpy as np
 import numpy.typing as npt
-import pandas as pd
 
 from gpuprof.analysis import intervals as iv
 from gpuprof.analysis.intervals import Intervals
 from gpuprof.analysis.rules.context import RuleContext
-from gpuprof.model.timeline import Category, Kind
+from gpuprof.model.timeline import Category, Columns, Kind
 
 # Names that only say which phase the time is in: looked through to the op inside.
 _WRAPPER = re.compile(
@@ -72,14 +71,20 @@ SLOW_EMPTY_US = 15.0
 FILTERED_MIN_RUNTIME_CALLS = 100
 
 
-def _name_flag(host: pd.DataFrame, pattern: re.Pattern[str]) -> npt.NDArray[np.bool_]:
+def _host_cols(trace: Any) -> Columns:
+    """The host table's columns of a :class:`RankTrace` (or of anything with a ``host``
+    DataFrame)."""
+    cols = getattr(trace, "host_cols", None)
+    return cols if cols is not None else Columns(trace.host)
+
+
+def _name_flag(host: Columns, pattern: re.Pattern[str]) -> npt.NDArray[np.bool_]:
     """Per host row: its name matches ``pattern`` (decided once per distinct name)."""
-    names = host["name"]
-    cats = names.cat.categories.astype(str)
+    cats = host.labels("name")
     if cats.size == 0:
-        return np.zeros(len(names), dtype=bool)
+        return np.zeros(len(host), dtype=bool)
     flag = np.array([bool(pattern.match(n)) for n in cats], dtype=bool)
-    codes = names.cat.codes.to_numpy()
+    codes = host.codes("name")
     return (codes >= 0) & flag[np.maximum(codes, 0)]
 
 
@@ -174,17 +179,17 @@ class OpIndex:
     time, so they are found once, not once per cause and gap thread."""
 
     def __init__(self, ctx: RuleContext) -> None:
-        host = ctx.trace.host
-        self.hs, self.he = host["start_us"].to_numpy(), host["end_us"].to_numpy()
-        self.htid = host["tid"].to_numpy()
+        host = ctx.trace.host_cols
+        self.hs, self.he = host["start_us"], host["end_us"]
+        self.htid = host["tid"]
         self.ranges = (
-            np.isin(host["kind"].to_numpy(), (int(Kind.OP), int(Kind.ANNOTATION)))
-            & ~np.isin(host["category"].to_numpy(), (int(Category.STEP), int(Category.LAUNCH)))
+            np.isin(host["kind"], (int(Kind.OP), int(Kind.ANNOTATION)))
+            & ~np.isin(host["category"], (int(Category.STEP), int(Category.LAUNCH)))
             & (self.he > ctx.lo_us)
             & (self.hs < ctx.hi_us)
         )
-        self.codes = host["name"].cat.codes.to_numpy()
-        self.cats = host["name"].cat.categories.astype(str)
+        self.codes = host.codes("name")
+        self.cats = host.labels("name")
         self.is_phase = _name_flag(host, _PHASE)
         self.is_wrap = _name_flag(host, _WRAPPER)
         self.main = _main_tid(ctx)
@@ -294,14 +299,13 @@ class _FewCalls:
     name costs a few vectorized passes, not a loop over its calls."""
 
     def __init__(self, ctx: RuleContext, ix: OpIndex) -> None:
-        host = ctx.trace.host
+        host = _host_cols(ctx.trace)
         self.hs, self.he, self.htid = ix.hs, ix.he, ix.htid
-        self.names = host["name"]
         self.codes = ix.codes
-        self.cats = ix.cats.to_numpy()
+        self.cats = np.asarray(ix.cats, dtype=object)
         self.win = (self.he > ctx.lo_us) & (self.hs < ctx.hi_us)
-        self.kind = host["kind"].to_numpy()
-        self.category = host["category"].to_numpy()
+        self.kind = host["kind"]
+        self.category = host["category"]
         self._launch: _ByThread | None = None
         self._ops: _ByThread | None = None
 
@@ -366,7 +370,7 @@ class _FewCalls:
         np.add.at(lost_sum, slot, g)
         longest = np.zeros(uniq.size)
         np.maximum.at(longest, slot, he[r] - hs[r])
-        cat_values = self.names.cat.categories
+        cat_values = self.cats
         best = [
             (str(cat_values[int(c)]) if c >= 0 else str(np.nan), float(us), float(lg))
             for c, us, lg in zip(uniq.tolist(), lost_sum.tolist(), longest.tolist())
@@ -386,18 +390,18 @@ def host_wait_in_launch_share(ctx: RuleContext, host_lost: Intervals) -> float |
     total = iv.total(host_lost)
     if total <= 0:
         return None
-    host = ctx.trace.host
+    host = ctx.trace.host_cols
     launch = ctx.host_mask(Category.LAUNCH)
     tids = np.unique(ctx.launches.tid[ctx.act & (ctx.launches.tid >= 0)])
     if tids.size:
-        launch &= np.isin(host["tid"].to_numpy(), tids)
-    calls = iv.union(host["start_us"].to_numpy()[launch], host["end_us"].to_numpy()[launch])
+        launch &= np.isin(host["tid"], tids)
+    calls = iv.union(host["start_us"][launch], host["end_us"][launch])
     return iv.total(iv.intersect(host_lost, calls)) / total
 
 
 def workload(ctx: RuleContext) -> str | None:
     """``"training"``, ``"inference"`` or ``None`` (unknown), from op and annotation names."""
-    names = ctx.trace.host["name"].cat.categories.astype(str)
+    names = ctx.trace.host_cols.labels("name")
     if any(_TRAINING.search(n) for n in names):
         return "training"
     if any(_INFERENCE.search(n) for n in names):
@@ -408,14 +412,14 @@ def workload(ctx: RuleContext) -> str | None:
 def ddp_buffer_spans(ctx: RuleContext) -> tuple[Intervals, int]:
     """Per ``DistributedDataParallel.forward`` in the window, the span from its first to its
     last buffer-sync op (normalized, clipped to the window), and the broadcasts in them."""
-    host = ctx.trace.host
-    cats = host["name"].cat.categories.astype(str)
+    host = ctx.trace.host_cols
+    cats = host.labels("name")
     # Most ranks have no DDP forward at all: say so before touching the rows.
     if cats.size == 0 or not (cats == "DistributedDataParallel.forward").any():
         return iv.empty(), 0
-    hs, he, htid = host["start_us"].to_numpy(), host["end_us"].to_numpy(), host["tid"].to_numpy()
+    hs, he, htid = host["start_us"], host["end_us"], host["tid"]
     win = (he > ctx.lo_us) & (hs < ctx.hi_us)
-    codes = host["name"].cat.codes.to_numpy()
+    codes = host.codes("name")
 
     def by_name(flag: list[bool]) -> npt.NDArray[np.bool_]:
         f = np.asarray(flag, dtype=bool)
@@ -462,14 +466,14 @@ def trust(ctx: RuleContext) -> dict[str, Any]:
     """``python_stacks`` (bool), ``empty_op_median_us`` (float | None), ``runtime_calls``
     (int) and ``runtime_calls_matched_share`` (float | None): share of runtime calls whose
     device work is in the trace."""
-    host, dev = ctx.trace.host, ctx.trace.device
-    kinds = host["kind"].to_numpy()
-    names = host["name"]
-    empty = (kinds == int(Kind.OP)) & (names == "aten::empty").to_numpy()
-    durs = (host["end_us"].to_numpy() - host["start_us"].to_numpy())[empty]
+    host, dev = ctx.trace.host_cols, ctx.trace.device_cols
+    kinds = host["kind"]
+    is_empty = np.flatnonzero(host.labels("name") == "aten::empty")
+    empty = (kinds == int(Kind.OP)) & np.isin(host.codes("name"), is_empty)
+    durs = (host["end_us"] - host["start_us"])[empty]
     runtime = kinds == int(Kind.RUNTIME)
-    corr = dev["correlation"].to_numpy()
-    hc = host["correlation"].to_numpy()[runtime]
+    corr = dev["correlation"]
+    hc = host["correlation"][runtime]
     n_rt = int(runtime.sum())
     return {
         "python_stacks": ctx.trace.python_stacks or bool((kinds == int(Kind.PYTHON)).any()),

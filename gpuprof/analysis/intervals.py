@@ -32,20 +32,25 @@ def make(starts: npt.ArrayLike, ends: npt.ArrayLike) -> Intervals:
 def union(starts: npt.ArrayLike, ends: npt.ArrayLike) -> Intervals:
     """Merge overlapping or touching intervals; returns a normalized set. O(n log n)."""
     s, e = make(starts, ends)
-    if s.size == 0:
+    if s.size <= 1:
         return s, e
-    order = np.argsort(s, kind="stable")
-    s = s[order]
-    e = e[order]
+    if not (s[1:] >= s[:-1]).all():  # most callers pass rows already sorted by start
+        order = np.argsort(s, kind="stable")
+        s = s[order]
+        e = e[order]
     run_end = np.maximum.accumulate(e)
     # A new merged interval starts where the start is beyond everything seen so far.
     new = np.empty(s.size, dtype=bool)
     new[0] = True
-    new[1:] = s[1:] > run_end[:-1]
+    np.greater(s[1:], run_end[:-1], out=new[1:])
     idx = np.flatnonzero(new)
+    if idx.size == s.size:  # nothing to merge (run_end == e)
+        return s, e
     out_s = s[idx]
-    out_e = run_end[np.concatenate((idx[1:] - 1, [s.size - 1]))]  # np.r_ costs more than the merge
-    return out_s, out_e
+    last = np.empty(idx.size, dtype=np.intp)
+    last[:-1] = idx[1:] - 1
+    last[-1] = s.size - 1
+    return out_s, run_end[last]
 
 
 def normalize(iv: Intervals) -> Intervals:
@@ -77,24 +82,30 @@ def complement(iv: Intervals, lo: float, hi: float) -> Intervals:
 def intersect(a: Intervals, b: Intervals) -> Intervals:
     """Intersection of two sets; returns a normalized set. O((n + m) log(n + m))."""
     a_s, a_e = normalize(a)
-    b_s, b_e = normalize(b)
-    if a_s.size == 0 or b_s.size == 0:
+    if a_s.size == 0:
         return empty()
-    # For each interval of a, the candidate intervals of b are those overlapping it; with
-    # both normalized, use a sweep over the merged boundary points: a point is covered by
-    # both when the coverage count of a and of b are each 1.
-    pts = np.concatenate((a_s, a_e, b_s, b_e))
-    delta_a = np.concatenate((np.ones(a_s.size), -np.ones(a_e.size), np.zeros(b_s.size * 2)))
-    delta_b = np.concatenate((np.zeros(a_s.size * 2), np.ones(b_s.size), -np.ones(b_e.size)))
-    order = np.argsort(pts, kind="stable")
-    pts = pts[order]
-    ca = np.cumsum(delta_a[order])
-    cb = np.cumsum(delta_b[order])
-    both = (ca > 0.5) & (cb > 0.5)
-    # Segment k spans [pts[k], pts[k+1]) with coverage after processing point k.
-    seg_s = pts[:-1][both[:-1]]
-    seg_e = pts[1:][both[:-1]]
-    return union(seg_s, seg_e)
+    b_s, b_e = normalize(b)
+    if b_s.size == 0:
+        return empty()
+    # Both normalized (sorted, disjoint, apart): interval i of a overlaps the intervals of b
+    # from the first that ends after it starts to the last that starts before it ends. Each
+    # overlapping pair gives one piece; in that order the pieces are sorted and apart.
+    first = np.searchsorted(b_e, a_s, side="right")
+    stop = np.searchsorted(b_s, a_e, side="left")
+    count = np.maximum(stop - first, 0)
+    total_pairs = int(count.sum())
+    if total_pairs == 0:
+        return empty()
+    ia = np.repeat(np.arange(a_s.size), count)
+    # j runs from first[i] to stop[i] - 1 within each i.
+    offsets = np.cumsum(count) - count
+    jb = np.arange(total_pairs) - np.repeat(offsets, count) + np.repeat(first, count)
+    out_s = np.maximum(a_s[ia], b_s[jb])
+    out_e = np.minimum(a_e[ia], b_e[jb])
+    keep = out_e > out_s
+    if not keep.all():
+        out_s, out_e = out_s[keep], out_e[keep]
+    return out_s, out_e
 
 
 def subtract(a: Intervals, b: Intervals) -> Intervals:

@@ -11,12 +11,15 @@ local rules (:mod:`gpuprof.analysis.rules`) use these arrays.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 import numpy as np
 import numpy.typing as npt
-import pandas as pd
 
-from gpuprof.model.timeline import Kind, RankTrace
+from gpuprof.model.timeline import Columns, Kind, RankTrace
+
+if TYPE_CHECKING:
+    import pandas as pd
 
 # Device rows that are work on the device (or, for op-level timelines, a worker's op);
 # GPU-side annotations (``gpu_user_annotation``) only mark ranges and are left out.
@@ -24,9 +27,10 @@ ACTIVITY_KINDS: tuple[int, ...] = (int(Kind.KERNEL), int(Kind.MEMCPY), int(Kind.
 _API_KINDS: tuple[int, ...] = (int(Kind.RUNTIME), int(Kind.DRIVER))
 
 
-def activity_mask(device: pd.DataFrame) -> npt.NDArray[np.bool_]:
-    """Rows of a device table that are device work (not annotations)."""
-    return np.isin(device["kind"].to_numpy(), ACTIVITY_KINDS)
+def activity_mask(device: pd.DataFrame | Columns) -> npt.NDArray[np.bool_]:
+    """Rows of a device table (or its :class:`Columns`) that are device work (not
+    annotations)."""
+    return np.isin(np.asarray(device["kind"]), ACTIVITY_KINDS)
 
 
 @dataclass(frozen=True)
@@ -47,8 +51,8 @@ class Launches:
 
 def match_launches(trace: RankTrace) -> Launches:
     """Match device rows to the runtime/driver calls that launched them (vectorized)."""
-    dev = trace.device
-    host = trace.host
+    dev = trace.device_cols
+    host = trace.host_cols
     n = len(dev)
     start = np.full(n, np.nan)
     end = np.full(n, np.nan)
@@ -56,20 +60,19 @@ def match_launches(trace: RankTrace) -> Launches:
     act = activity_mask(dev) if n else np.zeros(0, dtype=bool)
     if n == 0 or len(host) == 0:
         return Launches(start, end, tid, None if not act.any() else 0.0)
-    hk = host["kind"].to_numpy()
-    hc = host["correlation"].to_numpy()
+    hk = host["kind"]
+    hc = host["correlation"]
     api = np.isin(hk, _API_KINDS) & (hc >= 0)
     if not api.any():
         return Launches(start, end, tid, 0.0 if act.any() else None)
-    api_corr = pd.Index(hc[api])
-    keep = ~api_corr.duplicated(keep="first")
-    idx = pd.Index(api_corr[keep])
-    h_start = host["start_us"].to_numpy()[api][keep]
-    h_end = host["end_us"].to_numpy()[api][keep]
-    h_tid = host["tid"].to_numpy()[api][keep]
-    dc = dev["correlation"].to_numpy()
-    pos = idx.get_indexer(dc)
-    ok = (pos >= 0) & (dc >= 0)
+    # The first call of each correlation id; each device row looks its id up among them.
+    ids, first = np.unique(hc[api], return_index=True)
+    h_start = host["start_us"][api][first]
+    h_end = host["end_us"][api][first]
+    h_tid = host["tid"][api][first]
+    dc = dev["correlation"]
+    pos = np.minimum(np.searchsorted(ids, dc), ids.size - 1)
+    ok = (ids[pos] == dc) & (dc >= 0)
     start[ok] = h_start[pos[ok]]
     end[ok] = h_end[pos[ok]]
     tid[ok] = h_tid[pos[ok]]

@@ -38,10 +38,9 @@ from collections.abc import Mapping
 from typing import Any
 
 import numpy as np
-import pandas as pd
 
 from gpuprof.analysis import intervals as iv
-from gpuprof.model.timeline import Category, Kind, RankTrace
+from gpuprof.model.timeline import Category, Columns, Kind, RankTrace
 
 PHASES: tuple[str, ...] = ("forward", "backward", "optimizer", "data")
 
@@ -86,31 +85,42 @@ def _inside(times: np.ndarray, spans: iv.Intervals) -> np.ndarray:
     return ok & (times < e[idx_c])
 
 
-def _names_matching(names: pd.Series, pattern: re.Pattern[str]) -> np.ndarray:
-    """Row mask of a categorical name column matching ``pattern`` (tested per unique name)."""
-    cats = names.cat.categories if hasattr(names, "cat") else pd.Index(names.unique())
-    hits = {str(c) for c in cats if pattern.search(str(c))}
-    return names.astype(str).isin(hits).to_numpy() if hits else np.zeros(len(names), dtype=bool)
+def _names_matching(names: Columns, pattern: re.Pattern[str], rows: np.ndarray | None = None) -> np.ndarray:
+    """Mask of the table's rows (or of ``rows``, a mask) whose name matches ``pattern``
+    (tested once per distinct name; a row without a name reads "nan")."""
+    labels = names.labels("name")
+    codes = names.codes("name") if rows is None else names.codes("name")[rows]
+    flag = np.fromiter((pattern.search(c) is not None for c in labels), dtype=bool, count=labels.size)
+    if not flag.any():
+        return np.zeros(codes.size, dtype=bool)
+    missing = bool(flag[labels == "nan"].any())
+    return np.where(codes >= 0, flag[np.maximum(codes, 0)], missing)
 
 
 def _timeline_phases(trace: RankTrace, lo: float, hi: float, n_steps: int) -> dict[str, float]:
-    dev = trace.device
-    timer = dev["kind"].to_numpy() == int(Kind.TIMER)
-    rows = dev.loc[timer & (dev["end_us"].to_numpy() > lo) & (dev["start_us"].to_numpy() < hi)]
-    if len(rows) == 0:
+    dev = trace.device_cols
+    timer = dev["kind"] == int(Kind.TIMER)
+    rows = timer & (dev["end_us"] > lo) & (dev["start_us"] < hi)
+    if not rows.any():
         return {}
-    names = rows["name"].astype(str).str.lower()
-    cat = rows["category"].to_numpy()
+    lower = [c.lower() for c in dev.labels("name")]
+    codes = dev.codes("name")[rows]
+
+    def by_name(flag: list[bool], missing: bool) -> np.ndarray:
+        f = np.asarray(flag, dtype=bool)
+        return np.where(codes >= 0, f[np.maximum(codes, 0)] if f.size else False, missing)
+
+    cat = dev["category"][rows]
     compute = cat == int(Category.COMPUTE)
     masks = {
-        "forward": (names.str.contains("forward").to_numpy() & compute),
-        "backward": (names.str.contains("backward").to_numpy() & compute),
-        "optimizer": names.str.startswith("optimizer").to_numpy(),
+        "forward": by_name(["forward" in c for c in lower], False) & compute,
+        "backward": by_name(["backward" in c for c in lower], False) & compute,
+        "optimizer": by_name([c.startswith("optimizer") for c in lower], False),
         "data": cat == int(Category.DATALOAD),
     }
     out: dict[str, float] = {}
-    s_all = rows["start_us"].to_numpy()
-    e_all = rows["end_us"].to_numpy()
+    s_all = dev["start_us"][rows]
+    e_all = dev["end_us"][rows]
     for phase, mask in masks.items():
         if mask.any():
             out[phase] = iv.total(iv.clip(iv.union(s_all[mask], e_all[mask]), lo, hi)) / n_steps
@@ -120,12 +130,12 @@ def _timeline_phases(trace: RankTrace, lo: float, hi: float, n_steps: int) -> di
     return out
 
 
-def _pipeline_stages(names: pd.Series) -> dict[str, float]:
+def _pipeline_stages(labels: Any) -> dict[str, float]:
     """``pp_stage`` (lowest stage index this rank runs) and ``pp_chunks`` (how many stages
-    it runs: the virtual stages of an interleaved schedule) from ``PP:`` action ranges."""
-    cats = names.cat.categories if hasattr(names, "cat") else pd.Index(names.unique())
+    it runs: the virtual stages of an interleaved schedule) from ``PP:`` action ranges
+    (``labels``: the names the trace holds)."""
     stages = set()
-    for c in cats:
+    for c in labels:
         m = _PP_ACTION.match(str(c))
         if m is not None:
             stages.add(int(m.group(1)))
@@ -135,49 +145,50 @@ def _pipeline_stages(names: pd.Series) -> dict[str, float]:
 
 
 def _kineto_phases(trace: RankTrace, lo: float, hi: float, n_steps: int) -> dict[str, float]:
-    host = trace.host
-    dev = trace.device
+    host = trace.host_cols
+    dev = trace.device_cols
     if len(host) == 0:
         return {}
-    # Each column is read once (a DataFrame column read costs tens of microseconds).
-    host_start = host["start_us"].to_numpy()
-    host_end = host["end_us"].to_numpy()
+    host_start = host["start_us"]
+    host_end = host["end_us"]
     in_window = (host_end > lo) & (host_start < hi)
-    names = host.loc[in_window, "name"]
     hs = host_start[in_window]
     he = host_end[in_window]
     marked = {
-        "forward": _names_matching(names, _FORWARD),
-        "backward": _names_matching(names, _BACKWARD),
-        "optimizer": _names_matching(names, _OPTIMIZER),
+        "forward": _names_matching(host, _FORWARD, in_window),
+        "backward": _names_matching(host, _BACKWARD, in_window),
+        "optimizer": _names_matching(host, _OPTIMIZER, in_window),
     }
     spans = {p: iv.union(hs[m], he[m]) for p, m in marked.items()}
     out: dict[str, float] = {}
 
-    data = host["category"].to_numpy()[in_window] == int(Category.DATALOAD)
+    data = host["category"][in_window] == int(Category.DATALOAD)
     if data.any():
         out["data"] = iv.total(iv.clip(iv.union(hs[data], he[data]), lo, hi)) / n_steps
 
     for phase, pattern in (("forward_calls", _FORWARD_PASS), ("backward_calls", _BACKWARD_PASS)):
-        count = int(_names_matching(names, pattern).sum())
+        count = int(_names_matching(host, pattern, in_window).sum())
         if count:
             out[phase] = count / n_steps
-    out.update(_pipeline_stages(names))
+    out.update(_pipeline_stages(host.labels("name")))
 
     if not any(m.any() for m in marked.values()) or len(dev) == 0:
         return out
     # Device time of each phase: compute kernels by the host time they were launched.
-    compute = (dev["category"].to_numpy() == int(Category.COMPUTE)) & (dev["correlation"].to_numpy() >= 0)
-    k = dev.loc[compute & (dev["end_us"].to_numpy() > lo) & (dev["start_us"].to_numpy() < hi)]
-    kind = host["kind"].to_numpy()
-    host_corr = host["correlation"].to_numpy()
+    compute = (dev["category"] == int(Category.COMPUTE)) & (dev["correlation"] >= 0)
+    k = compute & (dev["end_us"] > lo) & (dev["start_us"] < hi)
+    kind = host["kind"]
+    host_corr = host["correlation"]
     runtime = ((kind == int(Kind.RUNTIME)) | (kind == int(Kind.DRIVER))) & (host_corr >= 0)
-    launches = pd.Series(host_start[runtime], index=host_corr[runtime])
-    launches = launches[~launches.index.duplicated(keep="first")]
-    launch = launches.reindex(k["correlation"].to_numpy()).to_numpy(dtype=np.float64)
-    dur = np.clip(
-        np.minimum(k["end_us"].to_numpy(), hi) - np.maximum(k["start_us"].to_numpy(), lo), 0.0, None
-    )
+    # The first launch call of each correlation id; NaN for a kernel without one.
+    ids, first = np.unique(host_corr[runtime], return_index=True)
+    kc = dev["correlation"][k]
+    launch = np.full(kc.size, np.nan)
+    if ids.size:
+        pos = np.minimum(np.searchsorted(ids, kc), ids.size - 1)
+        hit = ids[pos] == kc
+        launch[hit] = host_start[runtime][first][pos[hit]]
+    dur = np.clip(np.minimum(dev["end_us"][k], hi) - np.maximum(dev["start_us"][k], lo), 0.0, None)
     known = ~np.isnan(launch)
     launch, dur = launch[known], dur[known]
     unassigned = np.ones(launch.size, dtype=bool)
@@ -205,7 +216,8 @@ def phase_times(trace: RankTrace, window: Any) -> dict[str, float]:
     lo, hi, n_steps = _bounds(window)
     if hi <= lo:
         return {}
-    if trace.fmt == "timeline" or (len(trace.device) and (trace.device["kind"] == int(Kind.TIMER)).all()):
+    kinds = trace.device_cols["kind"]
+    if trace.fmt == "timeline" or (kinds.size and (kinds == int(Kind.TIMER)).all()):
         return _timeline_phases(trace, lo, hi, n_steps)
     return _kineto_phases(trace, lo, hi, n_steps)
 

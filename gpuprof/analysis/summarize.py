@@ -90,11 +90,9 @@ def summarize(trace: RankTrace, selection: StepSelection = _ALL_STEPS) -> RankSu
             empty_reason=empty_reason(trace),
         )
     lo, hi = window.start_us, window.end_us
-    dev = trace.device
-    is_compute = activity_mask(dev) & (dev["category"].to_numpy() == int(Category.COMPUTE))
-    compute = iv.normalize(
-        iv.clip((dev["start_us"].to_numpy()[is_compute], dev["end_us"].to_numpy()[is_compute]), lo, hi)
-    )
+    dev = trace.device_cols
+    is_compute = activity_mask(dev) & (dev["category"] == int(Category.COMPUTE))
+    compute = iv.normalize(iv.clip((dev["start_us"][is_compute], dev["end_us"][is_compute]), lo, hi))
     lost = iv.complement(compute, lo, hi)
     if window.spans is not None:
         # Time between steps is left out: it is neither compute nor lost. (Only host-range

@@ -185,10 +185,10 @@ def _step_work(trace: RankTrace, steps: tuple[Step, ...], launches: Launches) ->
     n = len(steps)
     h0 = np.array([s.start_us for s in steps])
     h1_last = steps[-1].end_us
-    dev = trace.device
+    dev = trace.device_cols
     act = activity_mask(dev)
-    ds = dev["start_us"].to_numpy()[act]
-    de = dev["end_us"].to_numpy()[act]
+    ds = dev["start_us"][act]
+    de = dev["end_us"][act]
     ls = launches.start_us[act]
     known = ~np.isnan(ls)
     # Step index of each device row by its launch time: -1 before the first step, n after.
@@ -207,13 +207,13 @@ def _step_work(trace: RankTrace, steps: tuple[Step, ...], launches: Launches) ->
     first_start[np.isinf(first_start)] = np.nan
     upto = np.maximum.accumulate(max_end)  # upto[j]: work launched before step j ends
     # Launch API calls per step and how many have no device event.
-    host = trace.host
-    is_launch = (host["category"].to_numpy() == int(Category.LAUNCH)) & np.isin(
-        host["kind"].to_numpy(), (int(Kind.RUNTIME), int(Kind.DRIVER))
+    host = trace.host_cols
+    is_launch = (host["category"] == int(Category.LAUNCH)) & np.isin(
+        host["kind"], (int(Kind.RUNTIME), int(Kind.DRIVER))
     )
-    hc = host["correlation"].to_numpy()[is_launch]
-    hs = host["start_us"].to_numpy()[is_launch]
-    dev_corr = np.unique(dev["correlation"].to_numpy()[act])
+    hc = host["correlation"][is_launch]
+    hs = host["start_us"][is_launch]
+    dev_corr = np.unique(dev["correlation"][act])
     has_dev = np.isin(hc, dev_corr)
     hk = np.searchsorted(h0, hs, side="right") - 1
     hk[hs >= h1_last] = n
@@ -272,7 +272,7 @@ def complete_steps(
     steps = tuple(sorted((s for s in trace.steps if s.end_us > s.start_us), key=lambda s: s.start_us))
     if not steps:
         return (), None, False
-    act = activity_mask(trace.device)
+    act = activity_mask(trace.device_cols)
     if not act.any():
         return steps, None, False
     if launches is None:
@@ -283,9 +283,9 @@ def complete_steps(
         kept, notes = _edge_trim(bounds, [_is_partial(work, i) for i in range(len(steps))])
         return tuple(kept), "; ".join(notes) or None, True
     # Host ranges: only the cheap edge checks are possible.
-    dev = trace.device
-    dev_end = float(dev["end_us"].to_numpy()[act].max())
-    dev_start = float(dev["start_us"].to_numpy()[act].min())
+    dev = trace.device_cols
+    dev_end = float(dev["end_us"][act].max())
+    dev_start = float(dev["start_us"][act].min())
     reasons: list[str | None] = []
     for s in steps:
         if s.start_us >= dev_end or s.end_us <= dev_start:
@@ -303,7 +303,7 @@ def select_window(
 
     Raises :class:`GpuprofError` when ``selection`` selects none of the complete steps.
     """
-    act = activity_mask(trace.device)
+    act = activity_mask(trace.device_cols)
     if not act.any():
         return None
     steps, note, aligned = complete_steps(trace, launches)
@@ -322,13 +322,13 @@ def select_window(
     if selection.first is not None or selection.last is not None:
         what = "no complete step" if trace.steps else "no step markers"
         raise GpuprofError(f"--steps: rank {trace.rank} has {what} to select", trace.source)
-    dev = trace.device
+    dev = trace.device_cols
     why = "no step markers: first to last device activity"
     if trace.steps:
         why = (note + "; " if note else "") + "no complete step: first to last device activity"
     return Window(
-        float(dev["start_us"].to_numpy()[act].min()),
-        float(dev["end_us"].to_numpy()[act].max()),
+        float(dev["start_us"][act].min()),
+        float(dev["end_us"][act].max()),
         (),
         why,
         False,

@@ -30,7 +30,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from enum import IntEnum
-from typing import Mapping
+from functools import cached_property
+from typing import Any, Mapping
 
 import numpy as np
 import pandas as pd
@@ -171,6 +172,46 @@ def empty_host_table() -> pd.DataFrame:
     return make_table({"start_us": [], "end_us": [], "kind": [], "name": []}, HOST_COLUMNS)
 
 
+class Columns:
+    """A table's columns as numpy arrays, each read from the DataFrame once.
+
+    Reading a DataFrame column costs tens of microseconds and the per-rank analysis asks
+    for the same columns hundreds of times: :attr:`RankTrace.device_cols` and
+    :attr:`RankTrace.host_cols` read each once. ``cols["start_us"]`` is the column's array;
+    for a categorical column, :meth:`codes` are its codes (-1: missing) and :meth:`labels`
+    its categories as strings (an object array indexed by code). The arrays are shared:
+    never modify them in place.
+    """
+
+    def __init__(self, table: pd.DataFrame) -> None:
+        self._table = table
+        self._arrays: dict[str, Any] = {}
+
+    def __len__(self) -> int:
+        return len(self._table)
+
+    def __getitem__(self, name: str) -> Any:
+        got = self._arrays.get(name)
+        if got is None:
+            got = self._arrays[name] = self._table[name].to_numpy()
+        return got
+
+    def codes(self, name: str) -> Any:
+        key = name + "\0codes"
+        got = self._arrays.get(key)
+        if got is None:
+            got = self._arrays[key] = self._table[name].cat.codes.to_numpy()
+        return got
+
+    def labels(self, name: str) -> Any:
+        key = name + "\0labels"
+        got = self._arrays.get(key)
+        if got is None:
+            cats = self._table[name].cat.categories
+            got = self._arrays[key] = np.array([str(c) for c in cats], dtype=object)
+        return got
+
+
 @dataclass(frozen=True)
 class Step:
     """One training step as marked in the trace (``ProfilerStep#N`` or a timer's step)."""
@@ -240,3 +281,13 @@ class RankTrace:
     @property
     def has_device_activity(self) -> bool:
         return len(self.device) > 0
+
+    @cached_property
+    def device_cols(self) -> Columns:
+        """The device table's columns as numpy arrays, read once (see :class:`Columns`)."""
+        return Columns(self.device)
+
+    @cached_property
+    def host_cols(self) -> Columns:
+        """The host table's columns as numpy arrays, read once (see :class:`Columns`)."""
+        return Columns(self.host)

@@ -79,14 +79,14 @@ class TraceColumns:
 
     @classmethod
     def of(cls, trace: RankTrace) -> TraceColumns:
-        host, dev = trace.host, trace.device
+        host, dev = trace.host_cols, trace.device_cols
         return cls(
-            host_start_us=host["start_us"].to_numpy(),
-            host_end_us=host["end_us"].to_numpy(),
-            host_category=host["category"].to_numpy(),
-            dev_start_us=dev["start_us"].to_numpy(),
-            dev_end_us=dev["end_us"].to_numpy(),
-            dev_category=dev["category"].to_numpy(),
+            host_start_us=host["start_us"],
+            host_end_us=host["end_us"],
+            host_category=host["category"],
+            dev_start_us=dev["start_us"],
+            dev_end_us=dev["end_us"],
+            dev_category=dev["category"],
         )
 
 
@@ -210,7 +210,7 @@ def build_context(
     """The rules' context; ``window_iv`` is the window when it leaves time between steps out
     (``compute`` and ``lost`` must then partition it)."""
     cols = TraceColumns.of(trace)
-    act = activity_mask(trace.device)
+    act = activity_mask(trace.device_cols)
     g0, g1 = iv.normalize(lost)
     is_comp = act & (cols.dev_category == int(Category.COMPUTE))
     cs = cols.dev_start_us[is_comp]

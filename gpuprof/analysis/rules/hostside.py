@@ -53,10 +53,10 @@ def _concat(parts: list[Intervals]) -> Intervals:
 def _per_thread(ctx: RuleContext, calls: npt.NDArray[np.bool_], drain: bool) -> Intervals:
     """Claims from the host rows in ``calls`` (a mask over ``trace.host``), thread by thread."""
     g = ctx.gaps
-    host = ctx.trace.host
+    host = ctx.trace.host_cols
     if g.start_us.size == 0 or not calls.any():
         return iv.empty()
-    hs, he, htid = host["start_us"].to_numpy(), host["end_us"].to_numpy(), host["tid"].to_numpy()
+    hs, he, htid = host["start_us"], host["end_us"], host["tid"]
     # The part of each gap host activity may explain, and for drain the host-wait part only.
     known_end = ~np.isnan(g.host_wait_end_us)
     part_end = np.where(known_end, g.host_wait_end_us, np.where(g.unknown, g.end_us, np.nan))
@@ -90,12 +90,11 @@ def _per_thread(ctx: RuleContext, calls: npt.NDArray[np.bool_], drain: bool) -> 
 
 def _syncing_alloc_mask(ctx: RuleContext, alloc: npt.NDArray[np.bool_]) -> npt.NDArray[np.bool_]:
     """Allocator rows that synchronize the device (decided per distinct name)."""
-    names = ctx.trace.host["name"]
-    cats = names.cat.categories.astype(str)
+    cats = ctx.trace.host_cols.labels("name")
     if cats.size == 0:
         return alloc & False
     flag = np.array([any(w in n for w in _SYNCING_ALLOC_WORDS) for n in cats], dtype=bool)
-    codes = names.cat.codes.to_numpy()
+    codes = ctx.trace.host_cols.codes("name")
     return alloc & (codes >= 0) & flag[np.maximum(codes, 0)]
 
 
@@ -120,10 +119,10 @@ def sync(ctx: RuleContext) -> Intervals:
 
 def _launch_calls(ctx: RuleContext) -> npt.NDArray[np.bool_]:
     """Host rows that launched device activity present in the trace (matched by correlation)."""
-    host, dev = ctx.trace.host, ctx.trace.device
-    corr = dev["correlation"].to_numpy()[ctx.act]
-    hc = host["correlation"].to_numpy()
-    kinds = host["kind"].to_numpy()
+    host, dev = ctx.trace.host_cols, ctx.trace.device_cols
+    corr = dev["correlation"][ctx.act]
+    hc = host["correlation"]
+    kinds = host["kind"]
     api = np.isin(kinds, (int(Kind.RUNTIME), int(Kind.DRIVER))) & (hc >= 0)
     return api & np.isin(hc, corr[corr >= 0])
 
@@ -131,8 +130,8 @@ def _launch_calls(ctx: RuleContext) -> npt.NDArray[np.bool_]:
 def _quiet_busy(ctx: RuleContext, tid: int, launch: npt.NDArray[np.bool_]) -> Intervals:
     """Where thread ``tid`` sat inside a host op or annotation (not a step or phase marker)
     and issued no launch for at least :data:`QUIET_HOST_MIN_US`."""
-    host = ctx.trace.host
-    hs, he, htid = host["start_us"].to_numpy(), host["end_us"].to_numpy(), host["tid"].to_numpy()
+    host = ctx.trace.host_cols
+    hs, he, htid = host["start_us"], host["end_us"], host["tid"]
     mine = htid == tid
     ls, le = hs[launch & mine], he[launch & mine]
     order = np.argsort(ls, kind="stable")
@@ -143,8 +142,8 @@ def _quiet_busy(ctx: RuleContext, tid: int, launch: npt.NDArray[np.bool_]) -> In
     quiet = iv.clip(iv.make(q0[long], q1[long]), ctx.lo_us, ctx.hi_us)
     ranges = (
         mine
-        & np.isin(host["kind"].to_numpy(), (int(Kind.OP), int(Kind.ANNOTATION)))
-        & (host["category"].to_numpy() != int(Category.STEP))
+        & np.isin(host["kind"], (int(Kind.OP), int(Kind.ANNOTATION)))
+        & (host["category"] != int(Category.STEP))
         & (he > ctx.lo_us)
         & (hs < ctx.hi_us)
     )
@@ -156,12 +155,12 @@ def _quiet_busy(ctx: RuleContext, tid: int, launch: npt.NDArray[np.bool_]) -> In
 
 def _phase_mask(ctx: RuleContext) -> npt.NDArray[np.bool_]:
     """Host rows named like a phase marker, ``## ... ##``."""
-    names = ctx.trace.host["name"]
-    cats = names.cat.categories.astype(str)
+    host = ctx.trace.host_cols
+    cats = host.labels("name")
     if cats.size == 0:
-        return np.zeros(len(names), dtype=bool)
+        return np.zeros(len(host), dtype=bool)
     flag = np.array([n.startswith("## ") and n.endswith(" ##") for n in cats], dtype=bool)
-    codes = names.cat.codes.to_numpy()
+    codes = host.codes("name")
     return (codes >= 0) & flag[np.maximum(codes, 0)]
 
 
@@ -174,7 +173,7 @@ def blocked_host(ctx: RuleContext) -> Intervals:
     if ctx.queued[0].size == 0:
         return iv.empty()
     launch = _launch_calls(ctx)
-    tids = np.unique(ctx.trace.host["tid"].to_numpy()[launch])
+    tids = np.unique(ctx.trace.host_cols["tid"][launch])
     parts = [_quiet_busy(ctx, int(t), launch) for t in tids]
     got_s, got_e = iv.intersect(iv.normalize(ctx.queued), _concat(parts))
     long = (got_e - got_s) >= QUIET_HOST_MIN_US
