@@ -15,6 +15,7 @@ from typing import Any, Mapping, Protocol, Sequence
 
 from gpuprof.advice import AdviceContext, advise_all
 from gpuprof.analysis.attribution import Attribution, attribute, merge_claims
+from gpuprof.analysis.critical import critical_path
 from gpuprof.analysis.cross_rank import CrossRankResult, analyze_job
 from gpuprof.analysis.stepview import step_timeline
 from gpuprof.analysis.summarize import summarize
@@ -191,7 +192,11 @@ def run_analysis(
         extra["held_back"] = [h.to_dict() for h in advice.held_back]
     if samples is not None and hasattr(samples, "to_dict"):
         extra["samples"] = samples.to_dict()
-    timeline = step_timeline(summaries, attributions, cross.findings)  # drawn by the HTML report
+    path_of = None
+    if cross.whatifs is not None:
+        model = cross.whatifs.model
+        path_of = lambda t0_us, t1_us: critical_path(model, t0_us, t1_us)  # noqa: E731
+    timeline = step_timeline(summaries, attributions, cross.findings, path_of=path_of)  # drawn by the HTML report
     if timeline is not None:
         extra["timeline"] = timeline
     report = Report(

@@ -18,10 +18,13 @@ report draws the same timeline as the run that made it.
   critical one and, for pipelines, one per stage first; then evenly spread).
 - The slowest rank is the one whose own work in the shown step (the step less its waits
   for other ranks) takes longest: in a synchronous job every rank's step lasts as long.
-- The critical path: until a job-level replay supplies real segments, the critical rank
+- The critical path: the chain of work across ranks that set the step's length, walked
+  on the job model (:mod:`gpuprof.analysis.critical`, ``critical_path_source``
+  ``"replay"``) when the caller passes ``path_of``; without a job model the critical rank
   of the step (``critical_rank_per_step``: the rank that waited least) stands in for it,
-  as one segment over its whole step, with ``critical_path_source`` saying so. Renderers
-  draw any list of ``{rank, start_us, end_us}`` segments.
+  as one segment over its whole step (``"critical_rank_per_step"``). Ranks on the path
+  are kept among the lanes first. Renderers draw any list of ``{rank, start_us, end_us}``
+  segments.
 
 All times are microseconds, rounded to 0.1 µs.
 """
@@ -29,7 +32,7 @@ All times are microseconds, rounded to 0.1 µs.
 from __future__ import annotations
 
 import statistics
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 import numpy as np
@@ -152,9 +155,11 @@ def step_timeline(
     attributions: Mapping[int, Attribution],
     findings: Mapping[str, Any],
     max_lanes: int = MAX_LANES,
+    path_of: Callable[[float, float], Sequence[Mapping[str, Any]]] | None = None,
 ) -> dict[str, Any] | None:
     """The report's ``timeline``: one representative step per rank; ``None`` when no rank
-    has a window (CPU-only traces)."""
+    has a window (CPU-only traces). ``path_of(t0_us, t1_us)`` gives the critical path's
+    segments ``{rank, start_us, end_us}`` through that span of the common clock."""
     active = [s for s in summaries if s.empty_reason is None and s.window_us > 0 and s.rank in attributions]
     if not active:
         return None
@@ -181,7 +186,14 @@ def step_timeline(
     stage_heads: list[int | None] = []
     for stage in sorted(set(stages.values())):
         stage_heads.append(min(r for r, st in stages.items() if st == stage and r in spans))
-    lanes_ranks = _pick_lanes(sorted(spans), [slowest, critical, *stage_heads], max_lanes)
+    replayed: list[tuple[int, float, float]] = []
+    if path_of is not None:
+        a0 = min(sp[0] for sp in spans.values())
+        a1 = max(sp[1] for sp in spans.values())
+        for seg in path_of(a0, a1):
+            replayed.append((int(seg["rank"]), float(seg["start_us"]), float(seg["end_us"])))
+    on_path = sorted({r for r, _, _ in replayed if r in spans}, key=lambda r: -sum(b - a for q, a, b in replayed if q == r))
+    lanes_ranks = _pick_lanes(sorted(spans), [slowest, critical, *on_path[:3], *stage_heads], max_lanes)
 
     t0 = min(spans[r][0] for r in lanes_ranks)
     t1 = max(spans[r][1] for r in lanes_ranks)
@@ -216,9 +228,18 @@ def step_timeline(
             }
         )
     critical_path: list[dict[str, Any]] = []
-    if critical is not None and critical in lanes_ranks:
+    source: str | None = None
+    if path_of is not None:
+        drawn = set(lanes_ranks)
+        for r, a, b in replayed:
+            lo, hi = max(a - t0, 0.0), min(b - t0, span_us)
+            if r in drawn and hi > lo:
+                critical_path.append({"rank": r, "start_us": round(lo, 1), "end_us": round(hi, 1)})
+        source = "replay" if critical_path else None
+    elif critical is not None and critical in lanes_ranks:
         lane = next(x for x in lanes if x["rank"] == critical)
         critical_path.append({"rank": critical, "start_us": lane["start_us"], "end_us": lane["end_us"]})
+        source = "critical_rank_per_step"
     return {
         "step": step,
         "span_us": round(span_us, 1),
@@ -227,7 +248,7 @@ def step_timeline(
         "slowest_rank": slowest,
         "critical_rank": critical,
         "critical_path": critical_path,
-        "critical_path_source": "critical_rank_per_step" if critical_path else None,
+        "critical_path_source": source,
         "ranks_total": len(active),
         "lanes": lanes,
     }

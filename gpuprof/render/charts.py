@@ -191,6 +191,8 @@ def timeline_chart(data: Any) -> str:
              "every rank on a common clock (0 = the first rank's start)."]
     if marks["critical_path_source"] == "critical_rank_per_step":
         notes.append("Critical path: the rank that waited least in this step stands in for it.")
+    elif marks["critical_path_source"] == "replay":
+        notes.append("Critical path (outlined): the chain of work across ranks that set this step's length, from the job's replay.")
     if marks["ranks_total"] > len(lanes):
         notes.append(f"Showing {len(lanes)} of {marks['ranks_total']} ranks (the slowest, the critical one and an even spread).")
     cap = f'<p class="muted small">{e(" ".join(notes))}</p>'
