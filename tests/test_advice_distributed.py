@@ -239,6 +239,7 @@ def test_a_collective_far_slower_than_its_bytes_gets_the_slow_collective_advice(
     top = max(recs.values(), key=lambda r: r.estimated_savings_pct)
     assert top.id == "communication-slow-collectives"
     assert slow.ranks == ()  # the late ranks are not in the input
+    assert slow.actions[0].startswith("Profile all ranks")
     step_us = job[0].window_us / 3
     need = 20.0 + 17.5e6 / 240e3
     lost = ctx.reports[0].lost_us[Cause.COMMUNICATION] / 3
@@ -345,6 +346,9 @@ def test_slow_transfers_in_complete_groups_point_at_the_transport_not_at_late_ra
     slow = recs["communication-slow-collectives"]
     assert slow.ranks == (0, 1, 2, 3)
     assert "transport" in slow.title and "profile all ranks" not in slow.title
+    # Every member is in the input: the actions test the transport, not "profile all ranks".
+    assert not any(a.startswith("Profile all ranks") for a in slow.actions)
+    assert any("all_reduce_perf" in a for a in slow.actions) and any("NCCL_DEBUG=INFO" in a for a in slow.actions)
     assert "straggler-rank" in recs and recs["straggler-rank"].ranks == (2,)
     assert "communication-slow-collectives" not in {r.id for r in advise(context(_late_rank_job(120.0)))}
 

@@ -739,6 +739,43 @@ def _bandwidth_text(b: Mapping[str, Any], rank: int, device: str | None) -> str:
     return text
 
 
+_TRANSPORT_ACTION = (
+    "Check the transport with NCCL_DEBUG=INFO (RCCL: the same variable): the log names the path per peer "
+    "(P2P/CUMEM or NVLS over NVLink/xGMI is fast; SHM, NET/Socket or a disabled P2P (NCCL_P2P_DISABLE=1) is "
+    "not) and the protocol chosen."
+)
+
+
+def _slow_collective_actions(absent: bool) -> tuple[str, ...]:
+    """With members missing from the input the first suspect is a late rank; with every
+    member profiled (and none late, or the straggler advice would say so) it is the
+    transport."""
+    if absent:
+        return (
+            (
+                "Profile all ranks (or whole process groups) and rerun gpuprof analyze on the folder: the "
+                "cross-rank analysis then names the late rank(s) and measures how long the others wait."
+            ),
+            _TRANSPORT_ACTION,
+            (
+                "If a rank is late, look at what it does before the collective (data loading, host-side "
+                "work, checkpointing, logging) on that rank."
+            ),
+        )
+    return (
+        _TRANSPORT_ACTION,
+        (
+            "Look for settings that force a slow path: NCCL_P2P_DISABLE, NCCL_SHM_DISABLE, NCCL_IB_DISABLE, a "
+            "NCCL_SOCKET_IFNAME on the wrong interface, or GPUs of one node in different containers without "
+            "shared IPC (NCCL then falls back to sockets)."
+        ),
+        (
+            "Measure the link alone with nccl-tests (all_reduce_perf -b 8M -e 512M -f 2 -g <GPUs>) on the same "
+            "nodes: if it reaches the expected bus bandwidth the job's setup differs, if not the system does."
+        ),
+    )
+
+
 @advisor
 def slow_collectives_advice(ctx: AdviceContext) -> list[Recommendation]:
     """Collectives far slower than their bytes need: a late (maybe absent) rank, or a
@@ -811,21 +848,7 @@ def slow_collectives_advice(ctx: AdviceContext) -> list[Recommendation]:
             estimated_savings_pct=pct,
             ranks=ranks,
             evidence=tuple(evidence),
-            actions=(
-                (
-                    "Profile all ranks (or whole process groups) and rerun gpuprof analyze on the folder: the "
-                    "cross-rank analysis then names the late rank(s) and measures how long the others wait."
-                ),
-                (
-                    "Check the transport with NCCL_DEBUG=INFO (RCCL: the same variable): the log names the path "
-                    "per peer (P2P/CUMEM or NVLS over NVLink/xGMI is fast; SHM, NET/Socket or a disabled P2P "
-                    "(NCCL_P2P_DISABLE=1) is not) and the protocol chosen."
-                ),
-                (
-                    "If a rank is late, look at what it does before the collective (data loading, host-side "
-                    "work, checkpointing, logging) on that rank."
-                ),
-            ),
+            actions=_slow_collective_actions(absent),
             whatif=got.name if got is not None else None,
         )
     ]
