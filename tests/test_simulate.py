@@ -229,7 +229,8 @@ def test_pipeline_times_data_parallel_has_megatron_layout_and_groups(tmp_path: P
         "DATA_PARALLEL_GROUP": [0, 1],
     }
     names = {e.get("name") for e in docs[1]["traceEvents"]}
-    assert "nccl:send 1->3" in names and "nccl:recv 1<-3" in names
+    # ProcessGroupNCCL's titles number the ranks within the pipeline group [1, 3]
+    assert "nccl:send 0->1" in names and "nccl:recv 0<-1" in names
     dp_kernels = [
         e
         for e in docs[1]["traceEvents"]

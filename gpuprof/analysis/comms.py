@@ -24,6 +24,7 @@ Process groups of op-level timelines
 
 from __future__ import annotations
 
+import re
 from collections.abc import Mapping
 
 import numpy as np
@@ -125,6 +126,59 @@ def _step_of(times: np.ndarray, trace: RankTrace) -> np.ndarray:
     return out
 
 
+# ProcessGroupNCCL names each point-to-point call's record function after the two ranks
+# (group ranks): "nccl:send 2->3" on the sender, "nccl:recv 3<-2" on the receiver.
+_P2P_TITLE = re.compile(r"nccl:(send|recv) (\d+)(->|<-)(\d+)")
+
+
+def _p2p_peers(trace: RankTrace, category: np.ndarray, launch: np.ndarray, pg: np.ndarray) -> np.ndarray:
+    """Per row, the global rank at the other end of a point-to-point call (-1 unknown or not
+    a point-to-point call): from the host's ``nccl:send a->b`` / ``nccl:recv a<-b`` range
+    that holds the call's launch, its group rank mapped through the process group's ranks
+    where the trace lists them."""
+    out = np.full(category.size, -1, dtype=np.int64)
+    p2p = (category == int(Category.P2P)) & ~np.isnan(launch)
+    host = trace.host_cols
+    if not p2p.any() or len(host) == 0:
+        return out
+    labels = host.labels("name")
+    peer_of_code = np.full(len(labels), -1, dtype=np.int64)
+    self_of_code = np.full(len(labels), -1, dtype=np.int64)
+    for code, label in enumerate(labels):
+        m = _P2P_TITLE.match(str(label))
+        if m is not None:
+            self_of_code[code] = int(m.group(2))
+            peer_of_code[code] = int(m.group(4))
+    if not (peer_of_code >= 0).any():
+        return out
+    codes = host.codes("name")
+    titled = np.flatnonzero((codes >= 0) & (peer_of_code[np.maximum(codes, 0)] >= 0))
+    starts = host["start_us"][titled]
+    order = np.argsort(starts, kind="stable")
+    titled, starts = titled[order], starts[order]
+    ends = host["end_us"][titled]
+    ranks_of = {g.name: g.ranks for g in trace.process_groups if g.ranks}
+    for i in np.flatnonzero(p2p).tolist():
+        # The latest titled range that started by the launch and holds it.
+        k = int(np.searchsorted(starts, launch[i], side="right")) - 1
+        if k < 0 or ends[k] < launch[i]:
+            continue
+        code = codes[titled[k]]
+        peer, me = int(peer_of_code[code]), int(self_of_code[code])
+        members = ranks_of.get(str(pg[i]))
+        if members is not None and me != trace.rank:
+            # Group ranks (ProcessGroupNCCL's own numbering): the title's first number is
+            # this rank's place in the group. A title that numbers this rank by its global
+            # rank (other tools, older simulators) is taken as global throughout.
+            if not (me < len(members) and members[me] == trace.rank and peer < len(members)):
+                continue
+            peer = int(members[peer])
+        elif members is None and me != trace.rank:
+            continue  # group ranks of a group the trace does not list: not known
+        out[i] = peer
+    return out
+
+
 def build_comms(trace: RankTrace, lo_us: float, hi_us: float) -> pd.DataFrame:
     """Collective and point-to-point calls of ``trace`` that overlap ``[lo_us, hi_us)``.
 
@@ -174,7 +228,7 @@ def build_comms(trace: RankTrace, lo_us: float, hi_us: float) -> pd.DataFrame:
             "launch_us": launch,
             "step": step,
             "mb_id": rows["mb_id"].to_numpy().astype(np.int64),
-            "peer": np.full(len(rows), -1, dtype=np.int64),
+            "peer": _p2p_peers(trace, cat[keep], launch, pg),
         },
         columns=list(COMMS_COLUMNS),
     )

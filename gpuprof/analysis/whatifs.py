@@ -454,11 +454,14 @@ def _p2p_groups(summaries: Sequence[RankSummary], offsets: Mapping[int, float], 
     timeline: list[Row] = []
     kineto: list[Row] = []
     pgs: dict[tuple[int, int], str] = {}
+    # The rank at the other end of a call, where the trace names it (nccl:send a->b).
+    peer_of: dict[tuple[int, int], int] = {}
     for s in summaries:
         g = s.graph
         if g is None:
             continue
         off = offsets.get(s.rank, 0.0)
+        peers = s.comms["peer"].to_numpy() if len(s.comms) else np.empty(0, dtype=np.int64)
         names = s.comms["name"].astype(str).to_numpy() if len(s.comms) else np.empty(0, dtype=object)
         colls = s.comms["coll_name"].astype(str).to_numpy() if len(s.comms) else np.empty(0, dtype=object)
         groups = s.comms["pg"].astype(str).to_numpy() if len(s.comms) else np.empty(0, dtype=object)
@@ -468,6 +471,8 @@ def _p2p_groups(summaries: Sequence[RankSummary], offsets: Mapping[int, float], 
             if 0 <= row < colls.size and str(colls[row]) in ("send", "recv"):
                 way = str(colls[row])
             pgs[(s.rank, i)] = str(groups[row]) if 0 <= row < groups.size else ""
+            if 0 <= row < peers.size and peers[row] >= 0:
+                peer_of[(s.rank, i)] = int(peers[row])
             item: Row = (
                 float(g.start[i]) + g.lo_us - off,
                 float(g.start[i] + g.dur[i]) + g.lo_us - off,
@@ -506,7 +511,7 @@ def _p2p_groups(summaries: Sequence[RankSummary], offsets: Mapping[int, float], 
         if best is not None:
             used.add((best[2], best[3]))
             out.append(Group(((rv[2], rv[3]), (best[2], best[3])), "barrier"))
-    out.extend(_kineto_p2p_pairs(kineto, neighbours, pgs))
+    out.extend(_kineto_p2p_pairs(kineto, neighbours, pgs, peer_of))
     return out
 
 
@@ -514,6 +519,7 @@ def _kineto_p2p_pairs(
     rows: Sequence[tuple[float, float, int, int, int, str, str]],
     neighbours: Any,
     pgs: Mapping[tuple[int, int], str],
+    peer_of: Mapping[tuple[int, int], int] | None = None,
 ) -> list[Group]:
     """Sends paired with receives on neighbouring ranks of the same process group.
 
@@ -525,9 +531,13 @@ def _kineto_p2p_pairs(
     ``recv``) where it has one; without it any two calls may pair."""
     out: list[Group] = []
     used: set[tuple[int, int]] = set()
+    peers = peer_of or {}
 
     def compatible(a: tuple[float, float, int, int, int, str, str], b: tuple[float, float, int, int, int, str, str]) -> bool:
         if not neighbours(a, b) or pgs.get((a[2], a[3]), "") != pgs.get((b[2], b[3]), ""):
+            return False
+        # Where the trace names the other end of a call, only that rank's call can pair.
+        if peers.get((a[2], a[3]), b[2]) != b[2] or peers.get((b[2], b[3]), a[2]) != a[2]:
             return False
         return not (a[5] and b[5] and a[5] == b[5])
 

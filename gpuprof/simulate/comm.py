@@ -135,7 +135,10 @@ def p2p(
     """
     transfer_us = sim.transfer_us(transfer_us, collective=False)
     src, dst = (sim.rank, peer) if kind == "send" else (peer, sim.rank)
-    annotation = f"nccl:send {src}->{dst}" if kind == "send" else f"nccl:recv {dst}<-{src}"
+    # ProcessGroupNCCL titles the call with group ranks: "nccl:send 1->2" in a group [1, 3, 5, 7]
+    # is global rank 3 sending to 5.
+    g_src, g_dst = (list(ranks).index(x) if x in ranks else x for x in (src, dst))
+    annotation = f"nccl:send {g_src}->{g_dst}" if kind == "send" else f"nccl:recv {g_dst}<-{g_src}"
     data_key = ("p2p", src, dst) + (tuple(key) if isinstance(key, tuple) else (key,))
     coll_args = {
         "Collective name": kind,
