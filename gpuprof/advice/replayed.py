@@ -58,6 +58,10 @@ def replayed(ctx: AdviceContext, name: str) -> Replayed | None:
         if name == "double_microbatches"
         else f"replaying the job's dependency graph (model error {err:+.1f}%{rough})"
     )
+    if name in ("pinned_copies", "hidden_copies"):
+        floor = w.model.copy_floor_us()
+        if floor > 0 and after <= floor * 1.001:
+            how += f"; no shorter than the {_ms(floor)} per step its busiest copy direction keeps the copy engine busy"
     line = (
         f"What-if '{name}' ({WHATIFS[name]}): job step {_ms(measured)} -> {_ms(after)}, "
         f"{pct:.1f}% saved, {how}; gpuprof/analysis/whatifs.py."

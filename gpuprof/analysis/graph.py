@@ -150,6 +150,8 @@ class RankGraph:
     timeline: bool = False
     # Copies from or to pageable host memory (the others are pinned or device-to-device).
     pageable: npt.NDArray[np.bool_] | None = None
+    # Direction of each copy (:class:`gpuprof.model.timeline.CopyKind`; 0 for the others).
+    copy_kind: npt.NDArray[np.int8] | None = None
     # Op-level timelines only: each event's op name, as an index into ``names``.
     name_idx: IntArray | None = None
     names: tuple[str, ...] = ()
@@ -356,6 +358,7 @@ def build_rank_graph(
     ds, de, stream = ds_all[sel] - lo, de_all[sel] - lo, stream_all[sel]
     cat = ctx.cols.dev_category[sel]
     pageable = dev["pageable"][sel]
+    copy_kind = dev["copy_kind"][sel]
     codes = dev.codes("name")[sel] if timeline else None
     la = ctx.launches.end_us[sel] - lo
     ls = ctx.launches.start_us[sel] - lo
@@ -367,6 +370,7 @@ def build_rank_graph(
     order = np.lexsort((ds, stream))
     ds, de, stream, la, ls, cat = ds[order], de[order], stream[order], la[order], ls[order], cat[order]
     pageable = np.asarray(pageable[order], dtype=bool)
+    copy_kind = np.asarray(copy_kind[order], dtype=np.int8)
     names: tuple[str, ...] = ()
     name_idx = None
     if codes is not None:
@@ -471,6 +475,7 @@ def build_rank_graph(
         removable=removable,
         timeline=timeline,
         pageable=pageable & (kind == EV_COPY),
+        copy_kind=np.where(kind == EV_COPY, copy_kind, np.int8(0)).astype(np.int8),
         name_idx=name_idx,
         names=names,
         stitched=(

@@ -29,6 +29,9 @@ model's error cancels as far as it is the same in both replays. The what-ifs
                         upper bound).
 ``hidden_copies``       the other copies and memsets take no time on the critical path
                         (overlapped on a side stream, or avoided; an upper bound).
+                        With either copy what-if the step stays at least as long as the
+                        busiest copy direction keeps its copy engine busy (pinned copies'
+                        measured time per step: :meth:`JobModel.copy_floor_us`).
 ``peer_median_compute`` every rank computes no slower than the median of its same-work peers
                         (the same pipeline stage on the other data-parallel replicas, else
                         every rank of a data-parallel job): the straggler test.
@@ -60,6 +63,7 @@ from gpuprof.analysis.graph import BLOCK_ALLOC, BLOCK_COPY, BLOCK_SYNC, EV_COLLE
 from gpuprof.analysis.intervals import Intervals
 from gpuprof.analysis.replay import Group, JobReplay, ReplayPlan, WhatIf, replay_job
 from gpuprof.analysis.summary import RankSummary
+from gpuprof.model.timeline import CopyKind
 
 FloatArray = npt.NDArray[np.float64]
 
@@ -91,6 +95,8 @@ _HOST: Mapping[str, tuple[str, tuple[int, ...]]] = {
     "no_ddp_buffer_sync": ("ddp_buffers", ()),
     "pinned_copies": ("blocking_copies", (BLOCK_COPY,)),
 }
+# What-ifs that take copies off the critical path (see JobModel.copy_floor_us).
+_HIDES_COPIES = frozenset({"pinned_copies", "hidden_copies"})
 # A rank whose compute per step is this many times the median of its same-work peers is
 # slow for a reason of its own (a slow GPU, clocks, node, or more data), not its layers.
 SLOW_RANK_RATIO = 1.15
@@ -167,6 +173,24 @@ class JobModel:
                 out.append("overlap_collectives")
             out.append("double_bandwidth")
         return out
+
+    def copy_floor_us(self) -> float:
+        """The shortest step a job whose copies are all hidden behind compute can have: the
+        copy engine of each direction still carries that direction's copies (pinned ones
+        for their measured time; pageable ones, whose measured time includes the driver's
+        staging, for none), so no rank's step is shorter than its busiest direction."""
+        best = 0.0
+        for g in self.graphs:
+            if g.copy_kind is None or g.n_events == 0:
+                continue
+            steps = max(int(self.compute_by_step[g.rank].size) if g.rank in self.compute_by_step else 1, 1)
+            pinned = ~g.pageable if g.pageable is not None else np.ones(g.n_events, dtype=bool)
+            for direction in (CopyKind.HTOD, CopyKind.DTOH):
+                sel = (g.copy_kind == int(direction)) & pinned
+                if sel.any():
+                    busy = iv.total(iv.union(g.start[sel], g.start[sel] + g.dur[sel]))
+                    best = max(best, busy / steps)
+        return best
 
     def _peer_factors(self) -> dict[int, FloatArray]:
         """Per rank, a factor for each of its events: its compute in each *segment* (the
@@ -770,7 +794,14 @@ class WhatIfResults:
         got = self.results.get(name)
         if got is None:
             return None
-        return min(100.0, max(0.0, 100.0 * (self.baseline.step_us - got.step_us) / m))
+        return min(100.0, max(0.0, 100.0 * (self.baseline.step_us - self._bounded(got.step_us, (name,))) / m))
+
+    def _bounded(self, step_us: float, names: Iterable[str]) -> float:
+        """A replayed step no shorter than the copies need when a what-if hides them (the
+        replay gives hidden copies no time at all)."""
+        if any(n in _HIDES_COPIES for n in names):
+            return max(step_us, self.model.copy_floor_us())
+        return step_us
 
     def combined_pct(self, names: Iterable[str]) -> float | None:
         """What applying every what-if of ``names`` at once saves, from one replay."""
@@ -780,7 +811,7 @@ class WhatIfResults:
             return None
         graph_names = [n for n in names if n != "double_microbatches"]
         step = self.model.replay(graph_names).step_us if graph_names else self.baseline.step_us
-        saved = self.baseline.step_us - step
+        saved = self.baseline.step_us - self._bounded(step, graph_names)
         if "double_microbatches" in names:
             # After a stage or rank fix the bottleneck's measured bubble no longer applies:
             # the schedule model with the fixed stage times says what the microbatches add.
@@ -804,7 +835,7 @@ class WhatIfResults:
                 continue
             out["savings_pct"][name] = round(pct, 3)
             if name in self.results:
-                out["step_us"][name] = round(self.results[name].step_us, 3)
+                out["step_us"][name] = round(self._bounded(self.results[name].step_us, (name,)), 3)
         return out
 
 
