@@ -22,6 +22,7 @@ Evidence says when the conclusion rests on one profiled step.
 
 from __future__ import annotations
 
+import re
 from collections.abc import Mapping, Sequence
 from typing import Any
 
@@ -585,15 +586,13 @@ def _overlap_share(ctx: AdviceContext) -> float | None:
     total = 0.0
     hidden = 0.0
     for s in ctx.summaries:
-        c = s.comms
-        if c is None or len(c) == 0:
+        c = s.comms_table
+        if len(c) == 0:
             continue
-        coll = c.loc[c["category"].to_numpy() == int(Category.COLLECTIVE)]
-        if len(coll) == 0:
+        coll = np.asarray(c["category"]) == int(Category.COLLECTIVE)
+        if not coll.any():
             continue
-        ivs = iv.clip(
-            iv.union(coll["start_us"].to_numpy(), coll["end_us"].to_numpy()), s.window[0], s.window[1]
-        )
+        ivs = iv.clip(iv.union(np.asarray(c["start_us"])[coll], np.asarray(c["end_us"])[coll]), s.window[0], s.window[1])
         if s.window_iv is not None:  # time left out between steps is not in the window
             ivs = iv.intersect(ivs, s.window_iv)
         total += iv.total(ivs)
@@ -638,14 +637,13 @@ def _inference_comm(
     )
 
 
+_MEGATRON_COMMS = re.compile("grads-reduce-scatter|params-all-gather")
+
+
 def _is_megatron(ctx: AdviceContext) -> bool:
     for s in ctx.summaries:
-        c = s.comms
-        if (
-            c is not None
-            and len(c)
-            and c["name"].astype(str).str.contains("grads-reduce-scatter|params-all-gather").any()
-        ):
+        c = s.comms_table
+        if len(c) and any(_MEGATRON_COMMS.search(str(n)) for n in c["name"]):
             return True
     return False
 
@@ -663,8 +661,8 @@ def _inference(ctx: AdviceContext) -> bool:
     return bool(kineto) and all(
         "backward" not in s.phases_us
         and "optimizer" not in s.phases_us
-        and len(s.comms) > 0
-        and bool(s.comms["launch_us"].notna().any())
+        and len(s.comms_table) > 0
+        and bool((~np.isnan(np.asarray(s.comms_table["launch_us"], dtype=np.float64))).any())
         for s in kineto
     )
 

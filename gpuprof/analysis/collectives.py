@@ -40,13 +40,17 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 import numpy as np
-import pandas as pd
 
 from gpuprof.analysis import intervals as iv
 from gpuprof.analysis.summary import RankSummary
+from gpuprof.model.table import FrameField, Table
 from gpuprof.model.timeline import Category
+
+if TYPE_CHECKING:  # pandas is imported by the functions that use it
+    import pandas as pd
 
 
 @dataclass(frozen=True)
@@ -68,7 +72,12 @@ class MatchedCollectives:
     (a rank issued more calls of a group in a step than the others present).
     """
 
-    calls: pd.DataFrame
+    # Given as a Table or a DataFrame, read as a DataFrame (pandas is imported then);
+    # n_calls and calls_table read it without pandas.
+    if TYPE_CHECKING:  # the descriptor has no default, which mypy cannot tell here
+        calls: pd.DataFrame
+    else:
+        calls: FrameField = FrameField()
     offsets_us: Mapping[int, float]
     unmatched: int
     incomplete_groups: Mapping[str, tuple[int, int]]  # pg -> (present, expected)
@@ -76,32 +85,50 @@ class MatchedCollectives:
     # (see the module docstring); None otherwise.
     world_size_inferred: int | None = None
 
+    @property
+    def calls_table(self) -> Table:
+        """``calls`` as numpy columns, without pandas."""
+        return MatchedCollectives.__dict__["calls"].table(self)  # type: ignore[no-any-return]
 
-def _empty_calls() -> pd.DataFrame:
-    cols = {
-        "rank": "int64",
-        "row": "int64",
-        "key": "int64",
-        "pg": "object",
-        "step": "int64",
-        "k": "int64",
-        "coll_name": "object",
-        "start_us": "float64",
-        "end_us": "float64",
-        "arrival_us": "float64",
-        "duration_us": "float64",
-        "wait_us": "float64",
-        "exposed_wait_us": "float64",
-        "lateness_us": "float64",
-        "is_last": "bool",
-        "n_present": "int64",
-        "n_expected": "int64",
-        "complete": "bool",
-    }
-    return pd.DataFrame({c: pd.Series([], dtype=t) for c, t in cols.items()})
+    @property
+    def n_calls(self) -> int:
+        """Rows of ``calls`` (without pandas)."""
+        return len(self.calls_table)
+
+
+_CALLS_DTYPES: Mapping[str, str] = {
+    "rank": "int64",
+    "row": "int64",
+    "key": "int64",
+    "pg": "object",
+    "step": "int64",
+    "k": "int64",
+    "coll_name": "object",
+    "start_us": "float64",
+    "end_us": "float64",
+    "arrival_us": "float64",
+    "duration_us": "float64",
+    "wait_us": "float64",
+    "exposed_wait_us": "float64",
+    "lateness_us": "float64",
+    "is_last": "bool",
+    "n_present": "int64",
+    "n_expected": "int64",
+    "complete": "bool",
+}
+
+
+def _empty_calls() -> Table:
+    return Table({c: np.empty(0, dtype=t) for c, t in _CALLS_DTYPES.items()}, tuple(_CALLS_DTYPES))
+
+
+def _has_collectives(s: RankSummary) -> bool:
+    c = s.comms_table
+    return len(c) > 0 and bool((c["category"] == int(Category.COLLECTIVE)).any())
 
 
 def _gather(summaries: Sequence[RankSummary]) -> pd.DataFrame:
+    import pandas as pd
     frames = []
     for s in summaries:
         c = s.comms
@@ -193,6 +220,7 @@ def inferred_world_note(n: int) -> str:
 
 def _clock_offsets(df: pd.DataFrame) -> pd.Series:
     """Offset per source (us) so that matched collectives end together; see module doc."""
+    import pandas as pd
     n_src = int(df["src_code"].max()) + 1
     offsets = np.zeros(n_src)
     if n_src < 2:
@@ -236,9 +264,84 @@ def _exposed(df: pd.DataFrame, summaries: Sequence[RankSummary]) -> np.ndarray:
 
 def match_collectives(summaries: Sequence[RankSummary]) -> MatchedCollectives:
     """Match collective calls across ranks, align clocks, and measure each call's wait."""
+    if not any(_has_collectives(s) for s in summaries):  # no pandas needed for nothing
+        return MatchedCollectives(_empty_calls(), {s.rank: 0.0 for s in summaries}, 0, {})  # type: ignore[arg-type]
+    if len(summaries) == 1:  # the common single-GPU case, without pandas
+        return _match_one_rank(summaries[0])
+    return _match_with_pandas(summaries)
+
+
+def _factorize(values: list[str]) -> np.ndarray:
+    """Codes in the order of first appearance (as ``pandas.factorize`` numbers them)."""
+    seen: dict[str, int] = {}
+    return np.array([seen.setdefault(v, len(seen)) for v in values], dtype=np.int64)
+
+
+def _match_one_rank(s: RankSummary) -> MatchedCollectives:
+    """:func:`match_collectives` of one rank, in numpy: the same table as the general
+    (pandas) path gives for one rank, where every call is its own collective (one member
+    present, no wait, no clock offset)."""
+    c = s.comms_table
+    rows = np.flatnonzero(c["category"] == int(Category.COLLECTIVE))
+    pg = [str(v) for v in c["pg"][rows].tolist()]
+    coll = [str(v) for v in c["coll_name"][rows].tolist()]
+    step = np.asarray(c["step"][rows]).astype(np.int64)
+    seq = np.asarray(c["seq"][rows])
+    pg_code = _factorize(pg)
+    coll_code = _factorize(coll)
+    # Sorted by (pg, name, step, seq), stable: k counts the calls of each (pg, name, step).
+    order = np.lexsort((seq, step, coll_code, pg_code))
+    lane = np.stack((pg_code[order], coll_code[order], step[order]))
+    new_lane = np.ones(order.size, dtype=bool)
+    new_lane[1:] = np.any(lane[:, 1:] != lane[:, :-1], axis=0)
+    first = np.maximum.accumulate(np.where(new_lane, np.arange(order.size), 0))
+    k = np.arange(order.size, dtype=np.int64) - first
+    # One rank: each (pg, name, step, k) is its own key, numbered in table order.
+    key = np.arange(order.size, dtype=np.int64)
+    start = np.asarray(c["start_us"][rows], dtype=np.float64)[order]
+    end = np.asarray(c["end_us"][rows], dtype=np.float64)[order]
+    arrival = start - 0.0
+    duration = end - start
+    wait = np.zeros(order.size)
+    exposed = iv.overlap_with_each((start, start + wait), s.lost)
+    pgs = [pg[i] for i in order.tolist()]
+    present = dict.fromkeys(pgs, 1)
+    expected = _expected_sizes([s], list(present), present)
+    n_expected = np.array([expected[g] for g in pgs], dtype=np.int64)
+    n_present = np.ones(order.size, dtype=np.int64)
+    pg_col = np.empty(order.size, dtype=object)
+    pg_col[:] = pgs
+    coll_col = np.empty(order.size, dtype=object)
+    coll_col[:] = [coll[i] for i in order.tolist()]
+    calls = Table(
+        {
+            "rank": np.full(order.size, s.rank, dtype=np.int64),
+            "row": rows[order].astype(np.int64),
+            "key": key,
+            "pg": pg_col,
+            "step": step[order],
+            "k": k,
+            "coll_name": coll_col,
+            "start_us": start,
+            "end_us": end,
+            "arrival_us": arrival,
+            "duration_us": duration,
+            "wait_us": wait,
+            "exposed_wait_us": exposed,
+            "lateness_us": arrival - arrival,
+            "is_last": np.zeros(order.size, dtype=bool),
+            "n_present": n_present,
+            "n_expected": n_expected,
+            "complete": (n_expected > 0) & (n_present >= n_expected),
+        },
+        tuple(_CALLS_DTYPES),
+    )
+    incomplete = {g: (1, int(expected[g])) for g in present if expected[g] < 0 or 1 < expected[g]}
+    return MatchedCollectives(calls, {s.rank: 0.0}, 0, incomplete, None)  # type: ignore[arg-type]
+
+
+def _match_with_pandas(summaries: Sequence[RankSummary]) -> MatchedCollectives:
     df = _gather(summaries)
-    if len(df) == 0:
-        return MatchedCollectives(_empty_calls(), {s.rank: 0.0 for s in summaries}, 0, {})
     offsets_by_source = _clock_offsets(df)
     offsets = {s.rank: float(offsets_by_source.get(s.source, 0.0)) for s in summaries}
 
@@ -268,13 +371,15 @@ def match_collectives(summaries: Sequence[RankSummary]) -> MatchedCollectives:
         for pg in present
         if expected[pg] < 0 or present[pg] < expected[pg]
     }
-    cols = list(_empty_calls().columns)
+    cols = list(_CALLS_DTYPES)
     unmatched = int(((df["n_present"] < 2) & (pg_ranks >= 2)).sum())
     return MatchedCollectives(df[cols], offsets, unmatched, incomplete, world)
 
 
 def wait_claims(matched: MatchedCollectives) -> dict[int, iv.Intervals]:
     """Per rank, the intervals (own clock) spent waiting for a later rank in collectives."""
+    if matched.n_calls == 0 or not (matched.calls_table["wait_us"] > 0).any():
+        return {}
     calls = matched.calls
     waiting = calls.loc[calls["wait_us"] > 0]
     out: dict[int, iv.Intervals] = {}
@@ -291,6 +396,7 @@ def per_rank_waits(matched: MatchedCollectives) -> pd.DataFrame:
     far behind the median member it arrived, summed), ``calls``, ``last_calls``,
     ``complete_calls``; indexed by rank.
     """
+    import pandas as pd
     calls = matched.calls
     if len(calls) == 0:
         return pd.DataFrame(
@@ -311,6 +417,7 @@ def per_rank_waits(matched: MatchedCollectives) -> pd.DataFrame:
 
 def waits_per_step(matched: MatchedCollectives) -> pd.DataFrame:
     """Straggler wait per (step, rank) in microseconds (steps -1 where unknown)."""
+    import pandas as pd
     calls = matched.calls
     if len(calls) == 0:
         return pd.DataFrame(columns=["step", "rank", "wait_us"])

@@ -26,48 +26,48 @@ from __future__ import annotations
 
 import re
 from collections.abc import Mapping
+from typing import TYPE_CHECKING
 
 import numpy as np
-import pandas as pd
 
 from gpuprof.analysis.summary import COMMS_COLUMNS
+from gpuprof.model.table import Cat, Table
 from gpuprof.model.timeline import Category, Kind, RankTrace
+
+if TYPE_CHECKING:
+    import pandas as pd
 
 _COMM_CATEGORIES = (int(Category.COLLECTIVE), int(Category.P2P))
 # Kernel names can be kilobytes of C++ template text; the table keeps a readable prefix.
 _NAME_CHARS = 80
 
 
-_EMPTY: list[pd.DataFrame] = []
+_EMPTY: list[Table] = []
+
+# The dtype of each column (object: strings).
+_COMMS_DTYPES: Mapping[str, str] = {
+    "start_us": "float64",
+    "end_us": "float64",
+    "category": "int8",
+    "name": "object",
+    "coll_name": "object",
+    "pg": "object",
+    "seq": "int64",
+    "bytes": "int64",
+    "launch_us": "float64",
+    "step": "int64",
+    "mb_id": "int64",
+    "peer": "int64",
+}
 
 
-def empty_comms() -> pd.DataFrame:
+def empty_comms() -> Table:
     """An empty table with the :data:`COMMS_COLUMNS` columns and their dtypes: one table,
-    made once (most ranks of a job without communication ask for it; building a DataFrame
-    costs a millisecond), shared -- never modify it."""
+    made once (most ranks of a job without communication ask for it), shared -- never
+    modify it."""
     if not _EMPTY:
-        _EMPTY.append(_new_empty())
+        _EMPTY.append(Table({c: np.empty(0, dtype=_COMMS_DTYPES[c]) for c in COMMS_COLUMNS}, COMMS_COLUMNS))
     return _EMPTY[0]
-
-
-def _new_empty() -> pd.DataFrame:
-    return pd.DataFrame(
-        {
-            "start_us": pd.Series([], dtype="float64"),
-            "end_us": pd.Series([], dtype="float64"),
-            "category": pd.Series([], dtype="int8"),
-            "name": pd.Series([], dtype="object"),
-            "coll_name": pd.Series([], dtype="object"),
-            "pg": pd.Series([], dtype="object"),
-            "seq": pd.Series([], dtype="int64"),
-            "bytes": pd.Series([], dtype="int64"),
-            "launch_us": pd.Series([], dtype="float64"),
-            "step": pd.Series([], dtype="int64"),
-            "mb_id": pd.Series([], dtype="int64"),
-            "peer": pd.Series([], dtype="int64"),
-        },
-        columns=list(COMMS_COLUMNS),
-    )
 
 
 def timeline_group(name: str, parallel: Mapping[str, int]) -> str:
@@ -180,6 +180,11 @@ def _p2p_peers(trace: RankTrace, category: np.ndarray, launch: np.ndarray, pg: n
 
 
 def build_comms(trace: RankTrace, lo_us: float, hi_us: float) -> pd.DataFrame:
+    """:func:`comms_table` as a pandas DataFrame."""
+    return comms_table(trace, lo_us, hi_us).to_pandas()
+
+
+def comms_table(trace: RankTrace, lo_us: float, hi_us: float) -> Table:
     """Collective and point-to-point calls of ``trace`` that overlap ``[lo_us, hi_us)``.
 
     Returns a table with the columns of :data:`gpuprof.analysis.summary.COMMS_COLUMNS`
@@ -197,46 +202,59 @@ def build_comms(trace: RankTrace, lo_us: float, hi_us: float) -> pd.DataFrame:
     keep = np.isin(cat, _COMM_CATEGORIES) & (end > lo_us) & (start < hi_us)
     if not keep.any():
         return empty_comms()
-    rows = trace.device.loc[keep]
-    correlation = rows["correlation"].to_numpy()
+    rows = np.flatnonzero(keep)
+    correlation = cols["correlation"][rows]
     launch = _launch_times(trace, correlation)
-    names = rows["name"].astype(str).str.slice(0, _NAME_CHARS).to_numpy(dtype=object)
-    coll = rows["coll_name"].astype(str).to_numpy(dtype=object)
-    pg = rows["pg"].astype(str).to_numpy(dtype=object)
-    is_timer = rows["kind"].to_numpy() == int(Kind.TIMER)
+    names = _strings(cols.cat("name"), rows, _NAME_CHARS)
+    coll = _strings(cols.cat("coll_name"), rows)
+    pg = _strings(cols.cat("pg"), rows)
+    is_timer = cols["kind"][rows] == int(Kind.TIMER)
     if is_timer.any():
         # Timer ops carry no process group: derive one (see the module docstring).
         for i in np.flatnonzero(is_timer & (pg == "")):
             pg[i] = timeline_group(str(names[i]), trace.parallel) or f"{names[i]}"
-    step = rows["step"].to_numpy().astype(np.int64)
+    step = cols["step"][rows].astype(np.int64)
     unknown_step = step < 0
     if unknown_step.any():
         when = np.where(np.isnan(launch), start[keep], launch)
-        step = step.copy()
         step[unknown_step] = _step_of(when[unknown_step], trace)
-    table = pd.DataFrame(
+    t_start = start[keep].astype(np.float64)
+    # Issue order: the host launch when known (streams may reorder device starts), else
+    # the device start. The table's own order stays by device start.
+    order_key = np.where(np.isnan(launch), t_start, launch)
+    order = np.lexsort((t_start, order_key))
+    seq = np.zeros(rows.size, dtype=np.int64)
+    counts: dict[str, int] = {}
+    for i in order.tolist():  # the rank of each call among its group's, in issue order
+        g = pg[i]
+        seq[i] = counts.get(g, 0)
+        counts[g] = seq[i] + 1
+    by_start = np.argsort(t_start, kind="stable")
+    table = Table(
         {
-            # The rows' columns read once above (a DataFrame column read costs tens of µs).
-            "start_us": start[keep].astype(np.float64, copy=False),
-            "end_us": end[keep].astype(np.float64, copy=False),
+            "start_us": t_start,
+            "end_us": end[keep].astype(np.float64),
             "category": cat[keep].astype(np.int8),
             "name": names,
             "coll_name": coll,
             "pg": pg,
-            "seq": np.zeros(len(rows), dtype=np.int64),
-            "bytes": rows["bytes"].to_numpy().astype(np.int64),
+            "seq": seq,
+            "bytes": cols["bytes"][rows].astype(np.int64),
             "launch_us": launch,
             "step": step,
-            "mb_id": rows["mb_id"].to_numpy().astype(np.int64),
+            "mb_id": cols["mb_id"][rows].astype(np.int64),
             "peer": _p2p_peers(trace, cat[keep], launch, pg),
         },
-        columns=list(COMMS_COLUMNS),
+        COMMS_COLUMNS,
     )
-    # Issue order: the host launch when known (streams may reorder device starts), else
-    # the device start. The table's own order stays by device start.
-    order_key = np.where(np.isnan(launch), table["start_us"].to_numpy(), launch)
-    order = np.lexsort((table["start_us"].to_numpy(), order_key))
-    ranked = table.iloc[order]
-    seq = ranked.groupby("pg", sort=False, observed=True).cumcount().to_numpy()
-    table.loc[ranked.index, "seq"] = seq.astype(np.int64)
-    return table.sort_values("start_us", kind="stable", ignore_index=True)
+    return table if bool(np.all(by_start == np.arange(rows.size))) else table.take(by_start)
+
+
+def _strings(col: Cat, rows: np.ndarray, chars: int | None = None) -> np.ndarray:
+    """The rows' values of a categorical column as strings (``"nan"`` where missing, as
+    pandas' ``astype(str)`` writes it), cut to ``chars`` characters."""
+    labels = [str(c)[:chars] for c in col.categories] + ["nan"[:chars]]
+    table = np.empty(len(labels), dtype=object)
+    table[:] = labels
+    codes = col.codes[rows].astype(np.int64)
+    return table[np.where(codes < 0, len(labels) - 1, codes)]  # type: ignore[no-any-return]

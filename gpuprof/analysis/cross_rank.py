@@ -63,10 +63,9 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
-import pandas as pd
 
 from gpuprof.analysis import intervals as iv
 from gpuprof.analysis.collectives import (
@@ -86,6 +85,9 @@ from gpuprof.analysis.pipeline_parallel import PipelineResult, analyze_pipeline
 from gpuprof.analysis.summary import RankSummary
 from gpuprof.analysis.whatifs import WhatIfResults, build_job_model, run_whatifs
 from gpuprof.model.report import Cause
+
+if TYPE_CHECKING:  # pandas is imported by the functions that use it
+    import pandas as pd
 
 # A rank is named a straggler when it caused at least this share of all the waiting
 # measured in complete groups ...
@@ -170,6 +172,7 @@ def _critical_gains(matched: MatchedCollectives, bubbles: Mapping[int, Intervals
     next-latest member: the next-latest member's exposed wait, which is at most the gap
     between the two arrivals; the rest of the spread of arrivals is not the last rank's
     doing, and a wait that compute hides costs nothing)."""
+    import pandas as pd
     calls = matched.calls.assign(exposed_wait_us=_net_exposed_waits(matched, bubbles))
     full = calls.loc[
         calls["complete"] & (calls["n_present"] >= 2), ["key", "rank", "arrival_us", "exposed_wait_us"]
@@ -285,14 +288,14 @@ def _stragglers(
     bubbles: Mapping[int, Intervals] | None = None,
 ) -> tuple[list[dict[str, Any]], dict[str, Any]]:
     info: dict[str, Any] = {
-        "collectives_matched": int(matched.calls["key"].nunique()) if len(matched.calls) else 0,
+        "collectives_matched": int(np.unique(matched.calls_table["key"]).size) if matched.n_calls else 0,
         "clock_offsets_us": {str(r): round(o, 3) for r, o in matched.offsets_us.items()},
         "unmatched_calls": matched.unmatched,
     }
     world = max((s.world_size or 0) for s in summaries) if summaries else 0
     if len(summaries) < 2:
         # A single-GPU job (no collectives, no world size) has nobody to wait for.
-        if world > 1 or len(matched.calls):
+        if world > 1 or matched.n_calls:
             info["note"] = (
                 f"only {len(summaries)} of {world or 'an unknown number of'} ranks in the input: "
                 "waiting for other ranks cannot be measured"
@@ -313,6 +316,8 @@ def _stragglers(
             "present are lower bounds, and the slowest member may be one of the absent ranks, "
             "so no straggler is named for those groups"
         )
+    import pandas as pd
+
     caused = _caused_waits(matched)
     total = sum(c for c, _ in caused.values())
     steps = float(np.median([_steps(s) for s in summaries]))
@@ -497,6 +502,36 @@ def _barrier_findings(
     return out
 
 
+def _wait_totals(matched: MatchedCollectives, n_ranks: int) -> Mapping[str, Mapping[int, float]]:
+    """:func:`per_rank_waits` as plain mappings (column -> rank -> value); without pandas
+    when there is nothing to add up (no collective calls, or one rank: nobody to wait for,
+    every wait zero)."""
+    cols = ("wait_us", "exposed_wait_us", "calls", "last_calls")
+    if matched.n_calls == 0:
+        return {c: {} for c in cols}
+    if n_ranks == 1:
+        t = matched.calls_table
+        ranks = np.asarray(t["rank"])
+        out: dict[str, dict[int, float]] = {c: {} for c in cols}
+        for r in np.unique(ranks).tolist():
+            mine = ranks == r
+            wait = np.asarray(t["wait_us"])[mine]
+            exposed = np.asarray(t["exposed_wait_us"])[mine]
+            if wait.any() or exposed.any():  # not one rank's job after all: add up as pandas does
+                break
+            out["wait_us"][r] = 0.0
+            out["exposed_wait_us"][r] = 0.0
+            out["calls"][r] = int(mine.sum())
+            out["last_calls"][r] = int(np.asarray(t["is_last"])[mine].sum())
+        else:
+            return out
+    waits = per_rank_waits(matched)
+    if len(waits) == 0:
+        return {c: {} for c in cols}
+    ranks_of = [int(r) for r in waits.index.tolist()]
+    return {c: dict(zip(ranks_of, waits[c].tolist())) for c in cols}
+
+
 def analyze_job(summaries: Sequence[RankSummary]) -> CrossRankResult:
     """Claims (``straggler``, ``pipeline_bubble``) and job-level findings for a job."""
     active = [s for s in summaries if s.empty_reason is None and s.window_us > 0]
@@ -523,18 +558,18 @@ def analyze_job(summaries: Sequence[RankSummary]) -> CrossRankResult:
 
     stragglers, info = _stragglers(active, matched, pipe.claims if pipe is not None else None)
     slow = {x["rank"] for x in stragglers}
-    waits_by_rank = per_rank_waits(matched)
+    totals = _wait_totals(matched, len(active))
     per_rank: dict[int, dict[str, Any]] = {}
     for s in active:
-        wait = float(waits_by_rank["exposed_wait_us"].get(s.rank, 0.0)) if len(waits_by_rank) else 0.0
-        hidden = float(waits_by_rank["wait_us"].get(s.rank, 0.0)) - wait if len(waits_by_rank) else 0.0
+        wait = float(totals["exposed_wait_us"].get(s.rank, 0.0))
+        hidden = float(totals["wait_us"].get(s.rank, 0.0)) - wait
         row: dict[str, Any] = {
             "straggler_wait_us": round(wait, 3),
             "hidden_wait_us": round(max(hidden, 0.0), 3),
             "straggler_wait_us_per_step": round(wait / _steps(s), 3),
             "is_straggler": s.rank in slow,
-            "last_arrivals": int(waits_by_rank["last_calls"].get(s.rank, 0)) if len(waits_by_rank) else 0,
-            "collectives": int(waits_by_rank["calls"].get(s.rank, 0)) if len(waits_by_rank) else 0,
+            "last_arrivals": int(totals["last_calls"].get(s.rank, 0)),
+            "collectives": int(totals["calls"].get(s.rank, 0)),
             "clock_offset_us": round(float(matched.offsets_us.get(s.rank, 0.0)), 3),
         }
         if barriers is not None:
@@ -567,7 +602,7 @@ def analyze_job(summaries: Sequence[RankSummary]) -> CrossRankResult:
         findings["barrier_waits"] = _barrier_findings(barriers, active, matched.offsets_us)
     if pipe is not None:
         findings["pipeline"] = dict(pipe.findings)
-    bandwidth = job_bandwidth(active, matched.calls)
+    bandwidth = job_bandwidth(active, matched.calls_table if matched.n_calls else None)
     if bandwidth:
         findings["collective_bandwidth"] = dict(bandwidth)
     model = build_job_model(

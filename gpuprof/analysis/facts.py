@@ -107,12 +107,18 @@ def _median(x: np.ndarray) -> float | None:
     return float(np.median(x)) if x.size else None
 
 
-def _count_by_name(host: Any, rows: np.ndarray) -> dict[str, int]:
-    """Calls per name among the host table's ``rows`` (a mask), most frequent first."""
+def _count_by_name(host: Columns, rows: np.ndarray) -> dict[str, int]:
+    """Calls per name among the host table's ``rows`` (a mask), most frequent first (ties
+    in the order of their first row)."""
     if not rows.any():
         return {}
-    counts = host["name"][rows].astype(str).value_counts()
-    return {str(k): int(v) for k, v in counts.items() if v}
+    labels = host.labels("name").tolist() + ["nan"]
+    codes = host.codes("name")[rows].astype(np.int64)
+    counts: dict[str, int] = {}
+    for c in np.where(codes < 0, len(labels) - 1, codes).tolist():
+        name = labels[c]
+        counts[name] = counts.get(name, 0) + 1
+    return dict(sorted(counts.items(), key=lambda kv: -kv[1]))
 
 
 def _in_window(cols: Columns, lo: float, hi: float) -> np.ndarray:
@@ -163,7 +169,7 @@ def rank_facts(
     hs, he = host["start_us"], host["end_us"]
     sync = win & (hcat == int(Category.SYNC))
     f["sync_calls"] = int(sync.sum())
-    f["sync_calls_by_name"] = _count_by_name(ctx.trace.host, sync)
+    f["sync_calls_by_name"] = _count_by_name(host, sync)
     f["sync_wait_us"] = iv.total(iv.union(hs[sync], he[sync]))
     codes = host.codes("name")
     labels = host.labels("name")
@@ -185,7 +191,7 @@ def rank_facts(
         else None
     )
     alloc = win & (hcat == int(Category.ALLOC))
-    f["alloc_calls_by_name"] = _count_by_name(ctx.trace.host, alloc)
+    f["alloc_calls_by_name"] = _count_by_name(host, alloc)
     f["alloc_calls"] = int(alloc.sum())
     f["alloc_time_us"] = iv.total(ctx.clip(iv.union(hs[alloc], he[alloc])))
     # Copies and memsets on the device.

@@ -323,8 +323,8 @@ def _comm_rows(start_abs: FloatArray, end_abs: FloatArray, kind: npt.NDArray[np.
     out = np.full(start_abs.size, -1, dtype=np.int64)
     if comms is None or not hasattr(comms, "__len__") or len(comms) == 0:  # type: ignore[arg-type]
         return out
-    cs = comms["start_us"].to_numpy(dtype=np.float64)  # type: ignore[index]
-    ce = comms["end_us"].to_numpy(dtype=np.float64)  # type: ignore[index]
+    cs = np.asarray(comms["start_us"], dtype=np.float64)  # type: ignore[index]
+    ce = np.asarray(comms["end_us"], dtype=np.float64)  # type: ignore[index]
     is_comm = np.flatnonzero((kind == EV_COLLECTIVE) | (kind == EV_P2P))
     if is_comm.size == 0:
         return out

@@ -75,7 +75,7 @@ def _host_cols(trace: Any) -> Columns:
     """The host table's columns of a :class:`RankTrace` (or of anything with a ``host``
     DataFrame)."""
     cols = getattr(trace, "host_cols", None)
-    return cols if cols is not None else Columns(trace.host)
+    return cols if cols is not None else Columns.from_pandas(trace.host)
 
 
 def _name_flag(host: Columns, pattern: re.Pattern[str]) -> npt.NDArray[np.bool_]:

@@ -41,15 +41,18 @@ from __future__ import annotations
 
 import re
 from collections.abc import Mapping, Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
-import pandas as pd
 
 from gpuprof.analysis import intervals as iv
 from gpuprof.analysis.summary import RankSummary
 from gpuprof.model.dtypes import DTYPE_BYTES, message_bytes  # noqa: F401 (re-exported: moved to the model for readers)
+from gpuprof.model.table import Table
 from gpuprof.model.timeline import Category
+
+if TYPE_CHECKING:  # pandas is imported by the functions that use it
+    import pandas as pd
 
 # Per-GPU interconnect peak, GB/s (approximate datasheet figures; first match wins, so more
 # specific names come first). PCIe boards are unknown (None): their link depends on the
@@ -124,7 +127,7 @@ def _group_size(s: RankSummary, pg: str) -> int | None:
     return s.world_size if pg in ("", "0") and s.world_size else None
 
 
-def rank_bandwidth(s: RankSummary, arrivals: pd.DataFrame | None = None) -> dict[str, Any] | None:
+def rank_bandwidth(s: RankSummary, arrivals: Table | pd.DataFrame | None = None) -> dict[str, Any] | None:
     """Bandwidth findings of one rank's sized collectives; ``None`` when none has a size.
 
     ``arrivals`` holds the rank's calls as matched by the cross-rank analysis
@@ -148,24 +151,24 @@ def rank_bandwidth(s: RankSummary, arrivals: pd.DataFrame | None = None) -> dict
     where the bus factor is unknown; ``None`` when none is). The last four keys are
     ``None`` / absent when the link peak is unknown.
     """
-    c = s.comms
-    if c is None or len(c) == 0:
+    c = s.comms_table
+    if len(c) == 0:
         return None
-    rows = c.loc[(c["category"].to_numpy() == int(Category.COLLECTIVE)) & (c["bytes"].to_numpy() > 0)]
+    rows = c.take((c["category"] == int(Category.COLLECTIVE)) & (c["bytes"] > 0))
     if len(rows) == 0:
         return None
     steps = max(len(s.steps), 1)
-    start = rows["start_us"].to_numpy(dtype=np.float64)
-    end = rows["end_us"].to_numpy(dtype=np.float64)
+    start = np.asarray(rows["start_us"], dtype=np.float64)
+    end = np.asarray(rows["end_us"], dtype=np.float64)
     waited, known, members = _transfer_known(start, arrivals)
     # The transfer begins when the last member arrives.
     xfer_start = np.minimum(start + waited, end)
     dur = end - xfer_start
-    nbytes = rows["bytes"].to_numpy(dtype=np.float64)
+    nbytes = np.asarray(rows["bytes"], dtype=np.float64)
     factors = np.array(
         [
             bus_factor(str(n), _group_size(s, str(g)) or (m if m > 0 else None)) or np.nan
-            for n, g, m in zip(rows["coll_name"].to_numpy(), rows["pg"].to_numpy(), members.tolist())
+            for n, g, m in zip(rows["coll_name"], rows["pg"], members.tolist())
         ]
     )
     with np.errstate(divide="ignore", invalid="ignore"):
@@ -189,7 +192,7 @@ def rank_bandwidth(s: RankSummary, arrivals: pd.DataFrame | None = None) -> dict
         "sizes_bytes": [int(nbytes.min()), int(nbytes.max())],
         "duration_us": [round(float(dur.min()), 3), round(float(dur.max()), 3)],
         "exposed_us_per_step": round(float(exposed.sum()) / steps, 3),
-        "names": sorted({str(n) for n in rows["coll_name"].to_numpy() if str(n)}),
+        "names": sorted({str(n) for n in rows["coll_name"] if str(n)}),
         "at_link_us_per_step": None,
         "slow_calls": None,
         "excess_us_per_step": None,
@@ -207,7 +210,7 @@ def rank_bandwidth(s: RankSummary, arrivals: pd.DataFrame | None = None) -> dict
         if slow.any():
             bw = np.where(np.isnan(busbw), algbw, busbw)[slow & measurable]
             out["slow"] = {
-                "names": sorted({str(n) for n in rows["coll_name"].to_numpy()[slow] if str(n)}),
+                "names": sorted({str(n) for n in rows["coll_name"][slow] if str(n)}),
                 "sizes_bytes": [int(nbytes[slow].min()), int(nbytes[slow].max())],
                 "duration_us": [round(float(dur[slow].min()), 3), round(float(dur[slow].max()), 3)],
                 "busbw_gbps": [round(float(bw.min()), 3), round(float(bw.max()), 3)] if bw.size else None,
@@ -216,7 +219,7 @@ def rank_bandwidth(s: RankSummary, arrivals: pd.DataFrame | None = None) -> dict
 
 
 def _transfer_known(
-    start: np.ndarray, arrivals: pd.DataFrame | None
+    start: np.ndarray, arrivals: Table | pd.DataFrame | None
 ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """Per call (by its start): the wait for later members, whether the transfer part is
     known (the call's group is complete in the input), and the group's size as the
@@ -256,15 +259,16 @@ def _not_measurable(known: np.ndarray, timed: np.ndarray, ceiling: float, peak: 
 
 
 def job_bandwidth(
-    summaries: Sequence[RankSummary], calls: pd.DataFrame | None = None
+    summaries: Sequence[RankSummary], calls: Table | pd.DataFrame | None = None
 ) -> Mapping[str, dict[str, Any]]:
     """:func:`rank_bandwidth` of every rank that has sized collectives, keyed by rank (str);
     ``calls`` are the matched calls of all ranks (``rank``, ``start_us``, ``wait_us``,
     ``complete``, ``n_expected``)."""
-    by_rank: dict[int, pd.DataFrame] = {}
+    by_rank: dict[int, Table] = {}
     if calls is not None and len(calls):
-        ranks = calls["rank"].to_numpy()
-        by_rank = {int(r): calls.loc[ranks == r] for r in np.unique(ranks)}
+        table = calls if isinstance(calls, Table) else Table.from_pandas(calls)
+        ranks = np.asarray(table["rank"])
+        by_rank = {int(r): table.take(ranks == r) for r in np.unique(ranks)}
     out: dict[str, dict[str, Any]] = {}
     for s in summaries:
         b = rank_bandwidth(s, by_rank.get(s.rank))

@@ -57,14 +57,16 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
-import pandas as pd
 
 from gpuprof.analysis import intervals as iv
 from gpuprof.analysis.summary import RankSummary
 from gpuprof.model.timeline import Category
+
+if TYPE_CHECKING:  # pandas is imported by the functions that use it
+    import pandas as pd
 
 
 @dataclass(frozen=True)
@@ -93,6 +95,7 @@ def modelled_span_us(per_microbatch_us: Sequence[float], microbatches: int) -> f
 
 
 def _p2p(s: RankSummary) -> pd.DataFrame:
+    import pandas as pd
     c = s.comms
     if c is None or len(c) == 0:
         return pd.DataFrame(columns=["start_us", "end_us", "name", "step"])
@@ -106,6 +109,7 @@ def _stages_from_groups(summaries: Sequence[RankSummary]) -> dict[int, int] | No
     users of torch.distributed.pipelining); data-parallel replicas of a stage sit at the
     same position of their own pipeline group.
     """
+    import pandas as pd
     out: dict[int, int] = {}
     for s in summaries:
         p = _p2p(s)
@@ -224,6 +228,7 @@ def _replica(s: RankSummary) -> Any:
     """Which data-parallel replica's pipeline a rank belongs to: its ``dp_rank`` where the
     layout says, else the process group its point-to-point calls use (one per pipeline),
     else one pipeline for all."""
+    import pandas as pd
     if "dp_rank" in s.parallel:
         return ("dp", int(s.parallel["dp_rank"]))
     p = _p2p(s)

@@ -21,10 +21,12 @@ from __future__ import annotations
 
 import math
 from dataclasses import asdict, dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
-import pandas as pd
+
+if TYPE_CHECKING:  # pandas is imported by the functions that use it
+    import pandas as pd
 
 IDLE_UTIL_PCT = 5.0
 MIN_IDLE_PHASE_S = 2.0

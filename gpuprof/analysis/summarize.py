@@ -30,24 +30,20 @@ import importlib
 from collections.abc import Callable
 from typing import Any
 
-import pandas as pd
-
 from gpuprof.analysis import intervals as iv
+from gpuprof.analysis.comms import comms_table, empty_comms
 from gpuprof.analysis.evidence import lacks_warnings, trace_lacks
 from gpuprof.analysis.facts import rank_facts
 from gpuprof.analysis.graph import build_rank_graph
 from gpuprof.analysis.hostfacts import trust_warnings
 from gpuprof.analysis.launches import activity_mask, match_launches
 from gpuprof.analysis.rules import build_context, claims_by_cause, claims_by_rule
-from gpuprof.analysis.summary import COMMS_COLUMNS, RankSummary
+from gpuprof.analysis.summary import RankSummary
 from gpuprof.analysis.window import StepSelection, Window, select_window
+from gpuprof.model.table import Table
 from gpuprof.model.timeline import Category, RankTrace
 
 _ALL_STEPS = StepSelection()
-
-
-def _empty_comms() -> pd.DataFrame:
-    return pd.DataFrame({c: pd.Series([], dtype="float64") for c in COMMS_COLUMNS})
 
 
 def _optional(module: str, name: str) -> Callable[..., Any] | None:
@@ -82,7 +78,7 @@ def summarize(trace: RankTrace, selection: StepSelection = _ALL_STEPS) -> RankSu
             compute=iv.empty(),
             lost=iv.empty(),
             claims={},
-            comms=_empty_comms(),
+            comms=empty_comms(),
             parallel=dict(trace.parallel),
             world_size=trace.world_size,
             process_groups=_process_groups(trace),
@@ -168,9 +164,8 @@ def data_warnings(window_us: float, steps: int) -> tuple[str, ...]:
     return ()
 
 
-def _comms(trace: RankTrace, lo: float, hi: float) -> pd.DataFrame:
-    build = _optional("gpuprof.analysis.comms", "build_comms")
-    return build(trace, lo, hi) if build is not None else _empty_comms()
+def _comms(trace: RankTrace, lo: float, hi: float) -> Table:
+    return comms_table(trace, lo, hi)
 
 
 def _phases(trace: RankTrace, window: Window) -> dict[str, float]:

@@ -12,11 +12,11 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
-import pandas as pd
 
 from gpuprof.analysis.graph import RankGraph
 from gpuprof.analysis.intervals import Intervals, total
 from gpuprof.model.report import Cause
+from gpuprof.model.table import FrameField, Table
 from gpuprof.model.timeline import Step
 
 # Columns of RankSummary.comms, one row per collective or point-to-point call on the device:
@@ -73,7 +73,9 @@ class RankSummary:
     compute: Intervals
     lost: Intervals
     claims: Mapping[Cause, Intervals]
-    comms: pd.DataFrame
+    # Required (the descriptor has no default). Given as a Table or a DataFrame; read as a
+    # DataFrame (pandas is imported then), or without pandas as comms_table.
+    comms: FrameField = FrameField()  # noqa: RUF009 (a descriptor, made once per class)
     parallel: Mapping[str, int] = field(default_factory=dict)
     world_size: int | None = None
     process_groups: Mapping[str, tuple[int, ...]] = field(default_factory=dict)
@@ -84,6 +86,11 @@ class RankSummary:
     window_iv: Intervals | None = None
     # The rank's dependency graph for the job-level what-if replay (None: nothing to replay).
     graph: RankGraph | None = None
+
+    @property
+    def comms_table(self) -> Table:
+        """``comms`` as numpy columns, without pandas (see :class:`gpuprof.model.table.Table`)."""
+        return RankSummary.__dict__["comms"].table(self)  # type: ignore[no-any-return]
 
     @property
     def window_intervals(self) -> Intervals:

@@ -63,6 +63,7 @@ from gpuprof.analysis.graph import BLOCK_ALLOC, BLOCK_COPY, BLOCK_SYNC, EV_COLLE
 from gpuprof.analysis.intervals import Intervals
 from gpuprof.analysis.replay import Group, JobReplay, ReplayPlan, WhatIf, replay_job
 from gpuprof.analysis.summary import RankSummary
+from gpuprof.model.table import Table
 from gpuprof.model.timeline import CopyKind
 
 FloatArray = npt.NDArray[np.float64]
@@ -424,16 +425,28 @@ def _graph_index(g: RankGraph) -> dict[int, int]:
     return {int(g.comm_row[i]): int(i) for i in rows}
 
 
+def _as_str(table: Table, column: str) -> np.ndarray:
+    """A column of a comms table as strings (an object array; empty for an empty table)."""
+    if len(table) == 0:
+        return np.empty(0, dtype=object)
+    out = np.empty(len(table), dtype=object)
+    out[:] = [str(v) for v in table[column].tolist()]
+    return out
+
+
 def _collective_groups(summaries: Sequence[RankSummary], matched: Any, offsets: Mapping[int, float]) -> list[Group]:
-    calls = matched.calls if matched is not None else None
+    if matched is None:
+        return []
+    table = getattr(matched, "calls_table", None)  # numpy columns, without pandas
+    calls = table if table is not None else matched.calls
     if calls is None or len(calls) == 0 or "row" not in calls:
         return []
     index = {s.rank: _graph_index(s.graph) for s in summaries if s.graph is not None}
     graphs = {s.rank: s.graph for s in summaries if s.graph is not None}
     out: list[Group] = []
-    ranks = calls["rank"].to_numpy()
-    rows = calls["row"].to_numpy()
-    keys = calls["key"].to_numpy()
+    ranks = np.asarray(calls["rank"])
+    rows = np.asarray(calls["row"])
+    keys = np.asarray(calls["key"])
     order = np.argsort(keys, kind="stable")
     cut = np.flatnonzero(np.diff(keys[order])) + 1
     for idx in np.split(order, cut):
@@ -485,10 +498,11 @@ def _p2p_groups(summaries: Sequence[RankSummary], offsets: Mapping[int, float], 
         if g is None:
             continue
         off = offsets.get(s.rank, 0.0)
-        peers = s.comms["peer"].to_numpy() if len(s.comms) else np.empty(0, dtype=np.int64)
-        names = s.comms["name"].astype(str).to_numpy() if len(s.comms) else np.empty(0, dtype=object)
-        colls = s.comms["coll_name"].astype(str).to_numpy() if len(s.comms) else np.empty(0, dtype=object)
-        groups = s.comms["pg"].astype(str).to_numpy() if len(s.comms) else np.empty(0, dtype=object)
+        comms = s.comms_table
+        peers = np.asarray(comms["peer"]) if len(comms) else np.empty(0, dtype=np.int64)
+        names = _as_str(comms, "name")
+        colls = _as_str(comms, "coll_name")
+        groups = _as_str(comms, "pg")
         for i in np.flatnonzero(g.kind == EV_P2P).tolist():
             row = int(g.comm_row[i])
             way, phase = _direction(str(names[row])) if 0 <= row < names.size else ("", "")

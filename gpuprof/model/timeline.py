@@ -1,8 +1,11 @@
 """The one timeline model that every reader produces and every analysis consumes.
 
 A trace is turned into one :class:`RankTrace` per rank (or per worker of an op-level
-timeline). Events live in two pandas tables with fixed columns, so that analysis code can
-work vectorized and never needs to know which file format the events came from:
+timeline). Events live in two tables with fixed columns, so that analysis code can work
+vectorized and never needs to know which file format the events came from. Readers build
+them as :class:`gpuprof.model.table.Table` (numpy columns: the analysis reads them as
+``trace.device_cols`` / ``trace.host_cols`` and never imports pandas); ``trace.device`` and
+``trace.host`` give the same tables as pandas DataFrames, made on first use:
 
 ``device`` (what ran on the GPU, or for an op-level timeline, what the worker was doing)
     ``start_us``, ``end_us`` (float64, microseconds on the trace's own clock),
@@ -28,13 +31,17 @@ Tables are never mutated after construction; analysis code copies what it change
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from enum import IntEnum
-from functools import cached_property
-from typing import Any, Mapping
+from typing import TYPE_CHECKING
 
 import numpy as np
-import pandas as pd
+
+from gpuprof.model.table import Cat, FrameField, Table
+
+if TYPE_CHECKING:  # pandas is imported only when a DataFrame is asked for
+    import pandas as pd
 
 
 class Kind(IntEnum):
@@ -140,12 +147,13 @@ _DEFAULTS: Mapping[str, object] = {
 }
 
 
-def make_table(columns: Mapping[str, object], schema: tuple[str, ...]) -> pd.DataFrame:
+def build_table(columns: Mapping[str, object], schema: tuple[str, ...]) -> Table:
     """Build a device or host table from column arrays/lists.
 
     ``start_us``, ``end_us``, ``kind`` and ``name`` are required; any other column of the
     schema that is missing is filled with its "unknown" default. Rows are sorted by
-    ``start_us`` (stable) so that analysis can rely on the order.
+    ``start_us`` (stable) so that analysis can rely on the order. Categorical columns may
+    be given as a :class:`Cat`, a pandas Categorical or a list of values.
     """
     missing = [c for c in ("start_us", "end_us", "kind", "name") if c not in columns]
     if missing:
@@ -155,25 +163,45 @@ def make_table(columns: Mapping[str, object], schema: tuple[str, ...]) -> pd.Dat
     for col in schema:
         dtype = _DTYPES[col]
         if col in columns:
-            values = columns[col]
+            data[col] = _column(columns[col], dtype)
+        elif dtype == "category":
+            data[col] = Cat(np.zeros(n, np.int8), [_DEFAULTS[col]] if n else [])
         else:
-            values = np.full(n, _DEFAULTS[col]) if dtype != "category" else [_DEFAULTS[col]] * n
-        data[col] = _column(values, dtype)
-    # One DataFrame from the arrays (a Series per column first costs ~0.1 ms each: most of
-    # reading a small trace). The arrays are copied, as Series of them would be.
-    df = pd.DataFrame(data, columns=list(schema), copy=True)
-    if n and not df["start_us"].is_monotonic_increasing:
-        df = df.sort_values("start_us", kind="stable", ignore_index=True)
-    return df
+            data[col] = np.full(n, _DEFAULTS[col], dtype=dtype)
+    table = Table(data, schema)
+    start = data["start_us"]
+    if n > 1 and not bool(np.all(start[1:] >= start[:-1])):  # type: ignore[index]
+        table = table.take(np.argsort(start, kind="stable"))  # type: ignore[call-overload,arg-type]
+    return table
+
+
+# Source kinds of arrays that convert exactly to a column of each kind.
+_SAFE_KINDS: Mapping[str, str] = {"f": "fiu", "i": "iub", "b": "b"}
+
+
+def make_table(columns: Mapping[str, object], schema: tuple[str, ...]) -> pd.DataFrame:
+    """:func:`build_table` as a pandas DataFrame."""
+    return build_table(columns, schema).to_pandas()
 
 
 def _column(values: object, dtype: str) -> object:
     """``values`` as the array of a column of ``dtype``: as given when it already is one,
     else converted the way a pandas Series of that dtype converts it."""
     if dtype == "category":
-        return values if isinstance(values, pd.Categorical) else pd.Series(values, dtype="category").array
+        if isinstance(values, Cat):
+            return values
+        if type(values).__name__ == "Categorical":
+            return Cat(values.codes, list(values.categories))  # type: ignore[attr-defined]
+        return Cat.from_values(values)  # type: ignore[arg-type]
     if isinstance(values, np.ndarray) and values.dtype == np.dtype(dtype) and values.ndim == 1:
         return values
+    if isinstance(values, (np.ndarray, list, tuple)):
+        arr = np.asarray(values)
+        # Conversions that cannot lose or invent anything; pandas judges the others.
+        if arr.ndim == 1 and (arr.size == 0 or arr.dtype.kind in _SAFE_KINDS[np.dtype(dtype).kind]):
+            return arr.astype(dtype)
+    import pandas as pd
+
     return pd.Series(values, dtype=dtype).to_numpy()
 
 
@@ -185,44 +213,18 @@ def empty_host_table() -> pd.DataFrame:
     return make_table({"start_us": [], "end_us": [], "kind": [], "name": []}, HOST_COLUMNS)
 
 
-class Columns:
-    """A table's columns as numpy arrays, each read from the DataFrame once.
+def empty_device() -> Table:
+    """An empty device table (a :class:`Table`)."""
+    return build_table({"start_us": [], "end_us": [], "kind": [], "name": []}, DEVICE_COLUMNS)
 
-    Reading a DataFrame column costs tens of microseconds and the per-rank analysis asks
-    for the same columns hundreds of times: :attr:`RankTrace.device_cols` and
-    :attr:`RankTrace.host_cols` read each once. ``cols["start_us"]`` is the column's array;
-    for a categorical column, :meth:`codes` are its codes (-1: missing) and :meth:`labels`
-    its categories as strings (an object array indexed by code). The arrays are shared:
-    never modify them in place.
-    """
 
-    def __init__(self, table: pd.DataFrame) -> None:
-        self._table = table
-        self._arrays: dict[str, Any] = {}
+def empty_host() -> Table:
+    """An empty host table (a :class:`Table`)."""
+    return build_table({"start_us": [], "end_us": [], "kind": [], "name": []}, HOST_COLUMNS)
 
-    def __len__(self) -> int:
-        return len(self._table)
 
-    def __getitem__(self, name: str) -> Any:
-        got = self._arrays.get(name)
-        if got is None:
-            got = self._arrays[name] = self._table[name].to_numpy()
-        return got
-
-    def codes(self, name: str) -> Any:
-        key = name + "\0codes"
-        got = self._arrays.get(key)
-        if got is None:
-            got = self._arrays[key] = self._table[name].cat.codes.to_numpy()
-        return got
-
-    def labels(self, name: str) -> Any:
-        key = name + "\0labels"
-        got = self._arrays.get(key)
-        if got is None:
-            cats = self._table[name].cat.categories
-            got = self._arrays[key] = np.array([str(c) for c in cats], dtype=object)
-        return got
+# A table's columns as numpy arrays: :attr:`RankTrace.device_cols` / ``host_cols``.
+Columns = Table
 
 
 @dataclass(frozen=True)
@@ -267,8 +269,10 @@ class RankTrace:
     rank: int
     source: str
     fmt: str
-    device: pd.DataFrame
-    host: pd.DataFrame
+    # Required (the descriptor has no default). Given as a Table or a DataFrame; read as a
+    # DataFrame (pandas is imported then), or without pandas as device_cols / host_cols.
+    device: FrameField = FrameField()  # noqa: RUF009 (a descriptor, made once per class)
+    host: FrameField = FrameField()  # noqa: RUF009
     steps: tuple[Step, ...] = ()
     device_name: str | None = None
     device_memory_bytes: int | None = None
@@ -293,14 +297,14 @@ class RankTrace:
 
     @property
     def has_device_activity(self) -> bool:
-        return len(self.device) > 0
+        return len(self.device_cols) > 0
 
-    @cached_property
-    def device_cols(self) -> Columns:
-        """The device table's columns as numpy arrays, read once (see :class:`Columns`)."""
-        return Columns(self.device)
+    @property
+    def device_cols(self) -> Table:
+        """The device table as numpy columns, without pandas (see :class:`Table`)."""
+        return RankTrace.__dict__["device"].table(self)  # type: ignore[no-any-return]
 
-    @cached_property
-    def host_cols(self) -> Columns:
-        """The host table's columns as numpy arrays, read once (see :class:`Columns`)."""
-        return Columns(self.host)
+    @property
+    def host_cols(self) -> Table:
+        """The host table as numpy columns, without pandas (see :class:`Table`)."""
+        return RankTrace.__dict__["host"].table(self)  # type: ignore[no-any-return]

@@ -93,7 +93,7 @@ def _read(
         if form is not None:
             return [_kineto(p.raw, path, p.rank, None, 0, p.warnings)[0] for p in split_ranks(raw, form, path)]
         trace, gpus = _kineto(raw, path, None, rank_hint, order)
-        why = mixed_ranks(trace.host, gpus)
+        why = mixed_ranks(trace.host_cols, gpus)
         if why is not None:
             return _split_later(path, why, limits)
         return [trace]

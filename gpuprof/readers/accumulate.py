@@ -16,10 +16,10 @@ from typing import Any
 
 import numpy as np
 import numpy.typing as npt
-import pandas as pd
 
 from gpuprof.model import classify as cl
 from gpuprof.model.dtypes import input_bytes, message_bytes
+from gpuprof.model.table import Cat
 from gpuprof.model.timeline import Category, Kind
 from gpuprof.readers.columns import as_int, int_column, str_column
 from gpuprof.readers.jsonio import Event
@@ -99,18 +99,18 @@ class Coder:
         return list(self.index)
 
 
-def str_categorical(codes: I32, coder: Coder) -> pd.Categorical:
+def str_categorical(codes: I32, coder: Coder) -> Cat:
     """Categorical of string labels; ``None`` and non-strings become ``""`` / ``str(v)``."""
     labels = str_column(coder.labels())
     merged: dict[str, int] = {}
     remap = np.array([merged.setdefault(s, len(merged)) for s in labels] or [0], np.int32)
     cats = list(merged) or [""]
-    return pd.Categorical.from_codes(remap[codes] if len(codes) else codes, pd.Index(cats, dtype=object))
+    return Cat(remap[codes] if len(codes) else codes, cats)
 
 
-def name_categorical(codes: I32, coder: Coder) -> pd.Categorical:
+def name_categorical(codes: I32, coder: Coder) -> Cat:
     """Categorical of names (always strings in decoded events) from their codes."""
-    return pd.Categorical.from_codes(codes, pd.Index(coder.labels() or [""], dtype=object))
+    return Cat(codes, coder.labels() or [""])
 
 
 def tid_values(codes: I32, coder: Coder) -> npt.NDArray[np.int64]:
@@ -312,7 +312,7 @@ class DeviceColumns:
         if (stream < 0).any():
             # Old traces and some ROCm events carry the stream only as the row (tid).
             cols["stream"] = np.where(stream < 0, tid_values(tid, self.tids), stream)
-        cols["name"] = name_categorical(name, self.names).remove_unused_categories()
+        cols["name"] = name_categorical(name, self.names).remove_unused()
         coll_labels = str_column(self.colls.labels())
         pg_labels = str_column(self.pgs.labels())
         cols["coll_name"] = [coll_labels[c] for c in coll.tolist()]

@@ -25,9 +25,9 @@ from operator import attrgetter
 from typing import Any
 
 import numpy as np
-import pandas as pd
 
 from gpuprof.model import classify as cl
+from gpuprof.model.table import Cat, Table
 from gpuprof.model.timeline import (
     DEVICE_COLUMNS,
     HOST_COLUMNS,
@@ -37,7 +37,7 @@ from gpuprof.model.timeline import (
     MemorySample,
     ProcessGroup,
     Step,
-    make_table,
+    build_table,
 )
 from gpuprof.readers.accumulate import DeviceColumns, HostColumns
 from gpuprof.readers.columns import as_int
@@ -103,7 +103,7 @@ def looks_like_kineto(raw: RawTrace) -> bool:
 
 def read_kineto(
     raw: RawTrace,
-) -> tuple[pd.DataFrame, pd.DataFrame, tuple[Step, ...], tuple[MemorySample, ...], KinetoFacts]:
+) -> tuple[Table, Table, tuple[Step, ...], tuple[MemorySample, ...], KinetoFacts]:
     """Device table, host table, steps, memory samples and facts of one Kineto trace.
 
     Consumes ``raw``'s pieces. Events whose times cannot be times are dropped and counted
@@ -270,20 +270,20 @@ _HOST_KIND_CODES = {k: int(v) for k, v in HOST_CATS.items()}
 _DEVICE_KIND_CODES = {k: int(v) for k, v in DEVICE_CATS.items()}
 
 
-def _host_table(cols: dict[str, Any]) -> pd.DataFrame:
+def _host_table(cols: dict[str, Any]) -> Table:
     kind = cols["kind"]
-    name: pd.Categorical = cols["name"]
+    name: Cat = cols["name"]
     codes = np.asarray(name.codes)
     uniq = list(name.categories)
     n = len(kind)
     category = np.full(n, int(Category.OTHER), np.int8)
     if n:
         # Classify each unique (kind, name) pair once.
-        inverse, upairs = pd.factorize(codes.astype(np.int64) * 32 + kind)
+        upairs, inverse = np.unique(codes.astype(np.int64) * 32 + kind, return_inverse=True)
         cats = np.array([int(cl.classify(Kind(int(p % 32)), uniq[int(p // 32)])) for p in upairs], np.int8)
         category = cats[inverse]
     # record_param_comms wraps both collectives and send/recv: its args decide.
-    coll: pd.Categorical = cols["coll_name"]
+    coll: Cat = cols["coll_name"]
     coll_codes = np.asarray(coll.codes)
     coll_names = list(coll.categories)
     for i in np.flatnonzero(category == int(Category.COLLECTIVE)):
@@ -292,11 +292,11 @@ def _host_table(cols: dict[str, Any]) -> pd.DataFrame:
             category[i] = int(told)
     cols["category"] = category
     _sort_by_start(cols)
-    return make_table(cols, HOST_COLUMNS)
+    return build_table(cols, HOST_COLUMNS)
 
 
 def _sort_by_start(cols: dict[str, Any]) -> None:
-    """Put the rows in ``start_us`` order (stable, as :func:`make_table` would), one column
+    """Put the rows in ``start_us`` order (stable, as :func:`build_table` would), one column
     at a time: sorting the finished table would copy all of it at once (the peak memory
     of reading a large trace)."""
     start = cols["start_us"]
@@ -307,9 +307,9 @@ def _sort_by_start(cols: dict[str, Any]) -> None:
         cols[key] = col[order]
 
 
-def _device_table(cols: dict[str, Any], host_table: pd.DataFrame) -> pd.DataFrame:
+def _device_table(cols: dict[str, Any], host_table: Table) -> Table:
     kind = cols["kind"]
-    name: pd.Categorical = cols["name"]
+    name: Cat = cols["name"]
     codes = np.asarray(name.codes)
     uniq = list(name.categories)
     n = len(kind)
@@ -339,11 +339,11 @@ def _device_table(cols: dict[str, Any], host_table: pd.DataFrame) -> pd.DataFram
         category=category,
         copy_kind=copy_kind,
         pageable=pageable,
-        coll_name=pd.Categorical(coll),
-        pg=pd.Categorical(pg),
+        coll_name=Cat.from_values(coll),
+        pg=Cat.from_values(pg),
     )
     _sort_by_start(cols)
-    return make_table(cols, DEVICE_COLUMNS)
+    return build_table(cols, DEVICE_COLUMNS)
 
 
 def _memory(mem: list[Event], device_index: int | None, checks: TimeChecks) -> tuple[MemorySample, ...]:

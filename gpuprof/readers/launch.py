@@ -27,9 +27,9 @@ from collections.abc import Mapping, Sequence
 
 import numpy as np
 import numpy.typing as npt
-import pandas as pd
 
 from gpuprof.model import classify as cl
+from gpuprof.model.table import Table
 from gpuprof.model.timeline import Category, Kind
 
 # How far back (in host ops of the same thread) to look for enclosing ops. Comm ops sit a
@@ -46,7 +46,7 @@ def resolve_comm_kernels(
     coll: list[str],
     pg: list[str],
     nbytes: npt.NDArray[np.int64],
-    host: pd.DataFrame,
+    host: Table,
 ) -> None:
     """Refine ``category`` and fill ``coll``/``pg``/``nbytes`` (-1: unknown) of the
     communication kernels in place.
@@ -54,10 +54,10 @@ def resolve_comm_kernels(
     ``names`` maps each row of ``comm_rows`` to its kernel name. The arrays and lists are
     the reader's own, not yet wrapped in a table.
     """
-    if host.empty:
+    if len(host) == 0:
         return
-    h_corr = host["correlation"].to_numpy()
-    h_kind = host["kind"].to_numpy()
+    h_corr = host["correlation"]
+    h_kind = host["kind"]
     launch_mask = (h_kind == int(Kind.RUNTIME)) | (h_kind == int(Kind.DRIVER))
     wanted = np.unique(correlation[comm_rows])
     wanted = wanted[wanted >= 0]
@@ -65,17 +65,17 @@ def resolve_comm_kernels(
     launch_of = {int(h_corr[i]): int(i) for i in hit}
     if not launch_of:
         return
-    h_start = host["start_us"].to_numpy()
-    h_end = host["end_us"].to_numpy()
-    h_tid = host["tid"].to_numpy()
-    h_name_codes = host["name"].cat.codes.to_numpy()
-    h_names = list(host["name"].cat.categories)
+    h_start = host["start_us"]
+    h_end = host["end_us"]
+    h_tid = host["tid"]
+    h_name_codes = host.codes("name")
+    h_names = list(host.cat("name").categories)
     # Categorical codes, not strings: converting whole columns would cost per host event.
-    h_coll_codes = host["coll_name"].cat.codes.to_numpy()
-    h_colls = [str(c) for c in host["coll_name"].cat.categories]
-    h_pg_codes = host["pg"].cat.codes.to_numpy()
-    h_pgs = [str(c) for c in host["pg"].cat.categories]
-    h_bytes = host["bytes"].to_numpy()
+    h_coll_codes = host.codes("coll_name")
+    h_colls = host.labels("coll_name").tolist()
+    h_pg_codes = host.codes("pg")
+    h_pgs = host.labels("pg").tolist()
+    h_bytes = host["bytes"]
     ctx_mask = np.isin(h_kind, _CONTEXT_KINDS)
     per_tid: dict[int, tuple[npt.NDArray[np.intp], npt.NDArray[np.float64]]] = {}
     for row in comm_rows:

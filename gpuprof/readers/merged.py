@@ -42,10 +42,10 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
-import pandas as pd
 
 from gpuprof.errors import BadTraceError
 from gpuprof.model import classify as cl
+from gpuprof.model.table import Table
 from gpuprof.model.timeline import Category, Kind
 from gpuprof.readers.columns import as_int
 from gpuprof.readers.jsonio import Event, RawTrace, TopLevel
@@ -176,7 +176,7 @@ def _label_ranks(labels: Sequence[str]) -> tuple[dict[str, int], list[str]]:
 # --- several ranks in a form not recognized ------------------------------------------------
 
 
-def mixed_ranks(host: pd.DataFrame, device_pid_counts: dict[Any, int]) -> str | None:
+def mixed_ranks(host: Table, device_pid_counts: dict[Any, int]) -> str | None:
     """Why a file read as one rank holds several ranks' events, or ``None``.
 
     Signals (a process's correlation ids and step numbers are its own, so several
@@ -186,11 +186,9 @@ def mixed_ranks(host: pd.DataFrame, device_pid_counts: dict[Any, int]) -> str | 
     are present (each with at least :data:`SUBSTANTIAL_GPU_SHARE` of the busiest one's
     events). One process driving several GPUs shows neither.
     """
-    kinds = host["kind"].to_numpy()
-    launch = np.isin(kinds, (int(Kind.RUNTIME), int(Kind.DRIVER))) & (
-        host["category"].to_numpy() == int(Category.LAUNCH)
-    )
-    corr = host["correlation"].to_numpy()[launch]
+    kinds = host["kind"]
+    launch = np.isin(kinds, (int(Kind.RUNTIME), int(Kind.DRIVER))) & (host["category"] == int(Category.LAUNCH))
+    corr = host["correlation"][launch]
     corr = corr[corr >= 0]
     if corr.size >= MIN_LAUNCHES:
         repeats = corr.size - np.unique(corr).size
@@ -199,7 +197,9 @@ def mixed_ranks(host: pd.DataFrame, device_pid_counts: dict[Any, int]) -> str | 
     top = max(device_pid_counts.values(), default=0)
     gpus = [p for p, n in device_pid_counts.items() if n >= SUBSTANTIAL_GPU_SHARE * top and n > 0]
     if len(gpus) >= 2:
-        steps = host["name"][host["category"].to_numpy() == int(Category.STEP)].astype(str)
+        labels = host.labels("name").tolist() + ["nan"]
+        codes = host.codes("name")[host["category"] == int(Category.STEP)].astype(np.int64)
+        steps = [labels[c] for c in np.where(codes < 0, len(labels) - 1, codes).tolist()]
         numbers = [m.group(1) for m in map(cl.STEP_NUMBER.match, steps) if m is not None]
         if len(numbers) > len(set(numbers)):
             return f"events of {len(gpus)} GPUs, and the same ProfilerStep recorded several times"

@@ -47,10 +47,10 @@ from typing import Any
 
 import msgspec
 import numpy as np
-import pandas as pd
 
 from gpuprof.model import classify as cl
-from gpuprof.model.timeline import DEVICE_COLUMNS, Kind, RankTrace, empty_host_table, make_table
+from gpuprof.model.table import Cat, Table
+from gpuprof.model.timeline import DEVICE_COLUMNS, Kind, RankTrace, build_table, empty_host
 from gpuprof.readers import timersteps as ts
 from gpuprof.readers.accumulate import Coder, timed, values
 from gpuprof.readers.columns import as_int, int_column
@@ -283,8 +283,8 @@ def read_timeline(raw: RawTrace, path: Path) -> list[RankTrace]:
     }
     names = ops.names.labels()
     category_of = np.array([int(cl.classify(Kind.TIMER, s)) for s in names] or [0], np.int8)
-    no_host = empty_host_table()  # shared: tables are never mutated
-    built: list[tuple[_WorkerKey, dict[str, int], pd.DataFrame, OpSpans]] = []
+    no_host = empty_host()  # shared: tables are never mutated
+    built: list[tuple[_WorkerKey, dict[str, int], Table, OpSpans]] = []
     for w, wk in enumerate(groups):
         rows = by_worker[bounds[w] : bounds[w + 1]]
         parallel: dict[str, int] = {}
@@ -364,11 +364,11 @@ def _assign_ranks(
 
 def _worker_table(
     cols: dict[str, np.ndarray], names: list[str], category_of: np.ndarray
-) -> tuple[pd.DataFrame, OpSpans]:
+) -> tuple[Table, OpSpans]:
     codes = cols.pop("name")
     n = len(codes)
-    name = pd.Categorical.from_codes(codes, pd.Index(names or [""], dtype=object)).remove_unused_categories()
-    table = make_table(
+    name = Cat(codes, names or [""]).remove_unused()
+    table = build_table(
         {
             **cols,
             "kind": np.full(n, int(Kind.TIMER), np.int8),

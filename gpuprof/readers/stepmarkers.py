@@ -38,9 +38,9 @@ import re
 from collections.abc import Sequence
 
 import numpy as np
-import pandas as pd
 
 from gpuprof.model import classify as cl
+from gpuprof.model.table import Table
 from gpuprof.model.timeline import Category, Step
 
 PROFILER_STEP = "ProfilerStep#N"
@@ -48,15 +48,15 @@ PROFILER_STEP = "ProfilerStep#N"
 OPTIMIZER_STEP = re.compile(r"^Optimizer\.step#")
 
 
-def find_steps(host: pd.DataFrame) -> tuple[tuple[Step, ...], str | None]:
+def find_steps(host: Table) -> tuple[tuple[Step, ...], str | None]:
     """The steps of a Kineto host table and the marker they come from (``None``: none)."""
     steps = profiler_steps(host)
     if steps:
         return steps, PROFILER_STEP
-    names = [str(n) for n in host["name"].cat.categories]
-    codes = host["name"].cat.codes.to_numpy()
-    starts = host["start_us"].to_numpy()
-    ends = host["end_us"].to_numpy()
+    names = host.labels("name").tolist()
+    codes = host.codes("name")
+    starts = host["start_us"]
+    ends = host["end_us"]
     optimizer = _optimizer_ends(names, codes, starts, ends)
     for _, pattern in cl.STEP_RANGE_MARKERS:
         wanted = [i for i, n in enumerate(names) if pattern.search(n)]
@@ -74,11 +74,14 @@ def find_steps(host: pd.DataFrame) -> tuple[tuple[Step, ...], str | None]:
     return (), None
 
 
-def profiler_steps(host: pd.DataFrame) -> tuple[Step, ...]:
+def profiler_steps(host: Table) -> tuple[Step, ...]:
     """``ProfilerStep#N`` ranges from host annotations (cpu-side, not the GPU duplicates)."""
-    rows = host[host["category"] == int(Category.STEP)]
+    rows = np.flatnonzero(host["category"] == int(Category.STEP))
+    labels = host.labels("name").tolist() + ["nan"]
+    codes = host.codes("name")[rows].astype(np.int64)
+    names = [labels[c] for c in np.where(codes < 0, len(labels) - 1, codes).tolist()]
     spans: dict[int, tuple[float, float]] = {}
-    for name, s, e in zip(rows["name"].astype(str), rows["start_us"], rows["end_us"]):
+    for name, s, e in zip(names, host["start_us"][rows].tolist(), host["end_us"][rows].tolist()):
         m = cl.STEP_NUMBER.match(name)
         if m is None:
             continue

@@ -9,11 +9,10 @@ files are empty. A folder that is not a session, or metadata that is not JSON, i
 from __future__ import annotations
 
 import json
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable, Mapping
-
-import pandas as pd
+from typing import TYPE_CHECKING, Any
 
 from gpuprof.errors import GpuprofError
 from gpuprof.session.layout import (
@@ -26,6 +25,9 @@ from gpuprof.session.layout import (
     SESSION_SCHEMA,
     TRACES_DIR,
 )
+
+if TYPE_CHECKING:  # pandas is imported by the functions that use it
+    import pandas as pd
 
 
 @dataclass(frozen=True)
@@ -55,6 +57,7 @@ class Session:
 
     @property
     def hook_errors(self) -> tuple[str, ...]:
+        import pandas as pd
         if self.hook_events is None or "kind" not in self.hook_events:
             return ()
         errs = self.hook_events[self.hook_events["kind"] == "error"]
@@ -175,6 +178,7 @@ def _check_meta_types(meta: Mapping[str, Any], meta_path: Path) -> None:
 
 
 def _samples_frame(records: list[dict[str, Any]]) -> pd.DataFrame | None:
+    import pandas as pd
     if not records:
         return None
     df = pd.DataFrame.from_records(records)
@@ -193,6 +197,7 @@ def _samples_frame(records: list[dict[str, Any]]) -> pd.DataFrame | None:
 
 def read_session(path: str | Path) -> Session:
     """Read a session folder written by ``gpuprof run``, complete or killed at any point."""
+    import pandas as pd
     root = Path(path)
     if not root.is_dir():
         raise GpuprofError("not a gpuprof session folder", root)
