@@ -10,6 +10,7 @@ stage's balanced_stages what-if came out at 5.6 % against 14.3 % simulated.
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
 
 import pytest
@@ -39,15 +40,28 @@ def test_group_ranks_in_the_titles_are_mapped_to_global_ranks(tmp_path: Path) ->
     by_rank = {s.rank: s for s in analysis.summaries}
     assert _peers(by_rank[1]) == {"send": {3}, "recv": {3}}
     assert _peers(by_rank[2]) == {"send": {0}, "recv": {0}}
+    # Rank 0 is also group rank 0 of [0, 2]: its "0->1" still means global rank 2.
+    assert _peers(by_rank[0]) == {"send": {2}, "recv": {2}}
+    assert _peers(by_rank[3]) == {"send": {1}, "recv": {1}}
 
 
-def test_global_ranks_in_the_titles_are_taken_as_they_are() -> None:
-    # Written by an earlier simulator that numbered the ends by global rank ("5<-3" in the
-    # group [1, 3, 5, 7]): rank 5 (stage 2 of replica 1) talks to ranks 3 and 7.
-    analysis = run_analysis([SAMPLES / "pipeline-slow-stage-dp-spread"])
-    rank5 = next(s for s in analysis.summaries if s.rank == 5)
-    peers = _peers(rank5)
-    assert peers["send"] | peers["recv"] == {3, 7}
+def test_global_ranks_in_the_titles_are_taken_as_they_are(tmp_path: Path) -> None:
+    # Some writers number both ends by global rank ("nccl:recv 5<-3" in the group
+    # [1, 3, 5, 7]): the same job with its titles rewritten that way pairs the same ranks.
+    out = generate("pipeline", tmp_path, stages=2, dp=2, microbatches=2, steps=1, act_mb=0.5, compress=False)
+    for path in out.glob("rank*.pt.trace.json"):
+        doc = json.loads(path.read_text())
+        rank = doc["distributedInfo"]["rank"]
+        pipe = next(g["ranks"] for g in doc["distributedInfo"]["pg_config"] if g["pg_desc"] == "PIPELINE_MODEL_PARALLEL_GROUP")
+        for e in doc["traceEvents"]:
+            m = re.fullmatch(r"nccl:(send|recv) (\d+)(->|<-)(\d+)", str(e.get("name", "")))
+            if m:
+                assert pipe[int(m.group(2))] == rank
+                e["name"] = f"nccl:{m.group(1)} {rank}{m.group(3)}{pipe[int(m.group(4))]}"
+        path.write_text(json.dumps(doc))
+    by_rank = {s.rank: s for s in run_analysis([out]).summaries}
+    for rank, peer in ((0, 2), (1, 3), (2, 0), (3, 1)):
+        assert _peers(by_rank[rank]) == {"send": {peer}, "recv": {peer}}
 
 
 def test_a_slow_middle_stage_is_found_and_its_fix_estimated() -> None:

@@ -166,16 +166,15 @@ def _p2p_peers(trace: RankTrace, category: np.ndarray, launch: np.ndarray, pg: n
         code = codes[titled[k]]
         peer, me = int(peer_of_code[code]), int(self_of_code[code])
         members = ranks_of.get(str(pg[i]))
-        if members is not None and me != trace.rank:
-            # Group ranks (ProcessGroupNCCL's own numbering): the title's first number is
-            # this rank's place in the group. A title that numbers this rank by its global
-            # rank (other tools, older simulators) is taken as global throughout.
-            if not (me < len(members) and members[me] == trace.rank and peer < len(members)):
-                continue
-            peer = int(members[peer])
-        elif members is None and me != trace.rank:
-            continue  # group ranks of a group the trace does not list: not known
-        out[i] = peer
+        if members is not None and me < len(members) and members[me] == trace.rank and peer < len(members):
+            # Group ranks, ProcessGroupNCCL's own numbering: the title's first number is
+            # this rank's place in the group.
+            out[i] = int(members[peer])
+        elif me == trace.rank:
+            # A title that numbers this rank by its global rank (other writers) is global
+            # throughout.
+            out[i] = peer
+        # else: group ranks of a group the trace does not list: not known
     return out
 
 
