@@ -110,7 +110,12 @@ def test_summary_gives_the_whatif_truth_and_options_reach_the_job(tmp_path: Path
     )  # fmt: skip
     assert fixed.returncode == 0, fixed.stderr
     truth = read_truth(tmp_path / "f")
-    assert truth["fixes"] == wi["applied"] and truth["whatif"] is None and truth["platform"] == "rocm"
+    # every applicable fix but free_host, which leaves no host timeline to write
+    assert "free_host" in wi["applied"]
+    assert truth["fixes"] == [f for f in wi["applied"] if f != "free_host"]
+    assert truth["whatif"] is None and truth["platform"] == "rocm"
+    refused = _gpuprof("simulate", "straggler", "--whatif", "free_host", "-o", str(tmp_path / "h"))
+    assert refused.returncode == 2 and "free_host" in refused.stderr and "Traceback" not in refused.stderr
     assert "written with these what-if fixes applied" in fixed.stdout
     timeline = _gpuprof(
         "simulate", "pipeline", "steps=1", "microbatches=2", "--layout", "megatron", "-o", str(tmp_path / "m")

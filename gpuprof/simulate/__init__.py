@@ -23,7 +23,7 @@ from typing import Any
 from gpuprof.errors import GpuprofError
 from gpuprof.model.report import Cause
 from gpuprof.simulate.engine import RankSim
-from gpuprof.simulate.fixes import ALL, WHATIF_HELP, WHATIFS
+from gpuprof.simulate.fixes import ALL, FREE_HOST, WHATIF_HELP, WHATIFS
 from gpuprof.simulate.job import host_pid, null_writer, simulate_job
 from gpuprof.simulate.kineto import KinetoWriter, TraceWriter
 from gpuprof.simulate.platform import PLATFORMS, Platform
@@ -124,6 +124,11 @@ def prepare(
         raise GpuprofError(f"unknown layout {layout!r}; known: {', '.join(LAYOUTS)}")
     if whatif is not None and whatif not in (*WHATIFS, ALL):
         raise GpuprofError(f"unknown what-if {whatif!r}; known: {', '.join((*WHATIFS, ALL))}")
+    if whatif == FREE_HOST:
+        raise GpuprofError(
+            "free_host is simulated only for the what-if truth: a host that costs nothing leaves no host "
+            "timeline to write (--whatif all writes every other applicable fix)"
+        )
     call = dict(params)
     if "seed" in inspect.signature(_base_fn(scenario)).parameters:
         call["seed"] = seed
@@ -152,7 +157,8 @@ def generate(
     ``compresslevel`` trades gzip speed for size otherwise). ``platform`` is ``cuda`` or
     ``rocm`` (default: the scenario's own, else ``cuda``); ``layout`` ``kineto`` (one
     trace per rank) or ``megatron`` (one op-level timeline, pipeline scenarios only).
-    ``whatif`` writes the job with that fix applied (``all``: every applicable one), and
+    ``whatif`` writes the job with that fix applied (``all``: every applicable one but
+    ``free_host``, which leaves no host timeline to write), and
     its ground truth is that job's. ``whatifs=False`` skips the what-if truth (each
     what-if is one more simulation). Returns the path to give ``gpuprof analyze``
     (``out_dir`` itself). Earlier traces of ``generate`` in ``out_dir`` are replaced.
@@ -168,7 +174,7 @@ def generate(
 
     fixes: frozenset[str] = frozenset()
     if whatif == ALL:
-        fixes = frozenset(applicable(run(frozenset()), plan))
+        fixes = frozenset(applicable(run(frozenset()), plan)) - {FREE_HOST}
     elif whatif is not None:
         fixes = frozenset({whatif})
 

@@ -46,6 +46,7 @@ from gpuprof.errors import GpuprofError
 from gpuprof.model.report import Cause
 from gpuprof.simulate.fixes import (
     DOUBLE_BANDWIDTH,
+    FREE_HOST,
     FREE_LAUNCHES,
     NO_ALLOCATOR,
     NO_DATALOADER,
@@ -144,7 +145,8 @@ class RankSim:
         self._rngs: dict[str, random.Random] = {}
         self._step_no = 0
         self._cpu_depth = 0  # framework operators (cpu_op) open around the host's work
-        self._free_ops = FREE_LAUNCHES in self.fixes
+        self._free_host = FREE_HOST in self.fixes
+        self._free_ops = FREE_LAUNCHES in self.fixes or self._free_host
         # Megatron-style timer ops (lane, name, start, end, args), recorded when wanted
         self.timers: list[tuple[str, str, float, float, dict[str, Any]]] | None = None
         self.tid = writer.pid  # the main thread
@@ -209,11 +211,17 @@ class RankSim:
         after the compute stream's last op and the events it was made to wait for."""
         return max([self.stream_free[COMPUTE_STREAM], *(end for end, _ in self.deps)])
 
-    def idle(self, us: float) -> None:
-        """Host time spent in Python or inside an operator with no launch (overhead).
+    def idle(self, us: float, *, work: bool = True) -> None:
+        """Host time spent in Python or inside an operator with no launch (overhead);
+        ``work=False``: the host waits for something else (the DataLoader).
 
-        Under ``free_launches``, time inside a framework operator costs nothing."""
-        if self._free_ops and self._cpu_depth:
+        Under ``free_launches``, time inside a framework operator costs nothing; under
+        ``free_host``, all of the host's own work does."""
+        if work and us > 0:
+            self.seen.add(FREE_HOST)
+            if self._free_host:
+                return
+        if self._free_ops and self._cpu_depth and work:
             return
         self.t += max(us, 0.0)
 
@@ -224,7 +232,8 @@ class RankSim:
         ext = self._next_ext()
         start = self.t
         framework = cat == "cpu_op"
-        free = framework and self._free_ops
+        free = (framework and self._free_ops) or self._free_host
+        self.seen.add(FREE_HOST)
         enter = self.jit(1.5)
         self.t += 0.0 if free else enter
         self._ext_stack.append(ext)
@@ -550,7 +559,7 @@ class RankSim:
         if NO_DATALOADER in self.fixes:
             wait = 0.0
         with self.op(f"enumerate(DataLoader)#{kind}.__next__", cat="user_annotation"):
-            self.idle(wait)
+            self.idle(wait, work=False)
         if wait > DATA_WAIT_US:
             self.label = Cause.DATALOADER
 

@@ -21,6 +21,7 @@ from statistics import median
 NO_DATALOADER = "no_dataloader"
 NO_SYNC = "no_sync"
 FREE_LAUNCHES = "free_launches"
+FREE_HOST = "free_host"
 PEER_MEDIAN_COMPUTE = "peer_median_compute"
 BALANCED_STAGES = "balanced_stages"
 DOUBLE_MICROBATCHES = "double_microbatches"
@@ -38,6 +39,9 @@ WHATIF_HELP: dict[str, str] = {
     FREE_LAUNCHES: "CUDA graphs / torch.compile: framework operators (their dispatch overhead, "
     "the host time inside them) and kernel, copy and memset launch calls cost no host time; "
     "Python between operators, data waits, syncs and allocator calls stay",
+    FREE_HOST: "all the host's own work costs nothing: Python between operators, framework "
+    "operators and launch calls; DataLoader waits, syncs, allocator calls and blocking copies stay "
+    "(the upper bound of any host-side speed-up)",
     PEER_MEDIAN_COMPUTE: "every rank's compute runs at the median speed of its same-work peers "
     "(the same pipeline stage on the data-parallel replicas, or the data-parallel group; "
     "median over the group including the rank, per step where the work varies per step)",
