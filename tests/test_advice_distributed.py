@@ -380,3 +380,12 @@ def test_two_stragglers_late_together_save_their_joint_lead_not_their_margins_ov
     now, after = _serial_step_us(arrive, [3, 4])
     assert now == pytest.approx(step_us)
     assert rec.estimated_savings_pct == pytest.approx(100 * (1 - after / now), rel=0.1)
+
+
+def test_sampled_ranks_with_unmeasurable_bandwidth_say_to_profile_all_ranks_first(shared_traces: Path) -> None:
+    # 2 of 128 ranks: the collectives' bandwidth is "not measurable" (the other members are
+    # not in the input), so their exposed time may be waiting for absent ranks.
+    recs = communication_advice(_real_context(shared_traces / "hta-sampled-2rank"))
+    assert [r.id for r in recs] == ["exposed-communication"]
+    (rec,) = recs
+    assert "profile all ranks first" in rec.title and rec.actions[0].startswith("Profile all ranks")

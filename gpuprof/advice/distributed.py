@@ -852,6 +852,12 @@ def slow_collectives_advice(ctx: AdviceContext) -> list[Recommendation]:
     ]
 
 
+def _measured(b: Mapping[str, Any] | None) -> bool:
+    """A rank's collectives have a measured bandwidth (their transfer could be told from
+    the wait for the other members)."""
+    return b is not None and (b.get("busbw_gbps") is not None or b.get("algbw_gbps") is not None)
+
+
 @advisor
 def communication_advice(ctx: AdviceContext) -> list[Recommendation]:
     reports = list(ctx.reports)
@@ -918,9 +924,9 @@ def communication_advice(ctx: AdviceContext) -> list[Recommendation]:
     ranks = tuple(r.rank for r in reports if comm[r.rank] > 0)
     if _inference(ctx):
         return [_inference_comm(pct, ranks, evidence, got.name if got is not None else None)]
-    # Ranks missing and no message sizes to tell transfer from waiting: the first thing to
-    # do is to see the other ranks.
-    unsure = partial and not any(str(r.rank) in bw for r in reports)
+    # Ranks missing and no measured transfer to tell it from waiting: the first thing to do
+    # is to see the other ranks.
+    unsure = partial and not any(_measured(bw.get(str(r.rank))) for r in reports)
     first: tuple[str, ...] = (
         (
             (
