@@ -139,17 +139,9 @@ PARAMS = [
 ]
 
 # Known limits of the replay, kept visible: strict, so that a fix shows up as a failure to
-# remove the mark. The simulator's point-to-point sends are buffered: a receive that
-# started after its data had arrived did not wait, so its timing does not pair it with its
-# send, and when balancing the stages makes that send later the replay does not hold the
-# receive back (balanced_stages over-estimated, 18 % against 13.6 %). The trace names both
-# ends (nccl:send a->b), but pairing such a receive would need a one-way edge in the replay
-# (the send does not wait for it): as a two-way group it makes ordering cycles (36-38
-# members unreached on the pipeline samples, whatifs.PAIR_UNWAITED).
-KNOWN_LIMITS = {
-    "pp-slow-stage-seed0",
-    "pp-slow-stage-seed1",
-}
+# remove the mark. (Empty since buffered sends pair with their unwaited receives as
+# one-way "after" groups: pp-slow-stage's balanced_stages was 18.2 % against 13.6 %.)
+KNOWN_LIMITS: set[str] = set()
 ESTIMATE_PARAMS = [
     pytest.param(
         *p.values,

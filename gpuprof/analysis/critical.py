@@ -71,7 +71,12 @@ def critical_path(model: JobModel, t0_us: float, t1_us: float) -> list[dict[str,
         if grp_no is not None and not via_group and int(g.kind[i]) in (EV_COLLECTIVE, EV_P2P):
             # A member that reached the group after this rank's own work was done held it:
             # the rank waited for that member, whose chain the path follows.
-            others = [m for m in model.groups[grp_no].members if m != cur and m[0] in graphs]
+            grp = model.groups[grp_no]
+            # A buffered send (second member of an ``after`` group) waits for nobody.
+            if grp.kind == "after":
+                others = [grp.members[1]] if cur == grp.members[0] and grp.members[1][0] in graphs else []
+            else:
+                others = [m for m in grp.members if m != cur and m[0] in graphs]
             if others:
                 last = max(others, key=lambda m: float(start[m[0]][m[1]]))
                 local_end = float(end[r][local[1]]) if local is not None else -np.inf

@@ -88,6 +88,8 @@ class Group:
     # follows the last arrival. ``barrier``: op-level timers started behind a barrier, so
     # the members' ops start together once the last member is ready (its stream's previous
     # work done; the idle time before the op is the wait) and each then lasts as measured.
+    # ``after``: the first member (a receive that did not wait: its data had arrived) starts
+    # no earlier than the second (its buffered send) ends; the send waits for nothing.
     kind: str = "collective"
 
 
@@ -283,6 +285,7 @@ _BLOCK = 2  # (op, p, call, awaited event or -1, its measured end, shift index a
 _COLLECTIVE = 3  # (op, members, last measured arrival)
 _BARRIER = 4  # (op, members, shared measured instant)
 _MEASURED = 5  # (op, p, event): keeps its measured times
+_AFTER = 6  # (op, p, event, own-to-common offset, *_Link, sender's p, event, offset)
 
 
 @dataclass(frozen=True)
@@ -439,6 +442,15 @@ def _compile(plan: ReplayPlan, unblock: frozenset[int]) -> _Program:
         for r, _ in grp.members:
             fl = flows[r]
             fl.advance(key + offsets.get(r, 0.0) - fl.st.g.lo_us)
+        if grp.kind == "after":
+            (rr, ri), (sr, si) = grp.members[0], grp.members[1]
+            ready = flows[rr].reached(ri) and flows[sr].replayed(si)
+            if not ready and tries < MAX_DEFERRALS and heap:
+                seq += 1
+                heapq.heappush(heap, (key, what, seq, who, j, tries + 1))
+                continue
+            unreached += _compile_after(grp, flows, offsets, ops, ready)
+            continue
         if tries < MAX_DEFERRALS and heap and not all(flows[r].reached(i) for r, i in grp.members):
             seq += 1
             heapq.heappush(heap, (key, what, seq, who, j, tries + 1))
@@ -462,6 +474,27 @@ def _compile(plan: ReplayPlan, unblock: frozenset[int]) -> _Program:
             if stuck:
                 fl.advance(np.inf)
     return _Program(ops=tuple(ops), kept=tuple(fl.kept for fl in flows.values()), unreached=unreached)
+
+
+def _compile_after(
+    grp: Group, flows: Mapping[int, _Flow], offsets: Mapping[int, float], ops: list[tuple[Any, ...]], ready: bool
+) -> int:
+    """The step that resolves a receive held only by its buffered send (an ``after``
+    group); a receive that cannot be reached after its send keeps its measured times."""
+    (rr, ri), (sr, si) = grp.members[0], grp.members[1]
+    fl, fs = flows[rr], flows[sr]
+    if not ready:
+        if not fl.resolved[ri]:
+            fl.measured(ri)
+            if fl.done[fl.st.stream_of.item(ri)] == ri:
+                fl.done[fl.st.stream_of.item(ri)] = ri + 1
+        return 1
+    fl.resolved[ri] = True
+    fl.done[fl.st.stream_of.item(ri)] = ri + 1
+    off_r = offsets.get(rr, 0.0) - fl.st.g.lo_us
+    off_s = offsets.get(sr, 0.0) - fs.st.g.lo_us
+    ops.append((_AFTER, fl.pos, ri, off_r, *fl.link(ri), fs.pos, si, off_s))
+    return 0
 
 
 def _compile_group(grp: Group, flows: Mapping[int, _Flow], offsets: Mapping[int, float], ops: list[tuple[Any, ...]]) -> int:
@@ -735,6 +768,15 @@ def _run(plan: ReplayPlan, program: _Program, w: WhatIf) -> JobReplay:
                 rn.new_end[i] = end + m[2]
         elif kind == _BARRIER:
             _run_barrier(op[1], op[2], runs, t_scale, p_scale)
+        elif kind == _AFTER:
+            # The receive starts when its stream lets it and its send has ended (on the
+            # common clock), then lasts its own (scaled) duration.
+            rn = runs[op[1]]
+            i = op[2]
+            sent = runs[op[-3]].new_end.item(op[-2]) - op[-1] + op[3]
+            start = max(rn.arrival(i, *op[4:-3]), sent)
+            rn.new_start[i] = start
+            rn.new_end[i] = start + rn.dur.item(i) * p_scale
         else:
             rn = runs[op[1]]
             i = op[2]
@@ -814,6 +856,15 @@ class ReplayPlan:
                     continue
                 seen.add(lane)
                 ms.append((r, i))
+            if grp.kind == "after":
+                # In order (receive, send); only the receive waits: the send stays plain.
+                (rr, ri), (sr, si) = grp.members[0], grp.members[1]
+                ok = rr != sr and rr in by_rank and sr in by_rank
+                ok = ok and 0 <= ri < by_rank[rr].n_events and 0 <= si < by_rank[sr].n_events
+                if ok and not member_masks[rr][ri]:
+                    member_masks[rr][ri] = True
+                    usable.append(Group(((rr, ri), (sr, si)), "after"))
+                continue
             if len({r for r, _ in ms}) < 2:
                 continue
             for r, i in ms:

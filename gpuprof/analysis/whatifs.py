@@ -105,7 +105,8 @@ SLOW_RANK_RATIO = 1.15
 SYNC_TOL_US = 20.0
 # Point-to-point calls of two ranks ending within this long of each other are one transfer.
 P2P_END_TOL_US = 20.0
-PAIR_UNWAITED = False
+# Pair the receives that did not wait with their buffered sends (one-way ``after`` groups).
+PAIR_UNWAITED = True
 
 
 @dataclass(frozen=True)
@@ -564,8 +565,9 @@ def _kineto_p2p_pairs(
     First the transfers both sides waited through: a send and a receive whose ends (on the
     common clock) fall within :data:`P2P_END_TOL_US`, nearest first. Then every receive
     left (it started after its data had arrived, a buffered send) takes the latest unpaired
-    send of a neighbour that ended by its end: in a what-if where that send comes later, the
-    receive waits for it. Directions come from the profiler's collective name (``send`` /
+    send of a neighbour that ended by its end, one way (an ``after`` group of the replay):
+    in a what-if where that send comes later, the receive waits for it; the send never
+    waits for the receive. Directions come from the profiler's collective name (``send`` /
     ``recv``) where it has one; without it any two calls may pair."""
     out: list[Group] = []
     used: set[tuple[int, int]] = set()
@@ -608,7 +610,7 @@ def _kineto_p2p_pairs(
                 best = sd
         if best is not None:
             used.update({(rv[2], rv[3]), (best[2], best[3])})
-            out.append(Group(((rv[2], rv[3]), (best[2], best[3])), "collective"))
+            out.append(Group(((rv[2], rv[3]), (best[2], best[3])), "after"))
     return out
 
 
