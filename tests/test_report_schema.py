@@ -170,3 +170,19 @@ def test_a_report_holding_nan_is_never_written() -> None:
     r = report([rank(0)], extra={"job": {"x": math.nan}})
     with pytest.raises(ValueError):
         r.to_json()
+
+
+def test_the_timeline_is_described_and_checked(sample_reports: dict[str, dict[str, Any]]) -> None:
+    doc = sample_reports["pipeline-1f1b"]
+    assert "timeline" in report_schema()["properties"]
+    timeline = doc["timeline"]
+    assert timeline["critical_path"] and timeline["lanes"] and first_problem(doc) is None
+    for path, value, says in (
+        (("timeline", "lanes", 0, "segments", 0, 1), "0", "$.timeline.lanes[0].segments[0][1]: expected a number"),
+        (("timeline", "critical_path", 0, "rank"), -1, "$.timeline.critical_path[0].rank: -1 is below the minimum 0"),
+        (("timeline", "step"), "2", "$.timeline.step: expected an integer or null"),
+    ):
+        bad = copy.deepcopy(doc)
+        _set(path, value)(bad)
+        problem = first_problem(bad)
+        assert problem is not None and problem.startswith(says), problem

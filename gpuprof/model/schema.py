@@ -47,6 +47,71 @@ _JOB_FIGURES = {
 }
 
 
+def _nullable(kind: str, description: str, **more: Any) -> dict[str, Any]:
+    return {"description": description, "type": [kind, "null"], **more}
+
+
+_SPAN: dict[str, Any] = {
+    "type": "object",
+    "properties": {
+        "rank": {"type": "integer", "minimum": 0},
+        "start_us": {"type": "number"},
+        "end_us": {"type": "number"},
+    },
+    "required": ["rank", "start_us", "end_us"],
+    "additionalProperties": True,
+}
+# The data behind the HTML report's step timeline (gpuprof.analysis.stepview): optional, so
+# that a saved JSON report draws the same timeline as the run that made it.
+_TIMELINE: dict[str, Any] = {
+    "description": "one representative step per rank on the common clock, in microseconds from the "
+    "first rank's start of that step (the HTML report's timeline); absent when no rank has a window",
+    "type": "object",
+    "properties": {
+        "step": _nullable("integer", "the step shown (the one with the median job step time); null: each "
+                          "rank's whole window"),
+        "span_us": {"description": "length of the time shown", "type": "number", "minimum": 0},
+        "bin_us": {"description": "resolution of the segments", "type": "number", "minimum": 0},
+        "clock_offsets_applied": {"description": "ranks' clocks were aligned on their collectives", "type": "boolean"},
+        "slowest_rank": _nullable("integer", "the rank whose own work in the step took longest", minimum=0),
+        "critical_rank": _nullable("integer", "the rank that waited least in the step", minimum=0),
+        "critical_path": {
+            "description": "the chain of work across ranks that set the step's length, in time order",
+            "type": "array",
+            "items": _SPAN,
+        },
+        "critical_path_source": _nullable(
+            "string", "'replay' (walked on the job model) or 'critical_rank_per_step' (the critical rank "
+            "standing in for it); null when no path is drawn"
+        ),
+        "ranks_total": {"description": "ranks in the job (lanes shows at most a bounded number)", "type": "integer",
+                        "minimum": 0},
+        "lanes": {
+            "description": "the ranks drawn, each as segments of compute and the causes",
+            "type": "array",
+            "items": {
+                **_SPAN,
+                "properties": {
+                    **_SPAN["properties"],
+                    "stage": _nullable("integer", "pipeline stage of the rank", minimum=0),
+                    "segments": {
+                        "description": "[kind, start_us, end_us]: kind is 'compute' or a cause",
+                        "type": "array",
+                        "items": {
+                            "type": "array",
+                            "prefixItems": [{"type": "string"}, {"type": "number"}, {"type": "number"}],
+                            "minItems": 3,
+                            "maxItems": 3,
+                        },
+                    },
+                },
+            },
+        },
+    },
+    "additionalProperties": True,
+}
+
+
 def _type_schema(tp: Any, defs: dict[str, Any]) -> dict[str, Any]:
     """The schema of one annotated type of the report model."""
     origin = typing.get_origin(tp)
@@ -132,6 +197,7 @@ def report_schema() -> dict[str, Any]:
         "properties": {k: {"description": v, "type": ["number", "null"]} for k, v in _JOB_FIGURES.items()},
         "additionalProperties": True,
     }
+    ordered["timeline"] = _TIMELINE
     required = body["required"]
     required.insert(required.index("ranks") + 1, "totals")
     return {
