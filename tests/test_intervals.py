@@ -60,3 +60,45 @@ def test_against_brute_force_grid(seed: int) -> None:
     np.testing.assert_array_equal(
         iv.overlap_with_each(a, b), [(gb[int(s) : int(e)]).sum() for s, e in zip(*a)]
     )
+
+
+def _union_ref(starts: np.ndarray, ends: np.ndarray) -> iv.Intervals:
+    """The sort-and-sweep union without the shortcut for sets already normalized."""
+    s, e = iv.make(starts, ends)
+    if s.size <= 1:
+        return s, e
+    order = np.argsort(s, kind="stable")
+    s, e = s[order], e[order]
+    run_end = np.maximum.accumulate(e)
+    new = np.concatenate(([True], s[1:] > run_end[:-1]))
+    idx = np.flatnonzero(new)
+    last = np.concatenate((idx[1:] - 1, [s.size - 1]))
+    return s[idx], run_end[last]
+
+
+def test_shortcuts_give_the_sets_of_the_general_path_to_the_bit() -> None:
+    # union skips the sweep for a set already normalized, subtract intersects with the gaps
+    # of the subtracted set directly: both must give exactly what the general path gives.
+    rng = np.random.default_rng(11)
+    for _ in range(400):
+        n, m = int(rng.integers(0, 12)), int(rng.integers(0, 12))
+        grid = rng.choice([0.5, 1.0, 3.0])
+        a_s = np.round(rng.uniform(0, 40, n) / grid) * grid
+        a_e = a_s + np.round(rng.uniform(-1, 8, n) / grid) * grid
+        b_s = np.round(rng.uniform(0, 40, m) / grid) * grid
+        b_e = b_s + np.round(rng.uniform(-1, 8, m) / grid) * grid
+        for s, e in ((a_s, a_e), (b_s, b_e)):
+            got, ref = iv.union(s, e), _union_ref(s, e)
+            assert np.array_equal(got[0], ref[0]) and np.array_equal(got[1], ref[1])
+            again = iv.union(*ref)  # normalized input: the shortcut
+            assert np.array_equal(again[0], ref[0]) and np.array_equal(again[1], ref[1])
+        a, b = _union_ref(a_s, a_e), _union_ref(b_s, b_e)
+        got = iv.subtract((a_s, a_e), (b_s, b_e))
+        if a[0].size == 0:
+            ref = iv.empty()
+        elif b[0].size == 0:
+            ref = a
+        else:
+            lo, hi = float(min(a[0][0], b[0][0])), float(max(a[1][-1], b[1][-1]))
+            ref = iv.intersect(a, iv.complement(b, lo, hi))
+        assert np.array_equal(got[0], ref[0]) and np.array_equal(got[1], ref[1])

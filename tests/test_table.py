@@ -162,3 +162,13 @@ def test_one_rank_is_matched_without_pandas_exactly_as_pandas_matches_it() -> No
             assert mine.world_size_inferred == theirs.world_size_inferred
             seen += 1
     assert seen >= 4
+
+
+def test_one_of_is_isin_for_a_few_integer_values() -> None:
+    from gpuprof.model.table import one_of
+
+    rng = np.random.default_rng(5)
+    for dtype in (np.int8, np.int64, np.float64):
+        values = rng.integers(-3, 12, 500).astype(dtype)
+        for choices in ((), (3,), (0, 11), (-1, 2, 5, 7), [int(c) for c in range(-3, 12, 2)]):
+            assert np.array_equal(one_of(values, choices), np.isin(values, choices)), (dtype, choices)

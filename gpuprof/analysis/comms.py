@@ -31,7 +31,7 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from gpuprof.analysis.summary import COMMS_COLUMNS
-from gpuprof.model.table import Cat, Table
+from gpuprof.model.table import Cat, Table, one_of
 from gpuprof.model.timeline import Category, Kind, RankTrace
 
 if TYPE_CHECKING:
@@ -198,7 +198,7 @@ def comms_table(trace: RankTrace, lo_us: float, hi_us: float) -> Table:
     cat = cols["category"]
     start = cols["start_us"]
     end = cols["end_us"]
-    keep = np.isin(cat, _COMM_CATEGORIES) & (end > lo_us) & (start < hi_us)
+    keep = one_of(cat, _COMM_CATEGORIES) & (end > lo_us) & (start < hi_us)
     if not keep.any():
         return empty_comms()
     rows = np.flatnonzero(keep)

@@ -39,6 +39,7 @@ import numpy as np
 
 from gpuprof.analysis.hostfacts import FILTERED_MIN_RUNTIME_CALLS
 from gpuprof.analysis.launches import activity_mask
+from gpuprof.model.table import one_of
 from gpuprof.model.timeline import Category, Kind, RankTrace
 
 # Below this share of device work with a known launch call, the launches are taken to be
@@ -88,17 +89,17 @@ def trace_lacks(trace: RankTrace, facts: Mapping[str, Any]) -> dict[str, str]:
     out: dict[str, str] = {}
     cat = dev["category"][act]
     if not (cat == int(Category.COMPUTE)).any():
-        comm = np.isin(cat, (int(Category.COLLECTIVE), int(Category.P2P)))
+        comm = one_of(cat, (int(Category.COLLECTIVE), int(Category.P2P)))
         what = "only communication kernels" if comm.all() else "only communication kernels, copies or memsets"
         out[Evidence.COMPUTE_KERNELS.value] = f"no compute kernels, {what}"
     host = trace.host_cols
     kinds = host["kind"]
-    if not np.isin(kinds, _HOST_KINDS).any():
+    if not one_of(kinds, _HOST_KINDS).any():
         why = "no host events: a GPU-only trace"
         for e in (Evidence.HOST_EVENTS, Evidence.LAUNCH_CALLS, Evidence.RUNTIME_CALLS, Evidence.ALL_LAUNCHES):
             out[e.value] = why
         return out
-    runtime = np.isin(kinds, (int(Kind.RUNTIME), int(Kind.DRIVER)))
+    runtime = one_of(kinds, (int(Kind.RUNTIME), int(Kind.DRIVER)))
     launches = runtime & (host["category"] == int(Category.LAUNCH))
     if not launches.any():
         why = "no kernel launch calls among its host events"

@@ -91,6 +91,7 @@ from gpuprof.analysis.attribution import PRECEDENCE
 from gpuprof.analysis.rules import RULES
 from gpuprof.analysis.rules.context import RuleContext
 from gpuprof.model.report import Cause
+from gpuprof.model.table import one_of
 from gpuprof.model.timeline import Category, Columns, CopyKind
 
 _SCALAR_READS = ("aten::item", "aten::_local_scalar_dense")
@@ -219,7 +220,7 @@ def rank_facts(
     f["pageable_copy_us"] = iv.total(pg_iv)
     f["pageable_exposed_copy_us"] = iv.total(iv.subtract(pg_iv, ctx.compute))
     # Communication.
-    comm = ctx.act & np.isin(cat, (int(Category.COLLECTIVE), int(Category.P2P)))
+    comm = ctx.act & one_of(cat, (int(Category.COLLECTIVE), int(Category.P2P)))
     comm_iv = ctx.clip(iv.union(ds[comm], de[comm]))
     f["comm_us"] = iv.total(comm_iv)
     f["comm_exposed_us"] = iv.total(iv.subtract(comm_iv, ctx.compute))

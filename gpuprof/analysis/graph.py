@@ -55,6 +55,7 @@ from gpuprof.analysis import intervals as iv
 from gpuprof.analysis.hostfacts import ddp_buffer_spans
 from gpuprof.analysis.intervals import Intervals
 from gpuprof.analysis.rules.context import LAUNCH_QUEUE_US, LAUNCH_SLACK_US, RuleContext
+from gpuprof.model.table import one_of
 from gpuprof.model.timeline import Category, CopyKind, Kind, Step
 
 FloatArray = npt.NDArray[np.float64]
@@ -184,7 +185,7 @@ def _event_kind(category: npt.NDArray[np.int64]) -> npt.NDArray[np.int8]:
     out[category == int(Category.COMPUTE)] = EV_COMPUTE
     out[category == int(Category.COLLECTIVE)] = EV_COLLECTIVE
     out[category == int(Category.P2P)] = EV_P2P
-    out[np.isin(category, (int(Category.COPY), int(Category.MEMSET)))] = EV_COPY
+    out[one_of(category, (int(Category.COPY), int(Category.MEMSET)))] = EV_COPY
     return out
 
 

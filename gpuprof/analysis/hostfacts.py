@@ -39,6 +39,7 @@ import numpy.typing as npt
 from gpuprof.analysis import intervals as iv
 from gpuprof.analysis.intervals import Intervals
 from gpuprof.analysis.rules.context import RuleContext
+from gpuprof.model.table import one_of
 from gpuprof.model.timeline import Category, Columns, Kind
 
 # Names that only say which phase the time is in: looked through to the op inside.
@@ -101,6 +102,26 @@ def _measure_before(ivs: Intervals, t: npt.NDArray[np.float64]) -> npt.NDArray[n
     return np.where(ok, cum[j] + inside, 0.0)
 
 
+def _measure_between(
+    ivs: Intervals, a: npt.NDArray[np.float64], b: npt.NDArray[np.float64]
+) -> npt.NDArray[np.float64]:
+    """``_measure_before(ivs, b) - _measure_before(ivs, a)``: the length of ``ivs`` inside
+    each ``[a, b)``, with the prefix sums made once for both ends (the same arithmetic)."""
+    s, e = ivs
+    if s.size == 0:
+        return np.zeros_like(b) - np.zeros_like(a)
+    cum = np.concatenate(([0.0], np.cumsum(e - s)))
+    length = e - s
+
+    def before(t: npt.NDArray[np.float64]) -> npt.NDArray[np.float64]:
+        i = np.searchsorted(s, t, side="right") - 1
+        j = np.maximum(i, 0)
+        inside = np.clip(t - s[j], 0.0, length[j])
+        return np.where(i >= 0, cum[j] + inside, 0.0)
+
+    return before(b) - before(a)
+
+
 def _outer(s: npt.NDArray[np.float64], e: npt.NDArray[np.float64]) -> npt.NDArray[np.bool_]:
     """Mask of the ranges not nested in another (earlier start, or same start and longer)."""
     order = np.lexsort((-e, s))
@@ -153,7 +174,9 @@ class _ByThread:
         starting in ``[lo_us, hi_us]`` (``b < a`` when ``hi_us < lo_us``)."""
         a = np.zeros(tid.size, dtype=np.int64)
         b = np.zeros(tid.size, dtype=np.int64)
-        for t in np.unique(tid):
+        # Mostly one thread: no need to find the distinct ones.
+        threads = tid[:1] if tid.size and bool((tid == tid[0]).all()) else np.unique(tid)
+        for t in threads:
             q = np.flatnonzero(tid == t)
             g = int(np.searchsorted(self.tids, t))
             if g >= self.tids.size or self.tids[g] != t:
@@ -183,8 +206,8 @@ class OpIndex:
         self.hs, self.he = host["start_us"], host["end_us"]
         self.htid = host["tid"]
         self.ranges = (
-            np.isin(host["kind"], (int(Kind.OP), int(Kind.ANNOTATION)))
-            & ~np.isin(host["category"], (int(Category.STEP), int(Category.LAUNCH)))
+            one_of(host["kind"], (int(Kind.OP), int(Kind.ANNOTATION)))
+            & ~one_of(host["category"], (int(Category.STEP), int(Category.LAUNCH)))
             & (self.he > ctx.lo_us)
             & (self.hs < ctx.hi_us)
         )
@@ -264,7 +287,7 @@ def lost_by_op(
                     pending = None
                 if mine[0].size == 0:
                     break
-                got = _measure_before(mine, layer.end_us) - _measure_before(mine, layer.start_us)
+                got = _measure_between(mine, layer.start_us, layer.end_us)
                 np.add.at(lost_by_code, layer.code, got)
                 np.add.at(calls_by_code, layer.code, (got > 0).astype(float))
                 covered += float(got.sum())
@@ -286,9 +309,11 @@ def lost_by_op(
             "calls": int(n_calls),
         }
         if n != NO_OP and n_calls <= _INNER_MAX_CALLS:
-            parents = few.parents(n)
-            entry["launches_per_call"] = few.launches_per_call(parents)
-            entry.update(few.inner(lost, parents, us))
+            # What does not depend on the lost time is found once per name (the same op
+            # often tops the host, sync and other time alike).
+            launches, children = few.of_name(n)
+            entry["launches_per_call"] = launches
+            entry.update(few.inner_of(lost, children, us))
         out.append(entry)
     return out
 
@@ -308,6 +333,15 @@ class _FewCalls:
         self.category = host["category"]
         self._launch: _ByThread | None = None
         self._ops: _ByThread | None = None
+        self._by_name: dict[str, tuple[float | None, npt.NDArray[np.int64]]] = {}
+
+    def of_name(self, name: str) -> tuple[float | None, npt.NDArray[np.int64]]:
+        """:meth:`launches_per_call` and :meth:`children` of the window's rows ``name``."""
+        got = self._by_name.get(name)
+        if got is None:
+            parents = self.parents(name)
+            got = self._by_name[name] = (self.launches_per_call(parents), self.children(parents))
+        return got
 
     def parents(self, name: str) -> npt.NDArray[np.int64]:
         """The window's rows called ``name``, in row order."""
@@ -333,8 +367,13 @@ class _FewCalls:
         holds at least :data:`INNER_MIN_SHARE` of it and has a call of at least
         :data:`INNER_MIN_CALL_US` (wrappers skipped): ``inner_op``, ``inner_lost_us`` and
         ``inner_longest_us`` (its longest single call on the host)."""
+        return self.inner_of(lost, self.children(parents), lost_us)
+
+    def children(self, parents: npt.NDArray[np.int64]) -> npt.NDArray[np.int64]:
+        """The ops directly inside ``parents`` (on the parent's thread; wrappers included):
+        what :meth:`inner` looks at, which does not depend on the lost time."""
         if parents.size == 0:
-            return {}
+            return parents
         hs, he = self.hs, self.he
         if self._ops is None:
             self._ops = _ByThread(np.flatnonzero(self.kind == int(Kind.OP)), hs, self.htid)
@@ -343,17 +382,21 @@ class _FewCalls:
         lens = np.maximum(b - a, 0)
         total = int(lens.sum())
         if total == 0:
-            return {}
+            return np.zeros(0, dtype=np.int64)
         seg = np.repeat(np.arange(parents.size, dtype=np.int64), lens)
         pos = np.repeat(a - np.concatenate(([0], np.cumsum(lens)[:-1])), lens) + np.arange(total)
         cand = self._ops.rows[pos]
         par = parents[seg]
         keep = (he[cand] <= he[par]) & (cand != par)
         cand, seg = cand[keep], seg[keep]
-        rows = cand[_outer_segments(hs[cand], he[cand], seg)]
+        return cand[_outer_segments(hs[cand], he[cand], seg)]  # type: ignore[no-any-return]
+
+    def inner_of(self, lost: Intervals, rows: npt.NDArray[np.int64], lost_us: float) -> dict[str, Any]:
+        """:meth:`inner` given the :meth:`children` of the parents."""
         if rows.size == 0:
             return {}
-        got = _measure_before(lost, he[rows]) - _measure_before(lost, hs[rows])
+        hs, he = self.hs, self.he
+        got = _measure_between(lost, hs[rows], he[rows])
         pos_rows = got > 0
         r, g = rows[pos_rows], got[pos_rows]
         if r.size == 0:

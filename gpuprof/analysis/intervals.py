@@ -34,6 +34,8 @@ def union(starts: npt.ArrayLike, ends: npt.ArrayLike) -> Intervals:
     s, e = make(starts, ends)
     if s.size <= 1:
         return s, e
+    if (s[1:] > e[:-1]).all():  # sorted, disjoint and apart already (most calls): as below
+        return s, e
     if not (s[1:] >= s[:-1]).all():  # most callers pass rows already sorted by start
         order = np.argsort(s, kind="stable")
         s = s[order]
@@ -87,6 +89,13 @@ def intersect(a: Intervals, b: Intervals) -> Intervals:
     b_s, b_e = normalize(b)
     if b_s.size == 0:
         return empty()
+    return _intersect_normalized(a_s, a_e, b_s, b_e)
+
+
+def _intersect_normalized(
+    a_s: FloatArray, a_e: FloatArray, b_s: FloatArray, b_e: FloatArray
+) -> Intervals:
+    """:func:`intersect` of two normalized, non-empty sets."""
     # Both normalized (sorted, disjoint, apart): interval i of a overlaps the intervals of b
     # from the first that ends after it starts to the last that starts before it ends. Each
     # overlapping pair gives one piece; in that order the pieces are sorted and apart.
@@ -118,7 +127,12 @@ def subtract(a: Intervals, b: Intervals) -> Intervals:
         return a_s, a_e
     lo = float(min(a_s[0], b_s[0]))
     hi = float(max(a_e[-1], b_e[-1]))
-    return intersect((a_s, a_e), complement((b_s, b_e), lo, hi))
+    # complement((b_s, b_e), lo, hi) of a normalized set inside [lo, hi]: its gaps, already
+    # normalized, so neither needs normalizing again.
+    gap_s, gap_e = make(np.concatenate(([lo], b_e)), np.concatenate((b_s, [hi])))
+    if gap_s.size == 0:
+        return empty()
+    return _intersect_normalized(a_s, a_e, gap_s, gap_e)
 
 
 def overlap_with_each(query: Intervals, cover: Intervals) -> FloatArray:

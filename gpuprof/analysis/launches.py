@@ -11,11 +11,12 @@ local rules (:mod:`gpuprof.analysis.rules`) use these arrays.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import numpy.typing as npt
 
+from gpuprof.model.table import Table, one_of
 from gpuprof.model.timeline import Columns, Kind, RankTrace
 
 if TYPE_CHECKING:
@@ -30,7 +31,13 @@ _API_KINDS: tuple[int, ...] = (int(Kind.RUNTIME), int(Kind.DRIVER))
 def activity_mask(device: pd.DataFrame | Columns) -> npt.NDArray[np.bool_]:
     """Rows of a device table (or its :class:`Columns`) that are device work (not
     annotations)."""
-    return np.isin(np.asarray(device["kind"]), ACTIVITY_KINDS)
+    if isinstance(device, Table):  # the same mask is asked for several times per rank
+        return device.derived("activity", _activity)  # type: ignore[no-any-return]
+    return _activity(device)
+
+
+def _activity(device: Any) -> npt.NDArray[np.bool_]:
+    return one_of(device["kind"], ACTIVITY_KINDS)
 
 
 @dataclass(frozen=True)
@@ -62,7 +69,7 @@ def match_launches(trace: RankTrace) -> Launches:
         return Launches(start, end, tid, None if not act.any() else 0.0)
     hk = host["kind"]
     hc = host["correlation"]
-    api = np.isin(hk, _API_KINDS) & (hc >= 0)
+    api = one_of(hk, _API_KINDS) & (hc >= 0)
     if not api.any():
         return Launches(start, end, tid, 0.0 if act.any() else None)
     # The first call of each correlation id; each device row looks its id up among them.

@@ -70,6 +70,7 @@ from gpuprof.analysis import intervals as iv
 from gpuprof.analysis.intervals import Intervals
 from gpuprof.analysis.launches import Launches, activity_mask, match_launches
 from gpuprof.errors import GpuprofError
+from gpuprof.model.table import one_of
 from gpuprof.model.timeline import Category, Kind, RankTrace, Step
 
 # Below this share of device rows with a known launch, host step ranges are used.
@@ -208,9 +209,7 @@ def _step_work(trace: RankTrace, steps: tuple[Step, ...], launches: Launches) ->
     upto = np.maximum.accumulate(max_end)  # upto[j]: work launched before step j ends
     # Launch API calls per step and how many have no device event.
     host = trace.host_cols
-    is_launch = (host["category"] == int(Category.LAUNCH)) & np.isin(
-        host["kind"], (int(Kind.RUNTIME), int(Kind.DRIVER))
-    )
+    is_launch = (host["category"] == int(Category.LAUNCH)) & one_of(host["kind"], (int(Kind.RUNTIME), int(Kind.DRIVER)))
     hc = host["correlation"][is_launch]
     hs = host["start_us"][is_launch]
     dev_corr = np.unique(dev["correlation"][act])

@@ -78,10 +78,13 @@ class RankPart:
 def merged_form(events: Iterable[Event]) -> str | None:
     """The merged form ``events`` are in (:data:`TRACEFUSION`, :data:`LABELLED_PIDS`), or
     ``None`` when they carry no rank marks."""
-    for e in events:
-        if as_int(e.args.rank) is not None and not isinstance(e.args.rank, bool):
+    label = _LABEL.match
+    for e in events:  # thousands of events per rank: the cheap tests first
+        r = e.args.rank
+        if r is not None and not isinstance(r, bool) and as_int(r) is not None:
             return TRACEFUSION
-        if isinstance(e.pid, str) and _LABEL.match(e.pid) is not None:
+        pid = e.pid
+        if isinstance(pid, str) and label(pid) is not None:
             return LABELLED_PIDS
     return None
 

@@ -32,6 +32,7 @@ import numpy.typing as npt
 from gpuprof.analysis import intervals as iv
 from gpuprof.analysis.intervals import Intervals
 from gpuprof.analysis.launches import Launches, activity_mask
+from gpuprof.model.table import one_of
 from gpuprof.model.timeline import Category, RankTrace
 
 # A kernel starts on the device a few microseconds after its launch call returns; the gap
@@ -134,7 +135,7 @@ class RuleContext:
     def device_rows(self, *categories: Category) -> Intervals:
         """Device work intervals of the given categories (unclipped, not normalized)."""
         cols = self.cols
-        sel = self.act & np.isin(cols.dev_category, [int(c) for c in categories])
+        sel = self.act & one_of(cols.dev_category, [int(c) for c in categories])
         return cols.dev_start_us[sel], cols.dev_end_us[sel]
 
     def host_mask(self, *categories: Category) -> npt.NDArray[np.bool_]:
@@ -143,7 +144,7 @@ class RuleContext:
         s = cols.host_start_us
         e = cols.host_end_us
         return (
-            np.isin(cols.host_category, [int(c) for c in categories])
+            one_of(cols.host_category, [int(c) for c in categories])
             & (e > self.lo_us)
             & (s < self.hi_us)
         )

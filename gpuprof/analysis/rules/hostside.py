@@ -30,6 +30,7 @@ import numpy.typing as npt
 from gpuprof.analysis import intervals as iv
 from gpuprof.analysis.intervals import Intervals
 from gpuprof.analysis.rules.context import RuleContext
+from gpuprof.model.table import one_of
 from gpuprof.model.timeline import Category, Kind
 
 # After a draining call returns, this much of the device's further wait for the next launch
@@ -123,7 +124,7 @@ def _launch_calls(ctx: RuleContext) -> npt.NDArray[np.bool_]:
     corr = dev["correlation"][ctx.act]
     hc = host["correlation"]
     kinds = host["kind"]
-    api = np.isin(kinds, (int(Kind.RUNTIME), int(Kind.DRIVER))) & (hc >= 0)
+    api = one_of(kinds, (int(Kind.RUNTIME), int(Kind.DRIVER))) & (hc >= 0)
     return api & np.isin(hc, corr[corr >= 0])
 
 
@@ -142,7 +143,7 @@ def _quiet_busy(ctx: RuleContext, tid: int, launch: npt.NDArray[np.bool_]) -> In
     quiet = iv.clip(iv.make(q0[long], q1[long]), ctx.lo_us, ctx.hi_us)
     ranges = (
         mine
-        & np.isin(host["kind"], (int(Kind.OP), int(Kind.ANNOTATION)))
+        & one_of(host["kind"], (int(Kind.OP), int(Kind.ANNOTATION)))
         & (host["category"] != int(Category.STEP))
         & (he > ctx.lo_us)
         & (hs < ctx.hi_us)
