@@ -126,7 +126,6 @@ def _rank_report(s: RankSummary, att: Attribution, cross: CrossRankResult) -> Ra
 def _load_samples(paths: Sequence[str | Path]) -> Any:
     """NVML sample findings when an input is a ``gpuprof run`` session, else ``None``."""
     try:
-        from gpuprof.analysis.samples import summarize_samples
         from gpuprof.session import is_session, read_session
     except ModuleNotFoundError:
         return None
@@ -134,6 +133,10 @@ def _load_samples(paths: Sequence[str | Path]) -> Any:
         if is_session(Path(p)):
             session = read_session(Path(p))
             if session.samples is not None and len(session.samples):
+                # Imported here: only sessions with NVML samples need it (its import costs
+                # ~10 ms, most of a small trace's analysis).
+                from gpuprof.analysis.samples import summarize_samples
+
                 return summarize_samples(session.samples)
     return None
 

@@ -9,9 +9,13 @@ a lost GPU) carry 0.
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 from gpuprof.advice import AdviceContext, advisor
-from gpuprof.analysis.samples import SampleFindings
 from gpuprof.model.report import Cause, Recommendation
+
+if TYPE_CHECKING:  # only a session with NVML samples needs the module (its import costs ms)
+    from gpuprof.analysis.samples import SampleFindings
 
 STARTUP_MIN_S = 30.0  # a startup idle phase shorter than this is not worth a line
 IDLE_MIN_PCT = 5.0  # non-periodic idle below this share of the run is not worth a line
@@ -183,4 +187,8 @@ def advise_samples(findings: SampleFindings | None) -> list[Recommendation]:
 @advisor
 def samples_advisor(ctx: AdviceContext) -> list[Recommendation]:
     """The pipeline's hook: advice from a session's NVML samples, when it has any."""
+    if ctx.samples is None:
+        return []
+    from gpuprof.analysis.samples import SampleFindings  # noqa: F811 -- only sessions get here
+
     return advise_samples(ctx.samples if isinstance(ctx.samples, SampleFindings) else None)
