@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Mapping, Protocol, Sequence
 
-from gpuprof.advice import AdviceContext, advise_all
+from gpuprof.advice import AdviceContext, advise_all, rank_spans
 from gpuprof.analysis.attribution import Attribution, attribute, merge_claims
 from gpuprof.analysis.critical import critical_path
 from gpuprof.analysis.cross_rank import CrossRankResult, analyze_job
@@ -228,19 +228,9 @@ def rank_warnings(pairs: Sequence[tuple[int, str]]) -> list[str]:
 
 
 def _ranks_label(ranks: Sequence[int]) -> str:
-    """``rank 3`` or ``ranks 0-3, 6, 9-10`` (sorted, runs of consecutive ranks joined)."""
+    """``rank 3`` or ``ranks 0-3, 6, 9-10``."""
     nums = sorted(set(ranks))
-    if len(nums) == 1:
-        return f"rank {nums[0]}"
-    parts: list[str] = []
-    start = prev = nums[0]
-    for n in nums[1:]:
-        if n != prev + 1:
-            parts.append(str(start) if start == prev else f"{start}-{prev}")
-            start = n
-        prev = n
-    parts.append(str(start) if start == prev else f"{start}-{prev}")
-    return "ranks " + ", ".join(parts)
+    return f"rank {nums[0]}" if len(nums) == 1 else f"ranks {rank_spans(nums)}"
 
 
 def analyze_paths(

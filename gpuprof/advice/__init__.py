@@ -148,7 +148,7 @@ class HeldBack:
         """The report's line: what was held back and why."""
         parts = []
         for ev, ranks in self.missing.items():
-            who = f"rank {ranks[0]}" if len(ranks) == 1 else f"ranks {_ranks_text(ranks)}"
+            who = f"rank {ranks[0]}" if len(ranks) == 1 else f"ranks {rank_spans(ranks)}"
             parts.append(f"{Evidence(ev).label} ({who}: {self.why[ev]})")
         rec = self.recommendation
         return f"held back '{rec.title}' ({rec.id}): it needs " + "; ".join(parts)
@@ -249,8 +249,9 @@ def advise(ctx: AdviceContext) -> tuple[Recommendation, ...]:
     return advise_all(ctx).recommendations
 
 
-def _ranks_text(ranks: Sequence[int]) -> str:
-    """``0-3, 6`` (sorted, runs of consecutive ranks joined)."""
+def rank_spans(ranks: Sequence[int]) -> str:
+    """``0-3, 6`` (sorted, runs of consecutive ranks joined): how every report names a set
+    of ranks."""
     nums = sorted(set(ranks))
     parts: list[str] = []
     start = prev = nums[0]

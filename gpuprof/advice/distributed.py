@@ -28,7 +28,7 @@ from typing import Any
 
 import numpy as np
 
-from gpuprof.advice import AdviceContext, advisor
+from gpuprof.advice import AdviceContext, advisor, rank_spans
 
 # The pipeline advisors live beside these; importing registers them.
 from gpuprof.advice import pipeline as _pipeline  # noqa: F401
@@ -52,20 +52,6 @@ def _ms(us: float) -> str:
 
 def _ranks_text(ranks: Sequence[int]) -> str:
     return ", ".join(str(r) for r in ranks)
-
-
-def _span_text(ranks: Sequence[int]) -> str:
-    """``1-15`` or ``0, 2, 4-6``: sorted, runs of consecutive ranks joined."""
-    nums = sorted(set(ranks))
-    parts: list[str] = []
-    start = prev = nums[0]
-    for n in nums[1:]:
-        if n != prev + 1:
-            parts.append(str(start) if start == prev else f"{start}-{prev}")
-            start = n
-        prev = n
-    parts.append(str(start) if start == prev else f"{start}-{prev}")
-    return ", ".join(parts)
 
 
 _PHASE_ACTIONS: Mapping[str | None, tuple[str, ...]] = {
@@ -332,7 +318,7 @@ def _slow_rank_advice(ctx: AdviceContext, reports: Sequence[RankReport]) -> Reco
     if waited:
         share = max(float(rp.lost_us.get(Cause.STRAGGLER, 0.0)) / max(rp.window_us, 1e-9) for rp in waited)
         evidence.append(
-            f"rank{'s' if len(waited) > 1 else ''} {_span_text([rp.rank for rp in waited])} wait for it in "
+            f"rank{'s' if len(waited) > 1 else ''} {rank_spans([rp.rank for rp in waited])} wait for it in "
             f"collectives, up to {100 * share:.0f}% of their step"
         )
     named = {int(x["rank"]): x for x in ctx.cross.get("stragglers") or []}
