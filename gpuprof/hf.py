@@ -15,22 +15,20 @@ report. See :mod:`gpuprof.stepprofiler` for the details. Needs the ``hf`` extra
 
 from __future__ import annotations
 
-import os
 from pathlib import Path
-from typing import Any, TextIO
+from typing import Any
 
 try:
     from transformers import TrainerCallback
 except ImportError:
     raise ImportError("gpuprof.hf needs Hugging Face transformers: pip install 'gpuprof[hf]'") from None
 
-from gpuprof.model.report import Report
-from gpuprof.stepprofiler import DEFAULT_ACTIVE, DEFAULT_WAIT, DEFAULT_WARMUP, StepProfiler, _check_steps
+from gpuprof.stepprofiler import ProfilingCallback
 
 __all__ = ["GpuprofCallback"]
 
 
-class GpuprofCallback(TrainerCallback):  # type: ignore[misc]
+class GpuprofCallback(ProfilingCallback, TrainerCallback):  # type: ignore[misc]
     """Profile ``active`` optimizer steps after ``wait`` + ``warmup`` and report on them.
 
     ``dirpath``: where traces and reports go (default ``gpuprof/`` in the run's logging
@@ -40,48 +38,11 @@ class GpuprofCallback(TrainerCallback):  # type: ignore[misc]
     :class:`gpuprof.Report` (rank 0) and ``report_path`` the saved JSON report.
     """
 
-    def __init__(
-        self,
-        wait: int = DEFAULT_WAIT,
-        warmup: int = DEFAULT_WARMUP,
-        active: int = DEFAULT_ACTIVE,
-        dirpath: str | os.PathLike[str] | None = None,
-        *,
-        print_report: bool = True,
-        file: TextIO | None = None,
-        record_shapes: bool = True,
-        with_stack: bool = False,
-    ) -> None:
-        _check_steps(wait, warmup, active)
-        self.wait, self.warmup, self.active = wait, warmup, active
-        self.dirpath = dirpath
-        self.print_report = print_report
-        self.file = file
-        self.record_shapes = record_shapes
-        self.with_stack = with_stack
-        self.profiler: StepProfiler | None = None
-
-    @property
-    def report(self) -> Report | None:
-        return self.profiler.report if self.profiler else None
-
-    @property
-    def report_path(self) -> Path | None:
-        return self.profiler.report_path if self.profiler else None
-
     def on_train_begin(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
-        base = getattr(args, "logging_dir", None) or args.output_dir
-        out = Path(self.dirpath) if self.dirpath else Path(base) / "gpuprof"
-        self.profiler = StepProfiler(
-            out, self.wait, self.warmup, self.active, print_report=self.print_report, file=self.file,
-            record_shapes=self.record_shapes, with_stack=self.with_stack,
-        )
-        self.profiler.start()
+        self._start(Path(getattr(args, "logging_dir", None) or args.output_dir) / "gpuprof")
 
     def on_step_end(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
-        if self.profiler is not None:
-            self.profiler.step()
+        self._step()
 
     def on_train_end(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
-        if self.profiler is not None:
-            self.profiler.stop()
+        self._stop()

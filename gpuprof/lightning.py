@@ -16,12 +16,10 @@ on the standalone ``pytorch_lightning`` package.
 
 from __future__ import annotations
 
-import os
 from pathlib import Path
-from typing import Any, TextIO
+from typing import Any
 
-from gpuprof.model.report import Report
-from gpuprof.stepprofiler import DEFAULT_ACTIVE, DEFAULT_WAIT, DEFAULT_WARMUP, StepProfiler, _check_steps
+from gpuprof.stepprofiler import ProfilingCallback
 
 try:
     from lightning.pytorch import Callback
@@ -34,7 +32,7 @@ except ImportError:
 __all__ = ["GpuprofCallback"]
 
 
-class GpuprofCallback(Callback):  # type: ignore[misc]
+class GpuprofCallback(ProfilingCallback, Callback):  # type: ignore[misc]
     """Profile ``active`` training batches after ``wait`` + ``warmup`` and report on them.
 
     ``dirpath``: where traces and reports go (default ``<trainer.log_dir>/gpuprof``).
@@ -44,52 +42,14 @@ class GpuprofCallback(Callback):  # type: ignore[misc]
     the saved JSON report.
     """
 
-    def __init__(
-        self,
-        wait: int = DEFAULT_WAIT,
-        warmup: int = DEFAULT_WARMUP,
-        active: int = DEFAULT_ACTIVE,
-        dirpath: str | os.PathLike[str] | None = None,
-        *,
-        print_report: bool = True,
-        file: TextIO | None = None,
-        record_shapes: bool = True,
-        with_stack: bool = False,
-    ) -> None:
-        super().__init__()
-        _check_steps(wait, warmup, active)
-        self.wait, self.warmup, self.active = wait, warmup, active
-        self.dirpath = dirpath
-        self.print_report = print_report
-        self.file = file
-        self.record_shapes = record_shapes
-        self.with_stack = with_stack
-        self.profiler: StepProfiler | None = None
-
-    @property
-    def report(self) -> Report | None:
-        return self.profiler.report if self.profiler else None
-
-    @property
-    def report_path(self) -> Path | None:
-        return self.profiler.report_path if self.profiler else None
-
     def on_train_start(self, trainer: Any, pl_module: Any) -> None:
-        out = Path(self.dirpath) if self.dirpath else Path(trainer.log_dir or trainer.default_root_dir) / "gpuprof"
-        self.profiler = StepProfiler(
-            out, self.wait, self.warmup, self.active, print_report=self.print_report, file=self.file,
-            record_shapes=self.record_shapes, with_stack=self.with_stack,
-        )
-        self.profiler.start()
+        self._start(Path(trainer.log_dir or trainer.default_root_dir) / "gpuprof")
 
     def on_train_batch_end(self, trainer: Any, pl_module: Any, outputs: Any, batch: Any, batch_idx: int) -> None:
-        if self.profiler is not None:
-            self.profiler.step()
+        self._step()
 
     def on_train_end(self, trainer: Any, pl_module: Any) -> None:
-        if self.profiler is not None:
-            self.profiler.stop()
+        self._stop()
 
     def on_exception(self, trainer: Any, pl_module: Any, exception: BaseException) -> None:
-        if self.profiler is not None:
-            self.profiler.stop(failed=True)
+        self._stop(failed=True)

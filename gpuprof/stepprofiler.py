@@ -28,7 +28,7 @@ from gpuprof.errors import GpuprofError
 from gpuprof.model.report import Report
 from gpuprof.torch import REPORT_SUFFIX, TraceHandler, dist_rank_world, print_text_report
 
-__all__ = ["StepProfiler"]
+__all__ = ["ProfilingCallback", "StepProfiler"]
 
 DEFAULT_WAIT, DEFAULT_WARMUP, DEFAULT_ACTIVE = 5, 2, 3
 REPORT_NAME = "report" + REPORT_SUFFIX
@@ -176,3 +176,58 @@ class StepProfiler:
         if self.print_report:
             print_text_report(report, self.file)
         _say(f"report of the profiled steps written to {self.report_path} (and report.html)")
+
+
+class ProfilingCallback:
+    """What the framework callbacks (:mod:`gpuprof.lightning`, :mod:`gpuprof.hf`) share:
+    their settings, the :class:`StepProfiler` they start when training starts, and its
+    results (``report``, ``report_path``). Each callback mixes it into its framework's
+    callback class and maps the framework's hooks onto :meth:`_start`, :meth:`_step` and
+    :meth:`_stop`."""
+
+    def __init__(
+        self,
+        wait: int = DEFAULT_WAIT,
+        warmup: int = DEFAULT_WARMUP,
+        active: int = DEFAULT_ACTIVE,
+        dirpath: str | os.PathLike[str] | None = None,
+        *,
+        print_report: bool = True,
+        file: TextIO | None = None,
+        record_shapes: bool = True,
+        with_stack: bool = False,
+    ) -> None:
+        super().__init__()  # the framework's callback class, next in the MRO
+        _check_steps(wait, warmup, active)
+        self.wait, self.warmup, self.active = wait, warmup, active
+        self.dirpath = dirpath
+        self.print_report = print_report
+        self.file = file
+        self.record_shapes = record_shapes
+        self.with_stack = with_stack
+        self.profiler: StepProfiler | None = None
+
+    @property
+    def report(self) -> Report | None:
+        return self.profiler.report if self.profiler else None
+
+    @property
+    def report_path(self) -> Path | None:
+        return self.profiler.report_path if self.profiler else None
+
+    def _start(self, default_dir: Path) -> None:
+        """Start profiling into ``dirpath``, else into ``default_dir``."""
+        out = Path(self.dirpath) if self.dirpath else default_dir
+        self.profiler = StepProfiler(
+            out, self.wait, self.warmup, self.active, print_report=self.print_report, file=self.file,
+            record_shapes=self.record_shapes, with_stack=self.with_stack,
+        )
+        self.profiler.start()
+
+    def _step(self) -> None:
+        if self.profiler is not None:
+            self.profiler.step()
+
+    def _stop(self, *, failed: bool = False) -> None:
+        if self.profiler is not None:
+            self.profiler.stop(failed=failed)
