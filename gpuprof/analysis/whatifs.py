@@ -105,8 +105,6 @@ SLOW_RANK_RATIO = 1.15
 SYNC_TOL_US = 20.0
 # Point-to-point calls of two ranks ending within this long of each other are one transfer.
 P2P_END_TOL_US = 20.0
-# Pair the receives that did not wait with their buffered sends (one-way ``after`` groups).
-PAIR_UNWAITED = True
 
 
 @dataclass(frozen=True)
@@ -598,8 +596,7 @@ def _kineto_p2p_pairs(
             continue
         used.update({(a[2], a[3]), (b[2], b[3])})
         out.append(Group(((a[2], a[3]), (b[2], b[3])), "collective"))
-    if not PAIR_UNWAITED:
-        return out
+    # The receives that did not wait, one way behind their buffered sends.
     sends = [r for r in by_end if r[5] != "recv" and (r[2], r[3]) not in used]
     for rv in (r for r in by_end if r[5] == "recv" and (r[2], r[3]) not in used):
         best = None
