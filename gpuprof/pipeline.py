@@ -103,6 +103,8 @@ def _rank_report(s: RankSummary, att: Attribution, cross: CrossRankResult) -> Ra
     extra: dict[str, Any] = {}
     if s.empty_reason:
         extra["note"] = s.empty_reason
+        if s.facts.get("host_steps"):
+            extra["host_steps"] = dict(s.facts["host_steps"])  # what a CPU-only rank still measured
     if s.parallel:
         extra["parallel"] = dict(s.parallel)
     if s.facts.get("step_marker"):

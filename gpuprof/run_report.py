@@ -9,17 +9,14 @@ from __future__ import annotations
 
 from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import Any, Sequence
+from typing import Any
 
 from gpuprof.errors import GpuprofError
 from gpuprof.model.report import Report, sort_recommendations
+from gpuprof.phrases import duration
+from gpuprof.session.layout import NO_SAMPLING
 
 SAVED_FORMATS = ("json", "html")  # always saved in the session folder as report.<ext>
-
-GPU_WOULD_ADD = (
-    "on a GPU, gpuprof splits each step into GPU compute and time lost to input loading, "
-    "synchronization, host overhead, communication, memory and pipeline bubbles, and ranks what to change"
-)
 
 
 def samples_only_report(session_dir: Path, note: str | None = None) -> Report:
@@ -98,21 +95,14 @@ def is_cpu_only(report: Report) -> bool:
     return not report.extra.get("samples")
 
 
-def _host_figures(paths: Sequence[Path]) -> dict[str, Any] | None:
-    """Host time per profiled step, from the first trace that marks steps."""
-    from gpuprof.analysis.host_steps import host_steps
-    from gpuprof.readers import load_file
-
-    for path in paths:
-        try:
-            traces = load_file(path)
-        except GpuprofError:
-            continue
-        for t in traces:
-            h = host_steps(t)
-            if h.steps:
-                return {"rank": t.rank, "profiled_steps": h.steps, "host_step_us": round(h.step_us or 0.0, 3),
-                        "host_op_us": round(h.op_us or 0.0, 3)}
+def _first_host_figures(report: Report) -> dict[str, Any] | None:
+    """The ``run`` key's host figures (kept for readers of older reports): the first rank
+    that measured its steps on the host (every rank's are in its ``host_steps``)."""
+    for r in report.ranks:
+        h = r.extra.get("host_steps")
+        if isinstance(h, dict) and h.get("profiled_steps"):
+            return {"rank": r.rank, "profiled_steps": h["profiled_steps"], "host_step_us": h.get("step_us") or 0.0,
+                    "host_op_us": h.get("op_us") or 0.0}
     return None
 
 
@@ -142,38 +132,17 @@ def session_report(session_dir: Path, options: Any = None, progress: Any = None)
         run["step_time_median_us"] = None if stats.step_time_median_us is None else round(stats.step_time_median_us, 3)
     if is_cpu_only(report):
         run["cpu_only"] = True
-        host = _host_figures(session.trace_paths)
+        host = _first_host_figures(report)
         if host is not None:
             run.update(host)
+        # NVML's absence is news only for a job that used a GPU: this one ran on the CPU,
+        # which the report says (and the run said when it started).
+        quiet = tuple(w for w in report.warnings if not w.startswith(NO_SAMPLING))
+        if quiet != report.warnings:
+            report = replace(report, warnings=quiet)
     if run:
         report = replace(report, extra={**report.extra, "run": run})
     return report
-
-
-def _ms(us: float) -> str:
-    return f"{us / 1000:.3g} ms" if us < 10_000_000 else f"{us / 1e6:.3g} s"
-
-
-def cpu_only_lines(report: Report) -> list[str]:
-    """What a CPU-only run measured, and what a GPU run would add: instead of "nothing to analyze"."""
-    run = report.extra.get("run") or {}
-    parts = []
-    steps = run.get("optimizer_steps")
-    if steps:
-        text = f"{steps} optimizer step{'s' if steps != 1 else ''}"
-        if run.get("step_time_median_us"):
-            text += f", median {_ms(run['step_time_median_us'])} per step"
-        parts.append(text)
-    if run.get("profiled_steps") and run.get("host_step_us"):
-        n = run["profiled_steps"]
-        op, step = run.get("host_op_us") or 0.0, run["host_step_us"]
-        parts.append(
-            f"in the {n} profiled step{'s' if n != 1 else ''}: {_ms(step)} per step on the host, "
-            f"{_ms(op)} of it ({100 * op / step:.0f} %) inside torch operators and the rest in Python "
-            "and framework code between them"
-        )
-    measured = "; ".join(parts) if parts else "no optimizer step was recorded"
-    return [f"no GPU activity was recorded (CPU only); measured: {measured}", GPU_WOULD_ADD]
 
 
 def job_summary(session_dir: Path) -> str:
@@ -187,7 +156,7 @@ def job_summary(session_dir: Path) -> str:
     if stats is not None and h is not None:
         text = f"{stats.steps} optimizer step{'s' if stats.steps != 1 else ''}"
         if stats.step_time_median_us is not None:
-            text += f" (median {stats.step_time_median_us / 1000:.2f} ms per step)"
+            text += f" (median step {duration(stats.step_time_median_us)})"
         parts.append(text)
         steps = h[h["kind"] == "step"]
         for col, what in (("alloc_retries", "CUDA allocator retries"), ("ooms", "CUDA OOMs")):

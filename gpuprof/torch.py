@@ -18,7 +18,7 @@ Each cycle writes ``<worker>.<time_ns>.pt.trace.json.gz`` (as the TensorBoard ha
 named them; the worker is ``<host>_rank<k>`` under ``torch.distributed``, else
 ``<host>_<pid>``), then analyzes that trace: the report is saved beside it as
 ``<worker>.<time_ns>.gpuprof.json`` (render it again with ``gpuprof analyze FILE -o
-report.html``) and printed as text by rank 0. Each rank reports on its own trace; for the
+report.html``) and printed as text on stderr by rank 0. Each rank reports on its own trace; for the
 job-level view (stragglers, pipeline bubbles) run ``gpuprof analyze`` on the traces of one
 cycle from every rank.
 
@@ -121,6 +121,7 @@ class TraceHandler:
     def _report(self, trace: Path) -> Report | None:
         from gpuprof.api import analyze
 
+        ranks = dist_rank_world()
         try:
             report = analyze(trace)
         except GpuprofError as exc:
@@ -129,6 +130,16 @@ class TraceHandler:
         except Exception as exc:  # noqa: BLE001  (a gpuprof bug must not end the training run)
             _say(f"could not analyze {trace} ({type(exc).__name__}: {exc}); please report this with the trace")
             return None
+        if ranks is None:
+            # Outside torch.distributed the job is this one process: its rank (0) is known,
+            # whatever the trace's name says or does not say.
+            from dataclasses import replace
+
+            from gpuprof.readers.ranks import GUESSED_RANK
+
+            kept = tuple(w for w in report.warnings if GUESSED_RANK not in w)
+            if kept != report.warnings:
+                report = replace(report, warnings=kept)
         if self.save_report:
             from gpuprof.atomic import write_text_atomic
 
@@ -138,19 +149,27 @@ class TraceHandler:
                 self.report_paths.append(out)
             except (OSError, GpuprofError) as exc:
                 _say(f"could not save the report {out}: {exc}")
-        ranks = dist_rank_world()
         if self.print_report and (ranks is None or ranks[0] == 0):
             print_text_report(report, self.file)
         return report
 
 
 def print_text_report(report: Report, file: TextIO | None = None) -> None:
-    """The text report on ``file`` (stdout by default), coloured on a terminal."""
+    """The text report on ``file`` (stderr by default, beside the training log's own
+    progress, never into its stdout): coloured and wrapped to the terminal on a terminal,
+    one line per finding anywhere else (a log file, a CI job)."""
     from gpuprof.render.text import render_text
 
-    out = file if file is not None else sys.stdout
+    out = file if file is not None else sys.stderr
     isatty = getattr(out, "isatty", None)
-    out.write(render_text(report, 100, color=bool(isatty and isatty())))
+    terminal = bool(isatty and isatty())
+    width = 100
+    if terminal:
+        try:
+            width = max(60, min(os.get_terminal_size(out.fileno()).columns, 160))
+        except (OSError, ValueError, AttributeError):
+            pass
+    out.write(render_text(report, width, color=terminal, wrap=terminal))
     out.flush()
 
 
@@ -169,7 +188,7 @@ def trace_handler(
     ``worker_name``: the trace's name prefix (default ``<host>_rank<k>`` or
     ``<host>_<pid>``). ``use_gzip``: write ``.pt.trace.json.gz`` (default) or plain JSON.
     ``print_report``: print the text report (rank 0 only under torch.distributed) to
-    ``file`` (default stdout). ``save_report``: save the JSON report beside the trace.
+    ``file`` (default stderr). ``save_report``: save the JSON report beside the trace.
     """
     return TraceHandler(
         dir_name, worker_name, use_gzip, print_report=print_report, save_report=save_report, file=file

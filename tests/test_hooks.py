@@ -42,8 +42,9 @@ def test_tiny_training_under_gpuprof_run(tmp_path: Path) -> None:
     assert "\x1b" not in p.stderr  # stderr is not a terminal: no live status line
     # A CPU-only run ends with what was measured, not "nothing to analyze".
     assert "nothing to analyze" not in p.stderr
-    assert "no GPU activity was recorded (CPU only); measured: 40 optimizer steps" in p.stderr
-    assert "inside torch operators" in p.stderr and "gpuprof: on a GPU, gpuprof splits" in p.stderr
+    assert "gpuprof: no GPU activity was recorded (CPU only); measured on the host:" in p.stderr
+    assert "   - 40 optimizer steps, median step " in p.stderr
+    assert "inside torch operators" in p.stderr and "   - on a GPU, gpuprof splits" in p.stderr
     assert (out / "report.json").is_file() and (out / "report.html").is_file()
     s = read_session(out)
     assert [t.name for t in s.trace_paths] == ["rank0.pt.trace.json.gz"]
@@ -226,7 +227,7 @@ def test_job_summary_counts_allocator_retries_across_processes(tmp_path: Path) -
                                      "step": i, "alloc_retries": r, "ooms": 0}))
     (tmp_path / "hooks" / "rank0-10.jsonl").write_text("\n".join(lines) + "\n")
     line = job_summary(tmp_path)
-    assert "3 optimizer steps" in line and "(median 1000.00 ms per step)" in line
+    assert "3 optimizer steps" in line and "(median step 1.00 s)" in line
     assert "5 CUDA allocator retries" in line and "0 CUDA OOMs" in line
 
 

@@ -50,7 +50,7 @@ def test_totals_have_every_cause_in_ms_and_percent() -> None:
 
 @pytest.mark.parametrize("width", [60, 80, 100, 160])
 def test_fits_any_width(width: int) -> None:
-    text = render(_two_ranks(), "text", width)
+    text = render_text(_two_ranks(), width, wrap=True)  # as on a terminal
     assert max(len(line) for line in text.splitlines()) <= width
     assert "lost: dataloader" in text and "15.0%" in text
     assert "\x1b[" not in text  # no colour unless asked

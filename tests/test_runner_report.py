@@ -85,20 +85,70 @@ def test_a_report_that_cannot_be_saved_is_one_line_and_the_rest_goes_on(tmp_path
     assert "session saved in" in err
 
 
-def test_cpu_only_run_ends_with_what_was_measured(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+def test_cpu_only_run_says_the_same_summary_in_all_four_places(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """stderr at the end of the run, report.json, report.html and `gpuprof analyze SESSION`
+    all carry the one CPU-only summary (figures.cpu_only_summary), never "nothing to analyze"."""
+    from gpuprof.api import analyze
+    from gpuprof.render import render
+    from gpuprof.render.figures import cpu_only_summary
+
     root = _session(tmp_path / "s", SAMPLES / "cpu-training" / "worker0.pt.trace.json.gz", steps=9)
     report_run(root, "text", None, _result(root))
     err = capsys.readouterr().err
     assert "nothing to analyze" not in err
-    lines = err.splitlines()
-    measured = next(ln for ln in lines if "no GPU activity was recorded (CPU only)" in ln)
-    assert "9 optimizer steps, median 250 ms per step" in measured
-    assert "in the 3 profiled steps: 1.37 ms per step on the host, 0.656 ms of it (48 %) inside torch operators" in measured
-    assert lines[-2].startswith("gpuprof: on a GPU, gpuprof splits each step into GPU compute")
-    run = json.loads((root / "report.json").read_text())["run"]
-    assert run == {"optimizer_steps": 9, "step_time_median_us": 250000.0, "cpu_only": True, "rank": 0,
-                   "profiled_steps": 3, "host_step_us": pytest.approx(1373.261, abs=1e-3),
-                   "host_op_us": pytest.approx(656.446, abs=1e-3)}
+    assert "gpuprof: no GPU activity was recorded (CPU only); measured on the host:" in err
+    assert "9 optimizer steps, median step 250.0 ms" in err
+    host = "rank 0, 3 profiled steps: median step 1.4 ms on the host; 656 µs of it (48%) inside torch operators"
+    assert host in err
+    assert err.count("on a GPU, gpuprof splits each step") == 1
+    assert err.count("no GPU activity") == 1  # the rank's note is the headline, not also a warning
+    saved = json.loads((root / "report.json").read_text())
+    assert saved["run"] == {"optimizer_steps": 9, "step_time_median_us": 250000.0, "cpu_only": True, "rank": 0,
+                            "profiled_steps": 3, "host_step_us": pytest.approx(1373.261, abs=1e-3),
+                            "host_op_us": pytest.approx(656.446, abs=1e-3)}
+    assert saved["ranks"][0]["host_steps"]["profiled_steps"] == 3
+    page = (root / "report.html").read_text()
+    assert "nothing to analyze" not in page and host in page
+    again = analyze(root)
+    summary = cpu_only_summary(again)
+    assert summary is not None and any(host in line for line in summary.lines)
+    for fmt in ("text", "markdown", "html"):
+        assert host in render(again, fmt), fmt
+
+
+def test_a_cpu_only_trace_outside_a_session_is_summarized_per_rank(shared_traces: Path) -> None:
+    """A torchrun job on CPUs: the host time inside gloo collectives, per rank."""
+    from gpuprof.api import analyze
+    from gpuprof.render import render
+
+    report = analyze(shared_traces / "edge-cpu-only-gloo")
+    text = render(report, "text")
+    assert "nothing to analyze" not in text
+    assert "rank 34, 1 profiled step: median step 210.1 ms on the host; 178.8 ms of it (85%) in gloo collectives" in text
+
+
+def test_a_command_that_cannot_start_is_not_analyzed(tmp_path: Path) -> None:
+    """`gpuprof run -- nonexistent-cmd`: exit 127 after the one error line, no report."""
+    import subprocess
+    import sys
+
+    out = tmp_path / "s"
+    p = subprocess.run([sys.executable, "-m", "gpuprof", "run", "--out", str(out), "--", "gpuprof-no-such-command"],
+                       capture_output=True, text=True, timeout=120)
+    assert p.returncode == 127
+    assert p.stderr.rstrip().splitlines()[-1] == "gpuprof: cannot run 'gpuprof-no-such-command': No such file or directory"
+    assert not (out / "report.json").exists() and not (out / "report.html").exists()
+
+
+def test_analyzing_a_session_is_silent_about_its_own_files(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """report.json, written by gpuprof beside the traces, is never read as a trace nor warned about."""
+    from gpuprof.api import analyze
+
+    root = _session(tmp_path / "s", SAMPLES / "healthy" / "rank0.pt.trace.json.gz")
+    report_run(root, "text", None, _result(root))
+    capsys.readouterr()
+    report = analyze(root)
+    assert not [w for w in report.warnings if "report.json" in w or "skipped" in w], report.warnings
 
 
 def test_host_steps_counts_nested_operators_once_per_step() -> None:

@@ -107,3 +107,22 @@ def test_importing_the_integration_does_not_import_torch() -> None:
     code = "import sys, gpuprof.torch; print('torch' in sys.modules)"
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
     assert out.strip() == "False"
+
+
+def test_outside_torch_distributed_the_report_goes_to_stderr_whole_and_without_a_rank_guess(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A non-distributed run: the trace's rank is known (the one process), so no "does not
+    record its rank" warning, in the printed report or the saved one; the report is on
+    stderr (stdout is the training log's) and, off a terminal, no line of it is broken."""
+    handler = gpuprof.torch.trace_handler(tmp_path)
+    _train(5, handler)
+    out, err = capsys.readouterr()
+    assert out == ""
+    assert "no GPU activity was recorded" in err
+    assert "does not record its rank" not in err
+    saved = json.loads(handler.report_paths[0].read_text())
+    assert not [w for w in saved["warnings"] if "does not record its rank" in w]
+    # The report's long lines stay whole (a bullet never continues on an indented line).
+    assert not [ln for ln in err.splitlines() if ln.startswith("     ") and not ln.lstrip().startswith(("-", ">"))]
+    assert any(len(ln) > 100 for ln in err.splitlines())

@@ -1,14 +1,16 @@
 """Host-side time per profiled step, for a trace with no device activity (a CPU-only run).
 
 With no GPU there is no GPU time to split into compute and causes of lost time, but the
-profiler still measured the steps: how long each took, and how much of it the host spent
+profiler still measured the steps: how long each took, how much of it the host spent
 inside framework operators (the rest is Python and framework overhead between them, or
-waiting). Pure: a :class:`~gpuprof.model.timeline.RankTrace` in, figures out.
+waiting), and how much inside collectives (gloo under ``torchrun`` on CPUs). Pure: a
+:class:`~gpuprof.model.timeline.RankTrace` in, figures out.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 
@@ -18,11 +20,14 @@ from gpuprof.model.timeline import Category, Kind, RankTrace
 
 @dataclass(frozen=True)
 class HostSteps:
-    """Medians over the profiled steps of one trace; ``None`` when the trace marks no step."""
+    """Medians over the profiled steps of one trace, microseconds; ``None`` when the trace
+    marks no step."""
 
     steps: int  # profiled steps (ProfilerStep#N spans) in the trace
     step_us: float | None  # median step duration
     op_us: float | None  # median time per step inside operators (nested calls counted once)
+    collective_us: float | None = None  # median time per step inside host collectives (gloo)
+    backend: str | None = None  # the collectives' backend when their names say it ("gloo")
 
     @property
     def op_pct(self) -> float | None:
@@ -30,15 +35,45 @@ class HostSteps:
             return None
         return 100.0 * self.op_us / self.step_us
 
+    def to_dict(self) -> dict[str, Any]:
+        """The figures as a rank's ``host_steps`` key of the JSON report."""
+        def r(v: float | None) -> float | None:
+            return None if v is None else round(v, 3)
+
+        return {
+            "profiled_steps": self.steps,
+            "step_us": r(self.step_us),
+            "op_us": r(self.op_us),
+            "collective_us": r(self.collective_us),
+            "collective_backend": self.backend,
+        }
+
+
+def _per_step(spans: iv.Intervals, steps: list[tuple[float, float]]) -> float:
+    return float(np.median([iv.total(iv.clip(spans, a, b)) for a, b in steps]))
+
 
 def host_steps(trace: RankTrace) -> HostSteps:
-    """Step durations and operator time per step, from the trace's step markers and host ops."""
-    steps = [s for s in trace.steps if s.end_us > s.start_us]
+    """Step durations, operator and collective time per step, from the trace's step
+    markers and host events."""
+    steps = [(s.start_us, s.end_us) for s in trace.steps if s.end_us > s.start_us]
     if not steps:
         return HostSteps(steps=0, step_us=None, op_us=None)
     host = trace.host
-    is_op = (host["kind"].to_numpy() == int(Kind.OP)) & (host["category"].to_numpy() != int(Category.STEP))
-    ops = iv.union(host["start_us"].to_numpy()[is_op], host["end_us"].to_numpy()[is_op])
-    durations = np.array([s.end_us - s.start_us for s in steps], dtype=np.float64)
-    in_ops = np.array([iv.total(iv.clip(ops, s.start_us, s.end_us)) for s in steps], dtype=np.float64)
-    return HostSteps(steps=len(steps), step_us=float(np.median(durations)), op_us=float(np.median(in_ops)))
+    kind = host["kind"].to_numpy()
+    category = host["category"].to_numpy()
+    start, end = host["start_us"].to_numpy(), host["end_us"].to_numpy()
+    is_op = (kind == int(Kind.OP)) & (category != int(Category.STEP))
+    is_coll = category == int(Category.COLLECTIVE)
+    durations = np.array([b - a for a, b in steps], dtype=np.float64)
+    backend = None
+    if is_coll.any():
+        names = {str(n).split(":", 1)[0] for n in host["name"].to_numpy()[is_coll] if ":" in str(n)}
+        backend = next(iter(names)) if len(names) == 1 and next(iter(names)) in ("gloo", "mpi", "ucc") else None
+    return HostSteps(
+        steps=len(steps),
+        step_us=float(np.median(durations)),
+        op_us=_per_step(iv.union(start[is_op], end[is_op]), steps),
+        collective_us=_per_step(iv.union(start[is_coll], end[is_coll]), steps),
+        backend=backend,
+    )

@@ -35,6 +35,7 @@ from gpuprof.analysis.comms import comms_table, empty_comms
 from gpuprof.analysis.evidence import lacks_warnings, trace_lacks
 from gpuprof.analysis.facts import rank_facts
 from gpuprof.analysis.graph import build_rank_graph
+from gpuprof.analysis.host_steps import host_steps
 from gpuprof.analysis.hostfacts import trust_warnings
 from gpuprof.analysis.launches import activity_mask, match_launches
 from gpuprof.analysis.rules import build_context, claims_by_cause, claims_by_rule
@@ -84,6 +85,8 @@ def summarize(trace: RankTrace, selection: StepSelection = _ALL_STEPS) -> RankSu
             process_groups=_process_groups(trace),
             warnings=trace.warnings,
             empty_reason=empty_reason(trace),
+            # What a CPU-only run still measured: its steps on the host (None: no step marked).
+            facts=_host_facts(trace),
         )
     lo, hi = window.start_us, window.end_us
     dev = trace.device_cols
@@ -131,6 +134,11 @@ def summarize(trace: RankTrace, selection: StepSelection = _ALL_STEPS) -> RankSu
         warnings=warnings,
         graph=graph,
     )
+
+
+def _host_facts(trace: RankTrace) -> dict[str, Any]:
+    h = host_steps(trace)
+    return {"host_steps": h.to_dict()} if h.steps else {}
 
 
 def empty_reason(trace: RankTrace) -> str:

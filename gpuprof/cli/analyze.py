@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import os
 import sys
 from pathlib import Path
 from typing import Any, List, Optional
@@ -11,7 +10,7 @@ import typer
 
 from gpuprof.atomic import is_stdout, write_text_atomic
 from gpuprof.cli.root import app
-from gpuprof.cli.console import ColorMode, ReadProgress, color_option, format_names, is_terminal, use_color
+from gpuprof.cli.console import ColorMode, ReadProgress, color_option, format_names, is_terminal, terminal_width, use_color
 from gpuprof.errors import GpuprofError
 
 
@@ -86,13 +85,6 @@ def choose_format(fmt: Optional[str], output: Optional[Path]) -> str:
             f"cannot tell the report format from the file name; add --format ({', '.join(render.names())})", output
         )
     return "text"
-
-
-def terminal_width() -> int:
-    try:
-        return max(60, min(os.get_terminal_size().columns, 160))
-    except OSError:
-        return 100
 
 
 @app.command()

@@ -13,7 +13,9 @@
 
 from __future__ import annotations
 
+import os
 import sys
+import textwrap
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -70,6 +72,33 @@ def is_terminal(stream: TextIO | None = None) -> bool:
     """A terminal a person reads (rich's view: FORCE_COLOR and TERM=dumb count)."""
     console = Console(file=stream or sys.stdout)
     return console.is_terminal and not console.is_dumb_terminal
+
+
+def terminal_width(stream: TextIO | None = None) -> int:
+    """Columns of the terminal ``stream`` (stdout by default) is on, within 60-160; 100 off
+    a terminal."""
+    try:
+        fd = (stream or sys.stdout).fileno()
+        return max(60, min(os.get_terminal_size(fd).columns, 160))
+    except (OSError, ValueError, AttributeError):
+        return 100
+
+
+def wrap_line(text: str, width: int, prefix: str = "gpuprof: ") -> str:
+    """``prefix + text`` broken on word boundaries to ``width`` columns, later lines
+    hanging under the text (never inside a word or a path)."""
+    return textwrap.fill(
+        text, width=max(20, width), initial_indent=prefix, subsequent_indent=" " * len(prefix),
+        break_long_words=False, break_on_hyphens=False,
+    )
+
+
+def say(text: str, stream: TextIO | None = None, prefix: str = "gpuprof: ") -> None:
+    """One of gpuprof's own lines on stderr: wrapped with a hanging indent on a terminal,
+    one unbroken line anywhere else (a CI log keeps each message on one line)."""
+    out = stream if stream is not None else sys.stderr
+    line = wrap_line(text, terminal_width(out), prefix) if is_terminal(out) else prefix + text
+    print(line, file=out, flush=True)
 
 
 class ReadProgress:

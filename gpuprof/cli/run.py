@@ -10,12 +10,12 @@ from typing import Optional
 
 import typer
 
+from gpuprof.cli.console import ColorMode, is_terminal, say, terminal_width, use_color
 from gpuprof.cli.root import app
 from gpuprof.errors import GpuprofError
 from gpuprof.record.runner import RunOptions, RunResult, run_command
 from gpuprof.record.sampler import DEFAULT_INTERVAL_MS
 from gpuprof.run_report import (
-    cpu_only_lines,
     is_cpu_only,
     job_summary,
     samples_only_report,
@@ -107,48 +107,51 @@ def _emit(text: str, dest: Path) -> None:
 def report_run(session_dir: Path, fmt: str, save_report: Path | None, result: RunResult) -> None:
     """Analyze the session, save the reports in it, and say what the run found.
 
-    Never changes the job's exit code: a failure here is one line on stderr.
+    Never changes the job's exit code: a failure here is one line on stderr. The report
+    printed on stderr leaves out the warnings the run already printed while it ran.
     """
+    from dataclasses import replace
+
     from gpuprof.render import format_for_path, render
 
     try:
         report = session_report(session_dir)
     except GpuprofError as exc:
-        print(f"gpuprof: no report: {exc}", file=sys.stderr)
+        say(f"no report: {exc}")
         return
     except Exception as exc:  # the job's exit code matters more than our report
-        print(f"gpuprof: no report (internal error: {exc!r}); run `gpuprof analyze {session_dir}`",
-              file=sys.stderr)
+        say(f"no report (internal error: {exc!r}); run `gpuprof analyze {session_dir}`")
         return
     saved, problem = save_session_reports(report, session_dir)
     if problem:
-        print(f"gpuprof: {problem}", file=sys.stderr)
+        say(problem)
     try:
         if fmt in TERMINAL_FORMATS:
-            if fmt == "text" and is_cpu_only(report):
-                shown = set(result.warnings)
-                for w in report.warnings:
-                    if w not in shown and "no GPU activity" not in w:
-                        print(f"gpuprof: warning: {w}", file=sys.stderr)
-                for line in cpu_only_lines(report):
-                    print(f"gpuprof: {line}", file=sys.stderr)
+            shown = set(result.warnings)
+            fresh = replace(report, warnings=tuple(w for w in report.warnings if w not in shown))
+            if fmt == "text":
+                from gpuprof.render.text import render_text
+
+                terminal = is_terminal(sys.stderr)
+                width = terminal_width() if terminal else 100
+                text = render_text(fresh, width, color=use_color(ColorMode.auto, sys.stderr), wrap=terminal)
             else:
-                text = render(report, fmt)
-                sys.stderr.write(text if text.endswith("\n") else text + "\n")
+                text = render(fresh, fmt)
+            sys.stderr.write(text if text.endswith("\n") else text + "\n")
         if save_report is not None:
             chosen = format_for_path(str(save_report)) if str(save_report) != "-" else None
             _emit(render(report, chosen or fmt), save_report)
     except GpuprofError as exc:
-        print(f"gpuprof: report not written: {exc}", file=sys.stderr)
+        say(f"report not written: {exc}")
     except OSError as exc:
-        print(f"gpuprof: report not written: {save_report}: {describe_os_error(exc)}", file=sys.stderr)
-    if fmt == "text" and not is_cpu_only(report):  # the CPU-only lines above already say it
+        say(f"report not written: {save_report}: {describe_os_error(exc)}")
+    if fmt == "text" and not is_cpu_only(report):  # a CPU-only report already says what the job did
         try:
-            print(f"gpuprof: {job_summary(session_dir)}", file=sys.stderr)
+            say(job_summary(session_dir))
         except GpuprofError:
             pass
     where = f"report in {saved[-1]}" if saved else "no report saved"
-    print(f"gpuprof: session saved in {session_dir} ({where}; gpuprof analyze {session_dir})", file=sys.stderr)
+    say(f"session saved in {session_dir} ({where}; gpuprof analyze {session_dir})")
 
 
 @app.command(
@@ -207,7 +210,8 @@ def run(
     if recorded:
         print(f"gpuprof: recording {argv[0]} into {session_dir}", file=sys.stderr, flush=True)
     result = run_command(argv, session_dir, opts, observer=live, claimed=True, recorded=recorded)
-    if result.recorded and result.finished and not no_report:  # else the line above said why
+    # A command that could not start ran nothing to report on: its error was the last word.
+    if result.recorded and result.finished and result.launched and not no_report:  # else a line said why
         report_run(session_dir, report_format, save_report, result)
     sys.stdout.flush()
     # SystemExit, not typer.Exit: in non-standalone mode click turns Exit into a return value.

@@ -34,6 +34,7 @@ from gpuprof.readers.merged import merged_form, mixed_ranks, refuse_mixed, split
 from gpuprof.readers.optimeline import looks_like_timeline, read_timeline
 from gpuprof.readers.ranks import check_ranks, rank_hint_from_name, resolve_rank
 from gpuprof.readers.textstream import text_blocks
+from gpuprof.session.layout import META_FILE, TRACES_DIR
 
 __all__ = [
     "NotATraceError",
@@ -188,11 +189,18 @@ def _scan_folder(folder: Path) -> list[Path]:
         entries = sorted(folder.iterdir(), key=lambda p: p.name)
     except OSError as exc:
         raise BadTraceError(f"cannot list folder: {exc.strerror or exc}", folder) from None
+    if (folder / META_FILE).is_file():
+        # A gpuprof run session knows where its traces are (gpuprof.session.layout): the
+        # files beside them (report.json, samples) are its own, never traces.
+        traces = folder / TRACES_DIR
+        try:
+            return sorted((p for p in traces.iterdir() if p.is_file() and is_trace_name(p)), key=lambda p: p.name)
+        except OSError:
+            return []
     files = [p for p in entries if p.is_file() and is_trace_name(p)]
-    is_session = (folder / "session.json").is_file()
-    if files and not is_session:
+    if files:
         return files
-    # A session folder keeps its traces under traces/; other folders may do the same.
+    # Other folders may keep their traces one level down, as a session does.
     by_sub: dict[str, list[Path]] = {}
     for sub in (p for p in entries if p.is_dir() and not p.name.startswith(".")):
         try:
@@ -203,7 +211,7 @@ def _scan_folder(folder: Path) -> list[Path]:
             continue
         if found:
             by_sub[sub.name] = found
-    if len(by_sub) > 1 and not files and not is_session:
+    if len(by_sub) > 1:
         # Each subfolder is most likely a job of its own (a folder of collected traces):
         # reading them all would only end in ranks claimed twice, after reading them all.
         names = list(by_sub)
@@ -213,7 +221,7 @@ def _scan_folder(folder: Path) -> list[Path]:
             f"e.g. gpuprof analyze {folder / names[0]}",
             folder,
         )
-    return files + [f for found in by_sub.values() for f in found]
+    return [f for found in by_sub.values() for f in found]
 
 
 def discover(

@@ -14,6 +14,11 @@ from gpuprof.model.timeline import RankTrace
 _RANK_IN_NAME = re.compile(r"(?:rank|worker)[-_]?(\d+)(?![0-9])", re.IGNORECASE)
 
 
+# How the warning begins when a trace's rank had to be guessed: a caller that knows the
+# job has a single process (gpuprof.torch outside torch.distributed) leaves it out.
+GUESSED_RANK = "the trace does not record its rank"
+
+
 def rank_hint_from_name(path: Path) -> int | None:
     """The rank a file name states (``trace_rank-3.json`` -> 3), else ``None``."""
     matches = _RANK_IN_NAME.findall(path.name)
@@ -33,7 +38,7 @@ def resolve_rank(trace_rank: int | None, hint: int | None, order: int) -> tuple[
     if hint is not None:
         return hint, None
     return order, (
-        f"the trace does not record its rank and the file name gives none; "
+        f"{GUESSED_RANK} and the file name gives none; "
         f"using {order}, its position in the folder listing"
     )
 

@@ -34,7 +34,7 @@ from typing import Any, Callable, Sequence
 
 from gpuprof.record.backend import BackendUnavailable, GpuBackend
 from gpuprof.record.sampler import DEFAULT_INTERVAL_MS, Sampler, process_tree_pids
-from gpuprof.session.layout import SESSION_SCHEMA
+from gpuprof.session.layout import NO_SAMPLING, SESSION_SCHEMA
 from gpuprof.session.writer import RESERVE_BYTES, SessionWriter, claim_session_dir, describe_os_error
 
 HOOKS_DIR = Path(__file__).resolve().parent / "hooks"
@@ -62,6 +62,7 @@ class RunResult:
     problems: tuple[str, ...] = field(default=())
     recorded: bool = True  # False when not even the session folder could be made
     finished: bool = True  # False when session.json could not be written "finished" (disk full)
+    launched: bool = True  # False when the command could not be started (not found, not executable)
 
     def problem_line(self) -> str | None:
         """One line naming the first file that could not be written and the error, if any."""
@@ -266,11 +267,11 @@ def run_command(
     try:
         backend = factory()
     except BackendUnavailable as exc:
-        msg = f"no GPU sampling: {exc}; the command runs and traces are still collected"
+        msg = f"{NO_SAMPLING}: {exc}; the command runs and traces are still collected"
         warnings.append(msg)
         warn(msg)
     except Exception as exc:  # sampling is never a reason not to run the user's job
-        msg = f"no GPU sampling: the NVML backend failed to start ({exc!r}); the command runs"
+        msg = f"{NO_SAMPLING}: the NVML backend failed to start ({exc!r}); the command runs"
         warnings.append(msg)
         warn(msg)
     gpus = [g.to_meta() for g in backend.devices()] if backend is not None else []
@@ -323,7 +324,7 @@ def run_command(
             if backend is not None:
                 with contextlib.suppress(Exception):
                     backend.close()
-            return _result(code, None, session_dir, warnings, problems, recorded, finished, warn)
+            return _result(code, None, session_dir, warnings, problems, recorded, finished, warn, launched=False)
         pgid = proc.pid
         forwarder.attach(pgid)
         meta["pid"] = proc.pid  # also the job's process group id
@@ -392,8 +393,8 @@ def _finish(writer: SessionWriter, meta: dict[str, Any], warnings: list[str]) ->
 
 
 def _result(code: int, sig: int | None, session_dir: Path, warnings: list[str], problems: list[str],
-            recorded: bool, finished: bool, warn: Callable[[str], None]) -> RunResult:
-    result = RunResult(code, sig, session_dir, tuple(warnings), tuple(problems), recorded, finished)
+            recorded: bool, finished: bool, warn: Callable[[str], None], launched: bool = True) -> RunResult:
+    result = RunResult(code, sig, session_dir, tuple(warnings), tuple(problems), recorded, finished, launched)
     line = result.problem_line()
     if line and recorded:
         warn(line)

@@ -13,9 +13,10 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from gpuprof import phrases
 from gpuprof.model.report import CAUSES, Cause, RankReport, Report
 
-NA = "N/A"
+NA = phrases.NA
 
 # Short labels for narrow tables; the full cause names appear in the totals.
 CAUSE_SHORT: Mapping[Cause, str] = {
@@ -65,7 +66,7 @@ def pct(part: float | None, whole: float | None) -> float | None:
 
 
 def fmt_pct(value: float | None, digits: int = 1) -> str:
-    return NA if value is None else f"{value:.{digits}f}%"
+    return phrases.pct(value, digits)
 
 
 def fmt_ms(value_us: float | None, digits: int = 1) -> str:
@@ -74,16 +75,9 @@ def fmt_ms(value_us: float | None, digits: int = 1) -> str:
 
 
 def fmt_duration(value_us: float | None) -> str:
-    """A duration with its unit, in the one style every renderer uses: ``850 µs``,
-    ``12.3 ms``, ``4.20 s``."""
-    if value_us is None or not math.isfinite(value_us):
-        return NA
-    a = abs(value_us)
-    if a < 1000.0:
-        return f"{value_us:,.0f} µs" if a >= 10 or a == 0 else f"{value_us:.1f} µs"
-    if a < 1_000_000.0:
-        return f"{value_us / 1000.0:,.1f} ms"
-    return f"{value_us / 1_000_000.0:,.2f} s"
+    """A duration with its unit, in the one style every report uses (:func:`gpuprof.phrases.duration`):
+    ``850 µs``, ``12.3 ms``, ``4.20 s``."""
+    return phrases.duration(value_us)
 
 
 def has_data(rank: RankReport) -> bool:
@@ -152,6 +146,79 @@ def nothing_to_analyze(report: Report) -> str | None:
     notes = sorted({str(r.extra.get("note")) for r in report.ranks if r.extra.get("note")})
     why = "; ".join(notes) if notes else "the trace has no GPU activity (a CPU-only trace?)"
     return f"nothing to analyze: {why}"
+
+
+GPU_WOULD_ADD = (
+    "on a GPU, gpuprof splits each step into GPU compute and time lost to input loading, "
+    "synchronization, host overhead, communication, memory and pipeline bubbles, and ranks what to change"
+)
+
+
+@dataclass(frozen=True)
+class CpuOnly:
+    """What a run without GPU activity measured: a headline and one line per fact."""
+
+    headline: str
+    lines: tuple[str, ...]
+
+
+def _host_line(rank: RankReport, h: Mapping[str, Any]) -> str | None:
+    steps, step = h.get("profiled_steps"), _num(h.get("step_us"))
+    if not isinstance(steps, int) or steps <= 0 or step is None or step <= 0:
+        return None
+    text = f"rank {rank.rank}, {phrases.count(steps, 'profiled step')}: median step {phrases.duration(step)} on the host"
+    op = _num(h.get("op_us"))
+    if op:
+        text += (
+            f"; {phrases.duration(op)} of it ({phrases.pct(100.0 * op / step, 0)}) inside torch operators, "
+            "the rest in Python and framework code between them"
+        )
+    coll = _num(h.get("collective_us"))
+    if coll:
+        backend = h.get("collective_backend")
+        what = f"{backend} collectives" if isinstance(backend, str) and backend else "collectives"
+        text += f"; {phrases.duration(coll)} of it ({phrases.pct(100.0 * coll / step, 0)}) in {what}"
+    return text
+
+
+def cpu_only_summary(report: Report) -> CpuOnly | None:
+    """What a CPU-only run measured (steps, median step, host time inside operators and
+    collectives, per rank), said the same way by every renderer and at the end of
+    ``gpuprof run``; ``None`` unless nothing ran on a GPU and something was measured."""
+    if any(has_data(r) for r in report.ranks):
+        return None
+    got = report.extra.get("run")
+    run: Mapping[str, Any] = got if isinstance(got, Mapping) else {}
+    hosts = [(r, h) for r in report.ranks if isinstance(h := r.extra.get("host_steps"), Mapping)]
+    if not hosts and not (run.get("cpu_only") and not report.extra.get("samples")):
+        return None
+    lines: list[str] = []
+    steps = run.get("optimizer_steps")
+    if isinstance(steps, int) and steps > 0:
+        text = phrases.count(steps, "optimizer step")
+        median = _num(run.get("step_time_median_us"))
+        if median is not None:
+            text += f", median step {phrases.duration(median)}"
+        lines.append(text + " (the job's own clock)")
+    elif run.get("cpu_only"):
+        lines.append("no optimizer step was recorded")
+    for rank, h in hosts:
+        line = _host_line(rank, h)
+        if line is not None:
+            lines.append(line)
+    if not lines:
+        return None
+    lines.append(GPU_WOULD_ADD)
+    return CpuOnly("no GPU activity was recorded (CPU only); measured on the host:", tuple(lines))
+
+
+def shown_warnings(report: Report) -> list[str]:
+    """The report's warnings as the human-facing renderers list them: less what the body of
+    the report already says (a CPU-only rank's note is the CPU-only summary's headline)."""
+    said: set[str] = set()
+    if cpu_only_summary(report) is not None:
+        said = {str(r.extra["note"]) for r in report.ranks if r.extra.get("note") and r.extra.get("host_steps")}
+    return [w for w in report.warnings if not any(w == n or w.endswith(": " + n) for n in said)]
 
 
 def no_recommendation(report: Report) -> str:

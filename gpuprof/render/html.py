@@ -304,8 +304,12 @@ def render_html(report: Report, width: int = 100) -> str:
     elif report.inputs:
         body.append('<div class="muted inputs">' + e(", ".join(report.inputs)) + "</div>")
     empty = fg.nothing_to_analyze(report)
-    if empty is not None:
+    cpu = fg.cpu_only_summary(report)
+    if cpu is not None:
+        body.append(f'<p class="empty">{e(cpu.headline)}</p><ul>' + "".join(f"<li>{e(x)}</li>" for x in cpu.lines) + "</ul>")
+    elif empty is not None:
         body.append(f'<p class="empty">{e(empty)}</p>')
+    if empty is not None:
         body.append(_samples_section(report))
     else:
         body.append(_cards(report))
@@ -318,9 +322,10 @@ def render_html(report: Report, width: int = 100) -> str:
         body.append("<h2>Per rank</h2>" + _rank_table(report))
         body.append(_job_findings(report.extra))
         body.append(_samples_section(report))
-    if report.warnings:
-        items = "".join(f"<li>{e(w)}</li>" for w in report.warnings[:MAX_WARNINGS])
-        more = len(report.warnings) - MAX_WARNINGS
+    warnings = fg.shown_warnings(report)
+    if warnings:
+        items = "".join(f"<li>{e(w)}</li>" for w in warnings[:MAX_WARNINGS])
+        more = len(warnings) - MAX_WARNINGS
         if more > 0:
             items += f"<li>... and {more} more (see the JSON report)</li>"
         body.append(f"<h2>Warnings</h2><ul>{items}</ul>")

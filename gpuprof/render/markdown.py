@@ -112,8 +112,12 @@ def render_markdown(report: Report, width: int = 100) -> str:
     """The report as GitHub-flavoured Markdown (``width`` is unused: Markdown reflows)."""
     lines: list[str] = []
     empty = fg.nothing_to_analyze(report)
-    if empty is not None:
+    cpu = fg.cpu_only_summary(report)
+    if cpu is not None:
+        lines += [f"### gpuprof: {md_escape(cpu.headline)}", ""] + [f"- {md_escape(x)}" for x in cpu.lines] + [""]
+    elif empty is not None:
         lines += [f"### gpuprof: {md_escape(empty)}", ""]
+    if empty is not None:
         lines += _samples(report)
     else:
         s = fg.job_shares(report)
@@ -131,11 +135,12 @@ def render_markdown(report: Report, width: int = 100) -> str:
         lines += _ranks(report)
         lines += _findings(report)
         lines += _samples(report)
-    if report.warnings:
+    warnings = fg.shown_warnings(report)
+    if warnings:
         lines += ["<details><summary>Warnings</summary>", ""]
-        lines += [f"- {md_escape(w)}" for w in report.warnings[:MAX_WARNINGS]]
-        if len(report.warnings) > MAX_WARNINGS:
-            lines.append(f"- ... and {len(report.warnings) - MAX_WARNINGS} more (see the JSON report)")
+        lines += [f"- {md_escape(w)}" for w in warnings[:MAX_WARNINGS]]
+        if len(warnings) > MAX_WARNINGS:
+            lines.append(f"- ... and {len(warnings) - MAX_WARNINGS} more (see the JSON report)")
         lines += ["", "</details>", ""]
     return "\n".join(lines).rstrip() + "\n"
 

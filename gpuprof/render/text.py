@@ -26,6 +26,7 @@ from gpuprof.render.findings import job_blocks
 TOP_RECOMMENDATIONS = 5  # shown with evidence and actions; the rest as one line each
 MAX_WARNINGS = 10
 WIDE_COLUMNS = 110  # from this width on, the per-rank table has a column per cause
+UNWRAPPED_COLUMNS = 100_000  # the console's width when nothing may wrap
 
 
 def _bullet(marker: str, text: str, style: str, wrap: bool = True) -> RenderableType:
@@ -153,8 +154,13 @@ def _findings(report: Report, wrap: bool) -> list[RenderableType]:
 def _renderables(report: Report, width: int, wrap: bool = True) -> list[RenderableType]:
     parts: list[RenderableType] = []
     empty = fg.nothing_to_analyze(report)
-    if empty is not None:
+    cpu = fg.cpu_only_summary(report)
+    if cpu is not None:
+        parts.append(Text("gpuprof: " + cpu.headline, style="bold"))
+        parts.extend(_bullet("-", line, "dim", wrap) for line in cpu.lines)
+    elif empty is not None:
         parts.append(Text("gpuprof: " + empty, style="bold yellow"))
+    if empty is not None:
         if report.inputs:
             parts.append(Text("inputs: " + ", ".join(report.inputs), style="dim"))
         samples = _samples(report, wrap)
@@ -183,13 +189,14 @@ def _renderables(report: Report, width: int, wrap: bool = True) -> list[Renderab
         if samples:
             parts.append(Text(""))
             parts.extend(samples)
-    if report.warnings:
+    warnings = fg.shown_warnings(report)
+    if warnings:
         parts.append(Text(""))
         parts.append(Text("Warnings", style="bold yellow"))
-        for w in report.warnings[:MAX_WARNINGS]:
+        for w in warnings[:MAX_WARNINGS]:
             parts.append(Text("  ! ", style="yellow").append(w))
-        if len(report.warnings) > MAX_WARNINGS:
-            parts.append(Text(f"  ... and {len(report.warnings) - MAX_WARNINGS} more (see --format json)", style="dim"))
+        if len(warnings) > MAX_WARNINGS:
+            parts.append(Text(f"  ... and {len(warnings) - MAX_WARNINGS} more (see --format json)", style="dim"))
     return parts
 
 
@@ -197,9 +204,12 @@ def render_text(report: Report, width: int = 100, color: bool = False, wrap: boo
     """The report as terminal text ``width`` columns wide; ANSI colour only if ``color``;
     with ``wrap=False`` no sentence is broken over lines (tables still fit ``width``)."""
     buf = io.StringIO()
+    width = max(40, width)
     console = Console(
         file=buf,
-        width=max(40, width),
+        # Not wrapping: no line is ever broken, tables included (a CI log keeps every row
+        # whole); ``width`` still chooses the layout (a column per cause from 110 columns).
+        width=width if wrap else UNWRAPPED_COLUMNS,
         force_terminal=color,
         color_system="standard" if color else None,
         no_color=not color,
@@ -208,7 +218,7 @@ def render_text(report: Report, width: int = 100, color: bool = False, wrap: boo
         markup=False,
         soft_wrap=False,
     )
-    for part in _renderables(report, console.width, wrap):
+    for part in _renderables(report, width, wrap):
         console.print(part, soft_wrap=not wrap and isinstance(part, Text))
     # Padding and tables pad lines to the full width; trailing blanks only get in the way
     # of diffs and copy-paste.
@@ -217,4 +227,6 @@ def render_text(report: Report, width: int = 100, color: bool = False, wrap: boo
 
 @register("text", (".txt",))
 def render_text_plain(report: Report, width: int = 100) -> str:
-    return render_text(report, width, color=False)
+    """The text report for a file, a log or ``str(report)``: no colour, no sentence broken
+    over lines (only a terminal wraps; the command line asks for that itself)."""
+    return render_text(report, width, color=False, wrap=False)

@@ -91,6 +91,9 @@ EVENTS_FILE = "events.jsonl"
 HOOKS_DIR = "hooks"
 TRACES_DIR = "traces"
 RESERVE_FILE = ".gpuprof-reserve"
+# How a ``warnings`` entry of session.json starts when no GPU could be sampled (no driver,
+# NVML failed): a report on a job that ran on the CPU leaves it out.
+NO_SAMPLING = "no GPU sampling"
 
 # Column -> meaning and unit, in the order the samples table uses.
 SAMPLE_COLUMNS: dict[str, str] = {
