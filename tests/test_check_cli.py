@@ -142,7 +142,7 @@ def test_step_summary_and_saved_report(cli, tmp_path: Path, monkeypatch: pytest.
     code, _, _ = cli("check", str(cur), "--max-lost-pct", "dataloader=10", "--save-report", "report.html")
     assert code == 1
     text = summary.read_text()
-    assert text.startswith("earlier step\n") and "### gpuprof check: 1 of 1 checks failed" in text
+    assert text.startswith("earlier step\n") and "### gpuprof check: the 1 check failed" in text
     assert "| max\\_lost\\_pct.dataloader | 30.0% | 10.0% | **FAIL**" in text  # Markdown-escaped name
     assert (tmp_path / "report.html").read_text().startswith("<!DOCTYPE html>")
 

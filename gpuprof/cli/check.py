@@ -18,6 +18,7 @@ import typer
 from gpuprof.cli.root import app
 from gpuprof.cli.analyze import StderrProgress, max_input_gb_option, terminal_width, write_output
 from gpuprof.cli.check_config import find_pyproject, load_settings, merged, settings_from_options
+from gpuprof.cli.console import is_terminal
 from gpuprof.errors import GpuprofError
 from gpuprof.model.report import Report
 from gpuprof.reportfile import is_report_file, read_report
@@ -147,7 +148,7 @@ def check(
     if junit is not None:
         write_output(checks_junit(results, subject=", ".join(str(p) for p in paths)), junit)
     _append_step_summary(checks_markdown(results) + "\n" + render(report, "markdown"))
-    text = checks_text(results, terminal_width())
+    text = checks_text(results, terminal_width(), wrap=is_terminal())
     if base_report is not None:
         text = "".join(f"note: {n}\n" for n in gate.baseline_notes(report, base_report)) + text
     if gate.failed(results) and report.recommendations:

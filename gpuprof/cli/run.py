@@ -86,8 +86,7 @@ def claim_session(out: Path | None, argv: list[str]) -> tuple[Path, bool]:
             if out is not None:
                 raise
         except OSError as exc:
-            print(f"gpuprof: cannot create the session in {session_dir}: {describe_os_error(exc)}; "
-                  "the command runs unrecorded", file=sys.stderr, flush=True)
+            say(f"cannot create the session in {session_dir}: {describe_os_error(exc)}; the command runs unrecorded")
             return session_dir, False
     raise GpuprofError("no free session folder name", session_dir)
 
@@ -101,7 +100,7 @@ def _emit(text: str, dest: Path) -> None:
     from gpuprof.atomic import write_text_atomic
 
     write_text_atomic(dest, text)
-    print(f"gpuprof: report written to {dest}", file=sys.stderr)
+    say(f"report written to {dest}")
 
 
 def report_run(session_dir: Path, fmt: str, save_report: Path | None, result: RunResult) -> None:
@@ -164,7 +163,7 @@ def run(
     interval_ms: int = typer.Option(DEFAULT_INTERVAL_MS, "--interval-ms", min=10,
                                     help="NVML polling interval in milliseconds."),
     out: Optional[Path] = typer.Option(None, "--out", "-o",
-                                       help="Session folder, new or empty (default ./gpuprof-sessions/DATE-TIME-COMMAND)."),
+                                       help="Session folder, new or empty. [default: a new DATE-TIME-COMMAND folder in ./gpuprof-sessions]"),
     no_hooks: bool = typer.Option(False, "--no-hooks",
                                   help="Do not inject torch hooks (no step records, no profiler trace)."),
     profile_wait: int = typer.Option(5, "--profile-wait", min=0,
@@ -208,7 +207,7 @@ def run(
         schedule = (profile_wait, profile_warmup, profile_active) if opts.hooks else None
         live = terminal_live_status(session_dir, schedule)
     if recorded:
-        print(f"gpuprof: recording {argv[0]} into {session_dir}", file=sys.stderr, flush=True)
+        say(f"recording {argv[0]} into {session_dir}")
     result = run_command(argv, session_dir, opts, observer=live, claimed=True, recorded=recorded)
     # A command that could not start ran nothing to report on: its error was the last word.
     if result.recorded and result.finished and result.launched and not no_report:  # else a line said why

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import inspect
 import shutil
+import textwrap
 from pathlib import Path
 from typing import Any
 
@@ -20,6 +21,11 @@ _SUMMARY = (
     "ground_truth.json beside them (lost time per cause, expected top recommendation, "
     "and the true saving of each what-if fix, from simulating the fixed job)."
 )
+
+
+def _summary(fn: Any) -> str:
+    """A scenario's description: the first paragraph of its docstring, whole."""
+    return " ".join((inspect.cleandoc(fn.__doc__ or "").split("\n\n") or [""])[0].split())
 
 
 def _help_text() -> str:
@@ -40,27 +46,35 @@ def _help_text() -> str:
         "Scenarios, with their knobs and defaults (`gpuprof simulate --list` says what each knob means):",
     ]
     for name, fn in SCENARIOS.items():
-        doc = (fn.__doc__ or "").strip().splitlines()[0]
+        doc = _summary(fn)
         knob_list = ", ".join(f"{k}={v}" for k, v in knobs_of(name).items())
         lines.append(f"{name}: {doc} Knobs: {knob_list}.")
     # Typer reflows single newlines; blank-line-separated paragraphs keep their breaks.
     return "\n\n".join(line for line in lines if line)
 
 
-def _list_text() -> str:
-    """The scenario list for ``--list``, as plain text, then the what-if fixes."""
+def _list_text(width: int | None = None) -> str:
+    """The scenario list for ``--list``, as plain text, then the what-if fixes. ``width``
+    (a terminal's): each entry wrapped to it on word boundaries, hanging under its text;
+    ``None``: one line per entry, whatever its length."""
     from gpuprof.simulate import KNOB_HELP, SCENARIOS, WHATIF_HELP, knobs_of
+
+    def entry(head: str, text: str, indent: int) -> str:
+        if width is None:
+            return (head + text).rstrip()
+        return textwrap.fill(text, width=max(40, width), initial_indent=head, subsequent_indent=" " * indent,
+                             break_long_words=False, break_on_hyphens=False) or head.rstrip()
 
     lines = []
     for name, fn in SCENARIOS.items():
-        lines.append(f"{name}: {(fn.__doc__ or '').strip().splitlines()[0]}")
+        lines.append(entry(f"{name}: ", _summary(fn), 4))
         for knob, default in knobs_of(name).items():
-            lines.append(f"    {knob + '=' + str(default):<22} {KNOB_HELP.get(knob, '')}")
+            lines.append(entry(f"    {knob + '=' + str(default):<22} ", KNOB_HELP.get(knob, ""), 27))
     lines.append("")
-    lines.append("What-if fixes (ground_truth.json's whatif section; --whatif FIX writes the fixed job):")
+    lines.append(entry("", "What-if fixes (the ground truth's whatif section; --whatif FIX writes the fixed job):", 0))
     for fix, text in WHATIF_HELP.items():
-        lines.append(f"    {fix:<22} {text}")
-    lines.append(f"    {'all':<22} every fix above that changes the job, at once")
+        lines.append(entry(f"    {fix:<22} ", text, 27))
+    lines.append(entry(f"    {'all':<22} ", "every fix above that changes the job, at once", 27))
     return "\n".join(lines)
 
 
@@ -174,7 +188,9 @@ def simulate(
     from gpuprof.simulate import generate, read_truth
 
     if list_:
-        typer.echo(_list_text())
+        from gpuprof.cli.console import is_terminal, terminal_width
+
+        typer.echo(_list_text(terminal_width() if is_terminal() else None))
         return
     if scenario is None:
         raise GpuprofError("missing SCENARIO (gpuprof simulate --list shows them)")

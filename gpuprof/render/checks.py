@@ -17,6 +17,7 @@ from rich.console import Console
 from rich.table import Table
 from rich.text import Text
 
+from gpuprof import phrases
 from gpuprof.gate import CheckResult
 from gpuprof.render import figures as fg
 from gpuprof.render.markdown import md_escape
@@ -30,15 +31,24 @@ def _val(value: float | None, unit: str) -> str:
     return f"{value:.1f}%" if unit == "%" else f"{value:.1f} ms"
 
 
+def verdict(results: Sequence[CheckResult]) -> str:
+    """``all 3 checks passed``, ``the 1 check passed``, ``1 of 3 checks failed``."""
+    bad = sum(1 for r in results if not r.passed)
+    n = len(results)
+    if not bad:
+        return "the 1 check passed" if n == 1 else f"all {n} checks passed"
+    return f"{bad} of {phrases.count(n, 'check')} failed" if n > 1 else "the 1 check failed"
+
+
 def summary_line(results: Sequence[CheckResult]) -> str:
     bad = [r for r in results if not r.passed]
-    if not bad:
-        return f"gpuprof check: all {len(results)} checks passed"
-    return f"gpuprof check: {len(bad)} of {len(results)} checks failed\n" + "\n".join(f"  FAIL {r.name}: {r.message}" for r in bad)
+    head = f"gpuprof check: {verdict(results)}"
+    return head + "".join(f"\n  FAIL {r.name}: {r.message}" for r in bad)
 
 
-def checks_text(results: Sequence[CheckResult], width: int = 100) -> str:
-    """A table of every check, then one line that says what failed."""
+def checks_text(results: Sequence[CheckResult], width: int = 100, wrap: bool = True) -> str:
+    """A table of every check, then one line per failure. ``wrap`` (a terminal): fitted to
+    ``width``; otherwise no line is broken, so a CI log keeps each FAIL on one line."""
     table = Table(box=box.SIMPLE_HEAD, show_edge=False, pad_edge=False)
     table.add_column("check")
     table.add_column("measured", justify="right", no_wrap=True)
@@ -48,16 +58,16 @@ def checks_text(results: Sequence[CheckResult], width: int = 100) -> str:
         bound = ">= " if r.name.endswith("compute_pct") else "<= "
         table.add_row(Text(r.name), _val(r.measured, r.unit), bound + _val(r.allowed, r.unit), "ok" if r.passed else "FAIL")
     buf = io.StringIO()
-    console = Console(file=buf, width=max(40, width), force_terminal=False, no_color=True, markup=False, highlight=False)
+    console = Console(file=buf, width=max(40, width) if wrap else 100_000, force_terminal=False, no_color=True,
+                      markup=False, highlight=False)
     console.print(table)
-    console.print(Text(summary_line(results)))
+    console.print(Text(summary_line(results)), soft_wrap=not wrap)
     return "\n".join(line.rstrip() for line in buf.getvalue().splitlines()) + "\n"
 
 
 def checks_markdown(results: Sequence[CheckResult], title: str = "gpuprof check") -> str:
     """A Markdown table for ``$GITHUB_STEP_SUMMARY``."""
-    bad = sum(1 for r in results if not r.passed)
-    head = f"### {md_escape(title)}: " + (f"{bad} of {len(results)} checks failed" if bad else f"all {len(results)} checks passed")
+    head = f"### {md_escape(title)}: {verdict(results)}"
     lines = [head, "", "| check | measured | allowed | result |", "|---|---:|---:|---|"]
     for r in results:
         lines.append(

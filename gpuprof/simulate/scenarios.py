@@ -46,6 +46,7 @@ KNOB_HELP: dict[str, str] = {
     "buckets": "DDP gradient buckets per step",
     "link_gbs": "link bandwidth between ranks, gigabytes per second",
     "stages": "pipeline stages (one rank each)",
+    "dp": "data-parallel replicas of the pipeline (ranks = stages x dp)",
     "microbatches": "microbatches per step",
     "schedule": "pipeline schedule: " + ", ".join(SCHEDULES),
     "chunks": "model chunks per stage (interleaved schedule only)",
