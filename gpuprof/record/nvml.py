@@ -200,6 +200,14 @@ class NvmlBackend:
     def devices(self) -> Sequence[GpuInfo]:
         return tuple(d.info for d in self._devices)
 
+    def unsupported_metrics(self, gpu: int) -> frozenset[str]:
+        """The metrics GPU ``gpu`` answered NotSupported to so far (never asked again)."""
+        return frozenset(self._devices[gpu].unsupported)
+
+    def gpm_supported(self, gpu: int) -> bool:
+        """Whether GPM metrics (Hopper and later) are read on GPU ``gpu``."""
+        return self._devices[gpu].gpm_ok
+
     def versions(self) -> Mapping[str, str | None]:
         nv = self.nvml
         out: dict[str, str | None] = {"driver": None, "nvml": None}
