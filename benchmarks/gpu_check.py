@@ -746,7 +746,9 @@ def step_nvml(c: Check, rec: StepRecord) -> None:
 
 
 def train_argv(c: Check, *extra: str, steps: int | None = None) -> list[str]:
-    argv = [c.python, str(TRAIN), "--steps", str(steps or c.state["steps"])]
+    n = steps or c.state["steps"]
+    # The steady rate starts after gpuprof's profiler window (steps 6-10 by default).
+    argv = [c.python, str(TRAIN), "--steps", str(n), "--steady-from", str(20 if n >= 40 else 11)]
     if not c.gpu_mode():
         argv += ["--device", "cpu"]
     return argv + list(extra)

@@ -226,6 +226,27 @@ def test_pack_leaves_the_largest_traces_out_past_the_limit(tmp_path: Path) -> No
     assert sorted(names) == ["gpu-check/s/traces/small.json.gz", "gpu-check/summary_part.json"]
 
 
+def test_overhead_takes_the_best_of_interleaved_runs(tmp_path: Path) -> None:
+    c = _check(tmp_path)
+    c.args.repeats = 3
+    c.state.update(mode="gpu", steps=300)
+    order: list[str] = []
+    walls = iter([10.0, 10.6, 9.0, 9.3, 9.5, 9.1])  # bare, gpuprof, bare, gpuprof, ...
+    steady = iter([20.0, 20.4, 19.0, 19.5, 19.8, 19.4])
+
+    def sh(argv: list[str], timeout_s: float, **kw: Any) -> Any:
+        order.append("gpuprof" if "run" in argv else "bare")
+        line = "gpu_check_train: " + json.dumps({"steady_step_ms": next(steady)})
+        return gc.Proc(argv, 0, line + "\n", "", next(walls))
+
+    c.sh = sh
+    rec = c.run_step("overhead", lambda rec: gc.step_overhead(c, rec))
+    assert order == ["bare", "gpuprof"] * 3
+    assert rec.figures["overhead_wall_pct"] == pytest.approx(100 * (9.1 / 9.0 - 1), abs=0.01)
+    assert rec.figures["overhead_steady_pct"] == pytest.approx(100 * (19.4 / 19.0 - 1), abs=0.01)
+    assert rec.status == "pass"  # 2.1 % is under the 5 % of the check
+
+
 @pytest.mark.slow
 @pytest.mark.torch
 def test_the_command_runs_without_a_gpu_and_says_what_it_skipped(tmp_path: Path) -> None:
@@ -233,7 +254,8 @@ def test_the_command_runs_without_a_gpu_and_says_what_it_skipped(tmp_path: Path)
     out = tmp_path / "OUT"
     out.mkdir()
     env = dict(os.environ, OUT=str(out), PYTHON=sys.executable)
-    p = subprocess.run(["bash", str(SCRIPT), "--cpu", "--steps", "20", "--repeats", "1", "--budget-s", "240"],
+    # The overhead step is left out here (two more torch processes); test_overhead_... covers it.
+    p = subprocess.run(["bash", str(SCRIPT), "--cpu", "--steps", "20", "--skip", "overhead", "--budget-s", "240"],
                        capture_output=True, text=True, env=env, timeout=300, cwd=tmp_path, check=False)
     assert p.returncode == 0, p.stdout[-3000:] + p.stderr[-2000:]
     # What the device machine brings back: at most 8 plain files with plain names.
@@ -244,13 +266,16 @@ def test_the_command_runs_without_a_gpu_and_says_what_it_skipped(tmp_path: Path)
     doc = json.loads((out / "summary.json").read_text())
     status = {s["name"]: s["status"] for s in doc["steps"]}
     assert status == {"install": "pass", "env": "pass", "nvml": "skip", "run": "pass", "analyze": "pass",
-                      "whatif": "pass", "torchrun": "pass", "overhead": "pass"}, doc["failed"]
-    assert doc["mode"] == "cpu" and doc["ok"] and doc["skipped"] == {"nvml": "--cpu given"}
+                      "whatif": "pass", "torchrun": "pass", "overhead": "skip"}, doc["failed"]
+    assert doc["mode"] == "cpu" and doc["ok"]
+    assert doc["skipped"] == {"nvml": "--cpu given", "overhead": "skipped on request (--skip)"}
     steps = {s["name"]: s for s in doc["steps"]}
     assert steps["install"]["figures"]["gpuprof_file"].startswith(str(Path(tempfile_root())))
     assert steps["run"]["figures"]["train"]["steps"] == 20 and steps["run"]["figures"]["live_updates"] > 0
     assert steps["torchrun"]["figures"]["backend"] == "gloo"
     assert "skipped: nvml (--cpu given)" in (out / "summary.txt").read_text()
+    whatif = steps["whatif"]["figures"]
+    assert whatif["fixing"]["category"] is None and whatif["fixed_steady_step_ms"] > 0  # nothing predicted on a CPU
     with tarfile.open(out / "results.tar.gz") as tar:
         names = set(tar.getnames())
     assert {"gpu-check/s_run/session.json", "gpu-check/report_run.json", "gpu-check/run_pty.txt"} <= names
