@@ -158,21 +158,64 @@ def _write_into(dest: Path, target: Path, pieces: Iterable[bytes], gz: bool) -> 
         raise _cannot_write(dest, exc) from None
 
 
-def _write_stdout(pieces: Iterable[bytes], gz: bool) -> None:
-    stream = sys.stdout
-    buffer = getattr(stream, "buffer", None)
-    stream.flush()
-    if buffer is None:  # stdout replaced by a text stream (tests, notebooks)
-        for piece in pieces:
-            stream.write(piece.decode("utf-8", errors="replace"))
-        stream.flush()
+class OutputClosed(GpuprofError):
+    """The reader of standard output went away (``| head``, ``| true``): stop writing.
+
+    Not a failure of gpuprof's: the command line exits 141 (128 + SIGPIPE), as a shell
+    reports any program a closed pipe ends, or with the verdict of ``gpuprof check``.
+    """
+
+    def __init__(self) -> None:
+        super().__init__("standard output was closed by the program reading it")
+
+
+def silence_fd(stream: object) -> None:
+    """Point the descriptor under ``stream`` at ``/dev/null``, so that what it still holds
+    in its buffer is dropped quietly when the interpreter exits (instead of failing again
+    and turning the exit code into 120)."""
+    try:
+        fd = stream.fileno()  # type: ignore[attr-defined]
+        null = os.open(os.devnull, os.O_WRONLY)
+    except (AttributeError, OSError, ValueError):
         return
     try:
+        os.dup2(null, fd)
+    except OSError:
+        pass
+    finally:
+        os.close(null)
+
+
+def stdout_error(exc: BaseException, stream: object, what: str = "the report") -> GpuprofError:
+    """What a failed write to standard output means: its reader went away
+    (:class:`OutputClosed`) or it cannot take the output (one line, exit 2)."""
+    silence_fd(stream)
+    if isinstance(exc, BrokenPipeError):
+        return OutputClosed()
+    if isinstance(exc, OSError):
+        why = exc.strerror or str(exc)
+    else:  # ValueError: "I/O operation on closed file"
+        why = "it is closed"
+    return GpuprofError(f"cannot write {what} to standard output: {why}")
+
+
+def _write_stdout(pieces: Iterable[bytes], gz: bool) -> None:
+    stream = sys.stdout
+    if stream is None:  # started with stdout closed (>&-)
+        raise GpuprofError("cannot write the output to standard output: it is closed")
+    buffer = getattr(stream, "buffer", None)
+    try:
+        stream.flush()
+        if buffer is None:  # stdout replaced by a text stream (tests, notebooks)
+            for piece in pieces:
+                stream.write(piece.decode("utf-8", errors="replace"))
+            stream.flush()
+            return
         out = _compressed(buffer, gz)
         for piece in pieces:
             out.write(piece)
         if out is not buffer:
             out.close()
         buffer.flush()
-    except OSError as exc:
-        raise _cannot_write(Path(STDOUT), exc) from None
+    except (OSError, ValueError) as exc:
+        raise stdout_error(exc, stream, "the output") from None

@@ -87,7 +87,7 @@ def test_one_duration_style_in_every_text_report() -> None:
 
 
 def test_text_on_a_legacy_terminal_writes_us_instead_of_failing() -> None:
-    from gpuprof.cli.analyze import printable
+    from gpuprof.cli.streams import printable
 
     class Latin(io.StringIO):
         encoding = "ascii"

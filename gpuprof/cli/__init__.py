@@ -2,7 +2,8 @@
 
 Each command lives in its own module and registers itself on :data:`app`. The one place
 that turns the project's own error type into a single line on stderr and exit code 2 is
-:func:`main`.
+:func:`main`; what gpuprof does with closed, full and broken standard streams is
+:mod:`gpuprof.cli.streams`.
 """
 
 from __future__ import annotations
@@ -16,7 +17,9 @@ from typing import Any
 import typer
 from typer import Typer
 
+from gpuprof.atomic import OutputClosed, silence_fd
 from gpuprof.cli.root import app as _app
+from gpuprof.cli.streams import SIGPIPE_EXIT, guarded_streams
 from gpuprof.errors import GpuprofError
 
 # Command modules, imported for their side effect of registering on the app: by the command
@@ -54,6 +57,11 @@ def __getattr__(name: str) -> Any:
 
 def main() -> None:
     """Entry point of the ``gpuprof`` console script."""
+    with guarded_streams():
+        _main()
+
+
+def _main() -> None:
     # --debug belongs to gpuprof only before `--`: after it, the argument is the wrapped
     # command's own (gpuprof run -- python train.py --debug).
     own = sys.argv[: sys.argv.index("--")] if "--" in sys.argv else sys.argv
@@ -65,10 +73,13 @@ def main() -> None:
         # Non-standalone click returns typer.Exit's code instead of exiting.
         if isinstance(rc, int) and rc:
             sys.exit(rc)
+    except OutputClosed:
+        # The reader of stdout went away (| head): nothing more to say to anyone.
+        sys.exit(SIGPIPE_EXIT)
     except GpuprofError as exc:
         if debug:
             raise
-        print(f"gpuprof: {exc}", file=sys.stderr)
+        _say(exc)
         sys.exit(2)
     except typer.Exit as exc:
         sys.exit(exc.exit_code)
@@ -76,6 +87,9 @@ def main() -> None:
         raise
     except KeyboardInterrupt:
         sys.exit(130)
+    except BrokenPipeError:  # a write to stdout outside gpuprof's own (a library's print)
+        silence_fd(sys.stdout)
+        sys.exit(SIGPIPE_EXIT)
     except Exception as exc:  # click usage errors arrive here in non-standalone mode
         # Recognized by shape, never by importing click: typer >= 0.20 bundles its own copy
         # of click (and no longer depends on the package), older typer raises click's own
@@ -84,9 +98,15 @@ def main() -> None:
             sys.exit(130)
         message = getattr(exc, "format_message", None)
         if callable(message) and isinstance(getattr(exc, "exit_code", None), int):
-            print(usage_line(exc), file=sys.stderr)
+            _say(usage_line(exc), prefix="")
             sys.exit(2)
         raise
+
+
+def _say(text: object, prefix: str = "gpuprof: ") -> None:
+    from gpuprof.cli.console import say  # rich, loaded only when there is something to say
+
+    say(text, prefix=prefix)
 
 
 def usage_line(exc: Exception) -> str:

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import sys
 from pathlib import Path
 from typing import Any, List, Optional
 
@@ -10,8 +9,10 @@ import typer
 
 from gpuprof.atomic import is_stdout, write_text_atomic
 from gpuprof.cli.root import app
-from gpuprof.cli.console import ColorMode, ReadProgress, color_option, format_names, is_terminal, terminal_width, use_color
+from gpuprof.cli.console import ColorMode, ReadProgress, color_option, format_names, is_terminal, say, terminal_width, use_color
+from gpuprof.cli.streams import write_stdout
 from gpuprof.errors import GpuprofError
+from gpuprof.safetext import visible_text
 
 
 StderrProgress = ReadProgress  # the name the other commands import; use it as a context manager
@@ -31,32 +32,25 @@ def max_input_gb_option() -> Any:
 
 
 def write_output(text: str, out: Path) -> None:
-    """Write a report atomically: a failed run never leaves a half-written file behind."""
+    """Write a document atomically: a failed run never leaves a half-written file behind.
+
+    Text, Markdown and JUnit (anything but JSON and HTML, which escape what they carry)
+    pass through :func:`gpuprof.safetext.visible_text` on the way out, as on a terminal."""
+    if not out.name.lower().endswith((".json", ".json.gz", ".html", ".htm")):
+        text = visible_text(text)
     write_text_atomic(out, text)
 
 
-def emit(text: str, output: Optional[Path], what: str = "report") -> None:
+def emit(text: str, output: Optional[Path], what: str = "report", keep_color: bool = False) -> None:
+    """The result on stdout (``output`` None) or into a file, through the one filter for
+    what reaches a person (:mod:`gpuprof.safetext`) when it is text or Markdown.
+
+    ``keep_color``: the text holds gpuprof's own colour sequences (``--color``)."""
     if output is None:
-        sys.stdout.write(printable(text, sys.stdout))
-        sys.stdout.flush()
+        write_stdout(text, f"the {what}", keep_color=keep_color)
     else:
         write_output(text, output)
-        print(f"gpuprof: {what} written to {output}", file=sys.stderr)
-
-
-# Characters the reports use that a legacy (non-UTF-8) terminal may not have, and what they
-# become there: "µs" is written "us" rather than failing with UnicodeEncodeError.
-_ASCII_STAND_INS = str.maketrans({"µ": "u", "×": "x", "·": "-", "—": "-", "→": "->", "…": "..."})
-
-
-def printable(text: str, stream: object) -> str:
-    """``text`` as ``stream``'s encoding can carry it."""
-    encoding = getattr(stream, "encoding", None) or "utf-8"
-    try:
-        text.encode(encoding)
-        return text
-    except (UnicodeEncodeError, LookupError):
-        return text.translate(_ASCII_STAND_INS).encode(encoding, errors="replace").decode(encoding)
+        say(f"{what} written to {output}")
 
 
 def text_style(output: Optional[Path], color: ColorMode) -> tuple[int, bool, bool]:
@@ -162,5 +156,6 @@ def analyze(
         width, colored, wrap = text_style(output, color)
         text = render_text(report, width, color=colored, wrap=wrap)
     else:
+        colored = False
         text = render(report, chosen, width=100)
-    emit(text, output)
+    emit(text, output, keep_color=colored)

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import sys
 from pathlib import Path
 
 import typer
@@ -10,6 +9,7 @@ import typer
 from gpuprof.atomic import is_stdout
 from gpuprof.cli.root import app
 from gpuprof.cli.analyze import max_input_gb_option
+from gpuprof.cli.console import say
 from gpuprof.errors import GpuprofError
 
 OUT_EXTENSIONS = (".json", ".json.gz")
@@ -57,7 +57,7 @@ def annotate(
     skipped: list[str] = []  # files in the folder that are valid JSON but not traces
     files = [s.path for s in discover([path], skipped)]
     for line in skipped:
-        print(f"gpuprof: {line}", file=sys.stderr)
+        say(line)
     inputs: list[Path] = [path]
     if job is not None:
         in_job = {_key(s.path) for s in discover([job])}
@@ -98,7 +98,7 @@ def annotate(
         done = annotate_file(f, dest, analysis.attributions, ranks=sorted(ranks_of.get(_key(f), [])))
         total += done.slices
         ranks = ", ".join(str(r) for r in done.ranks) or "none"
-        print(f"gpuprof: wrote {dest}: {done.slices} lost-time slices for rank(s) {ranks}", file=sys.stderr)
+        say(f"wrote {dest}: {done.slices} lost-time slices for rank(s) {ranks}")
     if len(files) > 1:
-        print(f"gpuprof: {len(files)} annotated traces, {total} slices in all", file=sys.stderr)
-    print("gpuprof: open them in https://ui.perfetto.dev or chrome://tracing", file=sys.stderr)
+        say(f"{len(files)} annotated traces, {total} slices in all")
+    say("open them in https://ui.perfetto.dev or chrome://tracing")

@@ -10,7 +10,6 @@ Both accept traces (files, folders, session folders) or a report that ``gpuprof 
 from __future__ import annotations
 
 import os
-import sys
 from pathlib import Path
 
 import typer
@@ -18,10 +17,12 @@ import typer
 from gpuprof.cli.root import app
 from gpuprof.cli.analyze import StderrProgress, max_input_gb_option, terminal_width, write_output
 from gpuprof.cli.check_config import find_pyproject, load_settings, merged, settings_from_options
-from gpuprof.cli.console import is_terminal
+from gpuprof.cli.console import is_terminal, say
+from gpuprof.cli.streams import OutputClosed, write_stdout
 from gpuprof.errors import GpuprofError
 from gpuprof.model.report import Report
 from gpuprof.reportfile import is_report_file, read_report
+from gpuprof.safetext import visible_text
 
 __all__ = ["check", "diff", "is_report_file", "load_or_analyze", "read_report"]
 
@@ -48,9 +49,9 @@ def _append_step_summary(markdown: str) -> None:
         return
     try:
         with open(target, "a", encoding="utf-8") as fh:
-            fh.write(markdown + "\n")
+            fh.write(visible_text(markdown) + "\n")
     except OSError as exc:
-        print(f"gpuprof: could not write the job summary {target}: {exc}", file=sys.stderr)
+        say(f"could not write the job summary {target}: {exc.strerror or exc}")
 
 
 CHECK_HELP = """CI gate: analyze, compare with thresholds and/or a baseline report, exit 1 on failure.
@@ -156,8 +157,10 @@ def check(
         text += "\nWhat to change first (gpuprof analyze for the evidence):\n"
         for i, rec in enumerate(report.recommendations[:3], 1):
             text += f"  {i}. {rec.title} [{rec.category.value}, saves ~{rec.estimated_savings_pct:.1f}% of step time]\n"
-    sys.stdout.write(text)
-    sys.stdout.flush()
+    try:
+        write_stdout(text, "the checks")
+    except OutputClosed:
+        pass  # the verdict, not the listing, is the result: `check ... | head` still gates
     if gate.failed(results):
         # SystemExit, not typer.Exit: in non-standalone mode click returns Exit's code
         # instead of exiting, and the gate must fail the CI step.

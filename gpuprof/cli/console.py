@@ -27,6 +27,8 @@ import typer
 from rich.console import Console
 from rich.progress import BarColumn, Progress, SpinnerColumn, TaskID, TextColumn, TimeElapsedColumn, TimeRemainingColumn
 
+from gpuprof.safetext import one_line
+
 
 class ColorMode(str, Enum):
     auto = "auto"
@@ -93,12 +95,23 @@ def wrap_line(text: str, width: int, prefix: str = "gpuprof: ") -> str:
     )
 
 
-def say(text: str, stream: TextIO | None = None, prefix: str = "gpuprof: ") -> None:
+def say(text: object, stream: TextIO | None = None, prefix: str = "gpuprof: ") -> None:
     """One of gpuprof's own lines on stderr: wrapped with a hanging indent on a terminal,
-    one unbroken line anywhere else (a CI log keeps each message on one line)."""
+    one unbroken line anywhere else (a CI log keeps each message on one line).
+
+    Every control character of ``text`` (a file name's escape sequence, a newline that
+    would forge a second line) is shown escaped (:func:`gpuprof.safetext.one_line`), and a
+    closed or broken stderr says nothing rather than fail (docs/reliability.md)."""
     out = stream if stream is not None else sys.stderr
-    line = wrap_line(text, terminal_width(out), prefix) if is_terminal(out) else prefix + text
-    print(line, file=out, flush=True)
+    if out is None:  # started with stderr closed: print() would write to stdout instead
+        return
+    safe = one_line(text)
+    try:
+        line = wrap_line(safe, terminal_width(out), prefix) if is_terminal(out) else prefix + safe
+        out.write(line + "\n")
+        out.flush()
+    except (OSError, ValueError):
+        pass
 
 
 class ReadProgress:
@@ -168,7 +181,7 @@ class ReadProgress:
         if total is not None:
             self._bar.update(self._task, total=total, completed=done or 0)
         else:
-            self._bar.update(self._task, description=message[:1].upper() + message[1:])
+            self._bar.update(self._task, description=one_line(message[:1].upper() + message[1:]))
 
     # -- a pipe or a file: a line now and then ----------------------------------------------
 
@@ -188,7 +201,11 @@ class ReadProgress:
         if self._last_line is not None and now - self._last_line < self.every_s and not (final and total is None):
             self._pending = text
             return
-        print(f"gpuprof: {text}", file=self.stream, flush=True)
+        try:
+            self.stream.write(f"gpuprof: {one_line(text)}\n")
+            self.stream.flush()
+        except (OSError, ValueError):
+            pass  # progress is best effort
         self._last_line = now
         self._pending = None
 

@@ -6,12 +6,14 @@ import re
 import sys
 import time
 from pathlib import Path
-from typing import Optional
 
 import typer
 
+from gpuprof.atomic import silence_fd
+from gpuprof.cli import streams
 from gpuprof.cli.console import ColorMode, is_terminal, say, terminal_width, use_color
 from gpuprof.cli.root import app
+from gpuprof.cli.streams import say_text, write_stdout
 from gpuprof.errors import GpuprofError
 from gpuprof.record.runner import RunOptions, RunResult, run_command
 from gpuprof.record.sampler import DEFAULT_INTERVAL_MS
@@ -94,12 +96,11 @@ def claim_session(out: Path | None, argv: list[str]) -> tuple[Path, bool]:
 def _emit(text: str, dest: Path) -> None:
     """``--save-report``: a file (atomically), or stdout for ``-``."""
     if str(dest) == "-":
-        sys.stdout.write(text if text.endswith("\n") else text + "\n")
-        sys.stdout.flush()
+        write_stdout(text if text.endswith("\n") else text + "\n")
         return
-    from gpuprof.atomic import write_text_atomic
+    from gpuprof.cli.analyze import write_output
 
-    write_text_atomic(dest, text)
+    write_output(text, dest)
     say(f"report written to {dest}")
 
 
@@ -133,14 +134,16 @@ def report_run(session_dir: Path, fmt: str, save_report: Path | None, result: Ru
 
                 terminal = is_terminal(sys.stderr)
                 width = terminal_width() if terminal else 100
-                text = render_text(fresh, width, color=use_color(ColorMode.auto, sys.stderr), wrap=terminal)
+                colored = use_color(ColorMode.auto, sys.stderr)
+                text = render_text(fresh, width, color=colored, wrap=terminal)
             else:
+                colored = False
                 text = render(fresh, fmt)
-            sys.stderr.write(text if text.endswith("\n") else text + "\n")
+            say_text(text, keep_color=colored)
         if save_report is not None:
             chosen = format_for_path(str(save_report)) if str(save_report) != "-" else None
             _emit(render(report, chosen or fmt), save_report)
-    except GpuprofError as exc:
+    except GpuprofError as exc:  # OutputClosed too: the job's exit code is the answer
         say(f"report not written: {exc}")
     except OSError as exc:
         say(f"report not written: {save_report}: {describe_os_error(exc)}")
@@ -162,7 +165,7 @@ def run(
     ctx: typer.Context,
     interval_ms: int = typer.Option(DEFAULT_INTERVAL_MS, "--interval-ms", min=10,
                                     help="NVML polling interval in milliseconds."),
-    out: Optional[Path] = typer.Option(None, "--out", "-o",
+    out: Path | None = typer.Option(None, "--out", "-o",
                                        help="Session folder, new or empty. [default: a new DATE-TIME-COMMAND folder in ./gpuprof-sessions]"),
     no_hooks: bool = typer.Option(False, "--no-hooks",
                                   help="Do not inject torch hooks (no step records, no profiler trace)."),
@@ -177,7 +180,7 @@ def run(
     report_format: str = typer.Option("text", "--format", "-f",
                                       help="Report format: text or markdown are printed on stderr; json and html "
                                       "only go to the session folder and --save-report."),
-    save_report: Optional[Path] = typer.Option(None, "--save-report",
+    save_report: Path | None = typer.Option(None, "--save-report",
                                                help="Also write the report to FILE (format from its extension, "
                                                "else --format); '-' prints it on stdout after CMD's output."),
     no_live: bool = typer.Option(False, "--no-live",
@@ -208,13 +211,18 @@ def run(
         live = terminal_live_status(session_dir, schedule)
     if recorded:
         say(f"recording {argv[0]} into {session_dir}")
-    result = run_command(argv, session_dir, opts, observer=live, claimed=True, recorded=recorded)
+    result = run_command(argv, session_dir, opts, observer=live, claimed=True, recorded=recorded,
+                         warn=say, closed_fds=streams.CLOSED_AT_START)
     # A command that could not start ran nothing to report on: its error was the last word.
     if result.recorded and result.finished and result.launched and not no_report:  # else a line said why
         report_run(session_dir, report_format, save_report, result)
-    sys.stdout.flush()
+    if sys.stdout is not None:
+        try:
+            sys.stdout.flush()
+        except (OSError, ValueError):  # stdout is the job's; gpuprof's own output is best effort
+            silence_fd(sys.stdout)
     # SystemExit, not typer.Exit: in non-standalone mode click turns Exit into a return value.
     sys.exit(result.exit_code)
 
 
-__all__ = ["run", "session_report", "samples_only_report", "default_session_dir", "report_run", "claim_session"]
+__all__ = ["claim_session", "default_session_dir", "report_run", "run", "samples_only_report", "session_report"]

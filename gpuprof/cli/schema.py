@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import sys
-
 from gpuprof.cli.root import app
 
 
@@ -16,7 +14,7 @@ def schema() -> None:
     renamed or dropped. `gpuprof check --baseline` and `gpuprof diff` validate saved
     reports against it.
     """
+    from gpuprof.cli.streams import write_stdout
     from gpuprof.model.schema import shipped_schema_text
 
-    sys.stdout.write(shipped_schema_text())
-    sys.stdout.flush()
+    write_stdout(shipped_schema_text(), "the schema")

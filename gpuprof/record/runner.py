@@ -89,6 +89,18 @@ class RunObserver:
         """The job ended; nothing may be drawn any more."""
 
 
+def _say(line: str) -> None:
+    """A line on stderr, best effort: a closed or broken stderr never costs the job its result."""
+    stream = sys.stderr
+    if stream is None:  # started with stderr closed; print() would write to stdout instead
+        return
+    try:
+        stream.write(line + "\n")
+        stream.flush()
+    except (OSError, ValueError):
+        pass
+
+
 def exit_code_of(returncode: int) -> tuple[int, int | None]:
     """Shell convention: a child killed by signal N exits gpuprof with 128 + N."""
     if returncode < 0:
@@ -156,6 +168,34 @@ class _Forwarder:
             signal.signal(s, h)
 
 
+class _ChildSignals:
+    """SIGCHLD at its default while gpuprof waits for the job.
+
+    A supervisor may start gpuprof with SIGCHLD ignored; children are then reaped by the
+    kernel and ``waitpid`` has no status to return (the job's exit code would be lost). The
+    job itself gets the disposition gpuprof was started with, as it would have without gpuprof.
+    """
+
+    def __init__(self) -> None:
+        self._old: Any = None
+
+    def __enter__(self) -> _ChildSignals:
+        try:
+            self._old = signal.signal(signal.SIGCHLD, signal.SIG_DFL)
+        except (ValueError, OSError):  # not the main thread: nothing to restore
+            self._old = None
+        return self
+
+    def in_child(self) -> None:
+        if self._old is signal.SIG_IGN:
+            signal.signal(signal.SIGCHLD, signal.SIG_IGN)
+
+    def __exit__(self, *exc: object) -> None:
+        if self._old is not None:
+            with contextlib.suppress(ValueError, OSError):
+                signal.signal(signal.SIGCHLD, self._old)
+
+
 class _Terminal:
     """Hands the controlling terminal to the child's group while it runs, if we own it."""
 
@@ -202,14 +242,21 @@ class _Terminal:
             signal.signal(signal.SIGTTOU, old)
 
 
-def _wait_child(pid: int, pgid: int, terminal: _Terminal, observer: RunObserver) -> int:
+# What gpuprof exits with when the job's status was taken by someone else (a process that
+# reaps every child): never 0, which would report a success nobody saw.
+STATUS_LOST = 1
+
+
+def _wait_child(pid: int, pgid: int, terminal: _Terminal, observer: RunObserver,
+                warn: Callable[[str], None] = lambda msg: None) -> int:
     """Wait for the child; mirror a job-control stop (Ctrl-Z) onto gpuprof. Returns a Popen-style code."""
     flags = os.WUNTRACED if terminal.fd is not None else 0
     while True:
         try:
             _, status = os.waitpid(pid, flags)
         except ChildProcessError:
-            return 0
+            warn(f"the job's exit status was lost (another process reaped it); exiting {STATUS_LOST}")
+            return STATUS_LOST
         if os.WIFSTOPPED(status):
             # The job was stopped (Ctrl-Z): take the terminal back and stop ourselves so the
             # shell sees the job stopped; on `fg`/`bg` (SIGCONT) resume the job.
@@ -231,10 +278,11 @@ def run_command(
     session_dir: Path,
     opts: RunOptions = RunOptions(),
     backend_factory: Callable[[], GpuBackend] | None = None,
-    warn: Callable[[str], None] = lambda msg: print(f"gpuprof: {msg}", file=sys.stderr, flush=True),
+    warn: Callable[[str], None] = lambda msg: _say(f"gpuprof: {msg}"),
     observer: RunObserver | None = None,
     claimed: bool = False,
     recorded: bool = True,
+    closed_fds: frozenset[int] = frozenset(),
 ) -> RunResult:
     """Run ``argv`` to completion under gpuprof and close the session. Never raises for the job's failure.
 
@@ -242,6 +290,9 @@ def run_command(
     (``claimed``, and ``recorded`` False when the disk had no room for it); a folder another
     run holds raises :class:`GpuprofError` before the job starts. After that, nothing gpuprof
     fails to write keeps the job from running or changes its exit code.
+
+    ``closed_fds``: which of the descriptors 0-2 gpuprof was started with closed (and then
+    covered with ``/dev/null``, see :mod:`gpuprof.cli.streams`): the job gets them closed.
     """
     import subprocess
 
@@ -308,10 +359,17 @@ def run_command(
     env = child_env(dict(os.environ), session_dir, opts if recorded else RunOptions(hooks=False))
     terminal = _Terminal()
     sampler: Sampler | None = None
-    with _Forwarder() as forwarder:
+    with _Forwarder() as forwarder, _ChildSignals() as child_signals:
+        def child_setup() -> None:
+            terminal.child_setup()
+            child_signals.in_child()
+            for fd in closed_fds:
+                with contextlib.suppress(OSError):
+                    os.close(fd)
+
         try:
             # preexec_fn is safe here: gpuprof has no other thread yet (the sampler starts after).
-            proc = subprocess.Popen(list(argv), env=env, preexec_fn=terminal.child_setup)
+            proc = subprocess.Popen(list(argv), env=env, preexec_fn=child_setup)
         except OSError as exc:
             terminal.take_back()  # the forked child may have taken the terminal before exec failed
             # Like a shell: 127 for a command that is not found, 126 for one that cannot run.
@@ -341,7 +399,7 @@ def run_command(
             warn(msg)
         terminal.give(pgid)
         try:
-            returncode = _wait_child(proc.pid, pgid, terminal, observer)
+            returncode = _wait_child(proc.pid, pgid, terminal, observer, warn)
         finally:
             terminal.take_back()
             with contextlib.suppress(Exception):
