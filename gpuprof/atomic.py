@@ -96,7 +96,7 @@ def _replace(dest: Path, target: Path, old: os.stat_result | None, pieces: Itera
     if not parent.is_dir():
         raise GpuprofError("output folder does not exist", parent)
     try:
-        fd, tmp = tempfile.mkstemp(prefix=f".{target.name}.", dir=parent)
+        fd, tmp = tempfile.mkstemp(prefix=temp_prefix(target.name, parent), dir=parent)
     except OSError as exc:
         raise GpuprofError(f"cannot write here: {exc.strerror}", parent) from None
     try:
@@ -127,6 +127,27 @@ def _replace(dest: Path, target: Path, old: os.stat_result | None, pieces: Itera
         except OSError:
             pass
         raise
+
+
+_RANDOM_CHARS = 8  # what tempfile adds after the prefix
+_DEFAULT_NAME_MAX = 255
+
+
+def temp_prefix(name: str, folder: Path) -> str:
+    """``.NAME.`` for the temporary file beside ``NAME``, cut so that the temporary name
+    (prefix and the random characters) stays within the folder's NAME_MAX bytes: any name
+    legal for the output is legal for its temporary file."""
+    try:
+        name_max = os.pathconf(folder, "PC_NAME_MAX")
+    except (OSError, ValueError, AttributeError):
+        name_max = _DEFAULT_NAME_MAX
+    budget = max(1, (name_max if name_max > 0 else _DEFAULT_NAME_MAX) - _RANDOM_CHARS - 2)
+    raw = os.fsencode(name)
+    if len(raw) > budget:
+        name = os.fsdecode(raw[:budget])
+        while len(os.fsencode(name)) > budget:  # a cut inside a multi-byte character
+            name = name[:-1]
+    return f".{name}."
 
 
 def _keep_owner(path: str, old: os.stat_result) -> None:

@@ -9,6 +9,7 @@ import typer
 
 from gpuprof.atomic import is_stdout, write_text_atomic
 from gpuprof.cli.root import app
+from gpuprof.cli.outputs import check_outputs
 from gpuprof.cli.console import ColorMode, ReadProgress, color_option, format_names, is_terminal, say, terminal_width, use_color
 from gpuprof.cli.streams import write_stdout
 from gpuprof.errors import GpuprofError
@@ -128,6 +129,7 @@ def analyze(
     if is_stdout(output):
         output = None
     chosen = choose_format(fmt, output)
+    check_outputs([("an input", p) for p in paths], [("-o", output)])
     saved = [p for p in paths if is_report_file(p)]
     if saved:
         # A report saved with --format json is rendered again (e.g. as HTML) without the traces.

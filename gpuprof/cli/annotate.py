@@ -9,6 +9,7 @@ import typer
 from gpuprof.atomic import is_stdout
 from gpuprof.cli.root import app
 from gpuprof.cli.analyze import max_input_gb_option
+from gpuprof.cli.outputs import check_outputs
 from gpuprof.cli.console import say
 from gpuprof.errors import GpuprofError
 
@@ -68,8 +69,7 @@ def annotate(
     to_stdout = is_stdout(output)
     single = len(files) == 1 and (to_stdout or output.name.lower().endswith(OUT_EXTENSIONS))
     if single:
-        if not to_stdout and output.exists() and _key(output) == _key(files[0]):
-            raise GpuprofError("refusing to overwrite the input trace; choose another -o", output)
+        check_outputs([("the input trace", files[0]), ("--job", job)], [("-o", output)])
     elif len(files) == 1:
         raise GpuprofError("the annotated trace must be written as .json or .json.gz", output)
     else:

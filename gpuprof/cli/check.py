@@ -17,6 +17,7 @@ import typer
 from gpuprof.cli.root import app
 from gpuprof.cli.analyze import StderrProgress, max_input_gb_option, terminal_width, write_output
 from gpuprof.cli.check_config import find_pyproject, load_settings, merged, settings_from_options
+from gpuprof.cli.outputs import check_outputs
 from gpuprof.cli.console import is_terminal, say
 from gpuprof.cli.streams import OutputClosed, write_stdout
 from gpuprof.errors import GpuprofError
@@ -119,12 +120,17 @@ def check(
         tolerance_pct=tolerance_pct,
         step_tolerance_pct=step_tolerance_pct,
     )
+    pyproject = None
     if not no_config:
         pyproject = config if config is not None else find_pyproject(Path.cwd())
         if pyproject is not None:
             settings = merged(load_settings(pyproject), settings)
     limits = settings.thresholds
     base_path = settings.baseline
+    check_outputs(
+        [*(("an input", p) for p in paths), ("the baseline report", base_path), ("the configuration", pyproject)],
+        [("--save-report", save_report), ("--junit", junit)],
+    )
     if limits.empty and base_path is None:
         raise GpuprofError(
             "nothing to check: give thresholds (--min-compute-pct, --max-lost-pct CAUSE=PCT, --max-step-ms), "

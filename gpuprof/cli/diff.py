@@ -10,6 +10,7 @@ from gpuprof.atomic import is_stdout
 from gpuprof.cli.root import app
 from gpuprof.cli.analyze import choose_format, emit, max_input_gb_option, text_style
 from gpuprof.cli.check import load_or_analyze
+from gpuprof.cli.outputs import check_outputs
 from gpuprof.cli.console import ColorMode, color_option, format_names
 
 
@@ -45,6 +46,7 @@ def diff(
     if is_stdout(output):
         output = None
     chosen = choose_format(fmt, output)
+    check_outputs([("BASE", base), ("CURRENT", current)], [("-o", output)])
     b = load_or_analyze([base], steps, max_input_gb)
     c = load_or_analyze([current], steps, max_input_gb)
     d = diff_reports(b, c)
