@@ -444,6 +444,10 @@ def main(argv: list[str] | None = None) -> int:
         cases.append(generated(f"gen-128r-{a.ranks128_mb:g}MB", 128, a.ranks128_mb, a.jobs))
         # Like the real traces: a handful of steps per rank (~5 steps in 50 MB).
         cases.append(generated("gen-1r-50MB-5steps", 1, 50, 1, layers=960))
+        # Issue 22's cases: a 200 MB rank of 10 steps (the marginal throughput of reading
+        # plus analysis), and a 60 MB job of two ranks holding a few steps each.
+        cases.append(generated("gen-1r-200MB-10steps", 1, 200, 1, layers=1920))
+        cases.append(generated("gen-2r-30MB-3steps", 2, 30, a.jobs, layers=960))
     if a.only:
         cases = [c for c in cases if a.only in c.name]
     for c in cases:

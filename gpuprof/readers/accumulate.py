@@ -22,7 +22,7 @@ from gpuprof.model.dtypes import input_bytes, message_bytes
 from gpuprof.model.table import Cat
 from gpuprof.model.timeline import Category, Kind
 from gpuprof.readers.columns import as_int, int_column, str_column
-from gpuprof.readers.jsonio import Event
+from gpuprof.readers.jsonio import Event, raw_value
 from gpuprof.readers.timecheck import TimeChecks
 
 _NAME = attrgetter("name")
@@ -69,7 +69,7 @@ def _message_bytes(a: Any) -> int:
     size = message_bytes(a.in_nelems, a.out_nelems, a.dtype)
     if size is not None:
         return size
-    size = input_bytes(a.input_dims, a.input_type)
+    size = input_bytes(raw_value(a.input_dims), raw_value(a.input_type))
     return -1 if size is None else size
 
 

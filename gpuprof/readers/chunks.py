@@ -46,12 +46,3 @@ def find_cut(text: bytes | bytearray, start: int, one_line: bool) -> tuple[int, 
 def has_line_cut(text: bytes | bytearray, start: int) -> bool:
     """Whether the text after ``start`` holds a cut followed by a newline."""
     return _LINE_CUT.search(text, start) is not None
-
-
-def wrapped(opening: bytes, body: memoryview | bytes | bytearray, closing: bytes) -> bytearray:
-    """``opening + body + closing`` with a single copy of ``body``."""
-    out = bytearray(len(opening) + len(body) + len(closing))
-    out[: len(opening)] = opening
-    out[len(opening) : len(opening) + len(body)] = body
-    out[len(out) - len(closing) :] = closing
-    return out

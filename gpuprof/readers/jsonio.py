@@ -5,7 +5,8 @@ cut off mid-write, read as a stream by :mod:`gpuprof.readers.textstream`) into
 :class:`Event` structs, piece by piece (see :mod:`gpuprof.readers.chunks`), plus the few
 top-level keys the readers need. Decoding uses ``msgspec`` into structs that keep only the
 fields we use, so a trace is never turned into per-event Python dicts (the unused
-``args`` such as input shapes and call stacks are skipped by the decoder). Why msgspec
+``args`` such as call stacks are skipped by the decoder, and input shapes are kept as raw
+JSON text until a communication row needs them). Why msgspec
 and not another decoder: see ``benchmarks/README.md`` (measured side by side).
 
 Fields whose type varies between producers (``pid``/``tid`` int or string, ``stream``
@@ -38,6 +39,11 @@ class NotATraceError(BadTraceError):
     """Valid JSON that is not a trace (a config, a stamp file); a folder scan skips such files."""
 
 
+# A raw ``args`` field the event does not have (``msgspec.Raw | None`` is not a type
+# msgspec decodes into: the empty text stands for "absent").
+NO_RAW = msgspec.Raw()
+
+
 class Args(msgspec.Struct, frozen=True, gc=False):
     """The ``args`` keys any reader uses; everything else in ``args`` is skipped."""
 
@@ -51,9 +57,12 @@ class Args(msgspec.Struct, frozen=True, gc=False):
     out_nelems: Any = msgspec.field(default=None, name="Out msg nelems")
     dtype: Any = None
     # Shapes and C++ types of an op's inputs: the size of a collective that records no
-    # nelems (symm_mem ops).
-    input_dims: Any = msgspec.field(default=None, name="Input Dims")
-    input_type: Any = msgspec.field(default=None, name="Input type")
+    # nelems (symm_mem ops). Every op of a trace recorded with shapes carries both, as
+    # nested lists; kept as the raw JSON text (validated, not built into Python lists) and
+    # decoded only for the communication rows that read them (see :func:`raw_value`):
+    # building them for every op cost a third of the reading time, and fed the cyclic GC.
+    input_dims: msgspec.Raw = msgspec.field(default=NO_RAW, name="Input Dims")
+    input_type: msgspec.Raw = msgspec.field(default=NO_RAW, name="Input type")
     name: Any = None  # metadata events: thread_name / process_name
     step: Any = None  # op-level timelines
     mb_id: Any = None  # op-level timelines
@@ -66,6 +75,18 @@ class Args(msgspec.Struct, frozen=True, gc=False):
 
 
 NO_ARGS = Args()
+_RAW_FIELDS = ("input_dims", "input_type")
+
+
+def raw_value(value: Any) -> Any:
+    """The value of an ``args`` field kept as raw JSON text (:class:`msgspec.Raw`), decoded
+    (``None`` when absent); any other value (one an :class:`Args` was built with) as it is.
+
+    The text was validated when the event was decoded (nesting too deep for the decoder
+    fails there, as for any field), so decoding it again cannot fail."""
+    if not isinstance(value, msgspec.Raw):
+        return value
+    return msgspec.json.decode(value) if value else None
 
 
 # Every event phase of the Chrome trace-event format. Decoding ``ph`` as one of them hands
@@ -353,25 +374,22 @@ class _Reader:
         return drop
 
     def _decode_piece(self, end: int, first: bool) -> list[Event]:
+        # Each piece is decoded from a copy of its own: the events' raw ``args`` fields
+        # (``msgspec.Raw``) keep the text they were decoded from exported, and ``buf`` is
+        # resized as the file is read.
         if first:
-            text = chunks.wrapped(b"", memoryview(self.buf)[:end], b"]}" if self.is_object else b"]")
+            with memoryview(self.buf) as whole, whole[:end] as head:
+                text = b"".join((head, b"]}" if self.is_object else b"]"))
             events, top = _decode(text, self.is_object, self.path)
             if not events:  # the cut was not in the event list: not a piece
                 raise msgspec.DecodeError("no events before the first cut")
             self.top.update(top)
             return events
-        # Decoded in place: the bytes before and after the piece lie in the gaps between
-        # events, and are put back afterwards.
-        begin = self.pos
-        before, after = self.buf[begin - 1], self.buf[end]
-        self.buf[begin - 1] = 0x5B  # "["
-        self.buf[end] = 0x5D  # "]"
-        try:
-            with memoryview(self.buf) as whole, whole[begin - 1 : end + 1] as piece:
-                return _decode(piece, False, self.path)[0] or []
-        finally:
-            self.buf[begin - 1] = before
-            self.buf[end] = after
+        # ``[`` + the events + ``]``: the bytes before and after a piece lie in the gaps
+        # between events.
+        with memoryview(self.buf) as whole, whole[self.pos : end] as body:
+            piece = b"".join((b"[", body, b"]"))
+        return _decode(piece, False, self.path)[0] or []
 
     def _rest(self) -> Iterator[list[Event]]:
         while (events := self._next_piece(self.pos + chunks.TARGET_BYTES)) is not None:
@@ -382,7 +400,7 @@ class _Reader:
     def _last_piece(self) -> list[Event]:
         begin = self.pos
         with memoryview(self.buf) as whole, whole[begin:] as body:
-            text = chunks.wrapped(chunks.OPEN_OBJECT if self.is_object else b"[", body, b"")
+            text = b"".join((chunks.OPEN_OBJECT if self.is_object else b"[", body))
         added = len(text) - (len(self.buf) - begin)  # bytes of the opening
         self.buf = bytearray()
         try:
@@ -507,10 +525,20 @@ def _num(v: Any) -> float:
 def _coerce(e: _LooseEvent) -> Event:
     args = NO_ARGS
     if isinstance(e.args, dict):
+        given = dict(e.args)
+        # Raw fields cannot be converted from Python values: set as their JSON text.
+        raws = {
+            f.name: msgspec.Raw(msgspec.json.encode(given.pop(f.encode_name)))
+            for f in msgspec.structs.fields(Args)
+            if f.name in _RAW_FIELDS and f.encode_name in given
+        }
         try:
-            args = msgspec.convert(e.args, type=Args, strict=False)
+            args = msgspec.convert(given, type=Args, strict=False)
         except msgspec.ValidationError:
             args = NO_ARGS
+        else:
+            if raws:
+                args = msgspec.structs.replace(args, **raws)
 
     def ident(v: Any) -> int | str:
         if isinstance(v, bool) or not isinstance(v, (int, str)):

@@ -54,7 +54,7 @@ from gpuprof.model.timeline import DEVICE_COLUMNS, Kind, RankTrace, build_table,
 from gpuprof.readers import timersteps as ts
 from gpuprof.readers.accumulate import Coder, timed, values
 from gpuprof.readers.columns import as_int, int_column
-from gpuprof.readers.jsonio import NO_ARGS, Args, Event, RawTrace
+from gpuprof.readers.jsonio import NO_ARGS, NO_RAW, Args, Event, RawTrace
 from gpuprof.readers.timecheck import TimeChecks
 from gpuprof.readers.timersteps import OpSpans
 
@@ -171,7 +171,7 @@ def _merged(begin: Args, end: Args) -> Args:
     """The ``B``'s args, each overridden by the ``E``'s when the ``E`` gives it."""
     if end is NO_ARGS:
         return begin
-    given = {f: v for f in _ARG_FIELDS if (v := getattr(end, f)) is not None}
+    given = {f: v for f in _ARG_FIELDS if (v := getattr(end, f)) is not None and v is not NO_RAW}
     return msgspec.structs.replace(begin, **given) if given else begin
 
 
