@@ -96,8 +96,8 @@ def main() -> int:
     print(f"{'file':60s} {'JSON MB':>8s} {'gunzip s':>9s} {'MB/s':>6s} {'read s':>8s} {'MB/s':>6s}")
     total: dict[str, list[float]] = {"all": [0, 0, 0], "real traces above 10 MB": [0, 0, 0]}
     for f, n in files:
-        gz = best_cpu(lambda: sum(len(b) for b in text_blocks(f, [])), a.repeat)
-        rd = best_cpu(lambda: load_file(f), a.repeat)
+        gz = best_cpu(lambda f=f: sum(len(b) for b in text_blocks(f, [])), a.repeat)
+        rd = best_cpu(lambda f=f: load_file(f), a.repeat)
         name = f"{f.parent.name}/{f.name}"[-60:]
         gz_rate = f"{n / MB / gz:6.0f}" if gz > 0.002 else "     -"
         print(f"{name:60s} {n / MB:8.1f} {gz:9.3f} {gz_rate} {rd:8.3f} {n / MB / rd:6.0f}", flush=True)

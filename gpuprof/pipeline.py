@@ -8,7 +8,6 @@ steps. With ``jobs > 1`` ranks are summarized in parallel processes.
 from __future__ import annotations
 
 import os
-from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Mapping, Protocol, Sequence
@@ -73,6 +72,8 @@ def _summaries(sources: Sequence[Any], options: AnalyzeOptions, progress: Progre
         if progress:
             progress(f"read {n} file(s)", done=n, total=n, ranks=len(out))
         return out
+    from concurrent.futures import ProcessPoolExecutor  # here: one process needs none of it (~7 ms)
+
     pool = ProcessPoolExecutor(max_workers=jobs)
     try:
         futures = [pool.submit(summarize_source, src, options.steps) for src in sources]

@@ -12,15 +12,14 @@ import importlib
 import os
 import sys
 from collections.abc import Sequence
-from typing import Any
-
-import typer
-from typer import Typer
+from typing import TYPE_CHECKING, Any
 
 from gpuprof.atomic import OutputClosed, silence_fd
-from gpuprof.cli.root import app as _app
 from gpuprof.cli.streams import SIGPIPE_EXIT, guarded_streams
 from gpuprof.errors import GpuprofError
+
+if TYPE_CHECKING:
+    from typer import Typer
 
 # Command modules, imported for their side effect of registering on the app: by the command
 # line only the one it runs (its imports are most of a small analysis's start-up), all of
@@ -39,6 +38,8 @@ _COMMAND_MODULES = {
 def load_commands(argv: Sequence[str] | None = None) -> Typer:
     """Register the command ``argv`` names (its first word that is not an option), or every
     command when it names none, and return the app."""
+    from gpuprof.cli.root import app as _app  # typer, imported here: the fast path goes without
+
     words = [a for a in (argv or ()) if not a.startswith("-")]
     wanted = _COMMAND_MODULES.get(words[0]) if words and argv is not None else None
     if wanted is not None and not os.environ.get("_GPUPROF_COMPLETE"):
@@ -68,8 +69,16 @@ def _main() -> None:
     debug = "--debug" in own
     if debug:
         sys.argv.remove("--debug")  # removes the first occurrence, which is gpuprof's
+    if sys.argv[1:2] != ["run"]:
+        limit_blas_threads()
     try:
-        rc = load_commands(sys.argv[1:])(standalone_mode=False, prog_name="gpuprof")
+        # An analyze command line of plain options is parsed without typer (its import and
+        # set-up are a third of a small analysis); anything else goes to typer.
+        from gpuprof.cli import fast
+
+        rc = fast.analyze(sys.argv[1:])
+        if rc is fast.NOT_HANDLED:
+            rc = load_commands(sys.argv[1:])(standalone_mode=False, prog_name="gpuprof")
         # Non-standalone click returns typer.Exit's code instead of exiting.
         if isinstance(rc, int) and rc:
             sys.exit(rc)
@@ -81,8 +90,6 @@ def _main() -> None:
             raise
         _say(exc)
         sys.exit(2)
-    except typer.Exit as exc:
-        sys.exit(exc.exit_code)
     except SystemExit:
         raise
     except KeyboardInterrupt:
@@ -94,6 +101,9 @@ def _main() -> None:
         # Recognized by shape, never by importing click: typer >= 0.20 bundles its own copy
         # of click (and no longer depends on the package), older typer raises click's own
         # classes; both have these attributes.
+        code = getattr(exc, "exit_code", None)
+        if type(exc).__name__ == "Exit" and isinstance(code, int):
+            sys.exit(code)  # typer.Exit
         if type(exc).__name__ == "Abort":
             sys.exit(130)
         message = getattr(exc, "format_message", None)
@@ -107,6 +117,19 @@ def _say(text: object, prefix: str = "gpuprof: ") -> None:
     from gpuprof.cli.console import say  # rich, loaded only when there is something to say
 
     say(text, prefix=prefix)
+
+
+# Thread pools of the BLAS libraries numpy may be built with. gpuprof does no BLAS work, and
+# OpenBLAS starting one thread per core at `import numpy` costs 0.03-0.1 s of a small
+# analysis (more on a busy machine).
+BLAS_THREAD_VARIABLES = ("OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS")
+
+
+def limit_blas_threads() -> None:
+    """One BLAS thread for gpuprof's own process and its workers, where the user has not
+    chosen a number. Never for ``gpuprof run``: the job it starts inherits the environment."""
+    for name in BLAS_THREAD_VARIABLES:
+        os.environ.setdefault(name, "1")
 
 
 def usage_line(exc: Exception) -> str:

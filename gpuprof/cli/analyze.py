@@ -7,14 +7,18 @@ from typing import Any, List, Optional
 
 import typer
 
-from gpuprof.atomic import is_stdout, write_text_atomic
-from gpuprof.cli.root import app
-from gpuprof.cli.outputs import check_outputs
-from gpuprof.cli.console import ColorMode, ReadProgress, color_option, format_names, is_terminal, say, terminal_width, use_color
-from gpuprof.cli.streams import write_stdout
-from gpuprof.errors import GpuprofError
-from gpuprof.safetext import visible_text
+from gpuprof.cli.console import ColorMode, ReadProgress, color_option, format_names
 
+# The helpers other commands import from here live in gpuprof.cli.reporting (no typer).
+from gpuprof.cli.reporting import (  # noqa: F401
+    analyze_command,
+    choose_format,
+    emit,
+    terminal_width,
+    text_style,
+    write_output,
+)
+from gpuprof.cli.root import app
 
 StderrProgress = ReadProgress  # the name the other commands import; use it as a context manager
 
@@ -30,56 +34,6 @@ def max_input_gb_option() -> Any:
         "decompression bombs. [default: 32, several times the largest real per-rank traces]",
         show_default=False,
     )
-
-
-def write_output(text: str, out: Path) -> None:
-    """Write a document atomically: a failed run never leaves a half-written file behind.
-
-    Text, Markdown and JUnit (anything but JSON and HTML, which escape what they carry)
-    pass through :func:`gpuprof.safetext.visible_text` on the way out, as on a terminal."""
-    if not out.name.lower().endswith((".json", ".json.gz", ".html", ".htm")):
-        text = visible_text(text)
-    write_text_atomic(out, text)
-
-
-def emit(text: str, output: Optional[Path], what: str = "report", keep_color: bool = False) -> None:
-    """The result on stdout (``output`` None) or into a file, through the one filter for
-    what reaches a person (:mod:`gpuprof.safetext`) when it is text or Markdown.
-
-    ``keep_color``: the text holds gpuprof's own colour sequences (``--color``)."""
-    if output is None:
-        write_stdout(text, f"the {what}", keep_color=keep_color)
-    else:
-        write_output(text, output)
-        say(f"{what} written to {output}")
-
-
-def text_style(output: Optional[Path], color: ColorMode) -> tuple[int, bool, bool]:
-    """``(width, colour, wrap)`` for text going to stdout (``output`` None) or a file: colour
-    per ``--color``, wrapped to the terminal's width only on a terminal, so that a CI log
-    or a file keeps each finding on one line."""
-    if output is None:
-        return terminal_width(), use_color(color), is_terminal()
-    return 100, color is ColorMode.always, False
-
-
-def choose_format(fmt: Optional[str], output: Optional[Path]) -> str:
-    from gpuprof import render
-
-    if output is not None and output.is_dir():
-        raise GpuprofError("is a folder; give a file name to write", output)
-    if fmt:
-        return render.get(fmt).name  # validates the name (md, HTML and Json name formats too)
-    if output is not None:
-        found = render.format_for_path(str(output))
-        if found:
-            return found
-        if output.exists() and not output.is_file():
-            return "text"  # a terminal, a FIFO, /dev/stdout: read as text, like stdout
-        raise GpuprofError(
-            f"cannot tell the report format from the file name; add --format ({', '.join(render.names())})", output
-        )
-    return "text"
 
 
 @app.command()
@@ -119,45 +73,4 @@ def analyze(
     activity) is either compute or lost time attributed to one cause: pipeline_bubble,
     communication, straggler, memory, dataloader, sync, host or other.
     """
-    from gpuprof.analysis.window import StepSelection
-    from gpuprof.pipeline import AnalyzeOptions, analyze_paths
-    from gpuprof.render import render
-
-    from gpuprof.cli.check import is_report_file, read_report
-    from gpuprof.session import is_session
-
-    if is_stdout(output):
-        output = None
-    chosen = choose_format(fmt, output)
-    check_outputs([("an input", p) for p in paths], [("-o", output)])
-    saved = [p for p in paths if is_report_file(p)]
-    if saved:
-        # A report saved with --format json is rendered again (e.g. as HTML) without the traces.
-        if len(paths) > 1:
-            raise GpuprofError("a saved report cannot be combined with other inputs; give it alone", saved[0])
-        if steps or jobs != 1 or scheduler:
-            raise GpuprofError("--steps, --jobs and --scheduler apply to traces, not to a saved report", saved[0])
-        report = read_report(saved[0])
-    else:
-        options = AnalyzeOptions(
-            steps=StepSelection.parse(steps), jobs=jobs, scheduler=scheduler, max_input_gb=max_input_gb
-        )
-        if len(paths) == 1 and is_session(paths[0]):
-            # A `gpuprof run` session: the same report as at the end of the run (samples alone
-            # when the job left no trace). Added by the `run` helper.
-            from gpuprof.cli.run import session_report
-
-            with StderrProgress() as progress:
-                report = session_report(paths[0], options, progress=progress)
-        else:
-            with StderrProgress() as progress:
-                report = analyze_paths(paths, options, progress=progress)
-    if chosen == "text":
-        from gpuprof.render.text import render_text
-
-        width, colored, wrap = text_style(output, color)
-        text = render_text(report, width, color=colored, wrap=wrap)
-    else:
-        colored = False
-        text = render(report, chosen, width=100)
-    emit(text, output, keep_color=colored)
+    analyze_command(paths, fmt, output, steps, jobs, scheduler, max_input_gb, color)

@@ -33,12 +33,21 @@ def register(name: str, extensions: tuple[str, ...]) -> Callable[[Callable[[Repo
     return deco
 
 
-_MODULES = ("gpuprof.render.json", "gpuprof.render.text", "gpuprof.render.markdown", "gpuprof.render.html")
+# Each format's module (it registers the renderer of that name): a format is imported when
+# it is asked for, so that a JSON report never loads rich (the text renderer) or the charts
+# (HTML). Listing the formats or telling one from a file name loads them all.
+_MODULES = {
+    "json": "gpuprof.render.json",
+    "text": "gpuprof.render.text",
+    "markdown": "gpuprof.render.markdown",
+    "html": "gpuprof.render.html",
+}
+_ALIASES = {"md": "markdown", "txt": "text", "htm": "html"}
 
 
 def _load() -> None:
-    for name in _MODULES:
-        importlib.import_module(name)
+    for module in _MODULES.values():
+        importlib.import_module(module)
 
 
 def names() -> list[str]:
@@ -47,10 +56,11 @@ def names() -> list[str]:
 
 
 def get(name: str) -> Renderer:
-    _load()
-    found = match_name(name, RENDERERS) or {"md": "markdown", "txt": "text", "htm": "html"}.get(name.strip().lower())
+    found = match_name(name, _MODULES) or _ALIASES.get(name.strip().lower())
     if found is None:
+        _load()
         raise GpuprofError(f"unknown format {name!r}{did_you_mean(name, RENDERERS)}; choose one of: {', '.join(names())}")
+    importlib.import_module(_MODULES[found])
     return RENDERERS[found]
 
 

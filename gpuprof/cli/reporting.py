@@ -1,0 +1,125 @@
+"""What ``gpuprof analyze`` does once its options are parsed, and how a command writes a
+report out (format, colour, width, the file or stdout).
+
+No typer here: the analyze command (:mod:`gpuprof.cli.analyze`) and the fast option path
+(:mod:`gpuprof.cli.fast`) both call :func:`analyze_command`, so that the report, its
+output and its errors are the same whichever parsed the command line.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Optional
+
+from gpuprof.atomic import is_stdout, write_text_atomic
+from gpuprof.cli.console import ColorMode, ReadProgress, is_terminal, say, terminal_width, use_color
+from gpuprof.cli.outputs import check_outputs
+from gpuprof.cli.streams import write_stdout
+from gpuprof.errors import GpuprofError
+from gpuprof.safetext import visible_text
+
+
+def write_output(text: str, out: Path) -> None:
+    """Write a document atomically: a failed run never leaves a half-written file behind.
+
+    Text, Markdown and JUnit (anything but JSON and HTML, which escape what they carry)
+    pass through :func:`gpuprof.safetext.visible_text` on the way out, as on a terminal."""
+    if not out.name.lower().endswith((".json", ".json.gz", ".html", ".htm")):
+        text = visible_text(text)
+    write_text_atomic(out, text)
+
+
+def emit(text: str, output: Optional[Path], what: str = "report", keep_color: bool = False) -> None:
+    """The result on stdout (``output`` None) or into a file, through the one filter for
+    what reaches a person (:mod:`gpuprof.safetext`) when it is text or Markdown.
+
+    ``keep_color``: the text holds gpuprof's own colour sequences (``--color``)."""
+    if output is None:
+        write_stdout(text, f"the {what}", keep_color=keep_color)
+    else:
+        write_output(text, output)
+        say(f"{what} written to {output}")
+
+
+def text_style(output: Optional[Path], color: ColorMode) -> tuple[int, bool, bool]:
+    """``(width, colour, wrap)`` for text going to stdout (``output`` None) or a file: colour
+    per ``--color``, wrapped to the terminal's width only on a terminal, so that a CI log
+    or a file keeps each finding on one line."""
+    if output is None:
+        return terminal_width(), use_color(color), is_terminal()
+    return 100, color is ColorMode.always, False
+
+
+def choose_format(fmt: Optional[str], output: Optional[Path]) -> str:
+    from gpuprof import render
+
+    if output is not None and output.is_dir():
+        raise GpuprofError("is a folder; give a file name to write", output)
+    if fmt:
+        return render.get(fmt).name  # validates the name (md, HTML and Json name formats too)
+    if output is not None:
+        found = render.format_for_path(str(output))
+        if found:
+            return found
+        if output.exists() and not output.is_file():
+            return "text"  # a terminal, a FIFO, /dev/stdout: read as text, like stdout
+        raise GpuprofError(
+            f"cannot tell the report format from the file name; add --format ({', '.join(render.names())})", output
+        )
+    return "text"
+
+
+def analyze_command(
+    paths: Sequence[Path],
+    fmt: Optional[str] = None,
+    output: Optional[Path] = None,
+    steps: Optional[str] = None,
+    jobs: int = 1,
+    scheduler: Optional[str] = None,
+    max_input_gb: Optional[float] = None,
+    color: ColorMode = ColorMode.auto,
+) -> None:
+    """``gpuprof analyze`` with its options parsed (see the command's help for each)."""
+    from gpuprof.analysis.window import StepSelection
+    from gpuprof.pipeline import AnalyzeOptions, analyze_paths
+    from gpuprof.render import render
+
+    from gpuprof.reportfile import is_report_file, read_report
+    from gpuprof.session import is_session
+
+    if is_stdout(output):
+        output = None
+    chosen = choose_format(fmt, output)
+    check_outputs([("an input", p) for p in paths], [("-o", output)])
+    saved = [p for p in paths if is_report_file(p)]
+    if saved:
+        # A report saved with --format json is rendered again (e.g. as HTML) without the traces.
+        if len(paths) > 1:
+            raise GpuprofError("a saved report cannot be combined with other inputs; give it alone", saved[0])
+        if steps or jobs != 1 or scheduler:
+            raise GpuprofError("--steps, --jobs and --scheduler apply to traces, not to a saved report", saved[0])
+        report = read_report(saved[0])
+    else:
+        options = AnalyzeOptions(
+            steps=StepSelection.parse(steps), jobs=jobs, scheduler=scheduler, max_input_gb=max_input_gb
+        )
+        if len(paths) == 1 and is_session(paths[0]):
+            # A `gpuprof run` session: the same report as at the end of the run (samples alone
+            # when the job left no trace). Added by the `run` helper.
+            from gpuprof.cli.run import session_report
+
+            with ReadProgress() as progress:
+                report = session_report(paths[0], options, progress=progress)
+        else:
+            with ReadProgress() as progress:
+                report = analyze_paths(paths, options, progress=progress)
+    if chosen == "text":
+        from gpuprof.render.text import render_text
+
+        width, colored, wrap = text_style(output, color)
+        text = render_text(report, width, color=colored, wrap=wrap)
+    else:
+        colored = False
+        text = render(report, chosen, width=100)
+    emit(text, output, keep_color=colored)
