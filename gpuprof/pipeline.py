@@ -108,6 +108,8 @@ def _rank_report(s: RankSummary, att: Attribution, cross: CrossRankResult) -> Ra
             extra["host_steps"] = dict(s.facts["host_steps"])  # what a CPU-only rank still measured
     if s.parallel:
         extra["parallel"] = dict(s.parallel)
+    if s.steps:
+        extra["step_numbers"] = [int(st.number) for st in s.steps]  # as the trace numbers them
     if s.facts.get("step_marker"):
         extra["step_marker"] = s.facts["step_marker"]  # which marker the steps come from
     per_rank = cross.findings.get("per_rank", {}).get(s.rank) if isinstance(cross.findings.get("per_rank"), dict) else None

@@ -92,8 +92,8 @@ def test_the_html_timeline_outlines_the_replayed_path(slow_stage_job: tuple[int,
 
     _, report = slow_stage_job
     svg = timeline_chart(report["timeline"])
-    assert svg.count('stroke-width="2" class="crit"') == len(report["timeline"]["critical_path"])
-    assert "from the job&#x27;s replay" in svg or "from the job's replay" in svg
+    assert svg.count('<g class="crit">') == len(report["timeline"]["critical_path"])
+    assert "walked on the job&#x27;s replay" in svg or "walked on the job's replay" in svg
 
 
 def test_without_device_work_in_the_span_there_is_no_path() -> None:

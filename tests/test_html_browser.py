@@ -13,6 +13,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import os
+import re
 import shutil
 import subprocess
 from collections.abc import Callable
@@ -254,3 +255,60 @@ def test_three_kinds_of_report_at_two_widths(tmp_path: Path) -> None:
             if keep:
                 Path(keep).mkdir(parents=True, exist_ok=True)
                 shutil.copy(shot, Path(keep) / shot.name)
+
+
+# --- the timeline answers "what is this?", and "slowest" means one rank -----------------------
+
+TIMELINE_PROBE = """addEventListener('load', () => {
+  const lanes = [...document.querySelectorAll('#timeline .rows svg[role=img]')];
+  const segments = lanes.flatMap(svg => [...svg.querySelectorAll(':scope > rect')]);
+  const untitled = segments.filter(r => !(r.querySelector('title') && r.querySelector('title').textContent.trim()));
+  const tagged = [...document.querySelectorAll('#timeline .tag')].filter(t => t.textContent === 'slowest')
+    .map(t => t.parentElement.textContent.replace('slowest', '').trim());
+  const cards = [...document.querySelectorAll('.card .k')].map(k => k.textContent).filter(t => t.includes('slowest'));
+  document.body.setAttribute('data-probe', JSON.stringify({
+    segments: segments.length, untitled: untitled.length,
+    titles: segments.slice(0, 3).map(r => r.querySelector('title').textContent),
+    tagged, cards, crit: document.querySelectorAll('#timeline g.crit').length}));
+});"""
+
+
+class _Probe(HTMLParser):
+    def __init__(self) -> None:
+        super().__init__()
+        self.data: str | None = None
+
+    def handle_starttag(self, tag: str, attrs: list[tuple[str, str | None]]) -> None:
+        if tag == "body":
+            self.data = dict(attrs).get("data-probe")
+
+
+@pytest.mark.parametrize("trace", ["dlrm-8rank", "megatron-pp4-timeline", "resnet50-nw0"])
+def test_every_timeline_segment_has_a_title_and_one_rank_is_the_slowest(
+    trace: str, shared_traces: Path, tmp_path: Path
+) -> None:
+    from gpuprof.api import analyze
+    from gpuprof.render.figures import slowest_rank
+
+    rep = analyze(shared_traces / trace)
+    page = render(rep, "html").replace("script-src 'none'", f"script-src 'nonce-{NONCE}'")
+    page = page.replace("</body>", f'<script nonce="{NONCE}">{TIMELINE_PROBE}</script></body>')
+    path = tmp_path / "page.html"
+    path.write_text(page, encoding="utf-8")
+    proc = _open_at(path, 1280, tmp_path / "shot.png", tmp_path / "profile")
+    stdout, stderr = proc.communicate(timeout=120)
+    assert proc.returncode == 0, stderr[-2000:]
+    probe = _Probe()
+    probe.feed(stdout)
+    assert probe.data is not None, "the probe did not run"
+    got = json.loads(probe.data)
+    assert got["segments"] > 10 and got["untitled"] == 0, got
+    # Each title says what the segment is and how long it lasts.
+    assert all(re.match(r"^[a-z_]+ · [\d.,]+ (µs|ms|s)( · .+)? · rank \d+, from ", t) for t in got["titles"]), got["titles"]
+    slow = slowest_rank(rep)
+    if len([r for r in rep.ranks if r.window_us > 0]) > 1:
+        # One rank is "the slowest": the timeline's tag and the step-time card name the same one.
+        assert len(got["tagged"]) == 1 and got["tagged"][0].endswith(f"rank {slow}"), got
+        assert got["cards"] == [f"step time of rank {slow}, the slowest"], got
+    else:
+        assert got["tagged"] == [] and got["cards"] == [], got

@@ -35,24 +35,28 @@ def _timeline(**over: Any) -> dict[str, Any]:
 def _lane_rects(html: str) -> list[tuple[float, float, str]]:
     return [
         (float(x), float(w), t)
-        for x, w, t in re.findall(r'<rect x="([\d.]+)%" width="([\d.]+)%" y="5" height="14" fill="#[0-9A-F]{6}"><title>([^<]*)</title>', html)
+        for x, w, t in re.findall(r'<rect x="([\d.]+)%" width="([\d.]+)%" y="7" height="14" fill="#[0-9A-F]{6}"><title>([^<]*)</title>', html)
     ]
 
 
 def test_timeline_lanes_place_each_kind_on_the_common_clock() -> None:
-    html = timeline_chart(_timeline())
+    tl = _timeline()
+    tl["lanes"][0]["segment_names"] = ["aten::mm", "ncclKernel_AllReduce"]
+    html = timeline_chart(tl, slowest_rank=1)
     rects = _lane_rects(html)
-    assert (0.0, 60.0, "rank 0 · compute: 600 µs at 0 µs") in rects
-    assert (60.0, 40.0, "rank 0 · straggler: 400 µs at 600 µs") in rects
-    assert (0.0, 100.0, "rank 1 · compute: 1.0 ms at 0 µs") in rects
-    # The slowest rank is tagged, the critical path outlined on its lane (only) and explained.
-    assert html.count('class="tag">slowest') == 1 and html.count('class="tag crit">critical') == 1
+    assert (0.0, 60.0, "compute · 600 µs · aten::mm · rank 0, from 0 µs into the step") in rects
+    assert (60.0, 40.0, "straggler · 400 µs · ncclKernel_AllReduce · rank 0, from 600 µs into the step") in rects
+    assert (0.0, 100.0, "compute · 1.0 ms · rank 1, from 0 µs into the step") in rects
+    # The slowest rank (the report's) is tagged once and the word explained in the legend;
+    # the critical path is a line on its lane (only), explained there too.
+    assert html.count('class="tag">slowest') == 1 and "slowest: the rank with the longest step" in html
+    assert "critical</b>" not in html  # no per-row "critical" badge: the line shows the path
     lane1 = html.split('aria-label="rank 1"')[1].split("</svg>")[0]
-    assert re.search(r'<rect x="0.000%" width="100.000%" y="3" height="18" fill="none" stroke="#000000" '
-                     r'stroke-width="2" class="crit"><title>critical path', lane1)  # fmt: skip
-    assert html.count('class="crit"><title>critical path') == 1
-    assert "the rank that waited least in this step stands in for it" in html
-    assert "step 3" in html
+    assert '<g class="crit"><title>critical path on rank 1: 1.0 ms from 0 µs into the step</title>' in lane1
+    assert html.count('<g class="crit">') == 1
+    assert "critical path: the chain of work across ranks that set this step" in html
+    assert "the rank that waited least in this step stands in for the critical path" in html
+    assert "Step 3, the median step" in html
 
 
 def test_pipeline_lanes_are_ordered_and_labelled_by_stage() -> None:
@@ -60,10 +64,10 @@ def test_pipeline_lanes_are_ordered_and_labelled_by_stage() -> None:
         {"rank": r, "stage": st, "start_us": 0.0, "end_us": 10.0, "segments": [["pipeline_bubble", 0.0, 10.0]]}
         for r, st in ((0, 1), (1, 0), (2, 1), (3, 0))
     ]
-    html = timeline_chart(_timeline(lanes=lanes, critical_path=[], slowest_rank=None))
+    html = timeline_chart(_timeline(lanes=lanes, critical_path=[]))
     labels = re.findall(r'<span class="l">([^<]*)', html)
     assert labels == ["stage 0 · rank 1", "stage 0 · rank 3", "stage 1 · rank 0", "stage 1 · rank 2"]
-    assert "critical path" not in html
+    assert "critical path" not in html and "slowest" not in html
 
 
 def test_malformed_timeline_from_a_saved_report_is_skipped_and_escaped() -> None:
@@ -73,7 +77,7 @@ def test_malformed_timeline_from_a_saved_report_is_skipped_and_escaped() -> None
         {"rank": 2, "start_us": 0.0, "end_us": 10.0, "segments": [[XSS, 0, 5], ["compute", "a", 5], ["host", 0.0, 10.0]]},
     ]
     html = timeline_chart(_timeline(lanes=lanes, critical_path=[{"rank": 2, "start_us": "x"}], critical_path_source=XSS))
-    assert len(_lane_rects(html)) == 1 and "rank 2 · host" in html
+    assert len(_lane_rects(html)) == 1 and "host · 10 µs · rank 2" in html
     assert "<script" not in html and "<img" not in html
     assert timeline_chart({"lanes": "nope"}) == "" and timeline_chart(None) == ""
 
@@ -87,8 +91,10 @@ def test_saved_json_report_draws_the_same_timeline(tmp_path: Path) -> None:
     visible = page.split('<script type="application/json"')[0]
     assert visible == render(rep, "html").split('<script type="application/json"')[0]
     assert "One step, every rank" in page
-    # Rank 2 is the straggler: the others wait for it, it is the slowest and critical.
-    assert re.search(r'rank 2<b class="tag">slowest</b><b class="tag crit">critical</b>', page)
+    # Rank 2 is the straggler: the others wait for it, it is the slowest, the path runs on it.
+    assert re.search(r'rank 2<b class="tag">slowest</b>', page) and page.count('class="tag">slowest') == 1
+    lane2 = page.split('aria-label="rank 2"')[1].split("</svg>")[0]
+    assert '<g class="crit">' in lane2
 
 
 def test_step_times_chart_has_a_dot_per_rank_and_step_and_rings_the_critical_rank() -> None:
@@ -97,7 +103,8 @@ def test_step_times_chart_has_a_dot_per_rank_and_step_and_rings_the_critical_ran
     page = render(report(ranks, extra={"job": job}), "html")
     assert page.count('class="dot"') == 12
     assert page.count('class="ring"') == 4
-    assert "step 1: critical rank 2" in page
+    assert "step 1: rank 2 set the pace" in page
+    assert "set the pace: the rank that waited least in that step" in page
 
 
 def test_per_rank_table_puts_the_largest_causes_first_and_names_the_idle_ones() -> None:
@@ -148,3 +155,49 @@ def test_report_without_timeline_still_renders() -> None:
     page = render(report([rank(0)], [rec("host", 3.0)]), "html")
     assert "One step, every rank" not in page and "What to change" in page
     assert report_to_dict(report([rank(0)])).get("timeline") is None
+
+
+def test_steps_are_numbered_as_the_trace_numbers_them_and_one_step_draws_no_chart() -> None:
+    ranks = [rank(r, window_ms=100, steps=3, extra={"step_numbers": [1046, 1047, 1048]}) for r in range(2)]
+    page = render(report(ranks, extra={"timeline": _timeline(step=1048)}), "html")
+    assert "Step 1048, the median step" in page
+    axis = page.split('aria-label="step time per step"')[1]
+    assert ">1046</text>" in axis and ">1048</text>" in axis and ">1</text>" not in axis
+    assert "step, as the trace numbers them" in page
+    one = render(report([rank(r, window_ms=100, steps=1) for r in range(8)]), "html")
+    assert "Step time, step by step" not in one  # one step: the timeline is the whole story
+
+
+def test_html_links_the_annotated_trace_written_beside_it(tmp_path: Path) -> None:
+    from clirun import run_cli
+
+    out = tmp_path / "report.html"
+    got = run_cli("analyze", str(SAMPLES / "straggler"), "-o", str(out))
+    assert got.code == 0, got.stderr
+    assert "annotated" not in out.read_text()
+    (tmp_path / "report.annotated.json.gz").write_bytes(b"")
+    run_cli("analyze", str(SAMPLES / "straggler"), "-o", str(out))
+    assert '<a href="report.annotated.json.gz">' in out.read_text()
+
+
+def test_findings_tables_have_captions_and_count_barriers_from_one() -> None:
+    job = {
+        "barrier_waits": {
+            "barriers": 32, "waited_for_ranks": [0, 1, 6, 7], "wait_us_per_step": {"2": 1000.0, "3": 1200.0},
+            "late_comm": [{"name": "embedding-grads-all-reduce", "calls": 128, "outlier_barriers": [0, 1]}],
+        },
+        "combined_savings_pct": 33.5,
+    }  # fmt: skip
+    blocks = {b.key: b for b in job_blocks(job)}
+    barrier = blocks["barrier_waits"]
+    assert barrier.sentences == (
+        (
+            "32 barriers (ops that start at the same instant on every rank); the other ranks wait at them for "
+            "ranks 0-1, 6-7, the last to arrive."
+        ),
+    )
+    assert all(t.caption for t in barrier.tables)
+    late = next(t for t in barrier.tables if "outlier barriers" in t.columns)
+    assert late.caption == "Communication the late ranks run between their last compute and the barrier"
+    assert late.rows[0][late.columns.index("outlier barriers")] == "1, 2"
+    assert "summary" not in blocks  # the combined saving is said under the recommendations, not again here

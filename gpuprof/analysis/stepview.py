@@ -40,6 +40,7 @@ import numpy as np
 from gpuprof.analysis import intervals as iv
 from gpuprof.analysis.attribution import Attribution
 from gpuprof.analysis.intervals import Intervals
+from gpuprof.analysis.names import NameTrack
 from gpuprof.analysis.summary import RankSummary
 from gpuprof.model.report import CAUSES, Cause
 
@@ -121,6 +122,21 @@ def _segments(kinds: Mapping[str, Intervals], lo: float, hi: float, bin_us: floa
         if k >= 0:
             out.append([KINDS[k], round(float(edges[a]), 1), round(float(edges[b]), 1)])
     return out
+
+
+# Where a segment's name comes from first: the device work it is, or (for time the device
+# lost to the host) what the host was doing meanwhile.
+_DEVICE_FIRST = {"compute", Cause.COMMUNICATION.value, Cause.STRAGGLER.value, Cause.PIPELINE_BUBBLE.value}
+
+
+def _segment_name(names: NameTrack, kind: str, lo_us: float, hi_us: float) -> str | None:
+    """The name that covers most of a segment (on the rank's own clock), or ``None``."""
+    order = ("device", "host") if kind in _DEVICE_FIRST else ("host", "device")
+    for track in order:
+        got = names.name_over(track, lo_us, hi_us)
+        if got:
+            return got
+    return None
 
 
 def _pick_lanes(ranks: Sequence[int], first: Sequence[int | None], limit: int) -> list[int]:
@@ -218,15 +234,16 @@ def step_timeline(
         while len(segs) > MAX_SEGMENTS:
             bin_us *= 2.0
             segs = _segments(kinds, lo, hi, bin_us)
-        lanes.append(
-            {
-                "rank": r,
-                "stage": stages.get(r),
-                "start_us": round(lo, 1),
-                "end_us": round(hi, 1),
-                "segments": segs,
-            }
-        )
+        lane: dict[str, Any] = {
+            "rank": r,
+            "stage": stages.get(r),
+            "start_us": round(lo, 1),
+            "end_us": round(hi, 1),
+            "segments": segs,
+        }
+        if s.names is not None:
+            lane["segment_names"] = [_segment_name(s.names, k, a + shift, b + shift) for k, a, b in segs]
+        lanes.append(lane)
     critical_path: list[dict[str, Any]] = []
     source: str | None = None
     if path_of is not None:

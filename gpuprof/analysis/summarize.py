@@ -38,6 +38,7 @@ from gpuprof.analysis.graph import build_rank_graph
 from gpuprof.analysis.host_steps import host_steps
 from gpuprof.analysis.hostfacts import trust_warnings
 from gpuprof.analysis.launches import activity_mask, match_launches
+from gpuprof.analysis.names import name_track
 from gpuprof.analysis.rules import build_context, claims_by_cause, claims_by_rule
 from gpuprof.analysis.summary import RankSummary
 from gpuprof.analysis.window import StepSelection, Window, select_window
@@ -133,6 +134,7 @@ def summarize(trace: RankTrace, selection: StepSelection = _ALL_STEPS) -> RankSu
         facts=facts,
         warnings=warnings,
         graph=graph,
+        names=name_track(trace, lo, hi),
     )
 
 

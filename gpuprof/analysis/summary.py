@@ -15,6 +15,7 @@ import numpy as np
 
 from gpuprof.analysis.graph import RankGraph
 from gpuprof.analysis.intervals import Intervals, total
+from gpuprof.analysis.names import NameTrack
 from gpuprof.model.report import Cause
 from gpuprof.model.table import FrameField, Table
 from gpuprof.model.timeline import Step
@@ -86,6 +87,8 @@ class RankSummary:
     window_iv: Intervals | None = None
     # The rank's dependency graph for the job-level what-if replay (None: nothing to replay).
     graph: RankGraph | None = None
+    # What ran when, by name (gpuprof.analysis.names), for the timeline's hover text.
+    names: NameTrack | None = None
 
     @property
     def comms_table(self) -> Table:

@@ -47,7 +47,8 @@ def annotate(
     For each rank a process "gpuprof: lost time (rank N)" is added, with a thread per
     cause, on the trace's own clock; the original events are copied unchanged. Open the
     result in https://ui.perfetto.dev or chrome://tracing to see each lost interval next
-    to the kernels around it.
+    to the kernels around it. Named REPORT.annotated.json.gz beside an HTML report
+    REPORT.html that `gpuprof analyze -o` writes, it is linked from the report's timeline.
     """
     from gpuprof.analysis.window import StepSelection
     from gpuprof.annotate import annotate_file

@@ -70,6 +70,18 @@ def choose_format(fmt: Optional[str], output: Optional[Path]) -> str:
     return "text"
 
 
+def annotated_beside(page: Path) -> str | None:
+    """The name of ``gpuprof annotate``'s output for this report, when it was written beside
+    it as ``<report name>.annotated.json[.gz]`` (the HTML report links it)."""
+    from gpuprof.render.html import ANNOTATED_SUFFIXES
+
+    stem = page.name.rsplit(".", 1)[0]
+    for suffix in ANNOTATED_SUFFIXES:
+        if (page.parent / (stem + suffix)).is_file():
+            return stem + suffix
+    return None
+
+
 def analyze_command(
     paths: Sequence[Path],
     fmt: Optional[str] = None,
@@ -119,6 +131,11 @@ def analyze_command(
 
         width, colored, wrap = text_style(output, color)
         text = render_text(report, width, color=colored, wrap=wrap)
+    elif chosen == "html" and output is not None:
+        from gpuprof.render.html import render_html
+
+        colored = False
+        text = render_html(report, annotated=annotated_beside(output))
     else:
         colored = False
         text = render(report, chosen, width=100)

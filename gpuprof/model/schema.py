@@ -94,6 +94,12 @@ _TIMELINE: dict[str, Any] = {
                 "properties": {
                     **_SPAN["properties"],
                     "stage": _nullable("integer", "pipeline stage of the rank", minimum=0),
+                    "segment_names": {
+                        "description": "what each segment is (parallel to segments): the device work covering "
+                        "most of it, or what the host was in while the device waited; null where nothing named ran",
+                        "type": "array",
+                        "items": {"type": ["string", "null"]},
+                    },
                     "segments": {
                         "description": "[kind, start_us, end_us]: kind is 'compute' or a cause",
                         "type": "array",

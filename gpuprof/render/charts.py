@@ -88,6 +88,7 @@ class Lane:
     start_us: float
     end_us: float
     segments: tuple[tuple[str, float, float], ...]
+    names: tuple[str | None, ...] = ()  # what each segment is (parallel to segments), when known
 
 
 def _f(v: Any) -> float | None:
@@ -109,19 +110,22 @@ def read_timeline(data: Any) -> tuple[list[Lane], dict[str, Any]] | None:
         lo, hi = _f(row.get("start_us")), _f(row.get("end_us"))
         if lo is None or hi is None or hi < lo:
             continue
-        segs = []
-        for s in row.get("segments") or []:
+        raw_names = row.get("segment_names")
+        given = raw_names if isinstance(raw_names, list) else []
+        segs, names = [], []
+        for i, s in enumerate(row.get("segments") or []):
             if isinstance(s, (list, tuple)) and len(s) == 3 and s[0] in fg.CAUSE_COLORS:
                 a, b = _f(s[1]), _f(s[2])
                 if a is not None and b is not None and b > a:
                     segs.append((str(s[0]), a, b))
+                    name = given[i] if i < len(given) else None
+                    names.append(name if isinstance(name, str) and name else None)
         stage = row.get("stage") if isinstance(row.get("stage"), int) else None
-        lanes.append(Lane(int(row["rank"]), stage, lo, hi, tuple(segs)))
+        lanes.append(Lane(int(row["rank"]), stage, lo, hi, tuple(segs), tuple(names)))
     if not lanes:
         return None
     marks: dict[str, Any] = {
         "step": data.get("step") if isinstance(data.get("step"), int) else None,
-        "slowest_rank": data.get("slowest_rank") if isinstance(data.get("slowest_rank"), int) else None,
         "critical_rank": data.get("critical_rank") if isinstance(data.get("critical_rank"), int) else None,
         "ranks_total": data.get("ranks_total") if isinstance(data.get("ranks_total"), int) else len(lanes),
         "critical_path_source": data.get("critical_path_source") if isinstance(data.get("critical_path_source"), str) else None,
@@ -135,10 +139,27 @@ def read_timeline(data: Any) -> tuple[list[Lane], dict[str, Any]] | None:
     return lanes, marks
 
 
-def timeline_chart(data: Any) -> str:
+# The words the charts mark ranks with, each with its one meaning (shown in the legends).
+SLOWEST = "slowest"
+SLOWEST_MEANS = "the rank with the longest step, which sets the job's step time"
+CRITICAL_MEANS = "critical path: the chain of work across ranks that set this step's length"
+PACE_MEANS = "set the pace: the rank that waited least in that step"
+
+
+def segment_title(rank: int, kind: str, a_us: float, b_us: float, name: str | None) -> str:
+    """What one timeline segment is, for its hover text: the kind of time, how long, what
+    ran there (or what the host was in while the device waited), and when."""
+    what = f" · {name}" if name else ""
+    return f"{kind} · {fg.fmt_duration(b_us - a_us)}{what} · rank {rank}, from {fg.fmt_duration(a_us)} into the step"
+
+
+def timeline_chart(data: Any, slowest_rank: int | None = None, step_label: str | None = None) -> str:
     """Swimlanes of one step: a lane per rank (per stage, then rank, for pipelines), each
-    kind of time in its colour on the common clock; the slowest rank and the critical path
-    marked. Empty string when the report has no timeline."""
+    kind of time in its colour on the common clock, every segment with a hover text
+    (:func:`segment_title`); ``slowest_rank`` (the report's, :func:`figures.slowest_rank`)
+    tagged and the critical path drawn as a line above the lanes it runs on. ``step_label``
+    names the step shown as the report numbers steps. Empty string when the report has no
+    timeline."""
     got = read_timeline(data)
     if got is None:
         return ""
@@ -155,44 +176,52 @@ def timeline_chart(data: Any) -> str:
     present: set[str] = set()
     for lane in lanes:
         parts = []
-        for kind, a, b in lane.segments:
+        for i, (kind, a, b) in enumerate(lane.segments):
             present.add(kind)
             x, w = 100.0 * (a - lo) / span, 100.0 * (b - a) / span
-            tip = f"rank {lane.rank} · {kind}: {fg.fmt_duration(b - a)} at {fg.fmt_duration(a - lo)}"
+            name = lane.names[i] if i < len(lane.names) else None
+            tip = segment_title(lane.rank, kind, a - lo, b - lo, name)
             parts.append(
-                f'<rect x="{_p(x)}" width="{_p(w)}" y="5" height="14" fill="{fg.CAUSE_COLORS[kind]}"><title>{e(tip)}</title></rect>'
+                f'<rect x="{_p(x)}" width="{_p(w)}" y="7" height="14" fill="{fg.CAUSE_COLORS[kind]}"><title>{e(tip)}</title></rect>'
             )
         for a, b in crit_by_rank.get(lane.rank, []):
-            # An outline around the critical part of this lane (drawn over its segments).
-            x, w = 100.0 * (a - lo) / span, 100.0 * (b - a) / span
+            # A black line with a white edge along the middle of the lane where the critical
+            # path runs on it: it reads over every colour of the palette, black host time
+            # included (an outline vanished there), and a thin stretch stays a short line.
+            x, w = 100.0 * (a - lo) / span, max(100.0 * (b - a) / span, 0.2)
+            tip = f"critical path on rank {lane.rank}: {fg.fmt_duration(b - a)} from {fg.fmt_duration(a - lo)} into the step"
             parts.append(
-                f'<rect x="{_p(x)}" width="{_p(w)}" y="3" height="18" fill="none" stroke="{CRITICAL_COLOR}" '
-                f'stroke-width="2" class="crit"><title>critical path</title></rect>'
+                f'<g class="crit"><title>{e(tip)}</title>'
+                f'<rect x="{_p(x)}" width="{_p(w)}" y="11.5" height="5" fill="#ffffff"/>'
+                f'<rect x="{_p(x)}" width="{_p(w)}" y="12.5" height="3" fill="{CRITICAL_COLOR}"/></g>'
             )
         label = f"stage {lane.stage} · rank {lane.rank}" if lane.stage is not None else f"rank {lane.rank}"
-        tags = []
-        if lane.rank == marks["slowest_rank"] and len(lanes) > 1:
-            tags.append('<b class="tag">slowest</b>')
-        if lane.rank in crit_by_rank and len(lanes) > 1:
-            tags.append('<b class="tag crit">critical</b>')
+        tag = f'<b class="tag">{SLOWEST}</b>' if lane.rank == slowest_rank and len(lanes) > 1 else ""
         rows.append(
-            f'<span class="l">{e(label)}{"".join(tags)}</span>'
+            f'<span class="l">{e(label)}{tag}</span>'
             f'<svg width="100%" height="24" role="img" aria-label="{e(label)}">{"".join(parts)}</svg>'
             f'<span class="v">{e(fg.fmt_duration(lane.end_us - lane.start_us))}</span>'
         )
     ticks = nice_ticks(0.0, span)
     rows.append(_axis_row([t + lo for t in ticks], lo, hi, lambda t: tick_duration(t - lo)))
     kinds = [k for k in KINDS if k in present]
-    extra = [("crit", "critical path")] if marks["critical_path"] else []
+    extra = [("crit", CRITICAL_MEANS)] if marks["critical_path"] else []
+    if slowest_rank is not None and any(lane.rank == slowest_rank for lane in lanes) and len(lanes) > 1:
+        extra.append(("tagkey", f"{SLOWEST}: {SLOWEST_MEANS}"))
     head = legend(kinds, extra)
-    step = f"step {marks['step']}" if marks["step"] is not None else "the whole window (no step markers)"
-    notes = [f"One representative {step if marks['step'] is not None else 'span'}: "
-             f"{'the median step of the job' if marks['step'] is not None else step}, "
-             "every rank on a common clock (0 = the first rank's start)."]
-    if marks["critical_path_source"] == "critical_rank_per_step":
-        notes.append("Critical path: the rank that waited least in this step stands in for it.")
+    shown = step_label or (f"step {marks['step']}" if marks["step"] is not None else None)
+    if shown is not None:
+        notes = [(f"{shown[:1].upper()}{shown[1:]}, the median step of the job: every rank on a common clock "
+                  "(0 = the first rank's start); hover a segment to see what ran there.")]
+    else:
+        notes = [("The whole window (the trace has no step markers): every rank on a common clock "
+                  "(0 = the first rank's start); hover a segment to see what ran there.")]
+    if not marks["critical_path"]:
+        pass
+    elif marks["critical_path_source"] == "critical_rank_per_step":
+        notes.append("Without a replay of the job, the rank that waited least in this step stands in for the critical path.")
     elif marks["critical_path_source"] == "replay":
-        notes.append("Critical path (outlined): the chain of work across ranks that set this step's length, from the job's replay.")
+        notes.append("The critical path is walked on the job's replay.")
     if marks["ranks_total"] > len(lanes):
         notes.append(f"Showing {len(lanes)} of {marks['ranks_total']} ranks (the slowest, the critical one and an even spread).")
     cap = f'<p class="muted small">{e(" ".join(notes))}</p>'
@@ -275,13 +304,41 @@ def job_bar(lost_pct: Mapping[str, float | None], lost_us: Mapping[str, float]) 
 MAX_DOT_RANKS = 64  # above this, each step shows the range over ranks instead of a dot per rank
 
 
+def step_numbers(ranks: Sequence[RankReport]) -> list[int] | None:
+    """The trace's numbers of the profiled steps (``ProfilerStep#N``, a timer's step), when
+    every rank with steps records the same ones; ``None`` otherwise (older reports)."""
+    seen: list[int] | None = None
+    for r in ranks:
+        nums = r.extra.get("step_numbers")
+        if not r.step_times_us:
+            continue
+        if not isinstance(nums, list) or len(nums) != len(r.step_times_us) or not all(
+            isinstance(n, int) and not isinstance(n, bool) for n in nums
+        ):
+            return None
+        if seen is None:
+            seen = list(nums)
+        elif seen != nums:
+            return None
+    return seen
+
+
 def step_times_chart(ranks: Sequence[RankReport], critical_by_index: Mapping[int, int]) -> str:
     """Step time of every profiled step of every rank (a dot each), the job's step time (the
-    slowest rank per step) as a line, and the step's critical rank ringed."""
+    slowest rank per step) as a line, and the rank that set each step's pace ringed. Steps
+    are numbered as the trace numbers them (as the timeline's caption does); with one
+    step there is nothing to chart (the timeline shows it)."""
     ranks = [r for r in ranks if fg.has_data(r) and r.step_times_us]
     n_steps = max((len(r.step_times_us) for r in ranks), default=0)
-    if not ranks or n_steps < 1:
+    if not ranks or n_steps < 2:
         return ""
+    traced = step_numbers(ranks)
+    numbers = traced or list(range(1, n_steps + 1))
+    axis_note = "step, as the trace numbers them" if traced else "profiled step (1 = the first)"
+
+    def label(i: int) -> str:
+        return f"step {numbers[i]}" if i < len(numbers) else f"step {i + 1}"
+
     top = max(t for r in ranks for t in r.step_times_us)
     ticks = nice_ticks(0.0, top, 4)
     if len(ticks) >= 2 and ticks[-1] < top:  # one more tick above the slowest step
@@ -305,30 +362,31 @@ def step_times_chart(ranks: Sequence[RankReport], critical_by_index: Mapping[int
         vals = sorted((r.step_times_us[i], r.rank) for r in ranks if i < len(r.step_times_us))
         if many:
             lo_v, hi_v = vals[0][0], vals[-1][0]
-            tip = f"step {i + 1}: {len(vals)} ranks from {fg.fmt_duration(lo_v)} (rank {vals[0][1]}) to {fg.fmt_duration(hi_v)} (rank {vals[-1][1]})"
+            tip = f"{label(i)}: {len(vals)} ranks from {fg.fmt_duration(lo_v)} (rank {vals[0][1]}) to {fg.fmt_duration(hi_v)} (rank {vals[-1][1]})"
             parts.append(
                 f'<line x1="{_p(x(i))}" x2="{_p(x(i))}" y1="{y(lo_v):.1f}" y2="{y(hi_v):.1f}" class="range"><title>{e(tip)}</title></line>'
             )
         else:
             for us, rank in vals:
-                tip = f"rank {rank}, step {i + 1}: {fg.fmt_duration(us)}"
+                tip = f"rank {rank}, {label(i)}: {fg.fmt_duration(us)}"
                 parts.append(f'<circle cx="{_p(x(i))}" cy="{y(us):.1f}" r="3.5" class="dot"><title>{e(tip)}</title></circle>')
         crit = critical_by_index.get(i)
         mine = next((r.step_times_us[i] for r in ranks if r.rank == crit and i < len(r.step_times_us)), None)
         if crit is not None and mine is not None:
             parts.append(
-                f'<circle cx="{_p(x(i))}" cy="{y(mine):.1f}" r="6.5" class="ring"><title>{e(f"step {i + 1}: critical rank {crit}")}</title></circle>'
+                f'<circle cx="{_p(x(i))}" cy="{y(mine):.1f}" r="6.5" class="ring"><title>{e(f"{label(i)}: rank {crit} set the pace")}</title></circle>'
             )
     ylabels = "".join(
         f'<text x="100%" y="{y(t) + 4:.1f}" text-anchor="end" dx="-4">{e(tick_duration(t))}</text>' for t in ticks
     )
     step_every = max(1, math.ceil(n_steps / 12))
     xlabels = "".join(
-        f'<text x="{_p(x(i))}" y="13" text-anchor="middle">{i + 1}</text>' for i in range(0, n_steps, step_every)
+        f'<text x="{_p(x(i))}" y="13" text-anchor="middle">{e(numbers[i] if i < len(numbers) else i + 1)}</text>'
+        for i in range(0, n_steps, step_every)
     )
-    keys = [("dotkey", "a rank's step"), ("linekey", "job step (slowest rank)")]
+    keys = [("dotkey", "a rank's step"), ("linekey", "the job's step (its slowest rank in that step)")]
     if critical_by_index:
-        keys.append(("ringkey", "critical rank"))
+        keys.append(("ringkey", PACE_MEANS))
     if many:
         keys[0] = ("rangekey", "range over ranks")
     head = legend([], keys)
@@ -337,7 +395,7 @@ def step_times_chart(ranks: Sequence[RankReport], critical_by_index: Mapping[int
         f'<svg class="ylab" width="64" height="{h}" aria-hidden="true">{ylabels}</svg>'
         f'<svg width="100%" height="{h}" role="img" aria-label="step time per step">{"".join(parts)}</svg>'
         f'<span></span><svg class="axis" width="100%" height="18" aria-hidden="true">{xlabels}</svg>'
-        f'</div><p class="muted small">profiled step</p></figure>'
+        f'</div><p class="muted small">{e(axis_note)}</p></figure>'
     )
 
 

@@ -101,6 +101,26 @@ def job_step_time_us(report: Report) -> float | None:
     return max(times) if times else None
 
 
+def slowest_rank(report: Report) -> int | None:
+    """The slowest rank: the one with the longest step (:func:`step_time_us`), which sets
+    the job's step time (:func:`job_step_time_us`); ties go to the lowest rank. The one
+    meaning of "slowest" in every report."""
+    timed = [(t, r.rank) for r in report.ranks if has_data(r) and (t := step_time_us(r)) is not None]
+    if not timed:
+        return None
+    longest = max(t for t, _ in timed)
+    return min(rank for t, rank in timed if t == longest)
+
+
+def step_card_label(report: Report) -> str:
+    """What the job's step time is, in a few words: ``step time of rank 3, the slowest``."""
+    slow = slowest_rank(report)
+    n = sum(1 for r in report.ranks if has_data(r))
+    if slow is None:
+        return "step time"
+    return "step time" if n <= 1 else f"step time of rank {slow}, the slowest"
+
+
 def compute_pct(rank: RankReport) -> float | None:
     return pct(rank.compute_us, rank.window_us)
 

@@ -15,6 +15,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from gpuprof import phrases
 from gpuprof.render import figures as fg
 
 MAX_ROWS = 64  # rows per table; the JSON report has them all
@@ -31,6 +32,45 @@ TITLES: Mapping[str, str] = {
     "collective_bandwidth": "Collective bandwidth per rank",
     "whatif": "What-if replay of the whole job",
 }
+
+
+# Captions of the tables of known findings, by the key the table comes from: what the
+# numbers are, in words (an unknown key's caption is the key, humanized).
+CAPTIONS: Mapping[str, str] = {
+    "stragglers": "Ranks that arrive last at collectives, and what the others wait for them",
+    "critical_rank_per_step": "Per step: the rank that waited least, and how long it and the others waited",
+    "clock_offsets_us": "Clock offset of each rank, removed before comparing times",
+    "arrivals": "Arrival order at collectives",
+    "last_counts": "Collectives each rank reached last",
+    "early_starters": "Ranks that reach collectives early and wait for the others",
+    "incomplete_groups": "Process groups with ranks missing from the input",
+    "across_ranks": "Compute per step across ranks",
+    "across_stages": "Compute per microbatch across pipeline stages",
+    "per_stage": "Per pipeline stage",
+    "wait_us_per_step": "Wait at the barriers per step, per rank",
+    "last_arrivals": "Barriers each rank reached last",
+    "last_activity": "What the last rank to arrive ran just before each barrier",
+    "late_comm": "Communication the late ranks run between their last compute and the barrier",
+    "slow": "Collective calls well below the link's speed",
+    "savings_pct": "What each what-if saves on its own",
+    "step_us": "The job's step with each what-if",
+    "pipeline": "The schedule's figures",
+    "straggler_analysis": "How collectives were matched across ranks",
+    "barrier_waits": "Barriers and who waits at them",
+    "whatif": "The replay of the unchanged job",
+    "collective_bandwidth": "Each rank's collectives: bytes, time and bandwidth",
+    "compute_imbalance": "Compute per step and per microbatch",
+}
+# Job-level figures another part of the report already states (the combined replay's line
+# under the recommendations, the what-if sentence): not repeated in the "Job" table.
+SAID_ELSEWHERE = frozenset({"combined_savings_pct", "model_error_pct"})
+# Keys whose values are positions in a sequence (0 = the first): shown counted from 1, as
+# the report's sentences count them ("barriers 1, 2 of 32").
+POSITION_KEYS = frozenset({"outlier_barriers"})
+
+
+def caption_for(key: str) -> str:
+    return CAPTIONS.get(key) or humanize(key).capitalize()
 
 
 @dataclass(frozen=True)
@@ -116,6 +156,8 @@ def fmt_value(key: str, value: Any) -> str:
             return f"{value:,}"
         return f"{n:,.4g}" if abs(n) < 1e6 else f"{n:,.0f}"
     if isinstance(value, Sequence):
+        if k in POSITION_KEYS:
+            value = [x + 1 if isinstance(x, int) and not isinstance(x, bool) else x for x in value]
         items = [fmt_value(k, x) for x in list(value)[:MAX_LIST_ITEMS]]
         more = len(value) - MAX_LIST_ITEMS
         return ", ".join(items) + (f" (+{more} more)" if more > 0 else "") if items else "none"
@@ -170,7 +212,7 @@ def tables_of(value: Any, name: str = "", depth: int = 0) -> list[Table]:
                 out.append(Table(("", ""), ((humanize(str(k)), fmt_value(str(k), v)),)))
                 continue
             for t in tables_of(v, str(k), depth + 1):
-                out.append(t if t.caption else Table(t.columns, t.rows, t.note, humanize(str(k))))
+                out.append(t if t.caption else Table(t.columns, t.rows, t.note, caption_for(str(k))))
         return out
     if _is_record_list(value):
         return [_records_table([(None, v) for v in value], None)]
@@ -327,7 +369,20 @@ def _whatif_tables(v: Any) -> list[Table] | None:
     names.sort(key=lambda k: -(_num(savings.get(k)) or 0.0))
     rows = tuple((humanize(str(k)), fmt_value("step_us", steps.get(k)), fmt_value("savings_pct", savings.get(k))) for k in names)
     rest = {k: x for k, x in v.items() if k not in ("step_us", "savings_pct")}
-    return tables_of(rest, "whatif") + [Table(("what-if", "step", "saves"), rows[:MAX_ROWS])]
+    return tables_of(rest, "whatif") + [
+        Table(("what-if", "step", "saves"), rows[:MAX_ROWS], caption="Each what-if replayed on its own")
+    ]
+
+
+def _barriers(v: Any) -> list[str]:
+    if not isinstance(v, Mapping) or _num(v.get("barriers")) is None:
+        return []
+    n = int(_num(v.get("barriers")) or 0)
+    late = [int(r) for r in v.get("waited_for_ranks") or [] if isinstance(r, int) and not isinstance(r, bool)]
+    text = f"{phrases.count(n, 'barrier')} (ops that start at the same instant on every rank)"
+    if late:
+        text += f"; the other ranks wait at them for {phrases.ranks(late)}, the last to arrive"
+    return [text + "."]
 
 
 CUSTOM_TABLES = {"whatif": _whatif_tables}
@@ -335,6 +390,7 @@ CUSTOM_TABLES = {"whatif": _whatif_tables}
 
 SENTENCES = {
     "whatif": _whatif,
+    "barrier_waits": _barriers,
     "collective_bandwidth": _bandwidth,
     "stragglers": _stragglers,
     "straggler_analysis": _arrivals,
@@ -349,7 +405,7 @@ def job_blocks(job: Any) -> list[Block]:
     if not isinstance(job, Mapping):
         return []
     order = [k for k in TITLES if k in job] + sorted(str(k) for k in job if k not in TITLES)
-    scalars = [(k, job[k]) for k in order if not isinstance(job[k], (Mapping, list))]
+    scalars = [(k, job[k]) for k in order if not isinstance(job[k], (Mapping, list)) and k not in SAID_ELSEWHERE]
     out: list[Block] = []
     if scalars:
         out.append(
@@ -362,6 +418,7 @@ def job_blocks(job: Any) -> list[Block]:
         sentences = tuple(SENTENCES[key](value)) if key in SENTENCES else ()
         custom = CUSTOM_TABLES[key](value) if key in CUSTOM_TABLES else None
         tables = () if (isinstance(value, list) and not value) else tuple(custom if custom is not None else tables_of(value, key))
+        tables = tuple(t if t.caption else Table(t.columns, t.rows, t.note, caption_for(key)) for t in tables)
         if not sentences and not tables:
             continue
         out.append(Block(key, TITLES.get(key, humanize(key).capitalize()), sentences, tables))

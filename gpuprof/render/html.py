@@ -45,7 +45,8 @@ th:first-child, td:first-child { text-align: left; }
 .scroll { overflow-x: auto; max-width: 100%; }
 .legend { margin: 4px 0 6px; } .legend span { display: inline-block; margin-right: 14px; font-size: 12px; white-space: nowrap; }
 .legend i { display: inline-block; width: 10px; height: 10px; margin-right: 4px; border-radius: 2px; vertical-align: -1px; }
-.legend i.crit { width: 14px; background: transparent; border: 2px solid #000; border-radius: 0; }
+.legend i.crit { width: 16px; height: 5px; background: #000; border: 1px solid #fff; outline: 1px solid #5f6368; border-radius: 0; vertical-align: 2px; }
+.legend i.tagkey { width: 22px; height: 12px; background: transparent; border: 1px solid var(--fg); border-radius: 6px; }
 .legend i.dotkey { border-radius: 50%; background: #0072B2; opacity: .7; }
 .legend i.ringkey { border-radius: 50%; background: transparent; border: 2px solid #D55E00; }
 .legend i.linekey { height: 2px; width: 14px; background: #5f6368; vertical-align: 3px; border-radius: 0; }
@@ -62,7 +63,6 @@ svg .tick { stroke: var(--muted); } svg .grid { stroke: #e8eaed; }
 svg .dot { fill: #0072B2; fill-opacity: .7; } svg .ring { fill: none; stroke: #D55E00; stroke-width: 2; }
 svg .jobline { stroke: #5f6368; stroke-width: 1.5; } svg .range { stroke: #0072B2; stroke-width: 3; }
 .tag { font-size: 10px; font-weight: 600; border: 1px solid var(--fg); border-radius: 6px; padding: 0 4px; margin-left: 4px; }
-.tag.crit { background: #000; color: #fff; }
 .two { display: grid; grid-template-columns: repeat(auto-fit, minmax(min(100%, 420px), 1fr)); column-gap: 32px; }
 .shares { font-size: 13px; margin: 6px 0 0; }
 """
@@ -87,7 +87,7 @@ def _cards(report: Report) -> str:
     step = fg.job_step_time_us(report)
     cards = [
         ("compute share", fg.fmt_pct(s.compute_pct)),
-        ("step time (slowest rank)", fg.fmt_duration(step) if step is not None else fg.NA),
+        (fg.step_card_label(report), fg.fmt_duration(step) if step is not None else fg.NA),
         ("ranks", str(len(report.ranks))),
         (f"lost to {top.value}, the largest cause", fg.fmt_pct(s.lost_pct[top]))
         if s.lost_us[top] > 0
@@ -155,7 +155,7 @@ def _critical_by_step_index(report: Report) -> dict[int, int]:
 
 
 def _timeline_section(report: Report) -> str:
-    chart = ch.timeline_chart(report.extra.get("timeline"))
+    chart = ch.timeline_chart(report.extra.get("timeline"), slowest_rank=fg.slowest_rank(report))
     if not chart:
         return ""
     return "<h2>One step, every rank</h2>" + chart
@@ -163,8 +163,8 @@ def _timeline_section(report: Report) -> str:
 
 def _step_times_section(report: Report) -> str:
     ranks = [r for r in report.ranks if fg.has_data(r) and r.step_times_us]
-    if not ranks or (len(ranks) == 1 and len(ranks[0].step_times_us) < 2):
-        return ""
+    if not ranks or max(len(r.step_times_us) for r in ranks) < 2:
+        return ""  # one step: the timeline above is the whole story
     chart = ch.step_times_chart(ranks, _critical_by_step_index(report))
     return "<h2>Step time, step by step</h2>" + chart if chart else ""
 
@@ -293,8 +293,20 @@ def _job_findings(extra: Mapping[str, object]) -> str:
     return "".join(out)
 
 
-def render_html(report: Report, width: int = 100) -> str:
-    """The whole page as one string (``width`` is unused: the page reflows)."""
+ANNOTATED_SUFFIXES = (".annotated.json.gz", ".annotated.json")
+
+
+def annotated_link(href: str) -> str:
+    """A pointer to the annotated trace (``gpuprof annotate``) written beside the page."""
+    return (
+        f'<p class="small">The same traces with a track per cause of lost time: <a href="{e(href)}">{e(href)}</a> '
+        "(open it in ui.perfetto.dev or chrome://tracing to see each lost interval beside the kernels around it).</p>"
+    )
+
+
+def render_html(report: Report, width: int = 100, annotated: str | None = None) -> str:
+    """The whole page as one string (``width`` is unused: the page reflows). ``annotated``:
+    the relative name of an annotated trace beside the page, linked under the timeline."""
     body: list[str] = ["<h1>gpuprof report</h1>"]
     if len(report.inputs) > 3:
         body.append(
@@ -316,6 +328,8 @@ def render_html(report: Report, width: int = 100) -> str:
         body.append(_where_time_went(report))
         body.append(_recommendations(report))
         body.append(_timeline_section(report))
+        if annotated:
+            body.append(annotated_link(annotated))
         body.append(_step_times_section(report))
         body.append(_rank_bars_section(report))
         body.append("<h2>Totals</h2>" + f'<div class="scroll">{_totals_table(report)}</div>')
