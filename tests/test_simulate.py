@@ -19,7 +19,7 @@ import pytest
 
 from gpuprof.analysis import intervals as iv
 from gpuprof.errors import GpuprofError
-from gpuprof.simulate import SCENARIOS, generate, knobs_of, read_truth
+from gpuprof.simulate import DEFAULT_LAYOUT, SCENARIOS, generate, knobs_of, read_truth
 from gpuprof.simulate.schedules import stage_order, theoretical_bubble
 
 # Small versions of every scenario: fast, but with every mechanism present.
@@ -36,7 +36,11 @@ SMALL: dict[str, dict[str, Any]] = {
     "launch_bound": {"steps": 2, "layers": 8},
     "alloc_churn": {"steps": 2, "layers": 3},
     "rl_post_training": {"steps": 2, "layers": 2, "tokens_min": 32, "tokens_max": 320, "reward_ms": 4.0},
+    "megatron_slow_worker": {"microbatches": 4, "stage_ms": 0.5, "steps": 1},
+    "megatron_uneven_data": {"dp": 4, "microbatches": 4, "stage_ms": 0.5, "steps": 2},
 }
+# The scenarios written as Kineto traces unless told otherwise (the others: a timeline).
+KINETO = sorted(n for n in SMALL if DEFAULT_LAYOUT.get(n, "kineto") == "kineto")
 
 
 def _load(path: Path) -> dict[str, Any]:
@@ -53,7 +57,7 @@ def _trace_files(out: Path) -> list[Path]:
 @pytest.fixture(scope="module")
 def generated(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
     root = tmp_path_factory.mktemp("sim")
-    return {name: generate(name, root / name, seed=1, **knobs) for name, knobs in SMALL.items()}
+    return {name: generate(name, root / name, seed=1, **SMALL[name]) for name in KINETO}
 
 
 def test_every_scenario_has_small_knobs() -> None:
@@ -62,7 +66,7 @@ def test_every_scenario_has_small_knobs() -> None:
         assert set(knobs) <= set(knobs_of(name))
 
 
-@pytest.mark.parametrize("name", sorted(SMALL))
+@pytest.mark.parametrize("name", KINETO)
 def test_trace_structure_matches_kineto(generated: dict[str, Path], name: str) -> None:
     out = generated[name]
     files = _trace_files(out)
@@ -128,7 +132,7 @@ def test_collectives_have_the_host_ops_of_real_jobs(generated: dict[str, Path]) 
     assert any(str(e.get("name")).startswith("nccl:recv 1<-0") for e in pp["traceEvents"])
 
 
-@pytest.mark.parametrize("name", sorted(SMALL))
+@pytest.mark.parametrize("name", KINETO)
 def test_truth_partitions_each_window_and_matches_the_trace(generated: dict[str, Path], name: str) -> None:
     out = generated[name]
     truth = read_truth(out)
@@ -164,7 +168,7 @@ def test_truth_partitions_each_window_and_matches_the_trace(generated: dict[str,
         assert iv.total(compute) == pytest.approx(rank_truth["compute_us"], rel=1e-4, abs=0.05)
 
 
-@pytest.mark.parametrize("name", sorted(SMALL))
+@pytest.mark.parametrize("name", KINETO)
 @pytest.mark.parametrize("seed", [0, 3])
 def test_truth_top_cause_is_what_the_scenario_is_built_to_show(tmp_path: Path, name: str, seed: int) -> None:
     truth = read_truth(generate(name, tmp_path, seed=seed, **SMALL[name]))
@@ -315,7 +319,7 @@ def test_bad_knobs_are_one_clear_error_and_leave_no_files(
     assert not (tmp_path / "out").exists() or not any((tmp_path / "out").rglob("*"))
 
 
-@pytest.mark.parametrize("name", sorted(SMALL))
+@pytest.mark.parametrize("name", KINETO)
 def test_traces_read_back_through_the_readers(generated: dict[str, Path], name: str) -> None:
     readers = pytest.importorskip("gpuprof.readers")
     out = generated[name]

@@ -36,6 +36,14 @@ def megatron(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 
 @pytest.fixture(scope="module")
+def batched(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The same job with Megatron's batched steady-state exchanges (megatron layout only)."""
+    return generate(
+        "pipeline", tmp_path_factory.mktemp("batched"), seed=2, layout="megatron", batched_p2p=True, **PIPELINE
+    )
+
+
+@pytest.fixture(scope="module")
 def rocm(tmp_path_factory: pytest.TempPathFactory) -> Path:
     knobs = {"stages": 2, "dp": 2, "microbatches": 2, "stage_ms": 0.5, "steps": 1}
     return generate("pipeline", tmp_path_factory.mktemp("rocm"), seed=2, platform="rocm", **knobs)
@@ -114,9 +122,9 @@ def test_timeline_ops_and_args_follow_megatron(megatron: Path) -> None:
     assert not any(e["name"] == "forward-send" and e["tid"] // len(LANES) in (6, 7) for e in events)
 
 
-def test_steady_state_send_and_receive_are_one_batched_call(megatron: Path) -> None:
+def test_steady_state_send_and_receive_are_one_batched_call(batched: Path) -> None:
     """As in the real timeline: send_forward_recv_backward is one span under both timers."""
-    events = [e for e in _timeline(megatron) if e["ph"] == "X" and e["tid"] // len(LANES) == 2]  # stage 1
+    events = [e for e in _timeline(batched) if e["ph"] == "X" and e["tid"] // len(LANES) == 2]  # stage 1
     spans = defaultdict(set)
     for e in events:
         spans[(e["ts"], e["dur"])].add(e["name"])
@@ -124,11 +132,11 @@ def test_steady_state_send_and_receive_are_one_batched_call(megatron: Path) -> N
     assert {"backward-send", "forward-recv"} in spans.values()
 
 
-def test_every_receive_ends_after_its_send_begins(megatron: Path) -> None:
+def test_every_receive_ends_after_its_send_begins(batched: Path) -> None:
     """Matched by order per step (the k-th forward-send of stage s is the k-th
     forward-recv of stage s + 1), a transfer is never received before it is sent, and a
     batched exchange has the same span on both ranks."""
-    events = [e for e in _timeline(megatron) if e["ph"] == "X"]
+    events = [e for e in _timeline(batched) if e["ph"] == "X"]
 
     def ops(worker: int, name: str, step: int) -> list[dict[str, Any]]:
         chosen = [e for e in events if e["tid"] // len(LANES) == worker and e["name"] == name]

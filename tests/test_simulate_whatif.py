@@ -17,7 +17,7 @@ from typing import Any
 import pytest
 
 from gpuprof.errors import GpuprofError
-from gpuprof.simulate import SCENARIOS, WHATIFS, generate, read_truth
+from gpuprof.simulate import DEFAULT_LAYOUT, SCENARIOS, WHATIFS, generate, read_truth
 
 # Small versions of every scenario (a few ms per step, one or two steps).
 SMALL: dict[str, dict[str, Any]] = {
@@ -33,7 +33,11 @@ SMALL: dict[str, dict[str, Any]] = {
     "launch_bound": {"steps": 2, "layers": 6},
     "alloc_churn": {"steps": 2, "layers": 2},
     "rl_post_training": {"steps": 1, "layers": 2, "tokens_min": 16, "tokens_max": 64, "reward_ms": 2.0},
+    "megatron_slow_worker": {"microbatches": 4, "stage_ms": 0.5, "steps": 1},
+    "megatron_uneven_data": {"dp": 4, "microbatches": 4, "stage_ms": 0.5, "steps": 2},
 }
+# Scenarios written as Kineto traces (the file-reading tests below need them).
+KINETO = sorted(n for n in SMALL if DEFAULT_LAYOUT.get(n, "kineto") == "kineto")
 
 # The fix each scenario is built to show (the truth must name it as intended).
 INTENDED: dict[str, list[str]] = {
@@ -49,6 +53,8 @@ INTENDED: dict[str, list[str]] = {
     "launch_bound": ["free_launches"],
     "alloc_churn": ["no_allocator", "free_launches"],
     "rl_post_training": ["peer_median_compute"],
+    "megatron_slow_worker": ["peer_median_compute"],
+    "megatron_uneven_data": ["balanced_stages", "balanced_batches"],
 }
 
 SYNC_CALLS = {
@@ -104,13 +110,15 @@ def test_every_scenario_has_its_intended_fix_and_all(truths: dict[str, Path], na
         assert wi["savings_pct"][fix] == pytest.approx(100 * (1 - step / base), abs=2e-3)
         assert step > 0
     # no fix makes the job slower by more than noise, and all fixes together save the most
+    # (no_variation is the bound the fixes are measured against, not one of them)
     assert min(wi["savings_pct"].values()) > -1.0
-    assert wi["savings_pct"]["all"] >= max(wi["savings_pct"].values()) - 0.5
+    fixes = {k: v for k, v in wi["savings_pct"].items() if k != "no_variation"}
+    assert wi["savings_pct"]["all"] >= max(fixes.values()) - 0.5
     for fix in wi["intended"]:
         assert wi["savings_pct"][fix] > 3.0, f"{name}: {fix} is what the scenario is built to show"
 
 
-@pytest.mark.parametrize("name", sorted(SMALL))
+@pytest.mark.parametrize("name", KINETO)
 def test_baseline_step_agrees_with_the_written_traces(truths: dict[str, Path], name: str) -> None:
     """The truth's baseline step is what a simple reading of the files gives."""
     out = truths[name]

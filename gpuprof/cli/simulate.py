@@ -169,11 +169,12 @@ def simulate(
         metavar="PLATFORM",
         help="cuda (H100, CUDA names) or rocm (MI300X, HIP/RCCL names); default: the scenario's",
     ),
-    layout: str = typer.Option(
-        "kineto",
+    layout: str | None = typer.Option(
+        None,
         "--layout",
         metavar="LAYOUT",
-        help="kineto (one torch.profiler trace per rank) or megatron (pipeline scenarios: one op-level timer timeline)",
+        help="kineto (one torch.profiler trace per rank) or megatron (pipeline scenarios: one op-level timer "
+        "timeline); default: kineto, megatron for the megatron_* scenarios",
     ),
     whatif: str | None = typer.Option(
         None, "--whatif", metavar="FIX", help="write the job with this what-if fix applied (see --list), or 'all'"

@@ -23,16 +23,18 @@ from typing import Any
 from gpuprof.errors import GpuprofError
 from gpuprof.model.report import Cause
 from gpuprof.simulate.engine import RankSim
-from gpuprof.simulate.fixes import ALL, FREE_HOST, WHATIF_HELP, WHATIFS
+from gpuprof.simulate.fixes import ALL, FREE_HOST, NO_VARIATION, WHATIF_HELP, WHATIFS
 from gpuprof.simulate.job import host_pid, null_writer, simulate_job
 from gpuprof.simulate.kineto import KinetoWriter, TraceWriter
 from gpuprof.simulate.platform import PLATFORMS, Platform
 from gpuprof.simulate.scenarios import KNOB_HELP, SCENARIOS, Plan
+from gpuprof.simulate.scenarios_parallel import SLOW_WORKER_KNOBS, UNEVEN_DATA_KNOBS
 from gpuprof.simulate.session import write_session
-from gpuprof.simulate.truth import TRUTH_FILE, rank_truth, read_truth, truth_document, write_truth
+from gpuprof.simulate.truth import TRUTH_FILE, rank_truth, read_truth, renumber_ranks, truth_document, write_truth
 from gpuprof.simulate.whatif import applicable, whatif_truth
 
 __all__ = [
+    "DEFAULT_LAYOUT",
     "KNOB_HELP",
     "LAYOUTS",
     "PLATFORMS",
@@ -53,7 +55,16 @@ LAYOUTS = ("kineto", "megatron")
 _VARIANTS: dict[str, tuple[str, dict[str, Any]]] = {
     "dp_exposed": ("data_parallel", {"link_gbs": 5.0}),
     "dp_overlapped": ("data_parallel", {"link_gbs": 200.0}),
+    "megatron_slow_worker": ("pipeline", SLOW_WORKER_KNOBS),
+    "megatron_uneven_data": ("pipeline", UNEVEN_DATA_KNOBS),
 }
+# Scenarios written as an op-level timeline unless told otherwise.
+DEFAULT_LAYOUT: dict[str, str] = {"megatron_slow_worker": "megatron", "megatron_uneven_data": "megatron"}
+
+
+def layout_of(scenario: str, layout: str | None) -> str:
+    """The layout asked for, else the scenario's own (``kineto`` for most)."""
+    return layout or DEFAULT_LAYOUT.get(scenario, "kineto")
 
 
 def knobs_of(scenario: str) -> dict[str, Any]:
@@ -112,7 +123,7 @@ def prepare(
     *,
     seed: int = 0,
     platform: str | None = None,
-    layout: str = "kineto",
+    layout: str | None = None,
     whatif: str | None = None,
 ) -> tuple[dict[str, Any], Plan]:
     """Check a scenario's knobs and options and build its plan (nothing runs, nothing is
@@ -120,6 +131,7 @@ def prepare(
     with one line saying what is wrong."""
     params = resolve_knobs(scenario, knobs)
     _platform(platform)
+    layout = layout_of(scenario, layout)
     if layout not in LAYOUTS:
         raise GpuprofError(f"unknown layout {layout!r}; known: {', '.join(LAYOUTS)}")
     if whatif is not None and whatif not in (*WHATIFS, ALL):
@@ -135,6 +147,12 @@ def prepare(
     plan: Plan = SCENARIOS[scenario](**call)
     if layout == "megatron" and (plan.parallel is None or plan.session):
         raise GpuprofError(f"{scenario}: the megatron layout is for pipeline scenarios (try: pipeline)")
+    if layout != "megatron" and params.get("batched_p2p"):
+        raise GpuprofError(f"{scenario}: batched_p2p is written only with --layout megatron")
+    if layout != "megatron" and plan.parallel is not None and int(plan.parallel.get("tp_size", 1)) > 1:
+        raise GpuprofError(
+            f"{scenario}: tp > 1 is written only with --layout megatron (a timeline of TP rank 0 of each position)"
+        )
     return params, plan
 
 
@@ -146,7 +164,7 @@ def generate(
     compress: bool = True,
     compresslevel: int = 6,
     platform: str | None = None,
-    layout: str = "kineto",
+    layout: str | None = None,
     whatif: str | None = None,
     whatifs: bool = True,
     **knobs: Any,
@@ -166,6 +184,7 @@ def generate(
     make no sense.
     """
     params, plan = prepare(scenario, knobs, seed=seed, platform=platform, layout=layout, whatif=whatif)
+    layout = layout_of(scenario, layout)
     pf = _platform(platform or plan.platform)
     megatron = layout == "megatron"
 
@@ -174,7 +193,7 @@ def generate(
 
     fixes: frozenset[str] = frozenset()
     if whatif == ALL:
-        fixes = frozenset(applicable(run(frozenset()), plan)) - {FREE_HOST}
+        fixes = frozenset(applicable(run(frozenset()), plan)) - {FREE_HOST, NO_VARIATION}
     elif whatif is not None:
         fixes = frozenset({whatif})
 
@@ -243,6 +262,8 @@ def generate(
     doc["whatif"] = whatif_truth(sims, plan, run, fixes) if whatifs else None
     if plan.session:
         write_session(out, sims, scenario)
+    if megatron and plan.parallel is not None:
+        doc = renumber_ranks(doc, int(plan.parallel.get("tp_size", 1)))
     write_truth(out, doc)
     return out
 

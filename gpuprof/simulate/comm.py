@@ -38,7 +38,8 @@ def collective(
     The NCCL stream first waits for the compute stream (what ProcessGroupNCCL does), so
     a rank arrives when its own compute before the call is done, and any transfer the
     compute stream was made to wait for (``work.wait()``). Its timer op spans the
-    kernel, the wait for late ranks included.
+    transfer only, as Megatron-style exporters record it (the start moved to the end minus
+    the transfer time): the wait for late ranks is an untimed gap before the op.
     """
     transfer_us = sim.transfer_us(transfer_us, collective=True)
     pg_args = {
@@ -111,7 +112,7 @@ def collective(
         sim.claim(Cause.COMMUNICATION, xfer_start, end)
     if timer is not None:
         lane, name, args = timer
-        sim.timer(lane, name, arrival, end, **args)
+        sim.timer(lane, name, xfer_start, end, **args)
     return arrival, end
 
 
@@ -213,5 +214,46 @@ def p2p(
         lane, name, args = timer
         sim.timer(lane, name, max(arrival, end - transfer_us), end, transfer=data_key, **args)
     # work.wait(): the compute stream waits for the transfer
+    sim.deps.append((end, Cause.PIPELINE_BUBBLE))
+    return arrival, end
+
+
+def exchange(
+    sim: RankSim,
+    peer: int,
+    send_key: Any,
+    recv_key: Any,
+    *,
+    transfer_us: float,
+    timers: tuple[tuple[str, str, Mapping[str, int]], tuple[str, str, Mapping[str, int]]] | None = None,
+) -> Generator[Wait, None, tuple[float, float]]:
+    """A batched send and receive with one peer that both sides wait for (Megatron's
+    ``send_forward_recv_backward`` / ``send_backward_recv_forward``: ``batch_isend_irecv``
+    then ``wait()``): NCCL moves the data once both stages have posted their calls, so the
+    exchange starts when the later of the two is ready and ends a transfer later on both.
+    Returns the call's ``(arrival, end)`` on this rank. The two timer ops (send, receive)
+    span the transfer on both ranks; the wait for the peer is a gap before them."""
+    transfer_us = sim.transfer_us(transfer_us, collective=False)
+    data_send = ("p2p", sim.rank, peer) + (tuple(send_key) if isinstance(send_key, tuple) else (send_key,))
+    data_recv = ("p2p", peer, sim.rank) + (tuple(recv_key) if isinstance(recv_key, tuple) else (recv_key,))
+    key = ("xchg",) + tuple(sorted((data_send, data_recv), key=repr))
+    with sim.op("c10d::batch_isend_irecv"):
+        sim.idle(sim.jit(6.0))
+        sim.runtime("cudaEventRecord", 135, sim.jit(2.0), launch=True)
+        sim.runtime("cudaStreamWaitEvent", 147, sim.jit(1.5), launch=True)
+        _, t0, t1 = sim.runtime("cudaLaunchKernelExC", 430, sim.jit(7.0), launch=True)
+        arrival = max(
+            t1 + sim.jit(sim.timing.queue_us),
+            sim.stream_free[P2P_STREAM],
+            sim.compute_stream_ready(),
+        )
+        sim.job.post(key, sim.rank, arrival, 2, transfer_us)
+        yield Wait(key)
+        xfer_start, end = sim.job.resolved[key]
+        sim.stream_free[P2P_STREAM] = end
+        sim.claim(Cause.PIPELINE_BUBBLE, arrival, end)
+    if timers is not None:
+        for (lane, name, args), data in zip(timers, (data_send, data_recv)):
+            sim.timer(lane, name, xfer_start, end, transfer=data, **args)
     sim.deps.append((end, Cause.PIPELINE_BUBBLE))
     return arrival, end

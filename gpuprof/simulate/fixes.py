@@ -28,6 +28,8 @@ DOUBLE_MICROBATCHES = "double_microbatches"
 OVERLAP_COLLECTIVES = "overlap_collectives"
 DOUBLE_BANDWIDTH = "double_bandwidth"
 NO_ALLOCATOR = "no_allocator"
+BALANCED_BATCHES = "balanced_batches"
+NO_VARIATION = "no_variation"
 ALL = "all"
 
 # What each fix does to the simulated job (also the text of ``gpuprof simulate --list``).
@@ -55,12 +57,19 @@ WHATIF_HELP: dict[str, str] = {
     "(its whole transfer time, fixed latency included)",
     NO_ALLOCATOR: "device allocator calls (cudaMalloc/cudaFree/hipMalloc/hipFree, cache "
     "flushes, retries) cost nothing and no longer synchronize",
+    BALANCED_BATCHES: "the data balanced per step (sequence packing, length bucketing): every "
+    "microbatch of every data-parallel replica carries the step's mean work; each GPU keeps its "
+    "speed and each stage its layers",
+    NO_VARIATION: "the job without stragglers (the bound): every compute op at the mean of its op "
+    "type over ranks, stages and steps, every transfer at its median",
 }
 
 WHATIFS: tuple[str, ...] = tuple(WHATIF_HELP)  # the vocabulary, in this order everywhere
 
 # Fixes that change the work a scenario gives its ranks; each scenario says which apply.
-JOB_FIXES: frozenset[str] = frozenset({PEER_MEDIAN_COMPUTE, BALANCED_STAGES, DOUBLE_MICROBATCHES})
+JOB_FIXES: frozenset[str] = frozenset(
+    {PEER_MEDIAN_COMPUTE, BALANCED_STAGES, DOUBLE_MICROBATCHES, BALANCED_BATCHES, NO_VARIATION}
+)
 
 
 def peer_median(factors: Sequence[float], groups: Sequence[Sequence[int]]) -> list[float]:

@@ -17,9 +17,11 @@ from gpuprof.simulate import comm
 from gpuprof.simulate import workload as wl
 from gpuprof.simulate.engine import COMPUTE_STREAM, Program, RankSim, Wait
 from gpuprof.simulate.fixes import (
+    BALANCED_BATCHES,
     BALANCED_STAGES,
     DOUBLE_BANDWIDTH,
     DOUBLE_MICROBATCHES,
+    NO_VARIATION,
     OVERLAP_COLLECTIVES,
     PEER_MEDIAN_COMPUTE,
     differs,
@@ -191,6 +193,7 @@ def pipeline(
     schedule: str = "1f1b",
     chunks: int = 2,
     dp: int = 1,
+    tp: int = 1,
     steps: int = 2,
     stage_ms: float = 1.0,
     act_mb: float = 4.0,
@@ -200,8 +203,12 @@ def pipeline(
     slow_rank: int = -1,
     slowdown: float = 1.5,
     replica_spread: float = 0.0,
+    seq_cv: float = 0.0,
     annotate: bool = True,
     dist_opt: bool = False,
+    tied_embeddings: bool = False,
+    batched_p2p: bool = False,
+    seed: int = 0,
 ) -> Plan:
     """Pipeline parallelism (times data parallelism with dp > 1); optionally a slow stage or rank.
 
@@ -218,6 +225,20 @@ def pipeline(
     ``spread * d / (dp - 1)``, all its stages: a slower node). With
     ``annotate`` off, no ``forward_step`` / ``backward_step`` ranges mark the
     microbatches: only the NCCL send/recv kernels between stages show them.
+
+    ``seq_cv`` makes each microbatch's work vary with its sequence lengths: a factor drawn
+    per (replica, step, microbatch) from a gamma distribution of mean 1 and that
+    coefficient of variation, the same on every stage of the replica (the microbatch
+    flows through its pipeline). ``tied_embeddings``: the first and the last stage of each
+    replica all-reduce their embedding gradients after the pipeline (Megatron's
+    ``embedding-grads-all-reduce``). With ``dist_opt`` the gradient-norm all-reduce runs
+    over every rank (the distributed optimizer's shards), else over the pipeline group.
+    ``batched_p2p``: the steady-state exchanges of 1F1B are single calls that both stages
+    wait for (Megatron's ``send_forward_recv_backward``: the data moves once both have
+    posted), not a buffered send and a receive (megatron layout only).
+    ``tp`` is the job's tensor-parallel size: the ranks simulated are TP rank 0 of each
+    (pipeline, data-parallel) position, which is what the Megatron layout writes (global
+    rank ``(stage * dp + replica) * tp``); their TP peers do the same work.
     """
     check(schedule in SCHEDULES, f"schedule must be one of {', '.join(SCHEDULES)}")
     check(stages >= 2 and microbatches >= 1 and dp >= 1, "need stages >= 2, microbatches >= 1, dp >= 1")
@@ -229,6 +250,7 @@ def pipeline(
     check(-1 <= slow_stage < stages, f"slow_stage must be -1 or in 0..{stages - 1}")
     check(-1 <= slow_rank < stages * dp, f"slow_rank must be -1 or in 0..{stages * dp - 1}")
     check(slowdown > 0 and replica_spread >= 0, "slowdown must be > 0 and replica_spread >= 0")
+    check(tp >= 1 and seq_cv >= 0, "need tp >= 1 and seq_cv >= 0")
     p = stages
     n = p * dp
     xfer_us = act_mb * 1e6 / (link_gbs * 1e3)
@@ -242,8 +264,36 @@ def pipeline(
     def compute_factors(fixes: frozenset[str]) -> list[float]:
         """Each rank's compute-time factor: its stage's work times its GPU's speed."""
         work = [mean(stage_work)] * p if BALANCED_STAGES in fixes else stage_work
-        spd = peer_median(speed, same_stage) if PEER_MEDIAN_COMPUTE in fixes else speed
+        spd = peer_median(speed, same_stage) if PEER_MEDIAN_COMPUTE in fixes and not seq_cv else speed
         return [work[r // dp] * spd[r] for r in range(n)]
+
+    # Work of each microbatch from its sequence lengths, per (replica, step, microbatch).
+    seq_rng = random.Random(seed * 7919 + 13)
+    shape = 1.0 / seq_cv**2 if seq_cv > 0 else 0.0
+    seq = [
+        [[seq_rng.gammavariate(shape, 1.0 / shape) if seq_cv > 0 else 1.0 for _ in range(microbatches)] for _ in range(steps)]
+        for _ in range(dp)
+    ]
+    base_f = compute_factors(frozenset())
+    # no_variation: every compute op at the mean of its type over ranks, stages and steps
+    mean_work = mean(base_f[r] * x for r in range(n) for row in seq[r % dp] for x in row)
+
+    def work_factors(fixes: frozenset[str], rank: int, step: int) -> list[float]:
+        """The compute-time factor of each microbatch of ``rank`` in ``step``: its stage's
+        work, its GPU's speed and the microbatch's sequence lengths, as the fixes leave them."""
+        if NO_VARIATION in fixes:
+            return [mean_work] * microbatches
+        d = rank % dp
+        f = compute_factors(fixes)[rank]
+        w = seq[d][step]
+        if BALANCED_BATCHES in fixes:
+            w = [mean(x for rep in seq for x in rep[step])] * microbatches
+        if PEER_MEDIAN_COMPUTE in fixes and seq_cv:
+            # each rank's step at the median of its stage's replicas in that step
+            mine = base_f[rank] * sum(w)
+            med = median(base_f[q] * sum(seq[q % dp][step]) for q in same_stage[rank // dp])
+            return [f * x * med / mine for x in w]
+        return [f * x for x in w]
 
     def pp_group(replica: int) -> tuple[str, list[int]]:
         return str(1 + replica), [st * dp + replica for st in range(p)]
@@ -257,6 +307,8 @@ def pipeline(
         out.append(_pg(*pp_group(replica), desc="PIPELINE_MODEL_PARALLEL_GROUP"))
         if dp > 1:
             out.append(_pg(*dp_group(stage), desc="DATA_PARALLEL_GROUP"))
+        if tied_embeddings and stage in (0, p - 1):
+            out.append(_pg(str(1 + dp + p + replica), [replica, (p - 1) * dp + replica], desc="EMBEDDING_GROUP"))
         return out
 
     def program(sim: RankSim) -> Program:
@@ -267,7 +319,6 @@ def pipeline(
         half = DOUBLE_MICROBATCHES in sim.fixes  # twice the microbatches, each half the work
         m = microbatches * 2 if half else microbatches
         share = 0.5 if half else 1.0
-        chunk_us = stage_ms * 1e3 * f * share / v
         order = stage_order(schedule, s, p, m, chunks)
 
         def xfer(
@@ -286,7 +337,21 @@ def pipeline(
                 timer=("pp-comm", timer, {"step": key[1]}),
             )
 
+        def exchange(
+            to_stage: int, send_key: tuple[Any, ...], recv_key: tuple[Any, ...], names: tuple[str, str]
+        ) -> Generator[Wait, None, tuple[float, float]]:
+            return comm.exchange(
+                sim,
+                (to_stage % p) * dp + d,
+                send_key,
+                recv_key,
+                transfer_us=xfer_us * share,
+                timers=(("pp-comm", names[0], {"step": send_key[1]}), ("pp-comm", names[1], {"step": recv_key[1]})),
+            )
+
+        batch = batched_p2p and v == 1
         for step in range(steps):
+            mb_f = work_factors(sim.fixes, sim.rank, step)
             with sim.step(step + 1):
                 if s == 0:
                     wl.input_batch(sim, 4 << 20)
@@ -305,31 +370,80 @@ def pipeline(
                     )
                     sim.deps.append((end, Cause.COMMUNICATION))
                 sim.phase = "pipeline"
+                # A send waiting to be batched with the next receive from the same peer.
+                pending: tuple[int, tuple[Any, ...], str] | None = None
+
+                def flush() -> Generator[Wait, None, None]:
+                    nonlocal pending
+                    if pending is not None:
+                        to, key, name = pending
+                        pending = None
+                        yield from xfer("send", to, key, name)
+
+                def receive(frm: int, key: tuple[Any, ...], name: str) -> Generator[Wait, None, None]:
+                    nonlocal pending
+                    if pending is not None and pending[0] % p == frm % p:
+                        to, send_key, send_name = pending
+                        pending = None
+                        yield from exchange(to, send_key, key, (send_name, name))
+                        return
+                    yield from flush()
+                    yield from xfer("recv", frm, key, name)
+
+                def send(to: int, key: tuple[Any, ...], name: str) -> Generator[Wait, None, None]:
+                    nonlocal pending
+                    yield from flush()
+                    if batch:
+                        pending = (to, key, name)
+                    else:
+                        yield from xfer("send", to, key, name)
+
                 for work in order:
                     vs = work.chunk * p + s
                     first, last = vs == 0, vs == p * v - 1
                     ids = {"step": step + 1, "model_chunk": work.chunk, "mb_id": work.mb}
+                    # a half microbatch carries half of its microbatch's sequences
+                    chunk_us = stage_ms * 1e3 * mb_f[work.mb // 2 if half else work.mb] * share / v
                     if work.kind == "F":
                         if not first:
-                            yield from xfer("recv", vs - 1, ("F", step + 1, work.mb, vs), "forward-recv")
+                            yield from receive(vs - 1, ("F", step + 1, work.mb, vs), "forward-recv")
+                        else:
+                            yield from flush()
                         start, end = _chunk_kernels(
                             sim, chunk_us, backward=False, with_loss=last, annotate=annotate
                         )
                         sim.timer("compute", "forward-compute", start, end, **ids)
                         if not last:
-                            yield from xfer("send", vs + 1, ("F", step + 1, work.mb, vs + 1), "forward-send")
+                            yield from send(vs + 1, ("F", step + 1, work.mb, vs + 1), "forward-send")
                     else:
                         if not last:
-                            yield from xfer("recv", vs + 1, ("B", step + 1, work.mb, vs), "backward-recv")
+                            yield from receive(vs + 1, ("B", step + 1, work.mb, vs), "backward-recv")
+                        else:
+                            yield from flush()
                         start, end = _chunk_kernels(
                             sim, chunk_us, backward=True, with_loss=False, annotate=annotate
                         )
                         sim.timer("compute", "backward-compute", start, end, **ids)
                         if not first:
-                            yield from xfer("send", vs - 1, ("B", step + 1, work.mb, vs - 1), "backward-send")
+                            yield from send(vs - 1, ("B", step + 1, work.mb, vs - 1), "backward-send")
+                yield from flush()
                 # the drain: this stage is done; the pipeline is not until every stage is
                 sim.mark(("pipeline_end", d, step), sim.stream_free[COMPUTE_STREAM])
                 sim.phase = "optimizer"
+                if tied_embeddings and p > 1 and s in (0, p - 1):
+                    # the tied input/output embeddings' gradients, between the first and last stage
+                    embed = [d, (p - 1) * dp + d]
+                    _, end = yield from allreduce(
+                        sim,
+                        ("embedding", step),
+                        0.2 * grad_mb * 1e6,
+                        embed,
+                        link_gbs,
+                        pg=str(1 + dp + p + d),
+                        pg_desc="EMBEDDING_GROUP",
+                        timer=("dp-comm", "embedding-grads-all-reduce", {"step": step + 1}),
+                    )
+                    sim.deps.append((end, Cause.COMMUNICATION))
                 if dp > 1 and grad_mb > 0:
                     if dist_opt:
                         _, end = yield from sharded(
@@ -355,20 +469,22 @@ def pipeline(
                             timer=("dp-comm", "all-grads-sync", {"step": step + 1}),
                         )
                     sim.deps.append((end, Cause.COMMUNICATION))
-                # gradient-norm clipping: an all-reduce over the pipeline group, then .item()
+                # gradient-norm clipping: an all-reduce over the pipeline group (the
+                # distributed optimizer's shards: over every rank), then .item()
                 _, end = yield from allreduce(
                     sim,
                     ("gradnorm", step),
                     4,
-                    pp_ranks,
+                    list(range(n)) if dist_opt else pp_ranks,
                     link_gbs,
-                    pg=pp_name,
-                    pg_desc="PIPELINE_MODEL_PARALLEL_GROUP",
+                    pg="0" if dist_opt else pp_name,
+                    pg_desc="default_pg" if dist_opt else "PIPELINE_MODEL_PARALLEL_GROUP",
                     timer=("dp-comm", "optimizer-clip-main-grad", {"step": step + 1}),
                 )
                 sim.deps.append((end, Cause.COMMUNICATION))
                 sim.item()
-                start, end = wl.optimizer_step(sim, stage_ms * 1e3 * 0.2 * f)
+                opt_f = mean(base_f) if NO_VARIATION in sim.fixes else f
+                start, end = wl.optimizer_step(sim, stage_ms * 1e3 * 0.2 * opt_f)
                 sim.timer("compute", "optimizer", start, end, step=step + 1)
                 wl.zero_grad(sim)
 
@@ -387,9 +503,27 @@ def pipeline(
         slow_ranks = sorted([*slow_ranks, slow_rank])
     by_fix = {w: compute_factors(frozenset({w})) for w in (BALANCED_STAGES, PEER_MEDIAN_COMPUTE)}
     balanced = differs(base, by_fix[BALANCED_STAGES])
-    peers = differs(base, by_fix[PEER_MEDIAN_COMPUTE])
+    varies = seq_cv > 0
+    peers = differs(base, by_fix[PEER_MEDIAN_COMPUTE]) or (varies and dp > 1)
+    culprits = {w: faster(base, fixed) for w, fixed in by_fix.items()}
+
+    def step_work(fixes: frozenset[str]) -> list[list[float]]:
+        return [[sum(work_factors(fixes, r, t)) for t in range(steps)] for r in range(n)]
+
+    if varies:
+        now = step_work(frozenset())
+        for w in (PEER_MEDIAN_COMPUTE, BALANCED_BATCHES, NO_VARIATION):
+            after = step_work(frozenset({w}))
+            culprits[w] = sorted(r for r in range(n) if any(b < a * 0.99 for a, b in zip(now[r], after[r])))
+    elif balanced or peers:
+        culprits[NO_VARIATION] = faster(base, [mean_work] * n)
+    # The fixes a user would make: a slow GPU's (peers), the stages', and for data that
+    # varies the batches' (the per-step peer median is not a fix one can apply to data).
+    slow_gpu = differs(base, by_fix[PEER_MEDIAN_COMPUTE])
     intended: tuple[str, ...] = tuple(
-        w for w, on in ((BALANCED_STAGES, balanced), (PEER_MEDIAN_COMPUTE, peers)) if on
+        w
+        for w, on in ((BALANCED_STAGES, balanced), (PEER_MEDIAN_COMPUTE, slow_gpu), (BALANCED_BATCHES, varies))
+        if on
     ) or (DOUBLE_MICROBATCHES,)
     return Plan(
         n,
@@ -404,11 +538,53 @@ def pipeline(
         post=post,
         whatifs=(DOUBLE_MICROBATCHES,)
         + ((BALANCED_STAGES,) if balanced else ())
-        + ((PEER_MEDIAN_COMPUTE,) if peers else ()),
+        + ((PEER_MEDIAN_COMPUTE,) if peers else ())
+        + ((BALANCED_BATCHES,) if varies else ())
+        + ((NO_VARIATION,) if varies or balanced or peers else ()),
         intended_whatifs=intended,
-        whatif_culprits={w: faster(base, fixed) for w, fixed in by_fix.items()},
-        parallel={"pp_size": p, "dp_size": dp, "tp_size": 1, "vpp_size": v},
+        whatif_culprits=culprits,
+        parallel={"pp_size": p, "dp_size": dp, "tp_size": tp, "vpp_size": v},
     )
+
+
+# Knobs of the presets that stand for the two large 3D-parallel jobs of issue 19.
+SLOW_WORKER_KNOBS: dict[str, Any] = {
+    "batched_p2p": True,
+    "stages": 4,
+    "dp": 4,
+    "tp": 4,
+    "microbatches": 32,
+    "slow_rank": 0,
+    "slowdown": 2.5,
+    "dist_opt": True,
+    "tied_embeddings": True,
+}
+UNEVEN_DATA_KNOBS: dict[str, Any] = {
+    "batched_p2p": True,
+    "stages": 2,
+    "dp": 32,
+    "microbatches": 8,
+    "steps": 3,
+    "seq_cv": 0.3,
+    "slow_stage": 1,
+    "slowdown": 1.5,
+    "dist_opt": True,
+    "tied_embeddings": True,
+}
+
+
+def megatron_slow_worker(**knobs: Any) -> Plan:
+    """PP 4 x DP 4 x TP 4 (the timeline holds TP rank 0 of each position), 32 microbatches: one
+    worker (DP 0, stage 0) computes 2.5x slower; the other replicas finish early and wait,
+    untimed, before the end-of-step collectives."""
+    return pipeline(**{**SLOW_WORKER_KNOBS, **knobs})
+
+
+def megatron_uneven_data(**knobs: Any) -> Plan:
+    """PP 2 x DP 32: sequence lengths vary from batch to batch (each microbatch's work, CV 0.3),
+    so the slowest replica changes every step, and the last stage (loss, head) has 1.5x the
+    work of the first."""
+    return pipeline(**{**UNEVEN_DATA_KNOBS, **knobs})
 
 
 def _pg(name: str, ranks: list[int], desc: str = "undefined") -> dict[str, Any]:

@@ -158,6 +158,24 @@ def truth_document(
     }
 
 
+def renumber_ranks(doc: dict[str, Any], stride: int) -> dict[str, Any]:
+    """The document with simulated rank ``r`` named ``r * stride`` everywhere a rank is
+    named: a Megatron timeline of a job with tensor parallelism holds TP rank 0 of each
+    position, whose global rank is the simulated rank times the TP size."""
+    if stride == 1:
+        return doc
+    out = dict(doc)
+    out["files"] = {str(int(r) * stride): f for r, f in doc["files"].items()}
+    out["ranks"] = [{**row, "rank": row["rank"] * stride} for row in doc["ranks"]]
+    exp = dict(doc["expected"])
+    exp["culprit_ranks"] = [r * stride for r in exp.get("culprit_ranks", [])]
+    out["expected"] = exp
+    wi = doc.get("whatif")
+    if wi:
+        out["whatif"] = {**wi, "culprit_ranks": {k: [r * stride for r in v] for k, v in wi["culprit_ranks"].items()}}
+    return out
+
+
 def write_truth(out_dir: Path, doc: Mapping[str, Any]) -> Path:
     """Write ``ground_truth.json`` atomically beside the traces."""
     path = out_dir / TRUTH_FILE
