@@ -105,6 +105,10 @@ CASES: list[tuple[str, str, dict[str, Any], dict[str, Any]]] = [
         },
         {"layout": "megatron"},
     ),
+    # issue 19: the two large 3D-parallel jobs as real exports record them (communication
+    # spans only its transfer, waits are untimed gaps before it; one TP rank per position)
+    ("megatron-slow-worker", "megatron_slow_worker", {"microbatches": 8}, {}),
+    ("megatron-uneven-data", "megatron_uneven_data", {"dp": 8}, {}),
     # the existing scenarios, each with the fix it is built to show
     ("input-bound", "input_bound", {"layers": 4, "steps": 2}, {}),
     ("sync-heavy", "sync_heavy", {"layers": 4, "steps": 2}, {}),

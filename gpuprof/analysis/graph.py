@@ -190,10 +190,12 @@ def _event_kind(category: npt.NDArray[np.int64]) -> npt.NDArray[np.int8]:
 
 
 def _latest_other_end(
-    start: FloatArray, end: FloatArray, bounds: IntArray, tolerance_us: float
+    start: FloatArray, end: FloatArray, bounds: IntArray, tolerance_us: float, strict: bool = False
 ) -> tuple[FloatArray, IntArray]:
     """Per event, the latest end among the events of *other* streams that ended by
-    ``start + tolerance_us``, and that event's index (-inf / -1 when none)."""
+    ``start + tolerance_us``, and that event's index (-inf / -1 when none). ``strict``:
+    only events that started before it count (an op that starts at the same instant, a
+    zero-length timer op beside it, is not what it waited for)."""
     n = start.size
     best = np.full(n, -np.inf)
     idx = np.full(n, -1, dtype=np.int64)
@@ -208,6 +210,10 @@ def _latest_other_end(
         sorted_ends = ends[order]
         run_max = np.maximum.accumulate(sorted_ends)
         j = np.searchsorted(sorted_ends, query, side="right") - 1
+        if strict:
+            # Events are sorted by start within a stream: those started before each event
+            # are a prefix; with ends growing too, the candidate is the earlier of the two.
+            j = np.minimum(j, np.searchsorted(start[a:b], start, side="left") - 1)
         ok = j >= 0
         cand = np.where(ok, run_max[np.maximum(j, 0)], -np.inf)
         # Which event holds the running max: the last one in sorted order up to j whose end
@@ -319,23 +325,40 @@ def _lanes(start: FloatArray, end: FloatArray, stream: IntArray) -> IntArray:
     return out
 
 
-def _comm_rows(start_abs: FloatArray, end_abs: FloatArray, kind: npt.NDArray[np.int8], comms: object) -> IntArray:
-    """Row of each communication event in the rank's ``comms`` table (same start and end)."""
+def _comm_rows(
+    start_abs: FloatArray,
+    end_abs: FloatArray,
+    kind: npt.NDArray[np.int8],
+    comms: object,
+    names: list[str] | None = None,
+) -> IntArray:
+    """Row of each communication event in the rank's ``comms`` table (same start and end;
+    with ``names``, the event's op name, the same name). Each row goes to one event: two
+    calls timed with the same span (a batched send and receive) get a row each."""
     out = np.full(start_abs.size, -1, dtype=np.int64)
     if comms is None or not hasattr(comms, "__len__") or len(comms) == 0:  # type: ignore[arg-type]
         return out
     cs = np.asarray(comms["start_us"], dtype=np.float64)  # type: ignore[index]
     ce = np.asarray(comms["end_us"], dtype=np.float64)  # type: ignore[index]
+    row_names = comms["name"] if names is not None else None  # type: ignore[index]
     is_comm = np.flatnonzero((kind == EV_COLLECTIVE) | (kind == EV_P2P))
     if is_comm.size == 0:
         return out
+    taken = np.zeros(cs.size, dtype=bool)
     pos = np.searchsorted(cs, start_abs[is_comm], side="left")
     for i, p in zip(is_comm.tolist(), pos.tolist()):
+        fallback = -1
         while p < cs.size and cs[p] == start_abs[i]:
-            if ce[p] == end_abs[i]:
-                out[i] = p
-                break
+            if ce[p] == end_abs[i] and not taken[p]:
+                if row_names is None or str(row_names[p]) == names[i]:  # type: ignore[index]
+                    fallback = p
+                    break
+                if fallback < 0:
+                    fallback = p
             p += 1
+        if fallback >= 0:
+            out[i] = fallback
+            taken[fallback] = True
     return out
 
 
@@ -400,7 +423,7 @@ def build_rank_graph(
     # began, but never start after it) and binds more tightly than the stream predecessor.
     window = TIMER_DEP_WINDOW_US if timeline else DEP_WINDOW_US
     tolerance = TIMER_OVERLAP_US if timeline else 1.0
-    other_end, other_idx = _latest_other_end(ds, end, bounds, tolerance)
+    other_end, other_idx = _latest_other_end(ds, end, bounds, tolerance, strict=timeline)
     started_before = ds[np.maximum(other_idx, 0)] <= ds
     dep_cand = (
         (other_idx >= 0)
@@ -447,7 +470,8 @@ def build_rank_graph(
     base = np.where(known, la, 0.0)
     floor = np.where(known & ~np.isnan(ls), ls, base)
     kind = _event_kind(cat)
-    comm_row = _comm_rows(ds + lo, end + lo, kind, comms)
+    event_names = [names[int(k)] for k in name_idx.tolist()] if name_idx is not None else None
+    comm_row = _comm_rows(ds + lo, end + lo, kind, comms, event_names)
     edges, host_end = _step_edges(ctx, steps)
     blocking, tags, removable = _host_side(ctx, sel) if use_launch else (iv.empty(), np.zeros(0, np.int8), {})
     return RankGraph(

@@ -90,6 +90,9 @@ class Group:
     # work done; the idle time before the op is the wait) and each then lasts as measured.
     # ``after``: the first member (a receive that did not wait: its data had arrived) starts
     # no earlier than the second (its buffered send) ends; the send waits for nothing.
+    # ``p2p``: op-level timers of a receive (first member) and its send (second) that start
+    # together: as a barrier, and the receive never starts before its send (its data cannot
+    # arrive earlier), while the send waits for the receive only if it measurably did.
     kind: str = "collective"
 
 
@@ -286,6 +289,7 @@ _COLLECTIVE = 3  # (op, members, last measured arrival)
 _BARRIER = 4  # (op, members, shared measured instant)
 _MEASURED = 5  # (op, p, event): keeps its measured times
 _AFTER = 6  # (op, p, event, own-to-common offset, *_Link, sender's p, event, offset)
+_P2P = 7  # (op, members (receive, send), shared measured instant)
 
 
 @dataclass(frozen=True)
@@ -514,19 +518,22 @@ def _compile_group(grp: Group, flows: Mapping[int, _Flow], offsets: Mapping[int,
         if reached:
             fl.done[fl.st.stream_of.item(i)] = i + 1
     members: list[tuple[Any, ...]] = []
-    if grp.kind == "barrier":
+    if grp.kind in ("barrier", "p2p"):
         t_orig = max(x[5] for x in rows)
         ready0 = [_orig_ready_for_barrier(fl.st, i) - off for fl, r, i, off, _, _ in rows]
-        waited = [x[5] - rd > SYNC_WAIT_US for x, rd in zip(rows, ready0)]
-        if all(waited):  # nobody was ready at its start: the group waited for something else
-            waited = [False] * len(rows)
+        # The member ready last (least idle before its start) did not wait for the others;
+        # its own idle time before the op (launch latency, Python, an untimed delay of its
+        # own) is its own. The others waited for it beyond that.
+        slack = [x[5] - rd for x, rd in zip(rows, ready0)]
+        least = min(slack)
+        waited = [sl - least > SYNC_WAIT_US for sl in slack]
         for (fl, r, i, off, reached, start0), rd, wt in zip(rows, ready0, waited):
             g = fl.st.g
             anchored = g.start.item(i) if g.anchor.item(i) else None
             members.append(
                 (fl.pos, i, off, reached, start0, rd, wt, g.kind.item(i), *fl.prev(i), g.gap.item(i), g.dep.item(i), anchored)
             )
-        ops.append((_BARRIER, tuple(members), t_orig))
+        ops.append((_P2P if grp.kind == "p2p" else _BARRIER, tuple(members), t_orig))
     else:
         last_orig = max(x[5] for x in rows)
         for fl, r, i, off, reached, start0 in rows:
@@ -768,6 +775,17 @@ def _run(plan: ReplayPlan, program: _Program, w: WhatIf) -> JobReplay:
                 rn.new_end[i] = end + m[2]
         elif kind == _BARRIER:
             _run_barrier(op[1], op[2], runs, t_scale, p_scale)
+        elif kind == _P2P:
+            _run_barrier(op[1], op[2], runs, t_scale, p_scale)
+            # The receive's data cannot arrive before its send started.
+            rv, sd = op[1]
+            if rv[3] and sd[3]:
+                rr, rs = runs[rv[0]], runs[sd[0]]
+                earliest = (rs.new_start.item(sd[1]) - sd[2]) + (rv[4] - sd[4]) + rv[2]
+                if earliest > rr.new_start.item(rv[1]):
+                    d = rr.new_end.item(rv[1]) - rr.new_start.item(rv[1])
+                    rr.new_start[rv[1]] = earliest
+                    rr.new_end[rv[1]] = earliest + d
         elif kind == _AFTER:
             # The receive starts when its stream lets it and its send has ended (on the
             # common clock), then lasts its own (scaled) duration.
@@ -856,6 +874,14 @@ class ReplayPlan:
                     continue
                 seen.add(lane)
                 ms.append((r, i))
+            if grp.kind == "p2p":
+                # In order (receive, send), each on its own stream.
+                ms = [(r, i) for r, i in grp.members if r in by_rank and 0 <= i < by_rank[r].n_events]
+                if len(ms) == 2 and ms[0][0] != ms[1][0] and not any(member_masks[r][i] for r, i in ms):
+                    for r, i in ms:
+                        member_masks[r][i] = True
+                    usable.append(Group(tuple(ms), "p2p"))
+                continue
             if grp.kind == "after":
                 # In order (receive, send); only the receive waits: the send stays plain.
                 (rr, ri), (sr, si) = grp.members[0], grp.members[1]

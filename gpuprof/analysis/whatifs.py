@@ -43,6 +43,21 @@ model's error cancels as far as it is the same in both replays. The what-ifs
 ``overlap_collectives`` the transfer part of every collective takes no time (waiting for a
                         late member still does).
 ``double_bandwidth``    every collective and point-to-point transfer takes half as long.
+``on_time_start``       a rank that begins its step later than the median rank (clocks
+                        aligned) begins it with the median rank: the host time at the
+                        start of its window, as long as its lateness, is deleted, so every
+                        launch after it comes that much earlier.
+``balanced_batches``    op-level timelines: within each step, every op of a type on a stage's
+                        data-parallel replicas takes the mean of that type over the stage's
+                        replicas and microbatches (sequence packing or length bucketing
+                        gives every replica and microbatch the same work); a rank that is
+                        slower in every step (a slow GPU, :meth:`JobModel.slow_ranks`) keeps
+                        its speed.
+``no_variation``        op-level timelines: the job without stragglers, the bound the fixes
+                        are measured against -- every compute op at the mean of its type over
+                        ranks, stages and steps, every communication op's transfer at the
+                        median of its type (the definition of the published what-if
+                        simulator's "ideal" timeline).
 
 A what-if that does not apply to the job (nothing to remove, no peers, no pipeline) is not
 replayed. Pure: the summaries are only read.
@@ -83,7 +98,14 @@ WHATIFS: Mapping[str, str] = {
     "double_microbatches": "twice the microbatches at half the size",
     "overlap_collectives": "collective transfers fully hidden behind compute",
     "double_bandwidth": "communication transfers twice as fast",
+    "on_time_start": "every rank begins its step with the median rank",
+    "balanced_batches": "every replica and microbatch of a step carries the same work (sequence packing, length bucketing)",
+    "no_variation": "the job without stragglers: every op at its type's mean (compute) or median (transfers)",
 }
+# What-ifs that bound the others rather than stand for a fix a user makes.
+BOUNDS: frozenset[str] = frozenset({"no_variation"})
+# The fixes that even out the work (what the no_variation bound is the limit of).
+EVENING: tuple[str, ...] = ("peer_median_compute", "balanced_stages", "balanced_batches")
 
 # Host what-ifs: which removable host time they delete and which blocking tags they free.
 _HOST: Mapping[str, tuple[str, tuple[int, ...]]] = {
@@ -145,6 +167,9 @@ class JobModel:
     compute_by_step: Mapping[int, FloatArray] = field(default_factory=dict)
     segment_of_event: Mapping[int, npt.NDArray[np.int64]] = field(default_factory=dict)
     compute_by_segment: Mapping[int, FloatArray] = field(default_factory=dict)
+    # Per rank that begins its steps later than the median rank (aligned clocks): by how
+    # much, microseconds (ranks whose host launches its work only).
+    late_start_us: Mapping[int, float] = field(default_factory=dict)
     # What every replay of this job shares, built at the first replay.
     _plan: list[ReplayPlan] = field(default_factory=list, compare=False, repr=False)
 
@@ -172,6 +197,165 @@ class JobModel:
             if (kinds == 1).any():
                 out.append("overlap_collectives")
             out.append("double_bandwidth")
+        if self.late_start_us:
+            out.append("on_time_start")
+        for name, factors in (("balanced_batches", self._batch_factors()), ("no_variation", self._variation_factors())):
+            if any(f.size and float(np.max(np.abs(f - 1.0))) > 1e-3 for f in factors.values()):
+                out.append(name)
+        return out
+
+    def _work_groups(self) -> dict[int, int]:
+        """Each rank's same-work group (its stage's replicas), numbered by its lowest rank."""
+        out: dict[int, int] = {}
+        for members in {tuple(sorted(v)) for v in self.peers.values()}:
+            for r in members:
+                out[r] = min(members)
+        return out
+
+    def op_variation(self) -> dict[str, tuple[float, float, int]]:
+        """Op-level timelines: per compute op type, its mean duration (us), its coefficient
+        of variation among the ranks that do the same work (the median over stages: a heavier
+        stage is not variation) and how many ops."""
+        groups = self._work_groups()
+        parts: dict[tuple[str, int], list[FloatArray]] = {}
+        for g in self._named_graphs():
+            assert g.name_idx is not None
+            comp = g.kind == EV_COMPUTE
+            for k, name in enumerate(g.names):
+                d = g.dur[comp & (g.name_idx == k)]
+                if d.size:
+                    parts.setdefault((name, groups.get(g.rank, -1)), []).append(d)
+        by_name: dict[str, list[tuple[float, float, int]]] = {}
+        for (name, _), p in parts.items():
+            d = np.concatenate(p)
+            m = float(np.mean(d))
+            by_name.setdefault(name, []).append((m, float(np.std(d)) / m if m > 0 else 0.0, int(d.size)))
+        return {
+            name: (
+                float(np.average([m for m, _, _ in rows], weights=[k for _, _, k in rows])),
+                float(np.median([cv for _, cv, _ in rows])),
+                sum(k for _, _, k in rows),
+            )
+            for name, rows in by_name.items()
+        }
+
+    def heavy_ranks(self, margin: float = 0.01) -> list[int]:
+        """Ranks that computed more than their same-work group's mean (by ``margin``) in
+        some step: where ``balanced_batches`` takes work away."""
+        groups = self._work_groups()
+        members: dict[int, list[int]] = {}
+        for r, grp in groups.items():
+            if r in self.compute_by_step:
+                members.setdefault(grp, []).append(r)
+        out: set[int] = set()
+        for ranks in members.values():
+            if len(ranks) < 2:
+                continue
+            steps = min(int(self.compute_by_step[r].size) for r in ranks)
+            table = np.vstack([self.compute_by_step[r][:steps] for r in ranks])
+            mean = table.mean(axis=0)
+            heavy = (table > mean * (1.0 + margin)) & (mean > 0)
+            out.update(r for r, row in zip(ranks, heavy) if row.any())
+        return sorted(out)
+
+    def slowest_per_step(self) -> dict[int, list[int]]:
+        """Per same-work group (numbered by its lowest rank) with two or more ranks, the rank
+        with the most compute in each step."""
+        out: dict[int, list[int]] = {}
+        groups = self._work_groups()
+        members: dict[int, list[int]] = {}
+        for r, grp in groups.items():
+            if r in self.compute_by_step:
+                members.setdefault(grp, []).append(r)
+        for grp, ranks in members.items():
+            if len(ranks) < 2:
+                continue
+            steps = min(int(self.compute_by_step[r].size) for r in ranks)
+            out[grp] = [max(ranks, key=lambda r: float(self.compute_by_step[r][t])) for t in range(steps)]
+        return out
+
+    def _named_graphs(self) -> list[RankGraph]:
+        """The graphs whose events carry op names (op-level timelines); the op-type
+        what-ifs apply only when every rank's does."""
+        named = [g for g in self.graphs if g.name_idx is not None and g.names]
+        return named if len(named) == len(self.graphs) else []
+
+    def _variation_factors(self) -> dict[int, FloatArray]:
+        """``no_variation``: per rank, each event's factor to the mean duration of its op
+        type over every rank and step (compute) or to the median (communication)."""
+        graphs = self._named_graphs()
+        if not graphs:
+            return {}
+        durs: dict[str, list[FloatArray]] = {}
+        for g in graphs:
+            assert g.name_idx is not None
+            for k, name in enumerate(g.names):
+                durs.setdefault(name, []).append(g.dur[g.name_idx == k])
+        target: dict[str, float] = {}
+        for name, parts in durs.items():
+            d = np.concatenate(parts)
+            if not d.size:
+                continue
+            # communication names are the same op type on every rank, as are compute's
+            target[name] = float(np.mean(d))
+        comm_target = {n: float(np.median(np.concatenate(p))) for n, p in durs.items() if np.concatenate(p).size}
+        out: dict[int, FloatArray] = {}
+        for g in graphs:
+            assert g.name_idx is not None
+            comm = (g.kind == EV_COLLECTIVE) | (g.kind == EV_P2P)
+            want = np.array([target.get(n, 0.0) for n in g.names])[g.name_idx]
+            want = np.where(comm, np.array([comm_target.get(n, 0.0) for n in g.names])[g.name_idx], want)
+            ok = (g.dur > 0) & ((g.kind == EV_COMPUTE) | comm)
+            out[g.rank] = np.where(ok, want / np.where(g.dur > 0, g.dur, 1.0), 1.0)
+        return out
+
+    def _batch_factors(self) -> dict[int, FloatArray]:
+        """``balanced_batches``: per rank, each compute event's factor to the mean duration
+        of its op type over its stage's replicas (its same-work peers) and microbatches in
+        the same step; a persistently slow rank keeps its speed."""
+        graphs = self._named_graphs()
+        if not graphs or not self.peers:
+            return {}
+        speed = {r: float(x) for r, x in self.slow_ranks().items()}
+        group_of = self._work_groups()
+        names: dict[str, int] = {}
+        rows: list[tuple[FloatArray, ...]] = []
+        for g in graphs:
+            if g.rank not in group_of or g.rank not in self.step_of_event:
+                continue
+            assert g.name_idx is not None
+            code = np.array([names.setdefault(n, len(names)) for n in g.names], dtype=np.int64)[g.name_idx]
+            comp = g.kind == EV_COMPUTE
+            sp = speed.get(g.rank, 1.0)
+            step = self.step_of_event[g.rank]
+            rows.append(
+                (
+                    np.full(int(comp.sum()), g.rank, dtype=np.float64),
+                    np.full(int(comp.sum()), group_of[g.rank], dtype=np.float64),
+                    step[comp].astype(np.float64),
+                    code[comp].astype(np.float64),
+                    g.dur[comp] / sp,
+                )
+            )
+        if not rows:
+            return {}
+        rank, grp, step, code, norm = (np.concatenate(c) for c in zip(*rows))
+        key = np.stack((grp, step, code), axis=1)
+        _, inv = np.unique(key, axis=0, return_inverse=True)
+        inv = inv.reshape(-1)
+        mean = np.bincount(inv, weights=norm) / np.maximum(np.bincount(inv), 1)
+        target = mean[inv]
+        out: dict[int, FloatArray] = {}
+        for g in graphs:
+            sel = rank == g.rank
+            if not sel.any():
+                continue
+            comp = g.kind == EV_COMPUTE
+            f = np.ones(g.n_events)
+            sp = speed.get(g.rank, 1.0)
+            d = g.dur[comp]
+            f[comp] = np.where(d > 0, target[sel] * sp / np.where(d > 0, d, 1.0), 1.0)
+            out[g.rank] = f
         return out
 
     def copy_floor_us(self) -> float:
@@ -268,9 +452,33 @@ class JobModel:
                     if prev is None
                     else iv.union(np.concatenate((prev[0], rem[0])), np.concatenate((prev[1], rem[1])))
                 )
+        # Duration factors of compute (and, for no_variation, communication) events, in
+        # order: the op-type what-ifs, then the slow ranks at their peers' median (with
+        # balanced batches only the persistently slow ranks: the batches already even out
+        # the rest), then the stages at their mean, on the compute the earlier ones leave.
+        if "on_time_start" in names:
+            for r, late in self.late_start_us.items():
+                lead = (np.array([0.0]), np.array([late]))
+                prev = removed.get(r)
+                removed[r] = lead if prev is None else iv.union(
+                    np.concatenate((prev[0], lead[0])), np.concatenate((prev[1], lead[1]))
+                )
         per_event: dict[int, FloatArray] = {}
+        for name, table_of in (("balanced_batches", self._batch_factors), ("no_variation", self._variation_factors)):
+            if name in names:
+                for r, f in table_of().items():
+                    per_event[r] = per_event[r] * f if r in per_event else f
         if "peer_median_compute" in names:
-            per_event.update(self._peer_factors())
+            keep = set(self.slow_ranks()) if "balanced_batches" in names else None
+            graphs_by_rank = {g.rank: g for g in self.graphs}
+            for r, f in self._peer_factors().items():
+                if keep is not None and r not in keep:
+                    continue
+                pg = graphs_by_rank.get(r)
+                if pg is None or f.size != pg.n_events:
+                    continue
+                f = np.where(pg.kind == EV_COMPUTE, f, 1.0)
+                per_event[r] = per_event[r] * f if r in per_event else f
         factor: dict[int, float] = {}
         if "balanced_stages" in names:
             after = dict(self.compute_us_per_step)
@@ -284,9 +492,9 @@ class JobModel:
         for g in self.graphs:
             f_ev = np.ones(g.n_events)
             compute = g.kind == EV_COMPUTE
-            peer_f = per_event.get(g.rank)
-            if peer_f is not None and peer_f.size == g.n_events:
-                f_ev = np.where(compute, peer_f, f_ev)
+            got = per_event.get(g.rank)
+            if got is not None and got.size == g.n_events:
+                f_ev = got.copy()
             fr = factor.get(g.rank)
             if fr is not None and abs(fr - 1.0) > 1e-9:
                 f_ev = np.where(compute, f_ev * fr, f_ev)
@@ -547,7 +755,7 @@ def _p2p_groups(summaries: Sequence[RankSummary], offsets: Mapping[int, float], 
                 best = sd
         if best is not None:
             used.add((best[2], best[3]))
-            out.append(Group(((rv[2], rv[3]), (best[2], best[3])), "barrier"))
+            out.append(Group(((rv[2], rv[3]), (best[2], best[3])), "p2p"))
     out.extend(_kineto_p2p_pairs(kineto, neighbours, pgs, peer_of))
     return out
 
@@ -714,10 +922,10 @@ def _step_index(g: RankGraph) -> npt.NDArray[np.int64]:
 
 def _segment_index(graphs: Mapping[int, RankGraph], groups: Sequence[Group]) -> dict[int, npt.NDArray[np.int64]]:
     """Each event's segment: how many of the rank's collectives (members of a collective
-    group) started before it."""
+    group, or of a barrier group of an op-level timeline's collective) started before it."""
     starts: dict[int, list[float]] = {r: [] for r in graphs}
     for grp in groups:
-        if grp.kind != "collective":
+        if grp.kind == "after":
             continue
         for r, i in grp.members:
             g = graphs.get(r)
@@ -743,6 +951,32 @@ def _compute_by_step(g: RankGraph, idx: npt.NDArray[np.int64]) -> FloatArray:
 
 def _step_us(s: RankSummary) -> float:
     return s.window_us / len(s.steps) if s.steps else s.window_us
+
+
+# A rank "starts late" when its step begins this share of a step after the median rank's.
+LATE_START_SHARE = 0.02
+
+
+def _late_starts(summaries: Sequence[RankSummary], offsets: Mapping[int, float]) -> dict[int, float]:
+    """Ranks whose host launches their work and that begin their steps later than the
+    median rank (on the aligned clock), by how much (at most the rank's first step)."""
+    starts = {
+        s.rank: float(np.median([st.start_us for st in s.steps])) - offsets.get(s.rank, 0.0)
+        for s in summaries
+        if s.steps and s.graph is not None
+    }
+    if len(starts) < 3:
+        return {}
+    med = float(np.median(list(starts.values())))
+    out: dict[int, float] = {}
+    for s in summaries:
+        if s.rank not in starts or s.graph is None or not s.graph.removable:
+            continue
+        late = starts[s.rank] - med
+        step = _step_us(s)
+        if late > LATE_START_SHARE * step:
+            out[s.rank] = min(late, step)
+    return out
 
 
 def build_job_model(
@@ -780,6 +1014,7 @@ def build_job_model(
         compute_by_step={r: _compute_by_step(graphs[r], idx) for r, idx in steps.items()},
         segment_of_event=segments,
         compute_by_segment={r: _compute_by_index(graphs[r], idx) for r, idx in segments.items()},
+        late_start_us=_late_starts(active, offsets),
     )
 
 
@@ -817,8 +1052,9 @@ class WhatIfResults:
         return step_us
 
     def combined_pct(self, names: Iterable[str]) -> float | None:
-        """What applying every what-if of ``names`` at once saves, from one replay."""
-        names = [n for n in names if n in WHATIFS]
+        """What applying every what-if of ``names`` at once saves, from one replay (bounds
+        such as ``no_variation`` are not fixes and are left out)."""
+        names = [n for n in names if n in WHATIFS and n not in BOUNDS]
         m = self.model.measured_step_us
         if not names or m <= 0:
             return None
@@ -849,6 +1085,19 @@ class WhatIfResults:
             out["savings_pct"][name] = round(pct, 3)
             if name in self.results:
                 out["step_us"][name] = round(self._bounded(self.results[name].step_us, (name,)), 3)
+        bound = self.savings_pct("no_variation")
+        if bound is not None and bound > 0:
+            # How much of the job without stragglers each fix that evens out the work
+            # reaches, alone and all together (structural fixes, more microbatches or
+            # overlapped collectives, can go past it and are not counted).
+            even = [n for n in EVENING if n in self.results]
+            together = self.combined_pct(even) if even else None
+            out["bound"] = {
+                "whatif": "no_variation",
+                "savings_pct": round(bound, 3),
+                "reached_pct": {n: round(min(100.0, 100.0 * out["savings_pct"][n] / bound), 1) for n in even},
+                "reached_together_pct": None if together is None else round(min(100.0, 100.0 * together / bound), 1),
+            }
         return out
 
 
@@ -860,4 +1109,4 @@ def run_whatifs(model: JobModel) -> WhatIfResults:
     return WhatIfResults(model=model, baseline=base, results=results, microbatch_saving_us=mb)
 
 
-__all__ = ["WHATIFS", "JobModel", "PipelineShape", "WhatIfResults", "build_job_model", "run_whatifs", "schedule_span_us"]
+__all__ = ["BOUNDS", "WHATIFS", "JobModel", "PipelineShape", "WhatIfResults", "build_job_model", "run_whatifs", "schedule_span_us"]
