@@ -26,6 +26,20 @@ Waits
     waits measured among the ranks present are lower bounds, and the slow rank is not
     named.
 
+Untimed waits (op-level timelines)
+    Exporters of framework timers often record a collective's transfer only (the op's
+    start moved to its end minus the transfer time), so every member's op starts at the
+    same instant and the wait for the last member is an idle gap *before* the op that no
+    timer covers. A worker arrives at a collective when its last activity before the op
+    ends (any op on any of its threads, not before its step's start): ``ready_us``. The
+    wait runs from that arrival to the last member's, through the untimed gap and, when
+    the timer did include the wait, into the op. Where the layout names pipeline
+    replicas, the part of a wait until the last member of the worker's *own* replica
+    (another stage of its pipeline) arrives is waiting on its own pipeline, the
+    ``pipeline_bubble`` cause (the drain into the step-end collectives); only the rest,
+    waiting for another replica, is ``straggler``. A worker that arrives last does not
+    wait: its own gap before the op stays with the other rules.
+
 World size inferred
     Split files often say nothing of the world size (no ``distributedInfo.world_size``,
     no process groups). When the ranks in the input are ``0..N-1`` without a gap (N >= 2)
@@ -59,8 +73,12 @@ class MatchedCollectives:
 
     Columns of ``calls``: ``rank``; ``key`` (one id per matched collective); ``pg``,
     ``coll_name``, ``step``, ``k`` (what the key is made of);
-    ``start_us``, ``end_us`` (rank's own clock); ``arrival_us`` (start on the aligned
-    clock); ``duration_us``; ``wait_us`` (time waiting for the last member present);
+    ``start_us``, ``end_us`` (rank's own clock); ``ready_us`` (when the rank arrived, own
+    clock: the start, or in an op-level timeline the end of its last activity before the
+    op); ``arrival_us`` (``ready_us`` on the aligned clock); ``duration_us``; ``wait_us``
+    (time waiting for the last member present, from ``ready_us``); ``own_wait_us`` (the
+    part of it until the last member of the rank's own pipeline replica arrived, 0 without
+    a layout);
     ``exposed_wait_us`` (the part of that wait with no compute beside it on the rank: the
     part that costs time);
     ``lateness_us`` (arrival minus the median arrival of the members present);
@@ -106,9 +124,11 @@ _CALLS_DTYPES: Mapping[str, str] = {
     "coll_name": "object",
     "start_us": "float64",
     "end_us": "float64",
+    "ready_us": "float64",
     "arrival_us": "float64",
     "duration_us": "float64",
     "wait_us": "float64",
+    "own_wait_us": "float64",
     "exposed_wait_us": "float64",
     "lateness_us": "float64",
     "is_last": "bool",
@@ -140,7 +160,18 @@ def _gather(summaries: Sequence[RankSummary]) -> pd.DataFrame:
         ]
         if len(c) == 0:
             continue
-        c = c.assign(rank=s.rank, source=s.source, row=c.index.to_numpy(dtype=np.int64))
+        start = c["start_us"].to_numpy(dtype=np.float64)
+        ready, kind = (
+            _ready_times(s, start) if s.fmt == "timeline" else (start, np.zeros(start.size, dtype=np.int8))
+        )
+        c = c.assign(
+            rank=s.rank,
+            source=s.source,
+            row=c.index.to_numpy(dtype=np.int64),
+            ready_us=ready,
+            ready_kind=kind,
+            replica=int(s.parallel.get("dp_rank", -1)) if "pp_rank" in s.parallel else -1,
+        )
         frames.append(c)
     if not frames:
         return pd.DataFrame()
@@ -160,6 +191,83 @@ def _gather(summaries: Sequence[RankSummary]) -> pd.DataFrame:
     df["k"] = df.groupby(lane, sort=False).cumcount().astype(np.int64)
     df["key"] = df.groupby(["pg_code", "coll_code", "step", "k"], sort=False).ngroup().astype(np.int64)
     return df
+
+
+# What a worker did last before it arrived at a collective (``ready_kind``).
+READY_PIPELINE = 0  # compute or point-to-point: its pipeline's work (or the step start)
+READY_COLLECTIVE = 1  # another collective
+
+
+def _ready_times(s: RankSummary, starts: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """When a worker of an op-level timeline arrived at each op starting at ``starts``,
+    and what it did last (:data:`READY_PIPELINE` / :data:`READY_COLLECTIVE`): the end of
+    its last activity (compute, or any of its communication ops) that began before the op
+    and ended by its start (a few microseconds of overlap allowed), not before the start
+    of the op's step; never after the op's start."""
+    c = s.comms_table
+    cs = np.asarray(c["start_us"], dtype=np.float64) if len(c) else np.empty(0)
+    ce = np.asarray(c["end_us"], dtype=np.float64) if len(c) else np.empty(0)
+    coll = (np.asarray(c["category"]) == int(Category.COLLECTIVE)) if len(c) else np.zeros(0, dtype=bool)
+    a_start = np.concatenate((s.compute[0], cs))
+    a_end = np.concatenate((s.compute[1], ce))
+    a_coll = np.concatenate((np.zeros(s.compute[0].size, dtype=bool), coll))
+    # Activity that began before each op, latest end first: the op's arrival is the latest
+    # end among them that is not after the op's start (plus a little overlap).
+    by_end = np.argsort(a_end, kind="stable")
+    e_sorted, s_sorted, c_sorted = a_end[by_end], a_start[by_end], a_coll[by_end]
+    ready = np.full(starts.size, -np.inf)
+    kind = np.full(starts.size, READY_PIPELINE, dtype=np.int8)
+    hi = np.searchsorted(e_sorted, starts + SYNC_TOL_US, side="right")
+    for n, (t, j) in enumerate(zip(starts.tolist(), hi.tolist())):
+        i = j - 1
+        while i >= 0 and s_sorted[i] >= t:  # began with or after the op: not before it
+            i -= 1
+        if i >= 0:
+            ready[n] = e_sorted[i]
+            kind[n] = READY_COLLECTIVE if c_sorted[i] else READY_PIPELINE
+    step_starts = np.sort(np.asarray([st.start_us for st in s.steps], dtype=np.float64))
+    if step_starts.size:
+        i = np.searchsorted(step_starts, starts, side="right") - 1
+        first = np.where(i >= 0, step_starts[np.maximum(i, 0)], -np.inf)
+        kind = np.where(first > ready, np.int8(READY_PIPELINE), kind)
+        ready = np.maximum(ready, first)
+    return np.where(np.isfinite(ready), np.minimum(ready, starts), starts), kind
+
+
+def _own_replica_waits(df: pd.DataFrame) -> np.ndarray:
+    """Per call, the part of its wait until the last *other* member of the rank's own
+    pipeline replica arrived, when that member came straight from its pipeline work (its
+    drain); 0 where the layout names no replica or the member came from a collective of
+    its own (extra communication is a slower rank's, not the pipeline's)."""
+    out = np.zeros(len(df))
+    replica = df["replica"].to_numpy()
+    sel = np.flatnonzero(replica >= 0)
+    if sel.size == 0:
+        return out
+    key = df["key"].to_numpy()[sel]
+    rep = replica[sel]
+    arr = df["arrival_us"].to_numpy()[sel]
+    kind = df["ready_kind"].to_numpy()[sel]
+    wait = df["wait_us"].to_numpy()[sel]
+    # Sorted by (key, replica, arrival): the last of each block, and the one before it.
+    order = np.lexsort((arr, rep, key))
+    k, r, a, kd = key[order], rep[order], arr[order], kind[order]
+    block = np.concatenate(([True], (k[1:] != k[:-1]) | (r[1:] != r[:-1])))
+    bid = np.cumsum(block) - 1
+    last = np.flatnonzero(np.concatenate((block[1:], [True])))  # last index of each block
+    size = np.diff(np.concatenate((np.flatnonzero(block), [order.size])))
+    li = last[bid]
+    pi = np.where(size[bid] > 1, li - 1, li)
+    awaited = np.where(np.arange(order.size) == li, pi, li)
+    got = np.where(
+        (awaited != np.arange(order.size)) & (kd[awaited] == READY_PIPELINE),
+        np.clip(a[awaited] - a, 0.0, None),
+        0.0,
+    )
+    res = np.empty(order.size)
+    res[order] = got
+    out[sel] = np.minimum(res, wait)
+    return out
 
 
 def _expected_sizes(
@@ -247,7 +355,7 @@ def _exposed(df: pd.DataFrame, summaries: Sequence[RankSummary]) -> np.ndarray:
     out = np.zeros(len(df))
     lost = {s.rank: s.lost for s in summaries}
     ranks = df["rank"].to_numpy()
-    start = df["start_us"].to_numpy()
+    start = df["ready_us"].to_numpy()
     wait = df["wait_us"].to_numpy()
     order = np.argsort(ranks, kind="stable")
     bounds = np.flatnonzero(np.diff(ranks[order])) + 1
@@ -300,7 +408,8 @@ def _match_one_rank(s: RankSummary) -> MatchedCollectives:
     key = np.arange(order.size, dtype=np.int64)
     start = np.asarray(c["start_us"][rows], dtype=np.float64)[order]
     end = np.asarray(c["end_us"][rows], dtype=np.float64)[order]
-    arrival = start - 0.0
+    ready = _ready_times(s, start)[0] if s.fmt == "timeline" else start
+    arrival = ready - 0.0
     duration = end - start
     wait = np.zeros(order.size)
     exposed = iv.overlap_with_each((start, start + wait), s.lost)
@@ -324,9 +433,11 @@ def _match_one_rank(s: RankSummary) -> MatchedCollectives:
             "coll_name": coll_col,
             "start_us": start,
             "end_us": end,
+            "ready_us": ready,
             "arrival_us": arrival,
             "duration_us": duration,
             "wait_us": wait,
+            "own_wait_us": wait,
             "exposed_wait_us": exposed,
             "lateness_us": arrival - arrival,
             "is_last": np.zeros(order.size, dtype=bool),
@@ -345,15 +456,18 @@ def _match_with_pandas(summaries: Sequence[RankSummary]) -> MatchedCollectives:
     offsets_by_source = _clock_offsets(df)
     offsets = {s.rank: float(offsets_by_source.get(s.source, 0.0)) for s in summaries}
 
-    df["arrival_us"] = df["start_us"] - df["rank"].map(offsets).to_numpy()
+    df["arrival_us"] = df["ready_us"] - df["rank"].map(offsets).to_numpy()
     df["duration_us"] = df["end_us"] - df["start_us"]
     groups = df.groupby("key", sort=False)
     # A rank has at most one call per key (k counts its calls), so size = ranks present.
     df["n_present"] = groups["rank"].transform("size").astype(np.int64)
     last = groups["arrival_us"].transform("max")
     median = groups["arrival_us"].transform("median")
-    df["wait_us"] = np.clip(last - df["arrival_us"], 0.0, df["duration_us"].clip(lower=0.0))
+    # Waiting lasts from the arrival to the last member's, at most until the op ends.
+    reach = (df["end_us"] - df["ready_us"]).clip(lower=0.0)
+    df["wait_us"] = np.clip(last - df["arrival_us"], 0.0, reach)
     df.loc[df["n_present"] < 2, "wait_us"] = 0.0
+    df["own_wait_us"] = _own_replica_waits(df)
     df["exposed_wait_us"] = _exposed(df, summaries)
     df["lateness_us"] = df["arrival_us"] - median
     df["is_last"] = (df["arrival_us"] >= last) & (df["n_present"] >= 2)
@@ -377,15 +491,33 @@ def _match_with_pandas(summaries: Sequence[RankSummary]) -> MatchedCollectives:
 
 
 def wait_claims(matched: MatchedCollectives) -> dict[int, iv.Intervals]:
-    """Per rank, the intervals (own clock) spent waiting for a later rank in collectives."""
+    """Per rank, the intervals (own clock) spent waiting for a later rank in collectives
+    (from its arrival, ``ready_us``); the part spent waiting for its own pipeline replica
+    (:func:`own_pipeline_claims`) included."""
     if matched.n_calls == 0 or not (matched.calls_table["wait_us"] > 0).any():
         return {}
     calls = matched.calls
     waiting = calls.loc[calls["wait_us"] > 0]
     out: dict[int, iv.Intervals] = {}
     for rank, rows in waiting.groupby("rank", sort=False):
-        start = rows["start_us"].to_numpy()
+        start = rows["ready_us"].to_numpy()
         out[int(rank)] = iv.union(start, start + rows["wait_us"].to_numpy())  # type: ignore[call-overload]
+    return out
+
+
+def own_pipeline_claims(matched: MatchedCollectives) -> dict[int, iv.Intervals]:
+    """Per rank, the part of its collective waits spent waiting for another stage of its
+    own pipeline replica (own clock): a stage draining into the step-end collectives."""
+    t = matched.calls_table
+    if matched.n_calls == 0 or not (t["own_wait_us"] > 0).any():
+        return {}
+    out: dict[int, iv.Intervals] = {}
+    ranks = np.asarray(t["rank"])
+    ready = np.asarray(t["ready_us"], dtype=np.float64)
+    own = np.asarray(t["own_wait_us"], dtype=np.float64)
+    for r in np.unique(ranks[own > 0]).tolist():
+        sel = (ranks == r) & (own > 0)
+        out[int(r)] = iv.union(ready[sel], ready[sel] + own[sel])
     return out
 
 

@@ -62,7 +62,7 @@ Findings (all JSON-serializable), keys of :attr:`CrossRankResult.findings`:
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
@@ -75,6 +75,7 @@ from gpuprof.analysis.collectives import (
     comm_before_barriers,
     inferred_world_note,
     match_collectives,
+    own_pipeline_claims,
     per_rank_waits,
     wait_claims,
 )
@@ -155,7 +156,7 @@ def _net_exposed_waits(matched: MatchedCollectives, bubbles: Mapping[int, Interv
     if not bubbles or len(calls) == 0:
         return out
     ranks = calls["rank"].to_numpy()
-    start = calls["start_us"].to_numpy(dtype=np.float64)
+    start = calls["ready_us"].to_numpy(dtype=np.float64)
     wait = calls["wait_us"].to_numpy(dtype=np.float64)
     for rank, claim in bubbles.items():
         idx = np.flatnonzero(ranks == rank)
@@ -288,10 +289,11 @@ def _stragglers(
     bubbles: Mapping[int, Intervals] | None = None,
 ) -> tuple[list[dict[str, Any]], dict[str, Any]]:
     info: dict[str, Any] = {
-        "collectives_matched": int(np.unique(matched.calls_table["key"]).size) if matched.n_calls else 0,
         "clock_offsets_us": {str(r): round(o, 3) for r, o in matched.offsets_us.items()},
         "unmatched_calls": matched.unmatched,
     }
+    if len(summaries) >= 2:  # one rank's calls are matched with nobody's
+        info["collectives_matched"] = int(np.unique(matched.calls_table["key"]).size) if matched.n_calls else 0
     world = max((s.world_size or 0) for s in summaries) if summaries else 0
     if len(summaries) < 2:
         # A single-GPU job (no collectives, no world size) has nobody to wait for.
@@ -547,6 +549,17 @@ def analyze_job(summaries: Sequence[RankSummary]) -> CrossRankResult:
                 b if w is None else iv.union(np.concatenate((w[0], b[0])), np.concatenate((w[1], b[1])))
             )
     pipe = analyze_pipeline(active, matched.offsets_us) if len(active) >= 2 else None
+    if pipe is not None:
+        # Waiting in a collective for another stage of one's own pipeline replica is the
+        # pipeline's drain (see gpuprof.analysis.collectives, "Untimed waits").
+        for rank, own in own_pipeline_claims(matched).items():
+            prior = pipe.claims.get(rank)
+            merged = (
+                own
+                if prior is None
+                else iv.union(np.concatenate((prior[0], own[0])), np.concatenate((prior[1], own[1])))
+            )
+            pipe = replace(pipe, claims={**pipe.claims, rank: merged})
 
     claims: dict[int, dict[Cause, Intervals]] = {}
     for rank, w in waits.items():
