@@ -186,6 +186,7 @@ def run_analysis(
     w = cross.whatifs
     job["model_error_pct"] = None if w is None else round(w.model_error_pct, 3)
     job["combined_savings_pct"] = None if advice.combined_savings_pct is None else round(advice.combined_savings_pct, 2)
+
     if w is None:
         if any(s.empty_reason is None and s.window_us > 0 for s in summaries):
             warnings.append(

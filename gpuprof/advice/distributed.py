@@ -32,7 +32,7 @@ from gpuprof.advice import AdviceContext, advisor, rank_spans
 
 # The pipeline advisors live beside these; importing registers them.
 from gpuprof.advice import pipeline as _pipeline  # noqa: F401
-from gpuprof.advice.replayed import replayed, results
+from gpuprof.advice.replayed import best, replayed, results
 from gpuprof.advice.savings import cause_savings_pct, job_step_time_us, savings_pct, step_time_us
 from gpuprof.analysis import intervals as iv
 from gpuprof.model.report import Cause, RankReport, Recommendation
@@ -179,6 +179,17 @@ def _named_straggler_advice(
         removed = {r.rank: wait[r.rank] for r in others}
         removed.update({r: median_wait for r in slow})
     pct = savings_pct(reports, removed)
+    # A straggler that is late because it begins its step late (no phase inside the step
+    # is slower): the replay of every late rank beginning with the median rank.
+    w = results(ctx)
+    late_ranks = sorted(w.model.late_start_us) if w is not None else []
+    on_time = (
+        replayed(ctx, "on_time_start")
+        if late_ranks and all(not x.get("phase") and int(x["rank"]) in late_ranks for x in stragglers)
+        else None
+    )
+    if on_time is not None:
+        pct = on_time.pct
     if pct < MIN_SAVINGS_PCT:
         return None
     evidence = []
@@ -219,7 +230,18 @@ def _named_straggler_advice(
         )
     skew, early = _skew_text(ctx, reports)
     evidence.extend(skew)
-    if have_gain:
+    if on_time is not None and w is not None:
+        lates = w.model.late_start_us
+        also_late = [r for r in late_ranks if r not in slow]
+        if also_late:
+            evidence.append(
+                f"rank{'s' if len(also_late) > 1 else ''} {_ranks_text(also_late)} also begin{'' if len(also_late) > 1 else 's'} "
+                "the step late: "
+                + ", ".join(f"rank {r} {_ms(lates[r])}" for r in also_late)
+                + " after the median rank"
+            )
+        evidence.append(on_time.line)
+    elif have_gain:
         evidence.append(
             "estimate: every rank's step shortens by the critical-path gain above, through the slowest-rank "
             "step-time model"
@@ -230,6 +252,19 @@ def _named_straggler_advice(
     many = len(slow) > 1
     phase = stragglers[0].get("phase")
     actions = tuple(_PHASE_ACTIONS.get(phase, _PHASE_ACTIONS[None])) + ((_SKEW_ACTION,) if early else ())
+    if on_time is not None:
+        return Recommendation(
+            id="straggler-rank",
+            category=Cause.STRAGGLER,
+            title=f"Rank{'s' if many else ''} {_ranks_text(slow)} begin{'' if many else 's'} the step late and "
+            f"arrive{'' if many else 's'} last at {n_last} of {n_coll} collectives: find what delays "
+            f"{'them' if many else 'it'} before the step",
+            estimated_savings_pct=pct,
+            ranks=tuple(late_ranks),
+            evidence=tuple(evidence),
+            actions=actions,
+            whatif=on_time.name,
+        )
     return Recommendation(
         id="straggler-rank",
         category=Cause.STRAGGLER,
@@ -242,31 +277,64 @@ def _named_straggler_advice(
     )
 
 
+def _variation_text(ctx: AdviceContext) -> list[str]:
+    """How much the compute ops' durations vary (op-level timelines) and how often the
+    slowest rank changes from step to step: the signature of data-dependent work."""
+    w = results(ctx)
+    if w is None:
+        return []
+    out = []
+    var = w.model.op_variation()
+    shown = sorted(((n, v) for n, v in var.items() if v[2] >= 2), key=lambda kv: -kv[1][0] * kv[1][2])[:3]
+    if shown:
+        out.append(
+            "the ops' durations vary widely: "
+            + "; ".join(f"{n} {_ms(m)} mean, coefficient of variation {cv:.2f} over {k} ops" for n, (m, cv, k) in shown)
+        )
+    per_group = w.model.slowest_per_step()
+    steps = max((len(v) for v in per_group.values()), default=0)
+    changing = [g for g, v in per_group.items() if len(set(v)) > 1]
+    if steps >= 2 and changing:
+        distinct = max(len(set(per_group[g])) for g in changing)
+        out.append(
+            f"among the ranks doing the same work, the one with the most compute changes from step to step "
+            f"(up to {distinct} different ranks in {steps} steps, in {len(changing)} of {len(per_group)} groups)"
+        )
+    return out
+
+
 def _rotating_advice(ctx: AdviceContext, reports: Sequence[RankReport]) -> Recommendation | None:
     """Lateness that moves from rank to rank: data-dependent imbalance, not one slow rank."""
     arrivals = (ctx.cross.get("straggler_analysis") or {}).get("arrivals") or {}
     if not arrivals.get("rotating"):
         return None
     gain = float(arrivals.get("gain_us_per_step") or 0.0)
-    # The fix is the same work per rank in every step: each rank's compute in each step at
-    # its peers' median, replayed; the critical-path gain (the last arrival brought to the
-    # next-latest) where the job could not be replayed.
-    got = replayed(ctx, "peer_median_compute")
+    # The fix is the same work per rank in every step: balanced batches where the ops are
+    # known (every replica's and microbatch's op at the step's mean), else each rank's
+    # compute in each step at its peers' median, replayed; the critical-path gain (the last
+    # arrival brought to the next-latest) where the job could not be replayed.
+    got = best(ctx, ("balanced_batches", "peer_median_compute"))
     pct = got.pct if got is not None else savings_pct(reports, {r.rank: gain * max(r.steps, 1) for r in reports})
     if pct < MIN_SAVINGS_PCT:
         return None
     counts = {int(r): int(n) for r, n in (arrivals.get("last_counts") or {}).items()}
     ranks = sorted(counts, key=lambda r: (-counts[r], r))
+    w = results(ctx)
+    # Where the batches are balanced, the fix takes work from the ranks that carried more
+    # than their stage's mean in some step.
+    heavy = w.model.heavy_ranks() if w is not None and got is not None and got.name == "balanced_batches" else []
     skew, _ = _skew_text(ctx, reports)
     return Recommendation(
         id="straggler-rotating",
         category=Cause.STRAGGLER,
-        title="A different rank arrives last at each collective: balance the work per rank",
+        title="The work varies from batch to batch and a different rank is last each time: balance the data per step",
         estimated_savings_pct=pct,
-        ranks=tuple(ranks),
+        ranks=tuple(heavy or ranks),
         evidence=(
             f"of {arrivals.get('collectives')} collectives, the last to arrive was "
-            + ", ".join(f"rank {r} at {counts[r]}" for r in ranks),
+            + ", ".join(f"rank {r} at {counts[r]}" for r in ranks[:8])
+            + (f" and {len(ranks) - 8} more ranks" if len(ranks) > 8 else ""),
+            *_variation_text(ctx),
             (
                 f"the last arrival leads the next-latest by {_ms(gain)} per step in total: what evening out "
                 "the work would take off the critical path"
@@ -277,14 +345,93 @@ def _rotating_advice(ctx: AdviceContext, reports: Sequence[RankReport]) -> Recom
         ),
         actions=(
             (
-                "Lateness that moves between ranks is data-dependent: give every rank the same work "
-                "(length bucketing or sequence packing so each rank gets the same number of tokens; "
-                "balanced sharding of embedding tables or experts)."
+                "Lateness that moves between ranks is data-dependent: give every rank and microbatch the same "
+                "work -- sequence packing to a fixed number of tokens per microbatch, or length bucketing so a "
+                "global batch holds sequences of similar length, then split by tokens rather than by samples."
+            ),
+            (
+                "For RL rollouts of uneven length: schedule rollouts across ranks by expected length (longest "
+                "first), or cap and resume long generations, so no rank waits for one long tail."
             ),
             "Check for host-side jitter on all ranks alike (garbage collection, logging, page cache).",
         ),
         whatif=got.name if got is not None else None,
     )
+
+
+def _peers_complete(ctx: AdviceContext, peers: Sequence[int]) -> bool:
+    """Whether ``peers`` (ranks doing the same work) are every data-parallel replica the
+    layout says the job has."""
+    by_rank = {s.rank: s for s in ctx.summaries}
+    sizes = {int(by_rank[r].parallel.get("dp_size", 0)) for r in peers if r in by_rank}
+    return len(sizes) == 1 and min(sizes) >= 2 and len(set(peers)) >= min(sizes)
+
+
+# A slow rank runs "more work" when it launches this many times the compute kernels (or
+# ops) of its peers' median per step, or is not slower than them in every step.
+MORE_WORK_RATIO = 1.1
+SLOWER_EVERY_STEP_RATIO = 1.05
+
+
+def _work_or_hardware(ctx: AdviceContext, rank: int, peers: Sequence[int]) -> tuple[str, list[str]]:
+    """Whether a slow rank has more work than its peers (``work``: more kernels per step,
+    or slower only in some steps, as data of varying size makes it) or is slower on the
+    same work in every step (``hardware``: the GPU, its clocks or its node), with the
+    evidence."""
+    w = results(ctx)
+    by = {s.rank: s for s in ctx.summaries}
+    others = [q for q in peers if q != rank and q in by]
+    me = by.get(rank)
+    if w is None or me is None or not others:
+        return "hardware", []
+
+    def per_step(s: Any) -> float | None:
+        n = s.facts.get("kernels")
+        if not n and s.graph is not None:
+            n = int(np.sum(s.graph.kind == 0))  # compute events of an op-level timeline
+        return float(n) / max(len(s.steps), 1) if n else None
+
+    mine, theirs = per_step(me), [x for x in (per_step(by[q]) for q in others) if x]
+    what = "kernels" if me.facts.get("kernels") else "compute ops"
+    if mine and theirs and mine >= MORE_WORK_RATIO * float(np.median(theirs)):
+        return "work", [
+            f"rank {rank} runs {mine:,.0f} {what} per step against a median of {float(np.median(theirs)):,.0f} on "
+            "the ranks doing the same work: it has more work, not a slower GPU"
+        ]
+    table = w.model.compute_by_step
+    if rank in table and all(q in table for q in others):
+        steps = min(int(table[q].size) for q in (rank, *others))
+        if steps >= 2:
+            theirs_t = np.vstack([table[q][:steps] for q in others])
+            med = np.median(theirs_t, axis=0)
+            ratio = table[rank][:steps] / np.where(med > 0, med, np.inf)
+            # A slow GPU computes the most of its group in every step; data of varying
+            # size makes a different rank the heaviest from step to step.
+            heaviest = table[rank][:steps] >= theirs_t.max(axis=0)
+            if float(np.min(ratio)) < SLOWER_EVERY_STEP_RATIO or not heaviest.all():
+                return "work", [
+                    f"rank {rank} computes {float(np.min(ratio)):.2f}-{float(np.max(ratio)):.2f}x its peers' median "
+                    f"from step to step and is the heaviest of them in {int(heaviest.sum())} of {steps} steps: the "
+                    "work follows its data (a slow GPU would be the slowest in every step)"
+                ]
+            return "hardware", [
+                f"rank {rank} is the slowest of the ranks doing the same work in every step ({float(np.min(ratio)):.2f}-"
+                f"{float(np.max(ratio)):.2f}x their median) on the same number of {what}: the same work runs slower there"
+            ]
+    return "unknown", []
+
+
+_WORK_ACTIONS: tuple[str, ...] = (
+    (
+        "Balance the data across ranks: sequence packing to a fixed number of tokens per rank and step, or length "
+        "bucketing so that each global batch holds sequences of similar length, split by tokens rather than samples."
+    ),
+    (
+        "For RL rollouts of uneven length: schedule rollouts across ranks by expected length (longest first), cap "
+        "and resume long generations, or generate asynchronously from training."
+    ),
+    "For sharded models (embedding tables, experts): rebalance the shard or expert placement by measured load.",
+)
 
 
 def _slow_rank_advice(ctx: AdviceContext, reports: Sequence[RankReport]) -> Recommendation | None:
@@ -295,10 +442,15 @@ def _slow_rank_advice(ctx: AdviceContext, reports: Sequence[RankReport]) -> Reco
     replayed (whoever waited for them, in collectives or the pipeline, waits less)."""
     w = results(ctx)
     info = ctx.cross.get("straggler_analysis") or {}
-    if w is None or info.get("incomplete_groups"):
-        # With ranks missing, a slower peer may be among them: no rank is called slow.
+    if w is None:
         return None
     slow = w.model.slow_ranks()
+    if info.get("incomplete_groups"):
+        # With ranks missing, a slower peer may be among them: a rank is called slow only
+        # where every rank doing the same work is in the input (the same stage on every
+        # data-parallel replica the layout names: TP peers, absent from a timeline that
+        # keeps one TP rank per position, do the same work and change nothing).
+        slow = {r: x for r, x in slow.items() if _peers_complete(ctx, w.model.peers.get(r, ()))}
     got = replayed(ctx, "peer_median_compute")
     if not slow or got is None or got.pct < MIN_SAVINGS_PCT:
         return None
@@ -338,7 +490,12 @@ def _slow_rank_advice(ctx: AdviceContext, reports: Sequence[RankReport]) -> Reco
                 f"({_ms(float(x['phase_excess_us_per_step']))} more per step)"
             )
     stages = {per.get(r, {}).get("stage") for r in ranks} - {None}
-    if stages:
+    kinds = {r: _work_or_hardware(ctx, r, w.model.peers.get(r, ())) for r in ranks}
+    work = all(k == "work" for k, _ in kinds.values())
+    unknown = any(k == "unknown" for k, _ in kinds.values())
+    for _, lines in kinds.values():
+        evidence.extend(lines)
+    if stages and not work:
         evidence.append(
             "the same stage runs at normal speed on the other data-parallel replicas: the layers are not too many "
             "for the stage, this rank is slow"
@@ -346,6 +503,19 @@ def _slow_rank_advice(ctx: AdviceContext, reports: Sequence[RankReport]) -> Reco
     evidence.append(got.line)
     evidence.extend(_one_step_note(reports, "compute times vary from step to step"))
     many = len(ranks) > 1
+    if work:
+        return Recommendation(
+            id="straggler-rank",
+            category=Cause.STRAGGLER,
+            title=f"Work imbalance: rank{'s' if many else ''} {_ranks_text(ranks)} get{'' if many else 's'} more work "
+            f"than the ranks doing the same job ({max(slow.values()):.1f}x the compute), and the whole job waits: "
+            "balance the data",
+            estimated_savings_pct=got.pct,
+            ranks=tuple(ranks),
+            evidence=tuple(evidence),
+            actions=_WORK_ACTIONS,
+            whatif=got.name,
+        )
     return Recommendation(
         id="straggler-rank",
         category=Cause.STRAGGLER,
@@ -355,7 +525,13 @@ def _slow_rank_advice(ctx: AdviceContext, reports: Sequence[RankReport]) -> Reco
         estimated_savings_pct=got.pct,
         ranks=tuple(ranks),
         evidence=tuple(evidence),
-        actions=tuple(_PHASE_ACTIONS[phase][:1] if phase in _PHASE_ACTIONS and phase is not None else ())
+        # The phase's own first action only where it is not about the data (a slow GPU,
+        # not heavier batches: balancing the data is the work-imbalance advice).
+        actions=tuple(
+            a
+            for a in (_PHASE_ACTIONS[phase][:1] if phase in _PHASE_ACTIONS and phase is not None else ())
+            if phase in ("data", "optimizer")
+        )
         + (
             (
                 "Check the slow rank's GPU: clocks and throttle reasons (nvidia-smi -q -d PERFORMANCE,CLOCK), "
@@ -366,12 +542,10 @@ def _slow_rank_advice(ctx: AdviceContext, reports: Sequence[RankReport]) -> Reco
                 "Check its node: CPU frequency governor and contention, NUMA/PCIe placement of the GPU and NIC "
                 "(nvidia-smi topo -m), and whether it is a different GPU model or driver."
             ),
-            (
-                "If its batches are heavier (longer sequences, more experts routed to it), balance the work per "
-                "rank: length bucketing or sequence packing, balanced expert or shard placement."
-            ),
             "Until fixed, exclude or replace the node: the job moves at the pace of its slowest rank.",
-        ),
+        )
+        # With one step the trace cannot tell a slow GPU from heavier data: both checks.
+        + (_WORK_ACTIONS[:1] if unknown else ()),
         whatif=got.name,
     )
 

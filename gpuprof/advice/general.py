@@ -136,6 +136,22 @@ def _shares(ctx: AdviceContext) -> dict[Cause, tuple[float, list[int]]]:
     return out
 
 
+def _actions(ctx: AdviceContext, cause: Cause, actions: tuple[str, ...]) -> tuple[str, ...]:
+    """The general actions, fitted to the trace: a model already compiled (most of its
+    kernels Inductor's) is not told to compile itself."""
+    if cause is Cause.HOST and any(
+        (s.facts.get("compiled_kernel_share") or 0.0) >= 0.5 for s in ctx.summaries if s.empty_reason is None
+    ):
+        return tuple(
+            "The model is already compiled: capture CUDA graphs too (torch.compile(mode='reduce-overhead')) and "
+            "look for graph breaks (TORCH_LOGS=graph_breaks)."
+            if a.startswith("torch.compile")
+            else a
+            for a in actions
+        )
+    return actions
+
+
 def general_advice(ctx: AdviceContext, recs: Sequence[Recommendation]) -> list[Recommendation]:
     """A general recommendation for every cause with at least :data:`NEVER_SILENT_PCT` of
     a rank's step that no recommendation of ``recs`` covers."""
@@ -178,7 +194,7 @@ def general_advice(ctx: AdviceContext, recs: Sequence[Recommendation]) -> list[R
                 estimated_savings_pct=pct,
                 ranks=tuple(ranks),
                 evidence=tuple(evidence),
-                actions=g.actions,
+                actions=_actions(ctx, cause, g.actions),
                 whatif=got.name if got is not None else None,
             )
         )
@@ -230,6 +246,9 @@ def combined_savings_pct(ctx: AdviceContext, recs: Sequence[Recommendation]) -> 
     pct = w.combined_pct(names)
     if pct is None:
         return None
+    # All the fixes at once save no less than the best of them alone (an estimate may go
+    # beyond its what-if's replay where the fix changes more than the trace shows).
+    pct = max([pct] + [float(r.estimated_savings_pct) for r in recs if r.whatif])
     lost = max(
         (sum(float(v) for v in r.lost_us.values()) / r.window_us for r in ctx.reports if r.window_us > 0),
         default=0.0,

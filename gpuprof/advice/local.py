@@ -58,7 +58,7 @@ from typing import Any
 import numpy as np
 
 from gpuprof.advice import AdviceContext, advisor
-from gpuprof.advice.replayed import replayed
+from gpuprof.advice.replayed import replayed, results
 from gpuprof.advice.savings import MIN_WINDOW_US, savings_pct
 from gpuprof.analysis.rules import RULES
 from gpuprof.analysis.summary import RankSummary
@@ -176,10 +176,15 @@ def _recommend(
     whatif: str | None = None,
     lower: str | None = None,
     replay_note: str | None = None,
+    upper: tuple[str, ...] = (),
+    upper_note: str = "",
 ) -> list[Recommendation]:
     """One recommendation whose saving is the replay of ``whatif`` on the whole job (the
     closed-form removal of the hits' lost time where the job could not be replayed);
-    ``lower``: a what-if whose saving is the lower end of the range."""
+    ``lower``: a what-if whose saving is the lower end of the range. ``upper``: what-ifs
+    that, replayed together with ``whatif``, bound the fix from above (it changes more than
+    the trace can show); the estimate is then the middle of the two, and the evidence says
+    so (``upper_note``: what the upper end assumes)."""
     removed = {h.report.rank: h.lost_us for h in hits}
     estimate = savings_pct(ctx.reports, removed)
     evidence = list(evidence)
@@ -197,6 +202,15 @@ def _recommend(
             )
         if replay_note is not None:
             evidence.append(replay_note)
+        w = results(ctx)
+        hi = w.combined_pct((got.name, *upper)) if upper and w is not None else None
+        if hi is not None and hi > estimate + 1.0:
+            lo_pct = estimate
+            estimate = (lo_pct + hi) / 2.0
+            evidence.append(
+                f"Estimate {estimate:.1f}%, the middle of {lo_pct:.1f}% (the host as measured) and {hi:.1f}% "
+                f"({upper_note}): the fix speeds up the host too, by an amount one trace cannot show."
+            )
     elif whatif is not None:
         evidence.append(
             "No replay of this job was possible (launches not in the trace): the estimate assumes this idle "
@@ -270,11 +284,13 @@ def dataloader_starvation(ctx: AdviceContext) -> list[Recommendation]:
         whatif="no_dataloader",
         replay_note=(
             "The replay keeps the host's measured speed between launches. Host ops run slow while the "
-            "DataLoader works in-process (CPU and cache contention); loading in worker processes speeds them "
-            "up too, which the estimate does not include, so it is a lower bound."
+            "DataLoader works in-process (its tensor work and intra-op threads compete with the training "
+            "loop for the cores); loading in worker processes speeds them up too."
         )
         if single
         else None,
+        upper=("free_launches",) if single else (),
+        upper_note="the framework operators' host time gone as well, the most the host can speed up",
     )
 
 
@@ -408,6 +424,11 @@ def memory_exposed_copies(ctx: AdviceContext) -> list[Recommendation]:
     )
 
 
+# Without step markers, this share of the allocator time before the first compute kernel
+# marks a cold start (the process's set-up) rather than allocator churn.
+COLD_START_SHARE = 0.6
+
+
 @advisor
 def memory_allocator(ctx: AdviceContext) -> list[Recommendation]:
     hits = []
@@ -451,6 +472,31 @@ def memory_allocator(ctx: AdviceContext) -> list[Recommendation]:
         actions.append(
             "Lower peak memory: activation checkpointing, a smaller micro-batch with gradient accumulation, "
             "bf16/fp16 autocast, or sharding optimizer state (FSDP/ZeRO)."
+        )
+    early = w.fact.get("alloc_before_first_compute_share")
+    if w.report.steps == 0 and early is not None and float(early) >= COLD_START_SHARE:
+        # No step markers, and the allocation happens before the first kernel: the trace
+        # opens with the process's set-up, not with a training loop that churns memory.
+        evidence.append(
+            f"{100 * float(early):.0f}% of that allocator time comes before the first compute kernel, in a trace "
+            "without step markers: the trace opens with the process's set-up (allocations, library handles), a "
+            "cold start, not a loop that allocates every step."
+        )
+        return _recommend(
+            ctx,
+            hits,
+            "memory-cold-start",
+            Cause.MEMORY,
+            "The trace opens with allocator and library set-up (a cold start): profile steady-state steps",
+            evidence,
+            (
+                "Start the profiler after a few iterations (torch.profiler.schedule(wait=5, warmup=2, active=3), or "
+                "gpuprof run's --profile-wait) so the trace shows the steady state, and mark the steps "
+                "(prof.step() each iteration) so that gpuprof can tell set-up from training.",
+                "If start-up time itself matters (short jobs, serving): warm the allocator and load kernels once "
+                "before timing (a dummy batch), and cache compiled artifacts.",
+            ),
+            whatif="no_allocator",
         )
     return _recommend(
         ctx,
@@ -501,7 +547,26 @@ def _vllm(hit: _Hit) -> bool:
     return any("vllm" in op or "execute_context" in op or "execute_model" in op for op in _top_ops(hit))
 
 
+def _compiled(w: _Hit) -> bool:
+    """Most of the rank's kernels come from Inductor: the model is already compiled."""
+    share = w.fact.get("compiled_kernel_share")
+    return share is not None and float(share) >= 0.5
+
+
+_COMPILED_ACTION = (
+    "The model is already compiled (most kernels are Inductor's triton_ kernels): capture CUDA graphs too "
+    "(torch.compile(mode='reduce-overhead'), or torch.cuda.graphs around the compiled step) and look for graph "
+    "breaks (TORCH_LOGS=graph_breaks) that leave parts of the step eager."
+)
+
+
 def _host_actions(w: _Hit, launch_bound: bool, inference: bool) -> list[str]:
+    if _compiled(w):
+        return [
+            _COMPILED_ACTION,
+            "Give each kernel more work: a larger batch per GPU.",
+            "Profile the host side (py-spy record --native) for the Python left between compiled regions.",
+        ]
     if inference:
         actions = []
         if _vllm(w):

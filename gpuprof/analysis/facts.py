@@ -12,6 +12,10 @@ Keys:
     compute kernels that start in the window and their median duration.
 ``launch_median_us`` (float | None)
     median duration of the host calls that launched those kernels.
+``compiled_kernel_share`` (float | None), ``compiled_regions`` (int)
+    share of those kernels that Inductor generated (``triton_*`` names), and the host ranges
+    of compiled code (``Torch-Compiled Region``, ``CompiledFxGraph``, ``CompiledFunction``):
+    a model already compiled is not told to compile itself.
 ``kernels_shorter_than_launch_share`` (float | None)
     share of those kernels that ran for less time than their own launch call took: the
     device cannot be kept busy by one host thread issuing them one by one.
@@ -47,6 +51,9 @@ Keys:
     cross-rank claims can only take time away from these.
 ``alloc_calls_by_name`` (dict str -> int), ``alloc_calls`` (int), ``alloc_time_us`` (float)
     device allocator calls (``cudaMalloc``, ``cudaFree``, ``hipMalloc``, ...).
+``alloc_before_first_compute_share`` (float | None)
+    share of that allocator time spent before the window's first compute kernel starts: a
+    trace that opens with allocation and library set-up (a cold start) has most of it there.
 ``mem_peak_allocated_bytes``, ``mem_peak_reserved_bytes``, ``mem_capacity_bytes`` (int | None),
 ``mem_peak_share`` (float | None)
     from ``[memory]`` samples over the whole trace; share = peak (reserved if known, else
@@ -104,6 +111,9 @@ _COPY_LABEL = {
 }
 
 
+# Host ranges of code torch.compile generated.
+_COMPILED_WORDS: tuple[str, ...] = ("Torch-Compiled Region", "CompiledFxGraph", "CompiledFunction")
+
 def _median(x: np.ndarray) -> float | None:
     return float(np.median(x)) if x.size else None
 
@@ -156,6 +166,18 @@ def rank_facts(
     launch_dur = (le - ls)[known]
     f["kernels"] = int(kern.sum())
     f["kernel_median_us"] = _median(dur)
+    labels = dev.labels("name")
+    triton = np.array([str(n).startswith("triton") for n in labels], dtype=bool)
+    codes_k = dev.codes("name")[kern]
+    f["compiled_kernel_share"] = (
+        float(np.mean(triton[codes_k[codes_k >= 0]])) if kern.any() and labels.size and (codes_k >= 0).any() else None
+    )
+    host_labels = host.labels("name")
+    compiled_names = np.array(
+        [any(w in str(n) for w in _COMPILED_WORDS) for n in host_labels], dtype=bool
+    )
+    hcodes = host.codes("name")
+    f["compiled_regions"] = int(np.sum(compiled_names[hcodes[hcodes >= 0]])) if host_labels.size else 0
     f["launch_median_us"] = _median(launch_dur)
     f["kernels_shorter_than_launch_share"] = float(np.mean(dur[known] < launch_dur)) if known.any() else None
     window_us = ctx.window_us
@@ -195,6 +217,12 @@ def rank_facts(
     f["alloc_calls_by_name"] = _count_by_name(host, alloc)
     f["alloc_calls"] = int(alloc.sum())
     f["alloc_time_us"] = iv.total(ctx.clip(iv.union(hs[alloc], he[alloc])))
+    first = float(ds[kern].min()) if kern.any() else None
+    if first is not None and f["alloc_time_us"] > 0:
+        early = ctx.clip(iv.clip(iv.union(hs[alloc], he[alloc]), lo, first))
+        f["alloc_before_first_compute_share"] = iv.total(early) / f["alloc_time_us"]
+    else:
+        f["alloc_before_first_compute_share"] = None
     # Copies and memsets on the device.
     copy_kind = dev["copy_kind"]
     copies = ctx.act & (cat == int(Category.COPY)) & (de > lo) & (ds < hi)

@@ -349,8 +349,25 @@ def _whatif(v: Any) -> list[str]:
         text = f"Replaying the job's dependencies gives a step of {fg.fmt_duration(replayed)} against {fg.fmt_duration(measured)} measured"
         out.append(text + (f" (model error {err:+.1f}%)." if err is not None else "."))
     savings = v.get("savings_pct")
+    bound = v.get("bound")
+    bound_name = str(bound.get("whatif")) if isinstance(bound, Mapping) else None
+    if isinstance(bound, Mapping) and _num(bound.get("savings_pct")) is not None:
+        reach = _num(bound.get("reached_together_pct"))
+        out.append(
+            f"Without stragglers (every op at its type's mean over ranks and steps, every transfer at its median) "
+            f"the step would be {_num(bound.get('savings_pct')):.1f}% shorter: the bound of what evening out the work "
+            "can save"
+            + (
+                f"; balancing the work (the slow ranks, stages and batches above) reaches {reach:.0f}% of it."
+                if reach is not None
+                else "."
+            )
+        )
     if isinstance(savings, Mapping):
-        best = sorted(((k, x) for k, x in ((str(k), _num(x)) for k, x in savings.items()) if x and x >= 0.5), key=lambda kv: -kv[1])
+        best = sorted(
+            ((k, x) for k, x in ((str(k), _num(x)) for k, x in savings.items()) if x and x >= 0.5 and k != bound_name),
+            key=lambda kv: -kv[1],
+        )
         if best:
             out.append("Largest single savings in the replay: " + ", ".join(f"{humanize(k)} {x:.1f}%" for k, x in best[:3]) + ".")
         elif savings:
