@@ -48,8 +48,8 @@ SAMPLES: dict[str, tuple[str, dict[str, Any]]] = {
         {"steps": 2, "dp": 2, "dist_opt": True, "slow_stage": 3, "batched_p2p": True, "layout": "megatron"},
     ),
     # the two large 3D-parallel jobs of issue 19, as real exports record them
-    "megatron-slow-worker": ("megatron_slow_worker", {}),
-    "megatron-uneven-data": ("megatron_uneven_data", {}),
+    "megatron-slow-worker": ("megatron_slow_worker", {"layout": "megatron"}),
+    "megatron-uneven-data": ("megatron_uneven_data", {"layout": "megatron"}),
 }
 
 

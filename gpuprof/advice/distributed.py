@@ -240,6 +240,14 @@ def _named_straggler_advice(
                 + ", ".join(f"rank {r} {_ms(lates[r])}" for r in also_late)
                 + " after the median rank"
             )
+            alone = w.model.on_time_pct(slow, w.baseline.step_us)
+            several = len(slow) > 1
+            if alone is not None:
+                evidence.append(
+                    f"with only rank{'s' if several else ''} {_ranks_text(slow)} on time the step shortens by {alone:.1f}%: "
+                    "the next-latest rank then holds the collectives; every late rank on time saves the "
+                    f"{on_time.pct:.1f}% below"
+                )
         evidence.append(on_time.line)
     elif have_gain:
         evidence.append(
@@ -253,12 +261,14 @@ def _named_straggler_advice(
     phase = stragglers[0].get("phase")
     actions = tuple(_PHASE_ACTIONS.get(phase, _PHASE_ACTIONS[None])) + ((_SKEW_ACTION,) if early else ())
     if on_time is not None:
+        lates_many = len(late_ranks) > 1
         return Recommendation(
             id="straggler-rank",
             category=Cause.STRAGGLER,
-            title=f"Rank{'s' if many else ''} {_ranks_text(slow)} begin{'' if many else 's'} the step late and "
-            f"arrive{'' if many else 's'} last at {n_last} of {n_coll} collectives: find what delays "
-            f"{'them' if many else 'it'} before the step",
+            title=f"Rank{'s' if lates_many else ''} {_ranks_text(late_ranks)} begin{'' if lates_many else 's'} the "
+            f"step late and the job waits for {'them' if lates_many else 'it'} (rank{'s' if many else ''} "
+            f"{_ranks_text(slow)} last at {n_last} of {n_coll} collectives): find what delays "
+            f"{'them' if lates_many else 'it'} before the step",
             estimated_savings_pct=pct,
             ranks=tuple(late_ranks),
             evidence=tuple(evidence),

@@ -152,6 +152,29 @@ def _actions(ctx: AdviceContext, cause: Cause, actions: tuple[str, ...]) -> tupl
     return actions
 
 
+def _queued_text(ctx: AdviceContext, ranks: Sequence[int]) -> list[str]:
+    """What the unexplained idle time of ``ranks`` is made of, where the trace says: the
+    share during which the next kernel had already been launched (the GPU waited on
+    something the trace does not show: an event of work it left out, a filtered export)."""
+    by = {s.rank: s for s in ctx.summaries}
+    rep = {r.rank: r for r in ctx.reports}
+    out = []
+    for r in ranks:
+        s, rp = by.get(r), rep.get(r)
+        if s is None or rp is None:
+            continue
+        other = float(rp.lost_us.get(Cause.OTHER, 0.0))
+        queued = float(s.facts.get("queued_gap_us") or 0.0)
+        if other > 0 and queued >= 0.5 * other:
+            out.append(
+                f"on rank {r} the next kernel had already been launched during most of the lost time that no rule "
+                "explains, and nothing recorded ran on the GPU meanwhile: it waited on work the trace does not "
+                "show (a filtered or sampled export, or an event of a stream the profiler left out)"
+            )
+            break
+    return out
+
+
 def general_advice(ctx: AdviceContext, recs: Sequence[Recommendation]) -> list[Recommendation]:
     """A general recommendation for every cause with at least :data:`NEVER_SILENT_PCT` of
     a rank's step that no recommendation of ``recs`` covers."""
@@ -170,6 +193,7 @@ def general_advice(ctx: AdviceContext, recs: Sequence[Recommendation]) -> list[R
             # Time no rule explains has no fix to replay: its share is shown, no saving is claimed.
             pct = 0.0
             evidence.append("no saving is estimated: nothing says what would remove this idle time")
+            evidence.extend(_queued_text(ctx, ranks))
         elif all(r.window_us < MIN_WINDOW_US for r in ctx.reports):
             pct = 0.0
             evidence.append(

@@ -67,7 +67,7 @@ from __future__ import annotations
 
 from bisect import bisect_left, bisect_right
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 import numpy as np
@@ -520,6 +520,15 @@ class JobModel:
             transfer_scale=transfer,
             p2p_scale=p2p,
         )
+
+    def on_time_pct(self, ranks: Iterable[int], baseline_step_us: float) -> float | None:
+        """What ``on_time_start`` saves with only ``ranks`` (of the late ones) on time,
+        percent of the measured step (``None``: none of them starts late)."""
+        late = {r: self.late_start_us[r] for r in ranks if r in self.late_start_us}
+        if not late or self.measured_step_us <= 0:
+            return None
+        got = replace(self, late_start_us=late, _plan=[]).replay(["on_time_start"])
+        return min(100.0, max(0.0, 100.0 * (baseline_step_us - got.step_us) / self.measured_step_us))
 
     def replay(self, names: Iterable[str] = ()) -> JobReplay:
         if not self._plan:
