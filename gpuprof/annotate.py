@@ -49,7 +49,7 @@ class Annotated:
 def lost_time_events(rank: int, pid: int, attribution: Attribution, sort_index: int = 0) -> list[dict[str, Any]]:
     """Metadata naming the process and its cause threads, then one slice per lost interval.
 
-    Thread ids are the cause's position in SPEC order, starting at 1. Times are the trace's
+    Thread ids are the cause's position in the contract's order (docs/attribution.md), starting at 1. Times are the trace's
     microseconds; ``dur`` is rounded to the nanosecond, ``ts`` kept exact.
     """
     events: list[dict[str, Any]] = [

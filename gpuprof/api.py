@@ -150,12 +150,17 @@ def _pct_arg(name: str, value: object, upper: float | None = 100.0) -> float:
 def _cause_limits(limits: Mapping[str, float] | Mapping[Cause, float]) -> dict[Cause, float]:
     if not isinstance(limits, Mapping):
         raise TypeError(f"max_lost_pct: expected a mapping of cause to percent, got {type(limits).__name__}")
+    from gpuprof.suggest import did_you_mean, match_name
+
     out: dict[Cause, float] = {}
+    names = [c.value for c in CAUSES]
     for key, value in limits.items():
-        try:
-            cause = Cause(key)
-        except ValueError:
-            raise ValueError(f"max_lost_pct: unknown cause {key!r}; causes are: {', '.join(c.value for c in CAUSES)}") from None
+        found = key.value if isinstance(key, Cause) else match_name(key, names) if isinstance(key, str) else None
+        if found is None:
+            raise GpuprofError(
+                f"max_lost_pct: unknown cause {key!r}{did_you_mean(str(key), names)}; causes are: {', '.join(names)}"
+            )
+        cause = Cause(found)
         out[cause] = _pct_arg(f"max_lost_pct[{cause.value!r}]", value)
     return out
 
@@ -179,8 +184,10 @@ def check(
     a share may worsen by ``tolerance_pct`` percentage points, the step time grow by
     ``step_tolerance_pct`` %. A check that cannot be measured (no steps) fails.
 
-    The gate failed when any ``result.passed`` is false. Raises ``ValueError`` when there
-    is nothing to check.
+    The gate failed when any ``result.passed`` is false. Values are rounded as the JSON
+    report rounds them. Nothing to check (no threshold, no baseline) or an unknown cause
+    name (with "did you mean") raises :class:`~gpuprof.GpuprofError`, as the command line
+    exits 2 for them; a value out of range raises ``ValueError``.
     """
     from gpuprof import gate
 
@@ -194,7 +201,7 @@ def check(
     tol = _pct_arg("tolerance_pct", tolerance_pct)
     step_tol = _pct_arg("step_tolerance_pct", step_tolerance_pct, upper=None)
     if limits.empty and baseline is None:
-        raise ValueError("nothing to check: give min_compute_pct, max_lost_pct, max_step_ms or a baseline")
+        raise GpuprofError("nothing to check: give min_compute_pct, max_lost_pct, max_step_ms or a baseline")
     base = baseline if isinstance(baseline, Report) or baseline is None else load_report(baseline)
     results = gate.check_thresholds(report, limits)
     if base is not None:

@@ -42,7 +42,9 @@ class Thresholds:
 @dataclass(frozen=True)
 class CheckResult:
     """One check. ``measured`` is ``None`` when the report cannot say (e.g. no step markers);
-    such a check fails, because a gate that cannot be evaluated must not pass silently."""
+    such a check fails, because a gate that cannot be evaluated must not pass silently.
+    ``measured`` and ``allowed`` are rounded to 3 decimals, as the JSON report's figures are
+    (no ``22.499999999999996``)."""
 
     name: str
     measured: float | None
@@ -50,6 +52,11 @@ class CheckResult:
     unit: str  # "%" for shares, "ms" for step time
     passed: bool
     message: str
+
+    def __post_init__(self) -> None:
+        if self.measured is not None:
+            object.__setattr__(self, "measured", round(float(self.measured), 3))
+        object.__setattr__(self, "allowed", round(float(self.allowed), 3))
 
 
 def _fmt(value: float | None, unit: str) -> str:

@@ -8,7 +8,7 @@ steps. With ``jobs > 1`` ranks are summarized in parallel processes.
 from __future__ import annotations
 
 import os
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, Mapping, Protocol, Sequence
 
@@ -16,12 +16,13 @@ from gpuprof.advice import AdviceContext, advise_all, rank_spans
 from gpuprof.analysis.attribution import Attribution, attribute, merge_claims
 from gpuprof.analysis.critical import critical_path
 from gpuprof.analysis.cross_rank import CrossRankResult, analyze_job
+from gpuprof.analysis.names import top_names
 from gpuprof.analysis.stepview import step_timeline
 from gpuprof.analysis.summarize import summarize
 from gpuprof.analysis.summary import RankSummary
 from gpuprof.analysis.window import StepSelection
 from gpuprof.errors import BadTraceError
-from gpuprof.model.report import CAUSES, RankReport, Report
+from gpuprof.model.report import CAUSES, RankReport, Recommendation, Report
 
 class Progress(Protocol):
     """Told how the work goes: a message, and while traces are read, ``done`` of ``total``
@@ -110,6 +111,8 @@ def _rank_report(s: RankSummary, att: Attribution, cross: CrossRankResult) -> Ra
         extra["parallel"] = dict(s.parallel)
     if s.steps:
         extra["step_numbers"] = [int(st.number) for st in s.steps]  # as the trace numbers them
+    if s.names is not None and s.window_us > 0:
+        extra["kernels"] = top_names(s.names, s.window[0], s.window[1])  # the device work with the most time
     if s.facts.get("step_marker"):
         extra["step_marker"] = s.facts["step_marker"]  # which marker the steps come from
     per_rank = cross.findings.get("per_rank", {}).get(s.rank) if isinstance(cross.findings.get("per_rank"), dict) else None
@@ -208,14 +211,28 @@ def run_analysis(
     timeline = step_timeline(summaries, attributions, cross.findings, path_of=path_of)  # drawn by the HTML report
     if timeline is not None:
         extra["timeline"] = timeline
+    step_us = w.model.measured_step_us if w is not None else _job_step_us(reports)
     report = Report(
         inputs=tuple(str(p) for p in paths),
         ranks=tuple(reports),
-        recommendations=advice.recommendations,
+        recommendations=tuple(_with_step_saving(r, step_us) for r in advice.recommendations),
         warnings=tuple(warnings),
         extra=extra,
     )
     return Analysis(report=report, summaries=tuple(summaries), attributions=attributions, cross=cross)
+
+
+def _job_step_us(reports: Sequence[RankReport]) -> float | None:
+    """The job's step without a replay: the slowest rank's mean step (window / steps)."""
+    steps = [r.window_us / r.steps for r in reports if r.steps > 0 and r.window_us > 0]
+    return max(steps) if steps else None
+
+
+def _with_step_saving(rec: Recommendation, step_us: float | None) -> Recommendation:
+    """``rec`` with its saving in microseconds per step of the job, beside the percentage."""
+    if step_us is None or step_us <= 0 or rec.saved_us_per_step is not None:
+        return rec
+    return replace(rec, saved_us_per_step=step_us * rec.estimated_savings_pct / 100.0)
 
 
 def rank_warnings(pairs: Sequence[tuple[int, str]]) -> list[str]:

@@ -167,3 +167,25 @@ def read_report(path: Path) -> Report:
     except ReportFormatError as exc:
         hint = "" if isinstance(data, dict) and "schema" in data else " (make one with: gpuprof analyze TRACE --format json -o FILE)"
         raise GpuprofError(f"{exc}{hint}", path) from None
+
+
+def save_report(report: Report, path: Path, fmt: str | None = None) -> Path:
+    """Write ``report`` to ``path`` atomically, in ``fmt`` or the format its extension names
+    (``.json``, ``.json.gz`` compressed, ``.html``, ``.md``, ``.txt``); returns ``path``.
+
+    A name whose extension names no format, with no ``fmt``, is a :class:`GpuprofError`
+    naming the file (never a guess)."""
+    from gpuprof import render
+    from gpuprof.atomic import write_atomic
+
+    gz = path.name.lower().endswith(".gz")
+    named = render.format_for_path(path.name[:-3] if gz else path.name)
+    chosen = render.get(fmt).name if fmt else named
+    if chosen is None:
+        raise GpuprofError(
+            f"cannot tell the report format from the file name; give format= ({', '.join(render.names())})", path
+        )
+    if gz and chosen != "json":
+        raise GpuprofError(f"only the JSON report is written compressed, not {chosen}", path)
+    write_atomic(path, [render.render(report, chosen).encode("utf-8")], gz=gz)
+    return path

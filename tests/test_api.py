@@ -200,8 +200,8 @@ def test_check_thresholds_and_baseline(tmp_path: Path) -> None:
 @pytest.mark.parametrize(
     "kwargs, error, says",
     [
-        ({}, ValueError, "nothing to check"),
-        ({"max_lost_pct": {"dataloadr": 5}}, ValueError, "unknown cause 'dataloadr'"),
+        ({}, gpuprof.GpuprofError, "nothing to check"),
+        ({"max_lost_pct": {"dataloadr": 5}}, gpuprof.GpuprofError, r"unknown cause 'dataloadr' \(did you mean 'dataloader'\?\)"),
         ({"max_lost_pct": {"dataloader": 150}}, ValueError, "between 0 and 100"),
         ({"min_compute_pct": float("nan")}, ValueError, "min_compute_pct"),
         ({"max_step_ms": "10"}, TypeError, "max_step_ms"),
@@ -213,3 +213,73 @@ def test_check_bad_arguments(kwargs: dict[str, object], error: type[Exception], 
         gpuprof.check(BASE, **kwargs)  # type: ignore[arg-type]
     with pytest.raises(TypeError, match="gpuprof.Report"):
         gpuprof.check({"schema": "gpuprof.report/1"}, max_step_ms=1)  # type: ignore[arg-type]
+
+
+def test_check_values_are_rounded_as_the_json_rounds_them() -> None:
+    # 1/3 of the window: 33.333...% in memory, 33.333 in the JSON and in the check.
+    third = report([rank(0, window_ms=300, lost_ms={"dataloader": 100})])
+    (res,) = gpuprof.check(third, max_lost_pct={"dataloader": 10.0000000001})
+    assert res.measured == 33.333 and res.allowed == 10.0
+    assert gpuprof.check(third, max_lost_pct={"DataLoader": 50})[0].passed  # names as the CLI takes them
+
+
+# --- the notebook user's API ------------------------------------------------------------------
+
+
+def test_save_and_load_give_back_an_equal_report(straggler: gpuprof.Report, tmp_path: Path) -> None:
+    for name in ("r.json", "r.json.gz"):
+        assert gpuprof.load_report(straggler.save(tmp_path / name)) == straggler
+    assert straggler != gpuprof.load_report(_saved(tmp_path, report([rank(0)])))
+    page = straggler.save(tmp_path / "r.html").read_text()
+    assert page.startswith("<!DOCTYPE html>") and page == straggler.to_html()
+    assert straggler.save(tmp_path / "r.md").read_text() == straggler.to_markdown()
+    assert straggler.save(tmp_path / "r.txt").read_text() == str(straggler)
+    with pytest.raises(gpuprof.GpuprofError, match="cannot tell the report format"):
+        straggler.save(tmp_path / "r.data")
+    assert straggler.save(tmp_path / "r.data", format="json").read_text() == straggler.to_json()
+    assert not (tmp_path / "r.out").exists()
+
+
+def _saved(tmp_path: Path, rep: gpuprof.Report) -> Path:
+    return rep.save(tmp_path / "other.json")
+
+
+def test_a_notebook_shows_the_report(straggler: gpuprof.Report) -> None:
+    import html
+
+    frame = straggler._repr_html_()
+    assert frame.startswith("<iframe srcdoc=") and 'sandbox=""' in frame
+    assert html.unescape(frame.split('srcdoc="')[1].split('" sandbox')[0]) == straggler.to_html()
+    assert straggler._repr_markdown_() == straggler.to_markdown()
+
+
+def test_dataframes_answer_the_usual_questions(straggler: gpuprof.Report) -> None:
+    steps = straggler.to_dataframe("steps")
+    assert list(steps.index.names) == ["rank", "step"] and len(steps) == sum(len(r.step_times_us) for r in straggler.ranks)
+    assert steps.loc[(2, 1), "duration_us"] > 0
+    kernels = straggler.to_dataframe("kernels")
+    assert {"rank", "kernel", "calls", "total_us", "share_pct"} <= set(kernels.columns)
+    assert set(kernels["rank"]) == {0, 1, 2, 3} and (kernels["share_pct"] <= 100).all()
+    coll = straggler.to_dataframe("collectives")
+    assert {"size_bytes", "duration_us", "busbw_gbps", "wait_us_per_step"} <= set(coll.columns) and len(coll) >= 4
+    whatifs = straggler.to_dataframe("whatifs")
+    top = straggler.recommendations[0]
+    row = whatifs.loc[top.whatif]
+    assert row["recommendation"] == 1 and row["savings_pct"] == pytest.approx(top.estimated_savings_pct, abs=0.01)
+    assert row["step_after_us"] < row["step_before_us"]
+    recs = straggler.to_dataframe("recommendations")
+    assert list(recs["title"]) == [r.title for r in straggler.recommendations]
+    assert recs.loc[1, "saved_us_per_step"] == pytest.approx(top.saved_us_per_step)
+    assert top.saved_us_per_step == pytest.approx(row["step_before_us"] * top.estimated_savings_pct / 100, rel=1e-3)
+    with pytest.raises(gpuprof.GpuprofError, match="did you mean 'kernels'"):
+        straggler.to_dataframe("kernel")
+
+
+def test_docstrings_point_at_the_projects_own_docs() -> None:
+    import gpuprof.model.report as model
+    import gpuprof.render.json as json_renderer
+
+    root = Path(__file__).resolve().parents[1]
+    for mod in (model, json_renderer, gpuprof.api):
+        assert "SPEC.md" not in (mod.__doc__ or ""), mod.__name__
+    assert "docs/report.md" in (model.__doc__ or "") and (root / "docs" / "report.md").is_file()

@@ -49,7 +49,8 @@ class NameTrack:
 
     def name_over(self, track: str, lo_us: float, hi_us: float) -> str | None:
         """The name whose spans cover most of ``[lo_us, hi_us)`` on ``track`` (``device`` or
-        ``host``); ``None`` when nothing of that track runs there."""
+        ``host``), as a person reads it (:func:`short_name`); ``None`` when nothing of that
+        track runs there."""
         starts, ends, idx = self.device if track == "device" else self.host
         if starts.size == 0 or hi_us <= lo_us:
             return None
@@ -64,7 +65,7 @@ class NameTrack:
         if not keep.any():
             return None
         weight = np.bincount(k[keep], weights=overlap[keep], minlength=len(self.names))
-        return self.names[int(np.argmax(weight))]
+        return short_name(self.names[int(np.argmax(weight))])
 
 
 _TEMPLATE = re.compile(r"<[^<>]*>")
@@ -88,10 +89,23 @@ def short_name(name: str) -> str:
     return text if len(text) <= MAX_NAME else text[: MAX_NAME - 1] + "…"
 
 
+def top_names(track: NameTrack, lo_us: float, hi_us: float, n: int = 20) -> list[dict[str, Any]]:
+    """The ``n`` names of the device track with the most time inside ``[lo_us, hi_us]``:
+    ``{"name", "calls", "total_us"}``, most time first (a rank's per-kernel table)."""
+    starts, ends, idx = track.device
+    if starts.size == 0:
+        return []
+    dur = np.clip(np.minimum(ends, hi_us) - np.maximum(starts, lo_us), 0.0, None)
+    total = np.bincount(idx, weights=dur, minlength=len(track.names))
+    calls = np.bincount(idx, minlength=len(track.names))
+    order = [int(i) for i in np.argsort(-total, kind="stable") if total[i] > 0][:n]
+    return [{"name": track.names[i], "calls": int(calls[i]), "total_us": round(float(total[i]), 3)} for i in order]
+
+
 def _names_of(table: object, rows: npt.NDArray[np.bool_]) -> tuple[IntArray, list[str]]:
     codes = np.asarray(table.codes("name"))[rows].astype(np.int64)  # type: ignore[attr-defined]
     labels = table.labels("name")  # type: ignore[attr-defined]
-    return codes, [short_name(x) for x in labels]
+    return codes, [str(x) for x in labels]
 
 
 def _top_level(start: FloatArray, end: FloatArray) -> npt.NDArray[np.bool_]:
@@ -148,4 +162,4 @@ def name_track(trace: RankTrace, lo_us: float, hi_us: float) -> NameTrack:
     return NameTrack(names=tuple(sorted(index, key=index.__getitem__)), device=device, host=host)
 
 
-__all__ = ["NameTrack", "name_track"]
+__all__ = ["NameTrack", "name_track", "top_names"]

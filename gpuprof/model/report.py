@@ -1,7 +1,7 @@
 """The report: what analysis hands to renderers, and what ``--format json`` serializes.
 
-The JSON shape is fixed by SPEC.md (schema ``gpuprof.report/1``): keys may be added, none
-renamed or dropped. :func:`report_to_dict` and :func:`report_from_dict` are the only places
+The JSON shape is the project's contract (schema ``gpuprof.report/1``, described in
+docs/report.md): keys may be added, none renamed or dropped. :func:`report_to_dict` and :func:`report_from_dict` are the only places
 that know the JSON layout, so that ``check --baseline`` and ``diff`` read exactly what
 ``analyze --format json`` writes.
 """
@@ -9,10 +9,10 @@ that know the JSON layout, so that ``check --baseline`` and ``diff`` read exactl
 from __future__ import annotations
 
 import json
-import math
-import statistics
+import os
 from dataclasses import dataclass, field
 from enum import Enum
+from pathlib import Path
 from typing import TYPE_CHECKING, Any, Mapping, Sequence
 
 if TYPE_CHECKING:  # pandas is imported only when a DataFrame is asked for
@@ -22,7 +22,7 @@ SCHEMA = "gpuprof.report/1"
 
 
 class Cause(str, Enum):
-    """The eight causes of lost GPU time, in SPEC.md order."""
+    """The eight causes of lost GPU time, in the contract's order (docs/attribution.md)."""
 
     PIPELINE_BUBBLE = "pipeline_bubble"
     COMMUNICATION = "communication"
@@ -44,7 +44,7 @@ def zero_lost() -> dict[Cause, float]:
 # Field metadata read by the JSON Schema generator (gpuprof/model/schema.py): "doc" is the
 # key's description, "minimum" its lower bound, "flatten" marks a mapping whose keys are
 # written beside the fixed ones (so the schema allows more keys there). In the JSON, a field
-# without a default is required (SPEC.md's keys), one with a default may be absent.
+# without a default is required (the contract's keys), one with a default may be absent.
 def _doc(text: str, **more: Any) -> Any:
     return field(metadata={"doc": text, **more})
 
@@ -63,6 +63,29 @@ class Recommendation:
     whatif: str | None = field(
         default=None,
         metadata={"doc": "the what-if the saving was replayed from; null when it comes from a closed-form estimate"},
+    )
+    # The saving's numbers beside the prose evidence (for tables, DataFrames and the
+    # renderers, which put the caveats beside the saving they qualify).
+    saved_us_per_step: float | None = field(
+        default=None,
+        metadata={"doc": "the saving in microseconds per step of the job (estimated_savings_pct of its step); "
+                  "null when the job's step is unknown", "minimum": 0},
+    )
+    savings_low_pct: float | None = field(
+        default=None, metadata={"doc": "low end of the range the saving lies in, when the advice bounds it (%)"}
+    )
+    savings_high_pct: float | None = field(
+        default=None, metadata={"doc": "high end of the range the saving lies in, when the advice bounds it (%)"}
+    )
+    savings_bound: str | None = field(
+        default=None,
+        metadata={"doc": "'upper' when estimated_savings_pct is an upper bound (the real saving may be smaller), "
+                  "'lower' when a lower bound; null when it is the estimate itself"},
+    )
+    caveats: tuple[str, ...] = field(
+        default=(),
+        metadata={"doc": "what qualifies the saving, said beside it (a partial trace, a single profiled step, "
+                  "a profiler that inflates host time)"},
     )
 
 
@@ -94,12 +117,16 @@ class Totals:
     lost_us: Mapping[Cause, float] = _doc("sum of the ranks' lost time per cause, in microseconds")
 
 
-@dataclass(frozen=True, repr=False)
+@dataclass(frozen=True, repr=False, eq=False)
 class Report:
     """The result of an analysis: per-rank accounting, recommendations and job findings.
 
-    ``to_dict()`` / ``to_json()`` give the ``gpuprof.report/1`` JSON document of SPEC.md;
-    ``to_dataframe()`` gives one row per rank; ``str(report)`` is the text report.
+    ``to_dict()`` / ``to_json()`` give the ``gpuprof.report/1`` JSON document (its keys:
+    docs/report.md); ``to_html()`` / ``to_markdown()`` / ``str(report)`` the other formats;
+    ``save(path)`` writes the one its extension names; ``to_dataframe(kind)`` a table per
+    question (ranks, steps, kernels, collectives, what-ifs, recommendations). In a notebook
+    the report shows itself (``_repr_html_``, ``_repr_markdown_``). Two reports are equal
+    when their JSON documents are: ``load_report(report.save("r.json")) == report``.
     """
 
     inputs: tuple[str, ...] = _doc("the paths that were analyzed")
@@ -122,6 +149,14 @@ class Report:
             lost_us=lost,
         )
 
+    def __eq__(self, other: object) -> bool:
+        """Equal JSON documents (numbers rounded as the JSON rounds them)."""
+        if not isinstance(other, Report):
+            return NotImplemented
+        return _canonical(self) == _canonical(other)
+
+    __hash__ = None  # type: ignore[assignment]  # a report holds mappings: not hashable
+
     def __repr__(self) -> str:
         # Short: a notebook showing a 1000-rank report must not print every figure.
         t = self.totals
@@ -133,7 +168,8 @@ class Report:
         )
 
     def __str__(self) -> str:
-        """The text report, as ``gpuprof analyze`` prints it (100 columns, no colour)."""
+        """The text report as ``gpuprof analyze`` writes it to a file (no colour, no line
+        broken inside a sentence)."""
         from gpuprof.render import render
 
         return render(self, "text", width=100)
@@ -146,40 +182,76 @@ class Report:
         """The ``gpuprof.report/1`` JSON document (what ``--format json`` writes)."""
         return report_to_json(self, indent)
 
+    def to_html(self) -> str:
+        """The HTML report: one self-contained page (what ``--format html`` writes)."""
+        from gpuprof.render import render
+
+        return render(self, "html")
+
+    def to_markdown(self) -> str:
+        """The Markdown report (what ``--format markdown`` writes)."""
+        from gpuprof.render import render
+
+        return render(self, "markdown")
+
+    def save(self, path: str | os.PathLike[str], format: str | None = None) -> Path:
+        """Write the report to ``path`` in the format its extension names (``.json``,
+        ``.json.gz``, ``.html``, ``.md``, ``.txt``) or ``format``; atomically (a failed
+        write leaves no half-written file). Returns the path, so that
+        ``gpuprof.load_report(report.save("r.json")) == report``. A name without a known
+        extension and no ``format`` is a :class:`~gpuprof.GpuprofError`."""
+        from gpuprof.reportfile import save_report
+
+        return save_report(self, Path(path), format)
+
+    def _repr_html_(self) -> str:
+        """The HTML report inside a notebook: the page in a sandboxed frame, so that its
+        styles stay its own."""
+        import html
+
+        page = self.to_html()
+        return (
+            f'<iframe srcdoc="{html.escape(page, quote=True)}" sandbox="" '
+            'style="width:100%;height:720px;border:1px solid #dadce0;border-radius:6px" '
+            'title="gpuprof report"></iframe>'
+        )
+
+    def _repr_markdown_(self) -> str:
+        return self.to_markdown()
+
     @classmethod
     def from_dict(cls, data: Any) -> Report:
         """Rebuild a report from its JSON document; :class:`ReportFormatError` naming the
         first problem (as a JSON path) when ``data`` is not a valid ``gpuprof.report/1``."""
         return report_from_dict(data)
 
-    def to_dataframe(self) -> pd.DataFrame:
-        """One row per rank, indexed by rank (needs pandas).
+    def to_dataframe(self, kind: str = "ranks") -> pd.DataFrame:
+        """A table per question, as a pandas DataFrame (:mod:`gpuprof.frames`):
 
-        Columns: ``device``, ``steps``, ``window_us``, ``compute_us``, ``compute_pct``,
-        ``lost_us`` (all causes), ``lost_<cause>_us`` for each of the eight causes,
-        ``step_median_us`` (NaN without steps) and ``source``.
+        - ``"ranks"`` (default): one row per rank, indexed by rank: ``device``, ``steps``,
+          ``window_us``, ``compute_us``, ``compute_pct``, ``lost_us`` (all causes),
+          ``lost_<cause>_us`` for each of the eight causes, ``step_mean_us`` and
+          ``step_median_us`` (NaN without steps) and ``source``;
+        - ``"steps"``: each profiled step of each rank (index rank, step): ``duration_us``;
+        - ``"kernels"``: the device kernels with the most time per rank: ``calls``,
+          ``total_us``, ``share_pct`` of the rank's window;
+        - ``"collectives"``: each collective of each rank: ``size_bytes``, ``duration_us``,
+          the rank's ``busbw_gbps``, ``exposed_us_per_step``, ``wait_us_per_step``, ...;
+        - ``"whatifs"``: each what-if replayed on the job: ``step_before_us``,
+          ``step_after_us``, ``savings_pct`` and the ``recommendation`` that carries it;
+        - ``"recommendations"``: ranked, with ``estimated_savings_pct``,
+          ``saved_us_per_step``, ``savings_low_pct``/``savings_high_pct``,
+          ``savings_bound``, ``whatif``, ``ranks`` and ``caveats`` as columns.
+
+        An unknown ``kind`` is a :class:`~gpuprof.GpuprofError` (with "did you mean").
         """
-        import pandas as pd
+        from gpuprof.frames import frame
 
-        rows = []
-        for r in self.ranks:
-            row: dict[str, Any] = {
-                "rank": r.rank,
-                "device": r.device,
-                "steps": r.steps,
-                "window_us": r.window_us,
-                "compute_us": r.compute_us,
-                "compute_pct": 100.0 * r.compute_us / r.window_us if r.window_us > 0 else math.nan,
-                "lost_us": r.lost_total_us,
-            }
-            for c in CAUSES:
-                row[f"lost_{c.value}_us"] = float(r.lost_us.get(c, 0.0))
-            row["step_median_us"] = statistics.median(r.step_times_us) if r.step_times_us else math.nan
-            row["source"] = r.source
-            rows.append(row)
-        columns = ["rank", "device", "steps", "window_us", "compute_us", "compute_pct", "lost_us"]
-        columns += [f"lost_{c.value}_us" for c in CAUSES] + ["step_median_us", "source"]
-        return pd.DataFrame(rows, columns=columns).set_index("rank")
+        return frame(self, kind)
+
+
+def _canonical(report: Report) -> str:
+    return json.dumps(report_to_dict(report), sort_keys=True, allow_nan=False, default=str)
 
 
 def _lost_to_dict(lost: Mapping[Cause, float]) -> dict[str, float]:
@@ -187,15 +259,20 @@ def _lost_to_dict(lost: Mapping[Cause, float]) -> dict[str, float]:
 
 
 def report_to_dict(report: Report) -> dict[str, Any]:
-    totals = report.totals
+    # The totals are the sums of the ranks' figures as written (each rounded to 3 decimals),
+    # so that a report read back from its JSON writes the same totals again.
+    totals_lost = {c.value: 0.0 for c in CAUSES}
+    for r in report.ranks:
+        for c in CAUSES:
+            totals_lost[c.value] += round(float(r.lost_us.get(c, 0.0)), 3)
     out: dict[str, Any] = {
         "schema": SCHEMA,
         "inputs": list(report.inputs),
         "ranks": [],
         "totals": {
-            "window_us": round(totals.window_us, 3),
-            "compute_us": round(totals.compute_us, 3),
-            "lost_us": _lost_to_dict(totals.lost_us),
+            "window_us": round(sum(round(r.window_us, 3) for r in report.ranks), 3),
+            "compute_us": round(sum(round(r.compute_us, 3) for r in report.ranks), 3),
+            "lost_us": {k: round(v, 3) for k, v in totals_lost.items()},
         },
         "recommendations": [],
     }
@@ -223,6 +300,11 @@ def report_to_dict(report: Report) -> dict[str, Any]:
                 "evidence": list(rec.evidence),
                 "actions": list(rec.actions),
                 "whatif": rec.whatif,
+                "saved_us_per_step": None if rec.saved_us_per_step is None else round(rec.saved_us_per_step, 3),
+                "savings_low_pct": None if rec.savings_low_pct is None else round(rec.savings_low_pct, 2),
+                "savings_high_pct": None if rec.savings_high_pct is None else round(rec.savings_high_pct, 2),
+                "savings_bound": rec.savings_bound,
+                "caveats": list(rec.caveats),
             }
         )
     out["warnings"] = list(report.warnings)
@@ -283,6 +365,11 @@ def report_from_dict(data: Any) -> Report:
             evidence=tuple(x["evidence"]),
             actions=tuple(x["actions"]),
             whatif=x.get("whatif"),
+            saved_us_per_step=_opt_float(x.get("saved_us_per_step")),
+            savings_low_pct=_opt_float(x.get("savings_low_pct")),
+            savings_high_pct=_opt_float(x.get("savings_high_pct")),
+            savings_bound=x.get("savings_bound"),
+            caveats=tuple(x.get("caveats", ())),
         )
         for x in data["recommendations"]
     ]
@@ -294,6 +381,10 @@ def report_from_dict(data: Any) -> Report:
         warnings=tuple(data.get("warnings", ())),
         extra={k: v for k, v in data.items() if k not in fixed},
     )
+
+
+def _opt_float(v: Any) -> float | None:
+    return None if v is None else float(v)
 
 
 def sort_recommendations(recs: Sequence[Recommendation]) -> tuple[Recommendation, ...]:

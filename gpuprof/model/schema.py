@@ -1,9 +1,9 @@
 """The JSON Schema of ``gpuprof.report/1``, generated from the report model.
 
 The schema follows :mod:`gpuprof.model.report`'s dataclasses: a field without a default is a
-required key (exactly SPEC.md's keys), a field with one may be absent, field metadata gives
+required key (exactly the contract's keys, docs/report.md), a field with one may be absent, field metadata gives
 each key's description and lower bound, and a ``flatten`` field (``extra``) is why an
-object allows more keys. Every object allows more keys, as SPEC.md allows extension (a
+object allows more keys. Every object allows more keys, as the contract allows extension (a
 recommendation's ``whatif``, job findings), except ``lost_us``: its keys are the eight
 causes, all present.
 
@@ -37,7 +37,7 @@ _DRAFT = "https://json-schema.org/draft/2020-12/schema"
 _DEF_NAMES: dict[type, str] = {RankReport: "rank", Recommendation: "recommendation", Totals: "totals"}
 _SIMPLE: dict[Any, str] = {str: "string", int: "integer", float: "number", bool: "boolean"}
 
-# Job-level what-if figures of SPEC.md: optional (absent in reports of older versions),
+# Job-level what-if figures of the contract (docs/report.md): optional (absent in reports of older versions),
 # a number or null when present.
 _JOB_FIGURES = {
     "model_error_pct": "the replay's signed error on the measured step time of the unchanged job, in %; "

@@ -1,4 +1,4 @@
-"""The JSON report of SPEC.md (schema gpuprof.report/1)."""
+"""The JSON report (schema gpuprof.report/1; its keys: docs/report.md)."""
 
 from __future__ import annotations
 

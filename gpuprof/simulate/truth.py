@@ -8,7 +8,7 @@ copy or memset ran. A collective kernel is split into the wait for the last rank
 transfer itself. Job-level reasons are added once all ranks have run: in a pipeline, the
 drain is the time from a stage's last pipeline compute to the last one of its pipeline.
 
-The truth per rank is then the same accounting that SPEC.md asks of the analysis: the
+The truth per rank is then the same accounting that the analysis does (docs/attribution.md): the
 window (the span of the ``ProfilerStep`` ranges) splits into compute and lost time, and
 each lost microsecond goes to the first cause, in the documented precedence order, whose
 reason covers it. Nothing here reads a trace or calls the analyzer.
