@@ -119,7 +119,8 @@ def test_calls_by_name_are_counted_and_ordered_as_pandas_counts_them() -> None:
         assert list(_count_by_name(table, rows).items()) == [(str(k), int(v)) for k, v in ref.items()]
 
 
-def test_analyze_of_a_single_gpu_trace_never_imports_pandas(tmp_path: Path) -> None:
+@pytest.mark.parametrize("sample", ["sync-heavy", "cpu-training"])  # one GPU; a CPU-only rank
+def test_analyze_of_a_single_gpu_trace_never_imports_pandas(tmp_path: Path, sample: str) -> None:
     # pandas costs ~0.25 s to import: more than all the analysis of a small trace.
     script = (
         "import sys, runpy; sys.modules['pandas'] = None; "
@@ -128,7 +129,7 @@ def test_analyze_of_a_single_gpu_trace_never_imports_pandas(tmp_path: Path) -> N
     )
     out = tmp_path / "report.json"
     got = subprocess.run(
-        [sys.executable, "-c", script, str(REPO / "sample_traces" / "sync-heavy"), str(out)],
+        [sys.executable, "-c", script, str(REPO / "sample_traces" / sample), str(out)],
         capture_output=True,
         text=True,
         cwd=REPO,

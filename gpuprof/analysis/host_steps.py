@@ -59,16 +59,16 @@ def host_steps(trace: RankTrace) -> HostSteps:
     steps = [(s.start_us, s.end_us) for s in trace.steps if s.end_us > s.start_us]
     if not steps:
         return HostSteps(steps=0, step_us=None, op_us=None)
-    host = trace.host
-    kind = host["kind"].to_numpy()
-    category = host["category"].to_numpy()
-    start, end = host["start_us"].to_numpy(), host["end_us"].to_numpy()
+    host = trace.host_cols  # numpy columns: a CPU-only rank never imports pandas for this
+    kind = host["kind"]
+    category = host["category"]
+    start, end = host["start_us"], host["end_us"]
     is_op = (kind == int(Kind.OP)) & (category != int(Category.STEP))
     is_coll = category == int(Category.COLLECTIVE)
     durations = np.array([b - a for a, b in steps], dtype=np.float64)
     backend = None
     if is_coll.any():
-        names = {str(n).split(":", 1)[0] for n in host["name"].to_numpy()[is_coll] if ":" in str(n)}
+        names = {str(n).split(":", 1)[0] for n in host["name"][is_coll] if ":" in str(n)}
         backend = next(iter(names)) if len(names) == 1 and next(iter(names)) in ("gloo", "mpi", "ucc") else None
     return HostSteps(
         steps=len(steps),
