@@ -21,9 +21,13 @@ import zlib
 from collections.abc import Iterator
 from json.decoder import scanstring  # type: ignore[attr-defined]
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from gpuprof.errors import GpuprofError
 from gpuprof.model.report import Report, ReportFormatError, report_from_dict
+
+if TYPE_CHECKING:
+    from gpuprof.readers.limits import InputLimitError, ReadLimits
 
 REPORT_SCHEMA_PREFIX = "gpuprof.report/"
 _FIRST_READ_BYTES = 64 * 1024
@@ -141,32 +145,69 @@ def is_report_file(path: Path) -> bool:
     return isinstance(schema, str) and schema.startswith(REPORT_SCHEMA_PREFIX)
 
 
-def read_report(path: Path) -> Report:
+def read_report(path: Path, limits: ReadLimits | None = None) -> Report:
     """Load a saved JSON report; any problem becomes one :class:`GpuprofError` naming the
-    file and, for a malformed report, the JSON path of the first problem."""
+    file and, for a malformed report, the JSON path of the first problem.
+
+    A saved report is untrusted like a trace, and bounded the same way (``limits``, by
+    default :class:`~gpuprof.readers.limits.ReadLimits`): its decompressed text may not
+    pass ``--max-input-gb``, and since it is parsed whole, not the longest text gpuprof
+    holds whole either (``GPUPROF_MAX_EVENT_MB``). A 6 MB ``.json.gz`` holding a 6 GB
+    string is refused when its text passes that, before it is held.
+    """
+    # The readers' limits and streaming, imported here: recognizing a report stays light.
+    from gpuprof.readers.limits import InputLimitError, ReadLimits
+    from gpuprof.readers.textstream import text_blocks
+
+    limits = ReadLimits() if limits is None else limits
+    if path.is_dir():
+        raise GpuprofError("is a folder, not a saved report", path)
+    held = min(limits.max_input_bytes, limits.max_event_bytes)
     try:
-        if path.name.lower().endswith(".gz"):
-            with gzip.open(path, "rb") as fh:
-                raw = fh.read()
-        else:
-            raw = path.read_bytes()
-    except FileNotFoundError:
-        raise GpuprofError("no such file", path) from None
-    except IsADirectoryError:
-        raise GpuprofError("is a folder, not a saved report", path) from None
-    except (OSError, EOFError, zlib.error) as exc:
-        raise GpuprofError(f"cannot read report: {exc}", path) from None
+        pieces: list[bytes] = []
+        size = 0
+        damage: list[str] = []
+        for block in text_blocks(path, damage, limits=limits):
+            size += len(block)
+            if size > held:
+                raise _too_large(path, limits)
+            pieces.append(block)
+        if damage:  # a report is small and read whole: a damaged one is not read in part
+            raise GpuprofError(damage[0])
+        raw = b"".join(pieces)
+        del pieces
+    except GpuprofError as exc:
+        if isinstance(exc, InputLimitError):
+            raise
+        raise GpuprofError(exc.message if exc.message == "no such file" else f"cannot read report: {exc.message}", path) from None
     try:
         data = json.loads(raw)
     except (UnicodeDecodeError, json.JSONDecodeError) as exc:
         raise GpuprofError(f"not a JSON report: {exc}", path) from None
     except (ValueError, RecursionError) as exc:  # 5000-digit integers, absurd nesting
         raise GpuprofError(f"not a JSON report: {str(exc) or type(exc).__name__}", path) from None
+    del raw
     try:
         return report_from_dict(data)
     except ReportFormatError as exc:
         hint = "" if isinstance(data, dict) and "schema" in data else " (make one with: gpuprof analyze TRACE --format json -o FILE)"
         raise GpuprofError(f"{exc}{hint}", path) from None
+    except RecursionError:
+        raise GpuprofError("not a gpuprof report: nested deeper than any report is", path) from None
+
+
+def _too_large(path: Path, limits: ReadLimits) -> InputLimitError:
+    from gpuprof.readers.limits import EVENT_LIMIT_ENV, MB, InputLimitError
+
+    if limits.max_input_bytes <= limits.max_event_bytes:
+        return limits.input_too_large(path)
+    mb = limits.max_event_bytes / MB
+    return InputLimitError(
+        f"holds more than {mb:g} MB of JSON text (decompressed): a saved report is read whole, and no "
+        f"report gpuprof writes comes near that; if this one really is that large, raise the limit "
+        f"with {EVENT_LIMIT_ENV}={int(2 * mb)}",
+        path,
+    )
 
 
 def save_report(report: Report, path: Path, fmt: str | None = None) -> Path:
@@ -187,5 +228,10 @@ def save_report(report: Report, path: Path, fmt: str | None = None) -> Path:
         )
     if gz and chosen != "json":
         raise GpuprofError(f"only the JSON report is written compressed, not {chosen}", path)
-    write_atomic(path, [render.render(report, chosen).encode("utf-8")], gz=gz)
+    text = render.render(report, chosen)
+    if chosen not in ("json", "html"):  # the one filter for what a person reads (gpuprof/safetext.py)
+        from gpuprof.safetext import visible_text
+
+        text = visible_text(text)
+    write_atomic(path, [text.encode("utf-8")], gz=gz)
     return path

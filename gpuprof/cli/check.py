@@ -22,6 +22,7 @@ from gpuprof.cli.console import is_terminal, say
 from gpuprof.cli.streams import OutputClosed, write_stdout
 from gpuprof.errors import GpuprofError
 from gpuprof.model.report import Report
+from gpuprof.readers.limits import ReadLimits
 from gpuprof.reportfile import is_report_file, read_report
 from gpuprof.safetext import visible_text
 
@@ -34,13 +35,17 @@ def load_or_analyze(paths: list[Path], steps: str | None = None, max_input_gb: f
     if reports:
         if len(paths) > 1:
             raise GpuprofError("a saved report cannot be combined with other inputs; give it alone", reports[0])
-        return read_report(reports[0])
+        return read_report(reports[0], _limits(max_input_gb))
     from gpuprof.analysis.window import StepSelection
     from gpuprof.pipeline import AnalyzeOptions, analyze_paths
 
     options = AnalyzeOptions(steps=StepSelection.parse(steps), max_input_gb=max_input_gb)
     with StderrProgress() as progress:
         return analyze_paths(paths, options, progress=progress)
+
+
+def _limits(max_input_gb: float | None) -> ReadLimits:
+    return ReadLimits.from_gb(max_input_gb)
 
 
 def _append_step_summary(markdown: str) -> None:
@@ -136,7 +141,7 @@ def check(
             "nothing to check: give thresholds (--min-compute-pct, --max-lost-pct CAUSE=PCT, --max-step-ms), "
             "--baseline REPORT.json, or set them in [tool.gpuprof.check] of pyproject.toml"
         )
-    base_report = read_report(base_path) if base_path is not None else None  # bad baseline: fail before analyzing
+    base_report = read_report(base_path, _limits(max_input_gb)) if base_path is not None else None  # bad baseline: fail before analyzing
     report = load_or_analyze(paths, steps, max_input_gb)
 
     results = gate.check_thresholds(report, limits)

@@ -111,7 +111,9 @@ def analyze_command(
             raise GpuprofError("a saved report cannot be combined with other inputs; give it alone", saved[0])
         if steps or jobs != 1 or scheduler:
             raise GpuprofError("--steps, --jobs and --scheduler apply to traces, not to a saved report", saved[0])
-        report = read_report(saved[0])
+        from gpuprof.readers.limits import ReadLimits
+
+        report = read_report(saved[0], ReadLimits.from_gb(max_input_gb))
     else:
         options = AnalyzeOptions(
             steps=StepSelection.parse(steps), jobs=jobs, scheduler=scheduler, max_input_gb=max_input_gb
