@@ -2,13 +2,16 @@
 
 Tolerant of the ways a run can end: a torn last line (killed mid-write) is dropped, a
 session whose metadata still says ``running`` is reported as interrupted, missing optional
-files are empty. A folder that is not a session, or metadata that is not JSON, is a
+files are empty. The JSON-lines files are untrusted input like traces
+(:mod:`gpuprof.session.records`): bad lines are skipped and counted, one warning per kind.
+A folder that is not a session, or metadata that is not JSON, is a
 :class:`~gpuprof.errors.GpuprofError` naming the file.
 """
 
 from __future__ import annotations
 
 import json
+import os
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -18,6 +21,7 @@ from gpuprof.errors import GpuprofError
 from gpuprof.session.layout import (
     EVENTS_FILE,
     HOOKS_DIR,
+    MEMORY_STAT_KEYS,
     META_FILE,
     PROCESSES_FILE,
     SAMPLE_COLUMNS,
@@ -25,6 +29,7 @@ from gpuprof.session.layout import (
     SESSION_SCHEMA,
     TRACES_DIR,
 )
+from gpuprof.session.records import BOOL, INDEX, NUMBER, STRING, Field, Problems, read_columns, read_records
 
 if TYPE_CHECKING:  # pandas is imported by the functions that use it
     import pandas as pd
@@ -63,36 +68,6 @@ class Session:
         errs = self.hook_events[self.hook_events["kind"] == "error"]
         col = errs["message"] if "message" in errs else pd.Series([], dtype=object)
         return tuple(str(m) for m in col)
-
-
-def read_jsonl(path: Path) -> tuple[list[dict[str, Any]], int]:
-    """Records of a JSON-lines file and the number of unreadable lines that were skipped.
-
-    Only a torn *last* line is expected (a kill mid-write); a bad line elsewhere is also
-    skipped and counted so that one corrupt line never hides a whole run.
-    """
-    records: list[dict[str, Any]] = []
-    bad = 0
-    try:
-        with open(path, "rb") as fh:
-            for raw in fh:
-                line = raw.strip()
-                if not line:
-                    continue
-                try:
-                    rec = json.loads(line)
-                except ValueError:
-                    bad += 1
-                    continue
-                if isinstance(rec, dict):
-                    records.append(rec)
-                else:
-                    bad += 1
-    except FileNotFoundError:
-        return [], 0
-    except OSError as exc:
-        raise GpuprofError(f"cannot read session file: {exc.strerror}", path) from None
-    return records, bad
 
 
 def _read_meta(root: Path) -> dict[str, Any]:
@@ -177,48 +152,105 @@ def _check_meta_types(meta: Mapping[str, Any], meta_path: Path) -> None:
             raise GpuprofError(f"session metadata: {key!r} should be {what}, not {_json_type(value)}", meta_path)
 
 
-def _samples_frame(records: list[dict[str, Any]]) -> pd.DataFrame | None:
+_SAMPLE_FIELDS: dict[str, Field] = {
+    col: Field(NUMBER, required=col == "time_unix_s") for col in SAMPLE_COLUMNS
+} | {"gpu": Field(INDEX, required=True), "uuid": Field(STRING), "lost": Field(BOOL)}
+_PROCESS_FIELDS = {
+    "time_unix_s": Field(NUMBER, required=True),
+    "gpu": Field(INDEX),
+    "pid": Field(INDEX),
+    "mem_used_bytes": Field(NUMBER),
+    "util_sm_pct": Field(NUMBER),
+    "util_mem_pct": Field(NUMBER),
+}
+_EVENT_FIELDS = {"time_unix_s": Field(NUMBER, required=True), "kind": Field(STRING, required=True),
+                 "message": Field(STRING), "gpu": Field(INDEX)}
+_HOOK_FIELDS = {
+    "time_unix_s": Field(NUMBER, required=True),
+    "kind": Field(STRING, required=True),
+    "pid": Field(INDEX),
+    "rank": Field(INDEX),
+    "step": Field(INDEX),
+    "steps": Field(INDEX),
+    "signal": Field(INDEX),
+    **{col: Field(NUMBER) for col in MEMORY_STAT_KEYS.values()},
+    **{key: Field(STRING) for key in ("message", "where", "path", "traceback", "torch_version")},
+}
+
+
+def _samples_frame(columns: dict[str, Any] | None) -> pd.DataFrame | None:
+    import numpy as np
     import pandas as pd
-    if not records:
+
+    if columns is None:
         return None
-    df = pd.DataFrame.from_records(records)
-    for col in SAMPLE_COLUMNS:
-        if col not in df:
-            df[col] = None
-    numeric = [c for c in SAMPLE_COLUMNS if c not in ("uuid", "lost", "gpu")]
-    for col in numeric:
-        # None -> NaN: unknown stays unknown in arithmetic, never turns into 0.
-        df[col] = pd.to_numeric(df[col], errors="coerce").astype("float64")
-    df["gpu"] = pd.to_numeric(df["gpu"], errors="coerce").fillna(-1).astype("int64")
-    df["lost"] = df["lost"].map(lambda v: v is True).astype(bool)
-    ordered = list(SAMPLE_COLUMNS) + [c for c in df.columns if c not in SAMPLE_COLUMNS]
-    return df[ordered].sort_values(["time_unix_s", "gpu"], kind="stable").reset_index(drop=True)
+    df = pd.DataFrame({col: columns[col] for col in SAMPLE_COLUMNS}, copy=False)
+    t, g = columns["time_unix_s"], columns["gpu"]
+    if len(t) > 1 and not ((np.diff(t) > 0) | ((np.diff(t) == 0) & (np.diff(g) >= 0))).all():
+        df = df.sort_values(["time_unix_s", "gpu"], kind="stable").reset_index(drop=True)
+    return df
+
+
+def _signature(root: Path) -> tuple[Any, ...]:
+    """What a session read depends on: its files' names, sizes and times."""
+    out: list[Any] = [str(root.resolve())]
+    for folder in (root, root / HOOKS_DIR, root / TRACES_DIR):
+        try:
+            entries = sorted(os.scandir(folder), key=lambda e: e.name)
+        except OSError:
+            continue
+        for e in entries:
+            try:
+                st = e.stat()
+            except OSError:
+                continue
+            out.append((e.path, st.st_size, st.st_mtime_ns))
+    return tuple(out)
+
+
+_CACHE: dict[tuple[Any, ...], Session] = {}
 
 
 def read_session(path: str | Path) -> Session:
-    """Read a session folder written by ``gpuprof run``, complete or killed at any point."""
-    import pandas as pd
+    """Read a session folder written by ``gpuprof run``, complete or killed at any point.
+
+    Every file is checked as untrusted input (:mod:`gpuprof.session.records`): bad lines
+    are skipped and counted, one warning per kind of problem. A session read again
+    unchanged (``gpuprof run`` reads it for the report, the job summary and the samples)
+    is read once.
+    """
     root = Path(path)
     if not root.is_dir():
         raise GpuprofError("not a gpuprof session folder", root)
+    key = _signature(root)
+    cached = _CACHE.get(key)
+    if cached is not None:
+        return cached
+    session = _read_session(root)
+    _CACHE.clear()  # one session at a time: its tables may be large
+    _CACHE[key] = session
+    return session
+
+
+def _read_session(root: Path) -> Session:
+    import pandas as pd
+
     meta = _read_meta(root)
     warnings: list[str] = list(meta.get("warnings", []))
     if meta.get("status") != "finished":
         warnings.append(
             "the run did not finish cleanly (gpuprof was killed); data up to the last flush is used"
         )
-
-    sample_recs, bad_samples = read_jsonl(root / SAMPLES_FILE)
-    proc_recs, _ = read_jsonl(root / PROCESSES_FILE)
-    event_recs, _ = read_jsonl(root / EVENTS_FILE)
+    problems = Problems()
+    samples = _samples_frame(read_columns(root / SAMPLES_FILE, _SAMPLE_FIELDS, SAMPLES_FILE, problems))
+    processes = read_columns(root / PROCESSES_FILE, _PROCESS_FIELDS, PROCESSES_FILE, problems)
+    event_recs = read_records(root / EVENTS_FILE, _EVENT_FIELDS, EVENTS_FILE, problems)
     hook_recs: list[dict[str, Any]] = []
     hooks_dir = root / HOOKS_DIR
     if hooks_dir.is_dir():
         for hp in sorted(hooks_dir.glob("*.jsonl")):
-            recs, _ = read_jsonl(hp)
-            hook_recs.extend(recs)
-    if bad_samples > 1:
-        warnings.append(f"{bad_samples} unreadable lines skipped in {SAMPLES_FILE}")
+            hook_recs.extend(read_records(hp, _HOOK_FIELDS, f"{HOOKS_DIR}/*.jsonl", problems))
+    warnings.extend(problems.warnings())
 
     traces_dir = root / TRACES_DIR
     traces: tuple[Path, ...] = ()
@@ -234,13 +266,12 @@ def read_session(path: str | Path) -> Session:
     hook_df = None
     if hook_recs:
         hook_df = pd.DataFrame.from_records(hook_recs)
-        if "time_unix_s" in hook_df:
-            hook_df = hook_df.sort_values("time_unix_s", kind="stable").reset_index(drop=True)
+        hook_df = hook_df.sort_values("time_unix_s", kind="stable").reset_index(drop=True)
     return Session(
         path=root,
         meta=meta,
-        samples=_samples_frame(sample_recs),
-        processes=pd.DataFrame.from_records(proc_recs) if proc_recs else None,
+        samples=samples,
+        processes=pd.DataFrame(processes, copy=False) if processes is not None else None,
         events=tuple(event_recs),
         hook_events=hook_df,
         trace_paths=traces,
