@@ -128,3 +128,30 @@ def test_two_processes_sharing_correlation_ids_are_refused(write_trace: Any, kin
             events += [_launch(20.0 * i + pid, i, pid), _kernel(20.0 * i + 3 + pid, i, 0)]
     with pytest.raises(BadTraceError, match="40 of its 80 kernel launches share a correlation id"):
         load_file(write_trace("two.json", kineto(events)))
+
+
+def _claims(tmp_path: Path, ranks: int, per_rank: int) -> Path:
+    import gzip
+    import json
+
+    events = [
+        {"ph": "X", "cat": "kernel", "name": "gemm_kernel", "pid": r * 10 + 1, "tid": 7, "ts": 1000 + k * 10,
+         "dur": 5, "args": {"rank": r, "device": 0, "stream": 7, "correlation": k + 1}}
+        for r in range(ranks)
+        for k in range(per_rank)
+    ]
+    path = tmp_path / f"merged-{ranks}.json.gz"
+    path.write_bytes(gzip.compress(json.dumps({"traceEvents": events}).encode()))
+    return path
+
+
+def test_claimed_ranks_cannot_outnumber_the_events(tmp_path: Path) -> None:
+    # Issue 20, case 16: 60,000 kernels claiming 20,000 ranks ran past 120 s and 3.6 GB, the
+    # cost following the claimed ranks (a fixed cost each), not the file. Here 2,000 ranks
+    # of 3 events: at most 64 ranks may be claimed for 6,000 events.
+    r = run_cli("analyze", str(_claims(tmp_path, 2000, 3)), "--format", "json")
+    assert r.code == 2 and len(r.stderr_lines) == 1
+    assert "claims 2000 ranks for 6000 events" in r.stderr and "at most 64 here" in r.stderr
+    # A small merged file of a few small ranks is still split and read.
+    r = run_cli("analyze", str(_claims(tmp_path, 8, 30)), "--format", "json")
+    assert r.code == 0, r.stderr

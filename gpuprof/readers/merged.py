@@ -28,6 +28,11 @@ A file that mixes several ranks' events in any other way (for example per-rank t
 concatenated, or merged with offset pids and no rank marks) is refused with one line
 saying so, rather than read as one rank: see :func:`mixed_ranks`.
 
+A merged file may claim one rank per :data:`EVENTS_PER_RANK` events (and
+:data:`MIN_RANKS_ALLOWED` in any case): each rank costs a fixed amount to analyze, so that
+rank marks claiming more ranks than the events could fill (damaged, or made up) are refused
+rather than let the cost follow the claims.
+
 Splitting needs every event of the file at once (the pieces of a large file are decoded
 one after another but kept until all are read): a merged file of N ranks costs about the
 memory of N per-rank traces read one at a time.
@@ -66,6 +71,20 @@ MIN_LAUNCHES = 20
 SUBSTANTIAL_GPU_SHARE = 0.1
 
 
+# What a rank claimed in a merged file may cost: every rank is read and analyzed as a trace
+# of its own, at a fixed cost per rank (tables, summaries, the job model), so that claimed
+# ranks without the events of a rank would make the cost follow the claims, not the file
+# (60,000 kernels claiming 20,000 ranks ran past 120 s and 3.6 GB). A merged file may claim
+# one rank per EVENTS_PER_RANK events, and MIN_RANKS_ALLOWED in any case.
+EVENTS_PER_RANK = 100
+MIN_RANKS_ALLOWED = 64
+
+
+def max_ranks(n_events: int) -> int:
+    """The most ranks a merged file of ``n_events`` events may claim."""
+    return max(MIN_RANKS_ALLOWED, n_events // EVENTS_PER_RANK)
+
+
 @dataclass(frozen=True)
 class RankPart:
     """One rank's events out of a merged file."""
@@ -102,6 +121,14 @@ def split_ranks(raw: RawTrace, form: str, path: Path) -> list[RankPart]:
         by_rank, notes = _labelled(events)
     if not by_rank:
         raise BadTraceError(f"holds no event of any rank in its merged form ({form})", path)
+    n_events = sum(len(evs) for evs in by_rank.values())
+    if len(by_rank) > max_ranks(n_events):
+        raise BadTraceError(
+            f"claims {len(by_rank)} ranks for {n_events} events in its merged form ({form}); a merged file "
+            f"may claim one rank per {EVENTS_PER_RANK} events (at most {max_ranks(n_events)} here): "
+            "a rank's trace holds far more, so these rank marks are damaged",
+            path,
+        )
     top = raw.top
     info = top.distributed_info if isinstance(top.distributed_info, dict) else None
     # The merged file's distributedInfo is one rank's (SGLang keeps the first file's keys):
@@ -219,9 +246,11 @@ def refuse_mixed(why: str, path: Path) -> BadTraceError:
 
 
 __all__ = [
+    "EVENTS_PER_RANK",
     "LABELLED_PIDS",
     "TRACEFUSION",
     "RankPart",
+    "max_ranks",
     "merged_form",
     "mixed_ranks",
     "refuse_mixed",
