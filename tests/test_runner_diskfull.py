@@ -160,3 +160,54 @@ def test_trace_that_cannot_be_written_is_said_and_leaves_no_partial_file(tiny_di
     assert list((out / "traces").iterdir()) == []  # the cut-off .tmp export was removed
     meta = json.loads((out / META_FILE).read_text())
     assert meta["status"] == "finished" and meta["exit_code"] == 3
+
+
+# --- a read-only disk: the same behaviour as a full one (issue 20, case 20) ----------------
+
+
+def test_injected_read_only_disk_runs_the_job_unrecorded_like_a_full_one(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from gpuprof.cli.run import claim_session
+
+    real_mkdir = Path.mkdir
+
+    def read_only(self: Path, *args: object, **kw: object) -> None:
+        if self == tmp_path / "s":
+            raise OSError(errno.EROFS, "Read-only file system")
+        real_mkdir(self, *args, **kw)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(Path, "mkdir", read_only)
+    session_dir, recorded = claim_session(tmp_path / "s", ["sh"])  # was: exit 2, the job never ran
+    assert (session_dir, recorded) == (tmp_path / "s", False)
+    assert "Read-only file system; the command runs unrecorded" in capsys.readouterr().err
+    result = run_command(["sh", "-c", "exit 3"], tmp_path / "s", RunOptions(hooks=False),
+                         backend_factory=_no_driver, warn=lambda m: None, claimed=True, recorded=False)
+    assert result.exit_code == 3 and not result.recorded
+
+
+@pytest.fixture
+def read_only_disk(tmp_path: Path) -> Iterator[Path]:
+    mnt = tmp_path / "ro"
+    mnt.mkdir()
+    try:
+        p = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=1m,ro", "tmpfs", str(mnt)],
+                           capture_output=True, text=True, timeout=30)
+    except (OSError, subprocess.TimeoutExpired) as exc:
+        pytest.skip(f"cannot mount a tmpfs here ({exc})")
+    if p.returncode != 0:
+        pytest.skip(f"cannot mount a tmpfs here (needs root): {p.stderr.strip()}")
+    try:
+        yield mnt
+    finally:
+        subprocess.run(["umount", "-l", str(mnt)], capture_output=True, timeout=30)
+
+
+def test_read_only_disk_runs_the_job_and_says_why_in_one_line(read_only_disk: Path) -> None:
+    out = read_only_disk / "sess"
+    p = subprocess.run([*GPUPROF, "--out", str(out), "--", "sh", "-c", "echo ran; exit 4"],
+                       capture_output=True, text=True, timeout=120)
+    assert p.returncode == 4 and p.stdout == "ran\n", p.stderr
+    assert "Traceback" not in p.stderr
+    lines = [ln for ln in p.stderr.splitlines() if "Read-only file system" in ln]
+    assert len(lines) == 1 and "the command runs unrecorded" in lines[0], p.stderr

@@ -76,8 +76,9 @@ def claim_session(out: Path | None, argv: list[str]) -> tuple[Path, bool]:
 
     ``--out`` taken by another run (or not empty) is a :class:`GpuprofError`: exit 2 before
     the command runs. A default folder taken at the same second by a concurrent run moves
-    on to the next free name. A disk with no space for the folder is not a reason to keep
-    the job from running: it runs unrecorded (False).
+    on to the next free name. A disk that cannot take the folder (full, read-only, not
+    permitted, an I/O error) is not a reason to keep the job from running: it runs
+    unrecorded (False), with one line saying why.
     """
     for _ in range(1000):
         session_dir = out if out is not None else default_session_dir(argv)

@@ -16,7 +16,7 @@ The job's result comes first. The session folder is claimed exclusively before t
 starts (a second run given the same folder is refused, and its command does not run);
 from then on nothing gpuprof writes can stop the job or change its exit code: a full disk
 leaves a session that says what could not be written (:attr:`RunResult.problems`), and
-with no space even for the folder the job runs unrecorded.
+with no room even for the folder (full, read-only) the job runs unrecorded.
 """
 
 from __future__ import annotations
@@ -303,7 +303,7 @@ def run_command(
     if not claimed:
         try:
             claim_session_dir(session_dir)
-        except OSError as exc:  # the disk is full: run the job anyway, unrecorded
+        except OSError as exc:  # the disk is full or read-only: run the job anyway, unrecorded
             recorded = False
             msg = f"cannot create the session in {session_dir}: {describe_os_error(exc)}; the command runs unrecorded"
             warnings.append(msg)

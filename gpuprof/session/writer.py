@@ -47,6 +47,10 @@ counted as lost (at the default poll rate, minutes of samples for 8 GPUs)."""
 
 # Errors that mean "no space", where running the job without a session beats not running it.
 NO_SPACE_ERRNOS = frozenset({errno.ENOSPC, errno.EDQUOT})
+# Errors that say the --out path itself is wrong (a usage error: exit 2 before the job runs).
+# Any other error creating the session is the disk's or the machine's (full, read-only, not
+# permitted, I/O): the job runs unrecorded, as gpuprof's recording is never a reason not to run it.
+BAD_PATH_ERRNOS = frozenset({errno.ENOTDIR, errno.ENAMETOOLONG, errno.ELOOP, errno.EEXIST, errno.EISDIR})
 
 
 def _write(fd: int, data: bytes) -> int:
@@ -227,14 +231,15 @@ def claim_session_dir(root: Path) -> None:
     The folder may not exist yet (it is created, with its parents) or be empty. Creating
     ``session.json`` with ``O_EXCL`` is the claim: of two runs given the same folder at the
     same moment, exactly one gets it; the other is refused before its command starts.
-    ``OSError`` out of here is the disk's (ENOSPC, EDQUOT, ...), not the user's.
+    ``OSError`` out of here is the disk's or the machine's (full, read-only, not permitted,
+    an I/O error), not the user's: the caller runs the job unrecorded.
     """
     try:
         root.mkdir(parents=True, exist_ok=True)
     except FileExistsError:
         raise GpuprofError("is a file, not a folder; give a new or empty folder for the session", root) from None
     except OSError as exc:
-        if exc.errno in NO_SPACE_ERRNOS:
+        if exc.errno not in BAD_PATH_ERRNOS:
             raise
         raise GpuprofError(f"cannot create session folder: {describe_os_error(exc)}", root) from None
     if (root / META_FILE).exists():
@@ -250,7 +255,7 @@ def claim_session_dir(root: Path) -> None:
     except FileExistsError:
         raise SessionDirTaken("session folder was just claimed by another gpuprof run", root) from None
     except OSError as exc:
-        if exc.errno in NO_SPACE_ERRNOS:
+        if exc.errno not in BAD_PATH_ERRNOS:
             raise
         raise GpuprofError(f"cannot write in session folder: {describe_os_error(exc)}", root) from None
     os.close(fd)
