@@ -21,7 +21,7 @@ from gpuprof.analysis.stepview import step_timeline
 from gpuprof.analysis.summarize import summarize
 from gpuprof.analysis.summary import RankSummary
 from gpuprof.analysis.window import StepSelection
-from gpuprof.errors import BadTraceError
+from gpuprof.errors import BadTraceError, GpuprofError
 from gpuprof.model.report import CAUSES, RankReport, Recommendation, Report
 
 class Progress(Protocol):
@@ -40,6 +40,9 @@ class AnalyzeOptions:
     # Refuse a trace file whose decompressed JSON passes this many GB (None: the default of
     # gpuprof.readers.limits, sized for real traces).
     max_input_gb: float | None = None
+    # A file found in a folder that cannot be read fails the run (--strict), instead of
+    # being left out with a warning while the other ranks are analyzed.
+    strict: bool = False
 
 
 @dataclass(frozen=True)
@@ -57,8 +60,33 @@ def summarize_source(source: Any, selection: StepSelection) -> list[RankSummary]
     return [summarize(trace, selection) for trace in source.load()]
 
 
-def _summaries(sources: Sequence[Any], options: AnalyzeOptions, progress: Progress | None) -> list[RankSummary]:
+SKIPPED_UNREADABLE = "which cannot be read"
+
+
+def unreadable_line(path: Any, exc: GpuprofError) -> str:
+    """The report's warning for a file of a folder that was left out."""
+    return f"skipped {path}, {SKIPPED_UNREADABLE}: {exc.message}; the other traces are analyzed (--strict makes this an error)"
+
+
+def is_unreadable_skip(warning: str) -> bool:
+    return warning.startswith("skipped ") and f", {SKIPPED_UNREADABLE}: " in warning
+
+
+def _summaries(
+    sources: Sequence[Any], options: AnalyzeOptions, progress: Progress | None, skipped: list[str] | None = None
+) -> list[RankSummary]:
+    """Every source's summaries; a source found in a folder that cannot be read is left out
+    (a line in ``skipped``) unless ``options.strict``, as long as another one can be."""
     out: list[RankSummary] = []
+    first_error: GpuprofError | None = None
+
+    def unreadable(src: Any, exc: GpuprofError) -> None:
+        nonlocal first_error
+        if options.strict or not getattr(src, "in_folder", False) or skipped is None:
+            raise exc
+        first_error = first_error or exc
+        skipped.append(unreadable_line(src.path, exc))
+
     n = len(sources)
     if options.scheduler:
         from gpuprof.distributed import summarize_on_cluster
@@ -69,9 +97,14 @@ def _summaries(sources: Sequence[Any], options: AnalyzeOptions, progress: Progre
         for i, src in enumerate(sources, 1):
             if progress:
                 progress(f"reading {src.path}", done=i - 1, total=n, ranks=len(out))
-            out.extend(summarize_source(src, options.steps))
+            try:
+                out.extend(summarize_source(src, options.steps))
+            except GpuprofError as exc:
+                unreadable(src, exc)
         if progress:
             progress(f"read {n} file(s)", done=n, total=n, ranks=len(out))
+        if not out and first_error is not None:
+            raise first_error  # nothing could be read: say why, as for one file
         return out
     from concurrent.futures import ProcessPoolExecutor  # here: one process needs none of it (~7 ms)
 
@@ -81,9 +114,14 @@ def _summaries(sources: Sequence[Any], options: AnalyzeOptions, progress: Progre
         if progress:
             progress(f"reading {n} file(s) in {jobs} processes", done=0, total=n, ranks=0)
         for i, (src, fut) in enumerate(zip(sources, futures), 1):
-            out.extend(fut.result())
+            try:
+                out.extend(fut.result())
+            except GpuprofError as exc:
+                unreadable(src, exc)
             if progress:
                 progress(f"read {src.path}", done=i, total=n, ranks=len(out))
+        if not out and first_error is not None:
+            raise first_error
     except BaseException:
         # A bad file (or Ctrl-C) ends the run now, not after every other rank is read.
         pool.shutdown(wait=True, cancel_futures=True)
@@ -158,7 +196,7 @@ def run_analysis(
 
     skipped: list[str] = []  # files found in folders that are not traces
     sources = discover(paths, skipped, ReadLimits.from_gb(options.max_input_gb))
-    summaries = sorted(_summaries(sources, options, progress), key=lambda s: s.rank)
+    summaries = sorted(_summaries(sources, options, progress, skipped), key=lambda s: s.rank)
     _check_unique_ranks(summaries)
     if progress:
         progress(f"analyzing {len(summaries)} rank(s)")

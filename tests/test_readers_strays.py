@@ -122,5 +122,10 @@ def test_analyze_reports_the_skipped_file_and_fails_on_a_damaged_one(tmp_path: P
     assert named.returncode == 2 and "hparams.json" in named.stderr and "Traceback" not in named.stderr
     bad = folder / "rank1.pt.trace.json.gz"
     bad.write_bytes(gzip.compress(b'{"traceEvents": [')[:-12])
+    # A damaged trace of the folder is left out, named on stderr and in the report, and the
+    # other ranks analyzed (issue 20, case 22); --strict makes it exit 2, one line.
     damaged = _analyze(str(folder))
-    assert damaged.returncode == 2 and str(bad) in damaged.stderr and "Traceback" not in damaged.stderr
+    assert damaged.returncode == 0 and str(bad) in damaged.stderr and "Traceback" not in damaged.stderr
+    assert any(w.startswith(f"skipped {bad}, which cannot be read") for w in json.loads(damaged.stdout)["warnings"])
+    strict = _analyze(str(folder), "--strict")
+    assert strict.returncode == 2 and str(bad) in strict.stderr and "Traceback" not in strict.stderr

@@ -79,8 +79,7 @@ def test_samples_cost_their_numbers_not_a_dict_per_line(tmp_path: Path) -> None:
     root = _session(tmp_path / "s")
     line = json.dumps(_sample(0.0))
     with open(root / SAMPLES_FILE, "w") as fh:
-        for i in range(100_000):
-            fh.write(line.replace('"time_unix_s": 0.0', f'"time_unix_s": {i * 0.1:.1f}', 1) + "\n")
+        fh.writelines(line.replace('"time_unix_s": 0.0', f'"time_unix_s": {i * 0.1:.1f}', 1) + "\n" for i in range(100_000))
     tracemalloc.start()
     try:
         s = read_session(root)

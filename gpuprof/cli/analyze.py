@@ -12,6 +12,7 @@ from gpuprof.cli.console import ColorMode, ReadProgress, color_option, format_na
 # The helpers other commands import from here live in gpuprof.cli.reporting (no typer).
 from gpuprof.cli.reporting import (  # noqa: F401
     analyze_command,
+    warn_skipped,
     choose_format,
     emit,
     terminal_width,
@@ -36,6 +37,16 @@ def max_input_gb_option() -> Any:
     )
 
 
+def strict_option() -> Any:
+    """``--strict``, shared by the commands that read folders of traces."""
+    return typer.Option(
+        False,
+        "--strict",
+        help="Fail (exit 2) when a trace found in a folder cannot be read, instead of analyzing the "
+        "other ranks without it (with a warning naming the file).",
+    )
+
+
 @app.command()
 def analyze(
     paths: List[Path] = typer.Argument(
@@ -43,7 +54,8 @@ def analyze(
         metavar="PATH...",
         help="Kineto trace files (.json, .json.gz), folders of per-rank traces, gpuprof run "
         "session folders, op-level Chrome trace timelines, or a report saved with --format json "
-        "(rendered again).",
+        "(rendered again). A named pipe (FIFO) is read once, as a stream: gpuprof waits for its "
+        "writer, as cat does.",
         show_default=False,
     ),
     fmt: Optional[str] = typer.Option(
@@ -65,6 +77,7 @@ def analyze(
         None, "--scheduler", metavar="ADDRESS", help="Run per-rank work on a Dask distributed scheduler at ADDRESS (needs the dask extra: pip install 'gpuprof\\[dask]')."
     ),
     max_input_gb: Optional[float] = max_input_gb_option(),
+    strict: bool = strict_option(),
     color: ColorMode = color_option(),
 ) -> None:
     """Analyze saved traces: where each rank's GPU time went, and what to change.
@@ -73,4 +86,4 @@ def analyze(
     activity) is either compute or lost time attributed to one cause: pipeline_bubble,
     communication, straggler, memory, dataloader, sync, host or other.
     """
-    analyze_command(paths, fmt, output, steps, jobs, scheduler, max_input_gb, color)
+    analyze_command(paths, fmt, output, steps, jobs, scheduler, max_input_gb, color, strict=strict)

@@ -15,7 +15,7 @@ from pathlib import Path
 import typer
 
 from gpuprof.cli.root import app
-from gpuprof.cli.analyze import StderrProgress, max_input_gb_option, terminal_width, write_output
+from gpuprof.cli.analyze import StderrProgress, max_input_gb_option, strict_option, terminal_width, warn_skipped, write_output
 from gpuprof.cli.check_config import find_pyproject, load_settings, merged, settings_from_options
 from gpuprof.cli.outputs import check_outputs
 from gpuprof.cli.console import is_terminal, say
@@ -29,7 +29,9 @@ from gpuprof.safetext import visible_text
 __all__ = ["check", "diff", "is_report_file", "load_or_analyze", "read_report"]
 
 
-def load_or_analyze(paths: list[Path], steps: str | None = None, max_input_gb: float | None = None) -> Report:
+def load_or_analyze(
+    paths: list[Path], steps: str | None = None, max_input_gb: float | None = None, strict: bool = False
+) -> Report:
     """A report from a saved report file, or by analyzing traces."""
     reports = [p for p in paths if is_report_file(p)]
     if reports:
@@ -39,9 +41,11 @@ def load_or_analyze(paths: list[Path], steps: str | None = None, max_input_gb: f
     from gpuprof.analysis.window import StepSelection
     from gpuprof.pipeline import AnalyzeOptions, analyze_paths
 
-    options = AnalyzeOptions(steps=StepSelection.parse(steps), max_input_gb=max_input_gb)
+    options = AnalyzeOptions(steps=StepSelection.parse(steps), max_input_gb=max_input_gb, strict=strict)
     with StderrProgress() as progress:
-        return analyze_paths(paths, options, progress=progress)
+        report = analyze_paths(paths, options, progress=progress)
+    warn_skipped(report)
+    return report
 
 
 def _limits(max_input_gb: float | None) -> ReadLimits:
@@ -111,6 +115,7 @@ def check(
     no_config: bool = typer.Option(False, "--no-config", help="Ignore pyproject.toml."),
     steps: str | None = typer.Option(None, "--steps", help="Steps to analyze: N, N:M, N: or :M (inclusive)."),
     max_input_gb: float | None = max_input_gb_option(),
+    strict: bool = strict_option(),
 ) -> None:
     from gpuprof import gate
     from gpuprof.render import format_for_path, render
@@ -142,7 +147,7 @@ def check(
             "--baseline REPORT.json, or set them in [tool.gpuprof.check] of pyproject.toml"
         )
     base_report = read_report(base_path, _limits(max_input_gb)) if base_path is not None else None  # bad baseline: fail before analyzing
-    report = load_or_analyze(paths, steps, max_input_gb)
+    report = load_or_analyze(paths, steps, max_input_gb, strict)
 
     results = gate.check_thresholds(report, limits)
     if base_report is not None:

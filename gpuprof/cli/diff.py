@@ -8,7 +8,7 @@ import typer
 
 from gpuprof.atomic import is_stdout
 from gpuprof.cli.root import app
-from gpuprof.cli.analyze import choose_format, emit, max_input_gb_option, text_style
+from gpuprof.cli.analyze import choose_format, emit, max_input_gb_option, strict_option, text_style
 from gpuprof.cli.check import load_or_analyze
 from gpuprof.cli.outputs import check_outputs
 from gpuprof.cli.console import ColorMode, color_option, format_names
@@ -35,6 +35,7 @@ def diff(
     ),
     steps: str | None = typer.Option(None, "--steps", metavar="STEPS", help="Steps to analyze in traces: N, N:M, N: or :M."),
     max_input_gb: float | None = max_input_gb_option(),
+    strict: bool = strict_option(),
     color: ColorMode = color_option(),
 ) -> None:
     """What got better or worse between two runs: better or worse overall first (the step
@@ -47,8 +48,8 @@ def diff(
         output = None
     chosen = choose_format(fmt, output)
     check_outputs([("BASE", base), ("CURRENT", current)], [("-o", output)])
-    b = load_or_analyze([base], steps, max_input_gb)
-    c = load_or_analyze([current], steps, max_input_gb)
+    b = load_or_analyze([base], steps, max_input_gb, strict)
+    c = load_or_analyze([current], steps, max_input_gb, strict)
     d = diff_reports(b, c)
     if chosen == "json":
         text = diff_json(d, b.inputs, c.inputs)

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Optional
+from typing import Any, Optional
 
 from gpuprof.atomic import is_stdout, write_text_atomic
 from gpuprof.cli.console import ColorMode, ReadProgress, is_terminal, say, terminal_width, use_color
@@ -18,6 +18,15 @@ from gpuprof.cli.outputs import check_outputs
 from gpuprof.cli.streams import write_stdout
 from gpuprof.errors import GpuprofError
 from gpuprof.safetext import visible_text
+
+
+def warn_skipped(report: Any) -> None:
+    """Say on stderr which files of a folder were left out: a JSON report on stdout would not."""
+    from gpuprof.pipeline import is_unreadable_skip
+
+    for w in report.warnings:
+        if is_unreadable_skip(w):
+            say(f"warning: {w}")
 
 
 def write_output(text: str, out: Path) -> None:
@@ -91,6 +100,7 @@ def analyze_command(
     scheduler: Optional[str] = None,
     max_input_gb: Optional[float] = None,
     color: ColorMode = ColorMode.auto,
+    strict: bool = False,
 ) -> None:
     """``gpuprof analyze`` with its options parsed (see the command's help for each)."""
     from gpuprof.analysis.window import StepSelection
@@ -116,7 +126,7 @@ def analyze_command(
         report = read_report(saved[0], ReadLimits.from_gb(max_input_gb))
     else:
         options = AnalyzeOptions(
-            steps=StepSelection.parse(steps), jobs=jobs, scheduler=scheduler, max_input_gb=max_input_gb
+            steps=StepSelection.parse(steps), jobs=jobs, scheduler=scheduler, max_input_gb=max_input_gb, strict=strict
         )
         if len(paths) == 1 and is_session(paths[0]):
             # A `gpuprof run` session: the same report as at the end of the run (samples alone
@@ -128,6 +138,7 @@ def analyze_command(
         else:
             with ReadProgress() as progress:
                 report = analyze_paths(paths, options, progress=progress)
+        warn_skipped(report)
     if chosen == "text":
         from gpuprof.render.text import render_text
 

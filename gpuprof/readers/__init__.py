@@ -68,6 +68,9 @@ class TraceSource:
     rank_hint: int | None  # from the file name (rank-3, rank3, worker3, _rank_3 ...)
     order: int  # position in the sorted folder listing (among all inputs, in order)
     limits: ReadLimits = field(default_factory=ReadLimits)
+    # Found in a folder (not named on the command line): when it cannot be read, the other
+    # files of the job are analyzed without it, with a warning (unless --strict).
+    in_folder: bool = False
 
     def load(self) -> list[RankTrace]:
         """Read the file: one RankTrace (Kineto) or one per worker (op-level timeline)."""
@@ -142,7 +145,12 @@ def _kineto(
 
 def _split_later(path: Path, why: str, limits: ReadLimits | None) -> list[RankTrace]:
     """A file that mixes ranks: split it when its rank marks only come later than its
-    first piece (e.g. on metadata events at the end), else refuse it."""
+    first piece (e.g. on metadata events at the end), else refuse it.
+
+    Splitting reads the file a second time: a named pipe, read once as a stream, cannot
+    be (reading it again would wait for a writer that is gone), so such a file is refused."""
+    if not path.is_file():
+        raise refuse_mixed(why + "; a named pipe cannot be read twice to split it", path)
     raw = decode_trace(path, limits)
     events = [e for piece in raw.pieces() for e in piece]
     form = merged_form(events)
@@ -259,7 +267,7 @@ def discover(
             files = [f for f in files if f not in strays]
             base = len(sources)
             sources.extend(
-                TraceSource(f, rank_hint_from_name(f), base + i, limits) for i, f in enumerate(files)
+                TraceSource(f, rank_hint_from_name(f), base + i, limits, in_folder=True) for i, f in enumerate(files)
             )
         elif p.exists():
             sources.append(TraceSource(p, rank_hint_from_name(p), len(sources), limits))

@@ -18,6 +18,7 @@ them (see :mod:`gpuprof.readers.timecheck`).
 
 from __future__ import annotations
 
+import codecs
 import re
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -240,7 +241,8 @@ def decode_trace(path: Path, limits: ReadLimits | None = None) -> RawTrace:
     """
     limits = ReadLimits() if limits is None else limits
     warnings: list[str] = []
-    return _Reader(path, text_blocks(path, warnings, limits=limits), warnings, limits).start()
+    blocks = as_utf8(text_blocks(path, warnings, limits=limits), warnings)
+    return _Reader(path, blocks, warnings, limits).start()
 
 
 class _Reader:
@@ -380,7 +382,7 @@ class _Reader:
         if first:
             with memoryview(self.buf) as whole, whole[:end] as head:
                 text = b"".join((head, b"]}" if self.is_object else b"]"))
-            events, top = _decode(text, self.is_object, self.path)
+            events, top = _decode(text, self.is_object, self.path, self.warnings)
             if not events:  # the cut was not in the event list: not a piece
                 raise msgspec.DecodeError("no events before the first cut")
             self.top.update(top)
@@ -389,7 +391,7 @@ class _Reader:
         # between events.
         with memoryview(self.buf) as whole, whole[self.pos : end] as body:
             piece = b"".join((b"[", body, b"]"))
-        return _decode(piece, False, self.path)[0] or []
+        return _decode(piece, False, self.path, self.warnings)[0] or []
 
     def _rest(self) -> Iterator[list[Event]]:
         while (events := self._next_piece(self.pos + chunks.TARGET_BYTES)) is not None:
@@ -404,7 +406,7 @@ class _Reader:
         added = len(text) - (len(self.buf) - begin)  # bytes of the opening
         self.buf = bytearray()
         try:
-            events, top = _decode(text, self.is_object, self.path)
+            events, top = _decode_whole(text, self.is_object, self.path, self.warnings)
         except (msgspec.DecodeError, msgspec.ValidationError) as exc:
             recovered = _recover_cut(text, self.is_object)
             at = self.last_end  # the end of the previous piece, unless some events follow
@@ -451,7 +453,7 @@ def decode_text(data: bytes | bytearray, path: Path, warnings: list[str] | None 
     cut: int | None = None
     note: str | None = None
     try:
-        doc = _decode(data, is_object, path)
+        doc = _decode_whole(data, is_object, path, warns)
     except msgspec.ValidationError as exc:
         raise NotATraceError(f"JSON is not a trace ({exc})", path) from None
     except msgspec.DecodeError as exc:
@@ -481,11 +483,122 @@ _DocTuple = tuple[list[Event] | None, TopLevel]
 _NESTING_NOTE = "nested deeper than the decoder's recursion limit allows (no trace event nests that deep)"
 
 
-def _decode(data: bytes | bytearray | memoryview, is_object: bool, path: Path) -> _DocTuple:
+def _decode(
+    data: bytes | bytearray | memoryview, is_object: bool, path: Path, notes: list[str] | None = None
+) -> _DocTuple:
+    """Decode JSON text; text that fails only for strings that are not valid Unicode (a byte
+    that is not UTF-8, a lone ``\\ud800``) is decoded with them replaced by U+FFFD, and
+    ``notes`` gets one line saying so (once per file)."""
     try:
-        return _decode_doc(data, is_object)
+        try:
+            return _decode_doc(data, is_object)
+        except msgspec.DecodeError:
+            repaired = _valid_unicode(data)
+            if repaired is None:
+                raise
+            doc = _decode_doc(repaired, is_object)  # raises the text's other problems
+            if notes is not None and _REPLACED_NOTE not in notes:
+                notes.append(_REPLACED_NOTE)
+            return doc
     except RecursionError:
         raise BadTraceError(f"JSON {_NESTING_NOTE}", path) from None
+
+
+_TRAILING = re.compile(r"trailing characters \(byte (\d+)\)")
+
+
+def _decode_whole(data: bytes | bytearray | memoryview, is_object: bool, path: Path, notes: list[str]) -> _DocTuple:
+    """:func:`_decode` for a text that ends the file: what follows a complete JSON text
+    (bytes a writer appended, a second document) is left out with a warning, never
+    taken silently nor read as a cut-off trace."""
+    try:
+        return _decode(data, is_object, path, notes)
+    except msgspec.DecodeError as exc:
+        m = _TRAILING.search(str(exc))
+        if m is None:
+            raise
+        end = int(m.group(1)) - 1  # msgspec counts the byte after the first one left over
+        doc = _decode(memoryview(data)[:end], is_object, path, notes)
+        notes.append(f"{len(data) - end} bytes after the end of the JSON text were ignored (not part of the trace)")
+        return doc
+
+
+_REPLACED_NOTE = (
+    "some strings in the trace are not valid Unicode (bytes that are not UTF-8, or lone surrogates "
+    "such as \\ud800): they are read with U+FFFD in their place"
+)
+_HIGH = rb"\\u[dD][89abAB][0-9a-fA-F]{2}"
+_LOW = rb"\\u[dD][c-fC-F][0-9a-fA-F]{2}"
+_LONE_SURROGATE = re.compile(rb"(?:" + _HIGH + rb"(?!" + _LOW + rb"))|(?:(?<!" + _HIGH + rb")" + _LOW + rb")")
+
+
+def _valid_unicode(data: bytes | bytearray | memoryview) -> bytes | None:
+    """``data`` with invalid UTF-8 and lone surrogate escapes replaced by U+FFFD, or
+    ``None`` when it holds neither (its decode error is another one)."""
+    raw = bytes(data)
+    fixed = raw
+    try:
+        raw.decode("utf-8")
+    except UnicodeDecodeError:
+        fixed = raw.decode("utf-8", errors="replace").encode("utf-8")
+    fixed = _LONE_SURROGATE.sub(rb"\\ufffd", fixed)
+    return None if fixed == raw else fixed
+
+
+# --- encodings: what a JSON text may be written in besides UTF-8 ----------------------------
+
+_BOMS = (
+    (b"\x00\x00\xfe\xff", "utf-32-be"),
+    (b"\xff\xfe\x00\x00", "utf-32-le"),
+    (b"\xef\xbb\xbf", "utf-8"),
+    (b"\xfe\xff", "utf-16-be"),
+    (b"\xff\xfe", "utf-16-le"),
+)
+
+
+def _encoding_of(head: bytes) -> tuple[str, int]:
+    """The encoding of a JSON text from its first bytes, and the length of its byte-order
+    mark: a BOM, else the pattern of zero bytes around the first ASCII character (RFC 8259
+    JSON starts with one)."""
+    for bom, name in _BOMS:
+        if head.startswith(bom):
+            return name, len(bom)
+    if len(head) >= 4:
+        if head[:3] == b"\x00\x00\x00" and head[3]:
+            return "utf-32-be", 0
+        if head[0] and head[1:4] == b"\x00\x00\x00":
+            return "utf-32-le", 0
+    if len(head) >= 2:
+        if head[0] == 0 and head[1]:
+            return "utf-16-be", 0
+        if head[0] and head[1] == 0:
+            return "utf-16-le", 0
+    return "utf-8", 0
+
+
+def as_utf8(blocks: Iterator[bytes], warnings: list[str]) -> Iterator[bytes]:
+    """The blocks of a JSON text as UTF-8: a UTF-8 byte-order mark is dropped, UTF-16 and
+    UTF-32 text (with or without one) is converted, with one warning; what does not decode
+    becomes U+FFFD."""
+    first = b""
+    for block in blocks:
+        first += block
+        if len(first) >= 4:
+            break
+    else:
+        if not first:
+            return
+    encoding, bom = _encoding_of(first[:4])
+    if encoding == "utf-8":
+        yield first[bom:] if bom else first
+        yield from blocks
+        return
+    warnings.append(f"the trace is written in {encoding.upper()}, not UTF-8: read after converting it")
+    decoder = codecs.getincrementaldecoder(encoding)(errors="replace")
+    yield decoder.decode(first[bom:]).encode("utf-8")
+    for block in blocks:
+        yield decoder.decode(block).encode("utf-8")
+    yield decoder.decode(b"", final=True).encode("utf-8")
 
 
 def _decode_doc(data: bytes | bytearray | memoryview, is_object: bool) -> _DocTuple:

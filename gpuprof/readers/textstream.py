@@ -112,7 +112,7 @@ def gunzipped(src: Iterator[bytes | memoryview], path: Path, warnings: list[str]
     """Decompressed pieces of the gzip data in ``src`` (concatenated members as one text).
 
     Trailing bytes after the last member that do not start another are ignored, as gzip(1)
-    does.
+    does, with a warning unless they are zeros (padding).
     """
     z = inflate_module()
     produced = 0
@@ -153,6 +153,8 @@ def gunzipped(src: Iterator[bytes | memoryview], path: Path, warnings: list[str]
                 break
             data = bytes(data) + bytes(more)
         if data[:2] != GZIP_MAGIC:
+            if bytes(data).strip(b"\0"):  # zero padding (tape blocks) is no news; other bytes are
+                warnings.append("bytes after the end of the gzip data were ignored (not part of the trace)")
             break
     if not produced:
         raise BadTraceError("gzip file holds no data", path)

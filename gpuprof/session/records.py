@@ -70,7 +70,7 @@ def _lines(path: Path) -> Iterator[tuple[list[bytes], bool]]:
     """Blocks of non-empty lines, and whether the block ends the file without a newline
     (its last line may be torn)."""
     try:
-        fh = open(path, "rb")
+        fh = open(path, "rb")  # noqa: SIM115 -- closed by the with below; opening errors differ
     except FileNotFoundError:
         return
     except OSError as exc:
@@ -159,7 +159,7 @@ def _column(values: list[Any], kind: str) -> tuple[np.ndarray, np.ndarray | None
         for i, v in enumerate(values):
             if v is None:
                 continue
-            if isinstance(v, (int, float)) and not isinstance(v, bool) and v == v and 0 <= v < _INDEX_LIMIT and float(v).is_integer():
+            if isinstance(v, (int, float)) and not isinstance(v, bool) and 0 <= v < _INDEX_LIMIT and float(v).is_integer():
                 col[i] = int(v)
             else:
                 bad[i] = True
@@ -273,7 +273,7 @@ def _ok(v: Any, kind: str) -> bool:
             return math.isfinite(float(v))
         except OverflowError:
             return False
-    return v == v and 0 <= v < _INDEX_LIMIT and float(v).is_integer()  # INDEX
+    return 0 <= v < _INDEX_LIMIT and float(v).is_integer()  # INDEX (NaN fails the comparison)
 
 
 __all__ = ["ANY", "BOOL", "INDEX", "NUMBER", "STRING", "Field", "Problems", "read_columns", "read_records"]
