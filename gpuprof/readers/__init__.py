@@ -199,12 +199,16 @@ def _scan_folder(folder: Path) -> list[Path]:
         raise BadTraceError(f"cannot list folder: {exc.strerror or exc}", folder) from None
     if (folder / META_FILE).is_file():
         # A gpuprof run session knows where its traces are (gpuprof.session.layout): the
-        # files beside them (report.json, samples) are its own, never traces.
+        # files beside them (report.json, samples) are its own, never traces; a job that ran
+        # its own torch.profiler left its traces where it wrote them (the hooks say where).
+        from gpuprof.session.reader import job_trace_paths
+
         traces = folder / TRACES_DIR
         try:
-            return sorted((p for p in traces.iterdir() if p.is_file() and is_trace_name(p)), key=lambda p: p.name)
+            own = sorted((p for p in traces.iterdir() if p.is_file() and is_trace_name(p)), key=lambda p: p.name)
         except OSError:
-            return []
+            own = []
+        return own + list(job_trace_paths(folder))
     files = [p for p in entries if p.is_file() and is_trace_name(p)]
     if files:
         return files

@@ -20,7 +20,11 @@ with neither that multiprocessing did not start is rank 0 (``python train.py``).
 whose rank nobody knows (``torch.multiprocessing.spawn`` trainers without torch.distributed)
 writes ``unranked-pid<P>.pt.trace.json.gz``; a second process claiming a taken rank writes
 ``rank<R>-<pid>.pt.trace.json.gz``. Names are taken with an exclusive link, never by
-overwriting. A trace is exported to ``traces/.<pid>.tmp.pt.trace.json.gz`` first and
+overwriting. A job that runs its own ``torch.profiler`` keeps it: gpuprof's profiler steps
+aside (stopped, its trace dropped, when it was recording) and the session's traces are
+``traces/`` plus, for each process without a trace there, the last trace the job's own
+profiler wrote (its ``job_trace`` records), read where the job wrote it.
+A trace is exported to ``traces/.<pid>.tmp.pt.trace.json.gz`` first and
 renamed when complete: such a file left behind (its process was killed mid-export) is
 reported by the reader as an unfinished trace.
 
@@ -68,7 +72,9 @@ has no later lines.
 ``allocated_bytes``, ``reserved_bytes``, ``alloc_retries``, ``ooms``, ... -- on every step,
 or every N steps when reading them would cost over 0.2 % of a step), ``profiler_start``,
 ``trace`` (``path`` of the written trace), ``note`` (``message``: why no trace was
-taken, e.g. the job runs its own profiler), ``error`` (``where``, ``message``, ``traceback``:
+taken; ``job_profiler`` true when the job started its own profiler and gpuprof stepped
+aside), ``job_trace`` (``path``, absolute: a trace the job's own profiler wrote, e.g. with
+``tensorboard_trace_handler``), ``error`` (``where``, ``message``, ``traceback``:
 a hook failed and switched itself off; the job went on), ``exit`` (``steps``; ``signal``
 15 when SIGTERM ended the process inside the profiler window, after the trace was written). Steps are
 counted on the first optimizer that steps; ``rank`` is ``RANK`` from the environment.

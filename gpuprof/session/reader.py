@@ -191,6 +191,42 @@ def _samples_frame(columns: dict[str, Any] | None) -> pd.DataFrame | None:
     return df
 
 
+def _job_traces(hook_recs: list[dict[str, Any]], own: tuple[Path, ...]) -> tuple[tuple[Path, ...], list[str]]:
+    """The traces the job's own profiler wrote (``job_trace`` records, see
+    :mod:`gpuprof.session.layout`), one per process: the last it wrote, for each process
+    gpuprof wrote no trace of its own; and what to say about them."""
+    own_pids = {r.get("pid") for r in hook_recs if r.get("kind") == "trace"}
+    by_pid: dict[Any, list[str]] = {}
+    for r in sorted((r for r in hook_recs if r.get("kind") == "job_trace"), key=lambda r: r["time_unix_s"]):
+        if isinstance(r.get("path"), str) and r.get("pid") not in own_pids:
+            by_pid.setdefault(r.get("pid"), []).append(r["path"])
+    out: list[Path] = []
+    notes: list[str] = []
+    seen = {p.resolve() for p in own}
+    for pid, paths in by_pid.items():
+        last = Path(paths[-1])
+        if not last.is_file():
+            notes.append(f"the job's own profiler wrote {last} (process {pid}), which is no longer there")
+            continue
+        if last.resolve() in seen:
+            continue
+        seen.add(last.resolve())
+        out.append(last)
+        if len(paths) > 1:
+            notes.append(
+                f"the job's own profiler wrote {len(paths)} traces in process {pid}; the last, {last}, is analyzed"
+            )
+    if any(r.get("kind") == "note" and r.get("job_profiler") is True for r in hook_recs):
+        shown = ", ".join(str(p) for p in out) if out else "none was written"
+        notes.append(f"the job ran its own torch.profiler, so gpuprof recorded no trace of its own; the job's traces: {shown}")
+    return tuple(out), notes
+
+
+def job_trace_paths(root: Path) -> tuple[Path, ...]:
+    """The job's own traces a session points at (read from its hook records)."""
+    return tuple(p for p in read_session(root).trace_paths if p.parent != root / TRACES_DIR)
+
+
 def _signature(root: Path) -> tuple[Any, ...]:
     """What a session read depends on: its files' names, sizes and times."""
     out: list[Any] = [str(root.resolve())]
@@ -263,6 +299,9 @@ def _read_session(root: Path) -> Session:
                 warnings.append(
                     f"an unfinished trace was skipped: {TRACES_DIR}/{p.name} (its process stopped while writing it)"
                 )
+    job_traces, notes = _job_traces(hook_recs, traces)
+    traces += job_traces
+    warnings.extend(notes)
     hook_df = None
     if hook_recs:
         hook_df = pd.DataFrame.from_records(hook_recs)

@@ -8,6 +8,9 @@ when CUDA is in use, and drives a ``torch.profiler`` schedule (wait, warm-up, ac
 trace is written to ``<session>/traces/rank<R>.pt.trace.json.gz`` (``unranked-pid<P>...``
 when the process's rank is unknown, see :meth:`_Hooks._trace_names`).
 
+A job that runs its own profiler keeps it (:meth:`_Hooks._watch_profilers`): gpuprof's
+steps aside, and the traces the job writes are recorded for the session to analyze.
+
 Outside the profiler's active window a step costs a counter increment, one clock read
 and one buffered line. Any error in here is logged to the session's hook log and the
 failing part switches itself off; the user's job never sees an exception from gpuprof.
@@ -112,6 +115,12 @@ class _Hooks:
         self._term_installed = False
         self._kineto_env_set = False
         self._step_line = self._step_line_for()
+        # The job's own profiler (see _watch_profilers): while gpuprof calls into its own,
+        # ``_own_call`` is set, so that only the job's calls count as the job's.
+        self._own_call = False
+        self._export_depth = 0
+        self.job_profiler = False
+        self._discard_trace = False
 
     # -- the log ------------------------------------------------------------------------
     def _log_path(self) -> str:
@@ -197,9 +206,91 @@ class _Hooks:
         from torch.optim.optimizer import register_optimizer_step_post_hook
 
         register_optimizer_step_post_hook(self.post_step)
+        try:
+            self._watch_profilers(torch)
+        except Exception as exc:  # without it, a job's own profiler collides with gpuprof's (as before)
+            self.error("profiler watch", exc)
         atexit.register(self.at_exit)
         if hasattr(os, "register_at_fork"):
             os.register_at_fork(before=self.before_fork, after_in_child=self.after_fork_in_child)
+
+    # -- the job's own profiler ------------------------------------------------------------
+    def _watch_profilers(self, torch: Any) -> None:
+        """Notice a profiler the job starts itself, and the traces it writes.
+
+        Kineto allows one profiler per thread: a job that runs ``torch.profiler`` (or the
+        autograd profiler, or ``emit_nvtx``) while gpuprof's window is open died with
+        "Profiler is already enabled on this thread", then SIGSEGV. Every one of them
+        prepares or enables Kineto through ``torch.autograd.profiler``'s
+        ``_prepare_profiler`` / ``_enable_profiler``: wrapped here, the first call that is
+        not gpuprof's own stops gpuprof's profiler (its trace is dropped) and gpuprof steps
+        aside for the rest of the process, saying so in the session (a ``note``). The job's
+        ``export_chrome_trace`` calls are recorded (``job_trace``, the file's path), so that
+        the job's own traces are analyzed as the run's.
+        """
+        ap = torch.autograd.profiler
+        for name in ("_prepare_profiler", "_enable_profiler"):
+            original = getattr(ap, name, None)
+            if original is None or getattr(original, "_gpuprof_watched", False):
+                continue
+
+            def watched(*args: Any, __original: Any = original, **kwargs: Any) -> Any:
+                if not self._own_call:
+                    self._job_profiler_starts()
+                return __original(*args, **kwargs)
+
+            watched._gpuprof_watched = True  # type: ignore[attr-defined]
+            setattr(ap, name, watched)
+        classes = [ap.profile]
+        kineto = getattr(getattr(getattr(torch, "profiler", None), "profiler", None), "_KinetoProfile", None)
+        if kineto is not None:
+            classes.append(kineto)
+        for cls in classes:
+            original = cls.__dict__.get("export_chrome_trace")
+            if original is None or getattr(original, "_gpuprof_watched", False):
+                continue
+
+            def export(prof: Any, path: Any, *args: Any, __original: Any = original, **kwargs: Any) -> Any:
+                self._export_depth += 1  # torch.profiler's export calls the autograd one inside
+                try:
+                    result = __original(prof, path, *args, **kwargs)
+                finally:
+                    self._export_depth -= 1
+                if self._export_depth == 0 and not self._own_call:
+                    self._job_trace_written(path)
+                return result
+
+            export._gpuprof_watched = True  # type: ignore[attr-defined]
+            cls.export_chrome_trace = export
+
+    def _job_profiler_starts(self) -> None:
+        if self.job_profiler or self.forked:
+            return
+        try:
+            self.job_profiler = True
+            if self.profiler_done and self.prof is None:
+                return  # gpuprof's window is over (or never opened): nothing to step aside from
+            if self.prof is not None:
+                self._discard_trace = True  # the job's profiler records these steps; ours would be half
+                self._own_call = True
+                try:
+                    self._stop_profiler()
+                finally:
+                    self._own_call = False
+            self.profiler_done = True
+            self.record("note", job_profiler=True, step=self.step,
+                        message="the job runs its own torch.profiler: gpuprof stepped aside (no trace of its "
+                        "own) and analyzes the traces the job's profiler writes")
+            self.flush()
+        except Exception as exc:
+            self.error("job profiler", exc)
+
+    def _job_trace_written(self, path: Any) -> None:
+        try:
+            self.record("job_trace", path=os.path.abspath(os.fspath(path)), step=self.step)
+            self.flush()
+        except Exception as exc:
+            self.error("job trace", exc)
 
     # -- the per-step hook --------------------------------------------------------------
     def post_step(self, optimizer: Any, args: Any, kwargs: Any) -> None:
@@ -257,6 +348,7 @@ class _Hooks:
             self.memory_every = max(1, min(1000, math.ceil(cost_s / (_MEMORY_BUDGET * self.step_dt_s))))
 
     def _profiler_step(self) -> None:
+        self._own_call = True
         try:
             if self.prof is None:
                 self._start_profiler()
@@ -268,6 +360,8 @@ class _Hooks:
             self.profiler_done = True
             self.prof = None
             self.error("profiler", exc)
+        finally:
+            self._own_call = False
 
     def _start_profiler(self) -> None:
         enabled = getattr(getattr(self.torch._C, "_autograd", None), "_profiler_enabled", None)
@@ -345,7 +439,11 @@ class _Hooks:
             return
         try:
             if self.prof is not None:
-                self._stop_profiler()  # RECORD -> stop: the schedule hands the trace over
+                self._own_call = True
+                try:
+                    self._stop_profiler()  # RECORD -> stop: the schedule hands the trace over
+                finally:
+                    self._own_call = False
             self.record("exit", steps=self.step, signal=int(signum))
             self.flush()
             self._report_write_problem()
@@ -392,6 +490,8 @@ class _Hooks:
         return [unranked] if spawned else ["rank0.pt.trace.json.gz", unranked]
 
     def _trace_ready(self, prof: Any) -> None:
+        if self._discard_trace:
+            return  # the job's own profiler took over: these steps are in its traces
         tmp = None
         self._exporting = True
         try:
@@ -433,7 +533,11 @@ class _Hooks:
             return  # a forked helper process that never trained: leave no file behind
         try:
             if self.prof is not None:
-                self._stop_profiler()
+                self._own_call = True
+                try:
+                    self._stop_profiler()
+                finally:
+                    self._own_call = False
             self.record("exit", steps=self.step)
             if self.log is not None:
                 self.log.close()
