@@ -321,16 +321,34 @@ class Case:
     seed: int
     index: int
     source: str
-    command: str  # analyze | annotate | check
+    command: str  # analyze | annotate | check | diff | schema
     mutated: str  # file name of the mutated trace within the job
     steps: list[str] = field(default_factory=list)
+    # What the case attacks (see KINDS): a damaged trace, the standard streams, outputs onto
+    # inputs, a saved report, a session's files, control characters in names and strings.
+    kind: str = "trace"
+    argv: list[str] = field(default_factory=list)  # the command line, when not the default one
+    stdout_mode: str = "capture"  # capture | closed | full | broken
+    stderr_mode: str = "capture"  # capture | closed
+    protected: list[str] = field(default_factory=list)  # inputs that must come out unchanged
+    env: dict[str, str] = field(default_factory=dict)
 
     def describe(self) -> str:
-        return f"seed {self.seed} case {self.index}: {self.command} {self.source}/{self.mutated}: {'; '.join(self.steps)}"
+        where = f"{self.source}/{self.mutated}"
+        streams = "" if (self.stdout_mode, self.stderr_mode) == ("capture", "capture") else f" [stdout {self.stdout_mode}, stderr {self.stderr_mode}]"
+        return f"seed {self.seed} case {self.index} ({self.kind}): {self.command} {where}{streams}: {'; '.join(self.steps)}"
+
+
+# Kinds of case and their weights. The kind is drawn from a generator of its own, so that a
+# trace case draws exactly what it drew before the other kinds existed.
+KINDS = {"trace": 60, "streams": 8, "outputs": 8, "report": 8, "session": 8, "names": 8}
 
 
 def build_case(seed: int, index: int, all_sources: Sequence[Source], out_dir: Path, max_events: int = DEFAULT_MAX_EVENTS) -> tuple[Case, list[Path]]:
     """Write case ``index`` into ``out_dir``; returns it and the paths to give gpuprof."""
+    kind = random.Random(f"{seed}:{index}:kind").choices(list(KINDS), weights=list(KINDS.values()))[0]
+    if kind != "trace":
+        return EXTRA_BUILDERS[kind](seed, index, all_sources, out_dir, max_events)
     r = random.Random(f"{seed}:{index}")
     src = r.choice(all_sources)
     command = r.choices(["analyze", "annotate", "check"], weights=[8, 1, 1])[0]
@@ -366,6 +384,341 @@ def build_case(seed: int, index: int, all_sources: Sequence[Source], out_dir: Pa
     if len(files) == 1:
         return case, [job / name]
     return case, [job]
+
+
+# --- the other kinds of case (issue 20's classes) ------------------------------------------
+
+# Strings that must never reach a terminal as they are: OSC 52 (clipboard), clear screen,
+# a forged line, CR, a C1 CSI, a bidirectional override, a NUL.
+CONTROL_STRINGS = [
+    "\x1b]52;c;SGFjaw==\x07",
+    "\x1b[2J\x1b[H",
+    "\ngpuprof: all checks passed",
+    "\rOVERWRITTEN",
+    "\x9b31m",
+    "\u202egnp.",
+    "\x00",
+    "\x1b]0;title\x07",
+]
+# What a terminal must never receive from gpuprof (gpuprof/safetext.py's rule): C0 controls
+# but tab and newline, DEL, C1, line and paragraph separators, bidirectional controls.
+_UNSAFE = re.compile("[\x00-\x08\x0b-\x1f\x7f-\x9f\u2028\u2029\u202a-\u202e\u2066-\u2069]")
+
+
+def unsafe_text(text: str) -> str | None:
+    """The first character a terminal would obey, shown, or ``None``."""
+    m = _UNSAFE.search(text)
+    return None if m is None else repr(m.group(0))
+
+
+def m_control_strings(r: random.Random, doc: Any) -> str:
+    """Control characters in the strings a report shows: names, devices, process groups."""
+    n = 0
+    for d in _dicts(doc):
+        for key in ("name", "cat", "Process Group Name", "Collective name"):
+            if isinstance(d.get(key), str) and r.random() < 0.3:
+                d[key] = d[key] + r.choice(CONTROL_STRINGS)
+                n += 1
+    if isinstance(doc, dict) and isinstance(doc.get("deviceProperties"), list):
+        for dev in doc["deviceProperties"]:
+            if isinstance(dev, dict):
+                dev["name"] = str(dev.get("name", "")) + r.choice(CONTROL_STRINGS)
+                n += 1
+    return f"control characters in {n} strings"
+
+
+def _trace_source(r: random.Random, all_sources: Sequence[Source]) -> Source:
+    """A job whose files are traces (not a session's metadata, which the trace cases damage)."""
+    usable = [s for s in all_sources if any(f.name != "session.json" for f in s.files)]
+    src = r.choice(usable)
+    return Source(src.name, tuple(f for f in src.files if f.name != "session.json"))
+
+
+def _job_files(r: random.Random, src: Source, job: Path, limit: int = 3) -> list[Path]:
+    job.mkdir(parents=True, exist_ok=True)
+    files = list(src.files) if len(src.files) <= limit else r.sample(list(src.files), limit)
+    out = []
+    for f in files:
+        shutil.copy(f, job / f.name)
+        out.append(job / f.name)
+    return out
+
+
+def _streams_case(seed: int, index: int, all_sources: Sequence[Source], out_dir: Path, max_events: int) -> tuple[Case, list[Path]]:
+    """A command whose stdout is closed, full or a pipe nobody reads, or whose stderr is closed."""
+    r = random.Random(f"{seed}:{index}")
+    src = _trace_source(r, all_sources)
+    files = _job_files(r, src, out_dir / "job")
+    command = r.choice(["analyze", "analyze", "check", "schema"])
+    stdout_mode, stderr_mode = r.choice(
+        [("closed", "capture"), ("full", "capture"), ("broken", "capture"), ("capture", "closed"), ("broken", "closed")]
+    )
+    case = Case(seed, index, src.name, command, files[0].name, kind="streams", stdout_mode=stdout_mode, stderr_mode=stderr_mode)
+    if r.random() < 0.3:  # sometimes the input is bad too: its error line must still be the one line
+        files[0].write_bytes(b_mutate(r, files[0].read_bytes())[0])
+        case.steps.append("input damaged at byte level")
+    target = [str(files[0])] if len(files) == 1 else [str(files[0].parent)]
+    if command == "analyze":
+        case.argv = ["analyze", *target, "--format", r.choice(["json", "text", "markdown"])]
+    elif command == "check":
+        case.argv = ["check", *target, "--no-config", "--min-compute-pct", r.choice(["1", "99"])]
+    else:
+        case.argv = ["schema"]
+    return case, files
+
+
+def _outputs_case(seed: int, index: int, all_sources: Sequence[Source], out_dir: Path, max_events: int) -> tuple[Case, list[Path]]:
+    """An output onto an input, or two outputs onto one file: refused, every input unchanged."""
+    r = random.Random(f"{seed}:{index}")
+    src = _trace_source(r, all_sources)
+    job = out_dir / "job"
+    files = _job_files(r, src, job)
+    first = files[0]
+    other = job / "other.json"
+    shutil.copy(first, other)
+    alias = job / "alias.json"
+    alias.symlink_to(first.name)  # the same file by another name
+    pattern = r.choice(["analyze-onto-input", "analyze-onto-folder-trace", "baseline-junit", "save-and-junit", "diff-onto-base"])
+    fmt = ["--format", "json"]
+    argv = {
+        "analyze-onto-input": ["analyze", str(first), "-o", str(r.choice([first, alias])), *fmt],
+        "analyze-onto-folder-trace": ["analyze", str(job), "-o", str(first), *fmt],
+        "baseline-junit": ["check", str(first), "--no-config", "--baseline", str(other), "--junit", str(r.choice([other, other]))],
+        "save-and-junit": ["check", str(first), "--no-config", "--min-compute-pct", "1", "--save-report", str(job / "x.json"), "--junit", str(job / "x.json")],
+        "diff-onto-base": ["diff", str(other), str(first), "-o", str(other), *fmt],
+    }[pattern]
+    case = Case(seed, index, src.name, argv[0], first.name, [pattern], kind="outputs", argv=argv)
+    case.protected = [str(f) for f in [*files, other]]
+    return case, files
+
+
+def _saved_report(src_paths: list[Path]) -> dict[str, Any]:
+    r = run_cli("analyze", *map(str, src_paths), "--format", "json")
+    if r.code != 0:
+        raise RuntimeError(f"the unmutated source does not analyze: {r.stderr}")
+    return json.loads(r.stdout)  # type: ignore[no-any-return]
+
+
+def _all_dicts(doc: Any, limit: int = 2000) -> list[dict[str, Any]]:
+    out: list[dict[str, Any]] = []
+    stack = [doc]
+    while stack and len(out) < limit:
+        v = stack.pop()
+        if isinstance(v, dict):
+            out.append(v)
+            stack.extend(v.values())
+        elif isinstance(v, list):
+            stack.extend(v[:200])
+    return out
+
+
+def _report_case(seed: int, index: int, all_sources: Sequence[Source], out_dir: Path, max_events: int) -> tuple[Case, list[Path]]:
+    """A saved report, damaged, swollen or carrying control characters, read back."""
+    r = random.Random(f"{seed}:{index}")
+    src = _trace_source(r, all_sources)
+    files = _job_files(r, src, out_dir / "job")
+    target = [str(files[0])] if len(files) == 1 else [str(files[0].parent)]
+    doc = _saved_report([Path(t) for t in target])
+    case = Case(seed, index, src.name, "analyze", "report.json", kind="report")
+    gz = False
+    for _ in range(r.choice([1, 1, 2, 3])):
+        what = r.choice(["retype", "delete", "numbers", "bomb", "control"])
+        targets = _all_dicts(doc)
+        if what == "retype" and targets:
+            d = r.choice(targets)
+            if d:
+                k = r.choice(list(d))
+                d[k] = r.choice(WEIRD_VALUES)(r)
+                case.steps.append(f"retype {k!r}")
+        elif what == "delete" and targets:
+            d = r.choice(targets)
+            if d:
+                k = r.choice(list(d))
+                del d[k]
+                case.steps.append(f"delete {k!r}")
+        elif what == "numbers" and doc.get("ranks"):
+            rank = r.choice(doc["ranks"])
+            n = r.choice([17, 1000, 200_000])
+            values: list[Any] = [r.random() * 1e5 for _ in range(n)]
+            if r.random() < 0.5:
+                values[r.randrange(n)] = r.choice(WEIRD_VALUES)(r)
+            rank["step_times_us"] = values
+            case.steps.append(f"{n} step times")
+        elif what == "bomb":
+            doc["warnings"] = ["a" * 3_000_000]
+            case.env["GPUPROF_MAX_EVENT_MB"] = "1"
+            gz = True
+            case.steps.append("a 3 MB string, limit 1 MB, gzipped")
+        elif targets:
+            for d in targets:
+                for k, v in d.items():
+                    if isinstance(v, str) and r.random() < 0.2:
+                        d[k] = v + r.choice(CONTROL_STRINGS)
+                    elif isinstance(v, list) and v and all(isinstance(x, str) for x in v) and r.random() < 0.3:
+                        d[k] = [x + r.choice(CONTROL_STRINGS) for x in v]
+            case.steps.append("control characters in strings")
+    data = json.dumps(doc, allow_nan=True).encode("utf-8", errors="surrogatepass")
+    report = out_dir / "job" / ("report.json.gz" if gz else "report.json")
+    report.write_bytes(gzip.compress(data, compresslevel=6) if gz else data)
+    case.mutated = report.name
+    how = r.choice(["analyze", "analyze", "baseline", "check"])
+    if how == "analyze":
+        case.argv = ["analyze", str(report), "--format", r.choice(["text", "markdown", "json", "html"])]
+    elif how == "baseline":
+        case.command = "check"
+        case.argv = ["check", *target, "--no-config", "--baseline", str(report)]
+    else:
+        case.command = "check"
+        case.argv = ["check", str(report), "--no-config", "--min-compute-pct", "1", "--junit", str(out_dir / "junit.xml")]
+    return case, [report]
+
+
+def _session_case(seed: int, index: int, all_sources: Sequence[Source], out_dir: Path, max_events: int) -> tuple[Case, list[Path]]:
+    """A session folder whose JSON-lines files hold lines of the wrong types or no JSON."""
+    from gpuprof.record.backend import GpuSample
+    from gpuprof.session.layout import SESSION_SCHEMA
+
+    r = random.Random(f"{seed}:{index}")
+    src = _trace_source(r, all_sources)
+    sess = out_dir / "job"
+    files = _job_files(r, src, sess / "traces", limit=1)
+    meta: dict[str, Any] = {"schema": SESSION_SCHEMA, "status": r.choice(["finished", "running"]), "command": ["python", "train.py"],
+                            "gpus": [], "hooks_enabled": True, "warnings": [], "start_time_unix_s": 1.7e9}
+    n = r.choice([10, 500, 5000])
+    samples = [
+        GpuSample(gpu=i % 2, uuid=f"GPU-{i % 2}", util_gpu_pct=float(r.randrange(101)), mem_used_bytes=1e9 + i,
+                  mem_total_bytes=8e10, power_w=300.0).to_record(1.7e9 + (i // 2) * 0.1)
+        for i in range(n)
+    ]
+    hooks: list[dict[str, Any]] = [{"time_unix_s": 1.7e9, "kind": "start", "rank": 0, "pid": 7}]
+    hooks += [{"time_unix_s": 1.7e9 + s * 0.05, "kind": "step", "rank": 0, "pid": 7, "step": s} for s in range(1, 60)]
+    hooks.append({"time_unix_s": 1.7e9 + 3.0, "kind": "trace", "rank": 0, "pid": 7, "path": f"traces/{files[0].name}"})
+    case = Case(seed, index, src.name, "analyze", "samples.jsonl", kind="session")
+    lines = {"samples.jsonl": [json.dumps(x) for x in samples], "hooks/rank0-7.jsonl": [json.dumps(x) for x in hooks]}
+    for _ in range(r.choice([1, 2, 3, 5])):
+        name = r.choice(list(lines))
+        rows = lines[name]
+        i = r.randrange(len(rows))
+        what = r.choice(["retype", "retype", "garbage", "not-an-object", "huge", "meta"])
+        if what == "retype":
+            rec = json.loads(rows[i])
+            key = r.choice(list(rec))
+            rec[key] = r.choice(WEIRD_VALUES)(r)
+            rows[i] = json.dumps(rec, allow_nan=True)
+            case.steps.append(f"{name}: line {i} {key!r} retyped")
+        elif what == "garbage":
+            rows[i] = rows[i][: r.randrange(len(rows[i]) + 1)] + "\x00\xff garbage"
+            case.steps.append(f"{name}: line {i} cut and garbage")
+        elif what == "not-an-object":
+            rows[i] = r.choice(["5", "[1, 2]", "null", '"x"'])
+            case.steps.append(f"{name}: line {i} not an object")
+        elif what == "huge":
+            rec = json.loads(rows[i])
+            rec[r.choice(list(rec))] = r.choice([1e20, -(2**70), 10**400 if r.random() < 0.5 else 2**64])
+            rows[i] = json.dumps(rec)
+            case.steps.append(f"{name}: line {i} a huge number")
+        else:
+            key = r.choice(list(meta))
+            meta[key] = r.choice(WEIRD_VALUES)(r)
+            case.steps.append(f"session.json {key!r} retyped")
+    (sess / "hooks").mkdir(parents=True, exist_ok=True)
+    (sess / "session.json").write_text(json.dumps(meta, allow_nan=True))
+    for name, rows in lines.items():
+        (sess / name).write_bytes(("\n".join(rows) + "\n").encode("utf-8", errors="surrogatepass"))
+    case.argv = ["analyze", str(sess), "--format", "json"]
+    return case, [sess]
+
+
+def _names_case(seed: int, index: int, all_sources: Sequence[Source], out_dir: Path, max_events: int) -> tuple[Case, list[Path]]:
+    """A trace whose file name and strings hold control characters (or bytes that are not
+    UTF-8): whatever gpuprof says about it reaches the terminal escaped."""
+    r = random.Random(f"{seed}:{index}")
+    src = _trace_source(r, all_sources)
+    victim = r.choice(src.files)
+    doc = _load(victim, max_events)
+    case = Case(seed, index, src.name, "analyze", victim.name, [m_control_strings(r, doc)], kind="names")
+    data = json.dumps(doc, allow_nan=True).encode("utf-8", errors="surrogatepass")
+    if r.random() < 0.4:
+        data, step = b_mutate(r, data)  # damaged: the error line names the file
+        case.steps.append(step)
+    raw_name = b"bad" + r.choice([s.encode("utf-8", "surrogatepass") for s in CONTROL_STRINGS if "\x00" not in s and "/" not in s] + [b"\xff\xfe"]) + b".json"
+    job = out_dir / "job"
+    job.mkdir(parents=True, exist_ok=True)
+    path = job / os.fsdecode(raw_name)
+    path.write_bytes(data)
+    case.mutated = repr(path.name)
+    fmt = r.choice(["text", "text", "markdown", "json"])
+    case.argv = r.choice([["analyze", str(path), "--format", fmt], ["check", str(path), "--no-config", "--min-compute-pct", "1"]])
+    case.command = case.argv[0]
+    return case, [path]
+
+
+EXTRA_BUILDERS: dict[str, Callable[..., tuple[Case, list[Path]]]] = {
+    "streams": _streams_case,
+    "outputs": _outputs_case,
+    "report": _report_case,
+    "session": _session_case,
+    "names": _names_case,
+}
+
+
+def run_with_streams(args: Sequence[str], stdout_mode: str, stderr_mode: str, work: Path) -> CliResult:
+    """``gpuprof ARGS`` with descriptors 1 and 2 as asked (in a forked child only: it
+    changes this process's descriptors): closed (as ``>&-``), ``/dev/full``, a pipe whose
+    reader is gone, or a file that is read back."""
+    import io
+    import traceback
+
+    from gpuprof.cli import main
+
+    out_path, err_path = work / "stdout.bin", work / "stderr.bin"
+    if stderr_mode == "closed":
+        os.close(2)
+        sys.stderr = None  # type: ignore[assignment]  # what the interpreter does at start
+    else:
+        fd = os.open(err_path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
+        os.dup2(fd, 2)
+        os.close(fd)
+        sys.stderr = io.TextIOWrapper(io.FileIO(2, "w", closefd=False), encoding="utf-8", errors="backslashreplace", line_buffering=True)
+    if stdout_mode == "closed":
+        os.close(1)
+        sys.stdout = None  # type: ignore[assignment]
+    else:
+        if stdout_mode == "full":
+            fd = os.open("/dev/full", os.O_WRONLY)
+        elif stdout_mode == "broken":
+            rd, fd = os.pipe()
+            os.close(rd)
+        else:
+            fd = os.open(out_path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
+        os.dup2(fd, 1)
+        os.close(fd)
+        sys.stdout = io.TextIOWrapper(io.FileIO(1, "w", closefd=False), encoding="utf-8", errors="backslashreplace")
+    saved_argv = sys.argv
+    sys.argv = ["gpuprof", *args]
+    code, tb = 0, None
+    try:
+        main()
+    except SystemExit as exc:
+        code = exc.code if isinstance(exc.code, int) else (0 if exc.code is None else 1)
+    except Exception:  # noqa: BLE001 - exactly what the harness looks for
+        code, tb = 1, traceback.format_exc()
+    finally:
+        sys.argv = saved_argv
+    for stream in (sys.stdout, sys.stderr):
+        try:
+            if stream is not None:
+                stream.flush()
+        except (OSError, ValueError):
+            pass
+    read = lambda p: p.read_bytes().decode("utf-8", "backslashreplace") if p.is_file() else ""  # noqa: E731
+    return CliResult(code, read(out_path), read(err_path), tb)
+
+
+def _digest(paths: Sequence[str]) -> dict[str, str]:
+    import hashlib
+
+    return {p: hashlib.sha256(Path(p).read_bytes()).hexdigest() for p in paths}
 
 
 # --- running -----------------------------------------------------------------------------
@@ -404,8 +757,12 @@ def report_problem(doc_text: str) -> str | None:
     return None
 
 
-# Progress lines (shown once reading takes over a second) are not part of an error.
-_PROGRESS = re.compile(r"^gpuprof: (reading|read) .* \(\d+/\d+\)$|^gpuprof: analyzing \d+ rank\(s\)$")
+# Progress lines (shown once reading takes over a second), and the warning naming a file of a
+# folder that was left out, are not part of an error.
+_PROGRESS = re.compile(
+    r"^gpuprof: (reading|read) .* \(\d+/\d+\)$|^gpuprof: analyzing \d+ rank\(s\)$"
+    r"|^gpuprof: warning: skipped .*, which cannot be read: "  # a file of a folder left out, said before
+)
 _PYTHON_WARNING = re.compile(r"\b\w*Warning: ")
 
 
@@ -414,11 +771,35 @@ def error_lines(stderr: str) -> list[str]:
     return [line for line in stderr.splitlines() if line.strip() and not _PROGRESS.match(line)]
 
 
-def judge(case: Case, result: CliResult, seconds: float) -> Outcome:
+def _stdout_format(case: Case) -> str:
+    """What the case's command writes on stdout: a report format, or json for none."""
+    argv = case.argv
+    if "--format" in argv:
+        return argv[argv.index("--format") + 1]
+    return {"check": "text", "diff": "text"}.get(case.command, "json")
+
+
+def judge(case: Case, result: CliResult, seconds: float, changed: list[str] | None = None) -> Outcome:
     out = Outcome(case, result.code, result.stderr, result.traceback, seconds=seconds)
     out.warning = bool(_PYTHON_WARNING.search(result.stderr))
+    lines = error_lines(result.stderr)
+    unsafe = unsafe_text(result.stderr) or (
+        unsafe_text(result.stdout) if _stdout_format(case) in ("text", "markdown") else None
+    )
     if result.traceback is not None:
         out.problem = "traceback"
+    elif unsafe is not None:
+        out.problem = f"control character {unsafe} reached the terminal"
+    elif changed:
+        out.problem = f"an input was changed: {changed[0]}"
+    elif case.kind == "outputs":
+        if result.code != 2 or len(lines) != 1:
+            out.problem = f"an output onto an input was not refused (exit {result.code}, {len(lines)} stderr lines)"
+    elif case.kind == "streams":
+        out.problem = _streams_problem(case, result, lines)
+    elif case.kind == "report" and result.code in (0, 1):
+        if result.code == 1 and case.command != "check":
+            out.problem = "exit 1"
     elif result.code == 2:
         lines = error_lines(result.stderr)
         if len(lines) != 1:
@@ -427,12 +808,41 @@ def judge(case: Case, result: CliResult, seconds: float) -> Outcome:
         pass  # the gate failed: compute under 1 % is a finding, not an error
     elif result.code != 0:
         out.problem = f"exit {result.code}"
-    elif case.command == "analyze":
+    elif case.command == "analyze" and _stdout_format(case) == "json":
         out.problem = report_problem(result.stdout)
     return out
 
 
+def _streams_problem(case: Case, result: CliResult, lines: list[str]) -> str | None:
+    """The rule of docs/reliability.md "Standard streams"."""
+    code, seen = result.code, case.stderr_mode == "capture"
+    if code == 2:  # bad input, or stdout that cannot take the result: one line (when stderr is open)
+        if seen and len(lines) != 1:
+            return f"exit 2 with {len(lines)} stderr lines"
+        if case.stderr_mode == "closed" and result.stdout.strip():
+            return "with stderr closed, something was written on stdout instead"
+        return None
+    if case.stdout_mode in ("closed", "full"):
+        return f"stdout {case.stdout_mode}: exit {code}, not 2"
+    if case.stdout_mode == "broken":
+        wanted = (0, 1) if case.command == "check" else (141,)
+        if code not in wanted:
+            return f"stdout a closed pipe: exit {code}, not {' or '.join(map(str, wanted))}"
+        if seen and lines:
+            return f"stdout a closed pipe: {len(lines)} stderr lines"
+        return None
+    if code == 1 and case.command == "check":
+        return None
+    if code != 0:
+        return f"exit {code}"
+    if case.command == "analyze" and _stdout_format(case) == "json":
+        return report_problem(result.stdout)
+    return None
+
+
 def _argv(case: Case, paths: list[Path], work: Path) -> list[str]:
+    if case.argv:
+        return case.argv
     if case.command == "annotate":
         return ["annotate", str(paths[0]), "-o", str(work / "annotated.json")]
     if case.command == "check":
@@ -466,11 +876,17 @@ def _child(seed: int, index: int, all_sources: Sequence[Source], timeout_s: floa
     signal.setitimer(signal.ITIMER_REAL, timeout_s * WALL_FACTOR)
     try:
         case, paths = build_case(seed, index, all_sources, work, max_events)
+        os.environ.update(case.env)
+        before = _digest(case.protected)
         t0 = time.monotonic()
-        result = run_cli(*_argv(case, paths, work))
+        if (case.stdout_mode, case.stderr_mode) == ("capture", "capture"):
+            result = run_cli(*_argv(case, paths, work))
+        else:
+            result = run_with_streams(_argv(case, paths, work), case.stdout_mode, case.stderr_mode, work)
         signal.setitimer(signal.ITIMER_PROF, 0)
         signal.setitimer(signal.ITIMER_REAL, 0)
-        outcome = judge(case, result, time.monotonic() - t0)
+        after = _digest(case.protected)
+        outcome = judge(case, result, time.monotonic() - t0, [p for p in before if before[p] != after.get(p)])
     except _Timeout as exc:
         return exc.code
     (work / "outcome.json").write_text(json.dumps(dataclasses.asdict(outcome)))
@@ -560,6 +976,7 @@ def warm_up() -> None:
 class Figures:
     cases: int = 0
     exit_codes: Counter[str] = field(default_factory=Counter)
+    kinds: Counter[str] = field(default_factory=Counter)
     problems: Counter[str] = field(default_factory=Counter)
     tracebacks: Counter[str] = field(default_factory=Counter)  # last line of each traceback
     warnings: int = 0
@@ -573,6 +990,7 @@ class Figures:
     def add(self, o: Outcome) -> None:
         self.cases += 1
         self.exit_codes["none" if o.code is None else str(o.code)] += 1
+        self.kinds[o.case.kind] += 1
         if o.problem:
             self.problems[o.problem.split(":")[0]] += 1
             self.failures.append(o)
@@ -610,7 +1028,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     ap.add_argument("--max-events", type=int, default=DEFAULT_MAX_EVENTS, help="events kept per mutated trace (0: all)")
     ap.add_argument("--keep", type=Path, help="write each failing case's input and output here")
     ap.add_argument("--no-shared", action="store_true", help="sample traces only")
+    ap.add_argument("--kinds", help=f"only these kinds of case, comma-separated ({', '.join(KINDS)}); give the same to --only")
     args = ap.parse_args(argv)
+    if args.kinds:
+        only = {k: KINDS[k] for k in args.kinds.split(",")}
+        KINDS.clear()
+        KINDS.update(only)
     shared = None if args.no_shared else SHARED
     if args.keep:
         args.keep.mkdir(parents=True, exist_ok=True)
@@ -627,6 +1050,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     f = campaign(args.seed, range(args.start, args.start + args.cases), args.timeout, None, args.max_events, args.keep, shared, show)
     print(f"cases tried: {f.cases} (seed {args.seed}, cases {args.start}..{args.start + args.cases - 1}, sources: {len(sources(shared))} jobs)")
     print(f"exit codes: {dict(sorted(f.exit_codes.items()))}")
+    print(f"cases by kind: {dict(sorted(f.kinds.items()))}")
     print(f"contract broken: {sum(f.problems.values())} {dict(f.problems)}")
     print(f"tracebacks: {sum(f.tracebacks.values())}")
     for line, n in f.tracebacks.most_common():

@@ -1,8 +1,10 @@
 """Seeded fuzzing of the readers and the analysis through the command line (see fuzzing.py).
 
 Bounded for CI: ``GPUPROF_FUZZ_CASES`` cases (default 80) or ``GPUPROF_FUZZ_SECONDS`` of
-wall time (default 60), whichever ends first; the cases are the same on every run. The long
-campaign behind docs/reliability.md is ``python tests/fuzzing.py --cases 3000``.
+wall time (default 60), whichever ends first; the cases are the same on every run. Each
+attack class beyond damaged traces (fuzzing.KINDS) also gets ``GPUPROF_FUZZ_KIND_CASES``
+cases of its own (default 5). The long campaign behind docs/reliability.md is
+``python tests/fuzzing.py --cases 3000``.
 """
 
 from __future__ import annotations
@@ -11,6 +13,7 @@ import os
 import sys
 
 import fuzzing
+import pytest
 
 
 def test_mutated_traces_exit_0_with_a_valid_report_or_2_with_one_line() -> None:
@@ -31,3 +34,20 @@ def test_mutated_traces_exit_0_with_a_valid_report_or_2_with_one_line() -> None:
         for o in figures.failures
     ]
     assert not lines, f"{len(lines)} of {figures.cases} cases broke the contract:\n" + "\n".join(lines)
+
+
+@pytest.mark.parametrize("kind", [k for k in fuzzing.KINDS if k != "trace"])
+def test_each_attack_class_holds_the_contract(kind: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Issue 20's classes, a few seeded cases each whatever the draws above give: closed,
+    full and broken streams; outputs onto inputs; damaged, swollen and hostile saved
+    reports; session files of the wrong types; control characters in names and strings."""
+    cases = int(os.environ.get("GPUPROF_FUZZ_KIND_CASES", "5"))
+    seed = int(os.environ.get("GPUPROF_FUZZ_SEED", "20261"))
+    monkeypatch.setattr(fuzzing, "KINDS", {kind: 1})
+    figures = fuzzing.campaign(seed, range(cases), timeout_s=30.0)
+    assert figures.kinds[kind] == cases
+    lines = [
+        f"{o.case.describe()}\n  -> {o.problem}; rerun: python tests/fuzzing.py --kinds {kind} --seed {seed} --only {o.case.index} --keep /tmp/fuzz"
+        for o in figures.failures
+    ]
+    assert not lines, f"{len(lines)} of {figures.cases} {kind} cases broke the contract:\n" + "\n".join(lines)
