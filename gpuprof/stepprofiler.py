@@ -35,7 +35,10 @@ REPORT_NAME = "report" + REPORT_SUFFIX
 
 
 def _say(text: str) -> None:
-    print(f"gpuprof: {text}", file=sys.stderr, flush=True)
+    from gpuprof.safetext import one_line  # what reaches a terminal: docs/reliability.md
+
+    if sys.stderr is not None:
+        print(f"gpuprof: {one_line(text)}", file=sys.stderr, flush=True)
 
 
 def barrier() -> None:

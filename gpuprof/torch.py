@@ -64,7 +64,10 @@ def default_worker_name() -> str:
 
 
 def _say(text: str) -> None:
-    print(f"gpuprof: {text}", file=sys.stderr, flush=True)
+    from gpuprof.safetext import one_line  # what reaches a terminal: docs/reliability.md
+
+    if sys.stderr is not None:
+        print(f"gpuprof: {one_line(text)}", file=sys.stderr, flush=True)
 
 
 class TraceHandler:
@@ -169,7 +172,9 @@ def print_text_report(report: Report, file: TextIO | None = None) -> None:
             width = max(60, min(os.get_terminal_size(out.fileno()).columns, 160))
         except (OSError, ValueError, AttributeError):
             pass
-    out.write(render_text(report, width, color=terminal, wrap=terminal))
+    from gpuprof.safetext import visible_text  # what reaches a terminal: docs/reliability.md
+
+    out.write(visible_text(render_text(report, width, color=terminal, wrap=terminal), keep_color=terminal))
     out.flush()
 
 

@@ -222,3 +222,19 @@ def test_with_colour_only_gpuprofs_own_sequences_are_kept(saved: dict[str, Any],
     assert "\x1b[1m" in r.stdout  # the report's own bold
     assert "\x1b[8m" not in r.stdout and "\x1b[2J" not in r.stdout
     assert "\\x1b[8mconcealed" in r.stdout
+
+
+def test_the_python_sinks_escape_too(saved: dict[str, Any], tmp_path: Path) -> None:
+    """The same filter where a report leaves gpuprof outside the command line: the torch
+    handler's text on stderr, and Report.save to Markdown or text."""
+    import io
+
+    from gpuprof.torch import print_text_report
+
+    report = read_report(_evil_report(saved, tmp_path))
+    out = io.StringIO()
+    print_text_report(report, file=out)
+    _no_control(out.getvalue())
+    for name in ("r.md", "r.txt"):
+        report.save(tmp_path / name)
+        _no_control((tmp_path / name).read_text())
