@@ -390,6 +390,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         default=900.0,
         help="seconds after which an HTA run is stopped and its figures shown as bounds (0: never)",
     )
+    p.add_argument("--no-compile", action="store_true", help="do not compile gpuprof's bytecode first")
     p.add_argument("--no-real", action="store_true", help="skip the real traces")
     p.add_argument("--no-generated", action="store_true", help="skip the generated traces")
     p.add_argument("--only", default="", help="run only cases whose name contains this text")
@@ -430,6 +431,13 @@ def main(argv: list[str] | None = None) -> int:
     if a.report:
         print(render(load_saved(a.report), a.report.stem.removeprefix("bench-")))
         return 0
+    if not a.no_compile:
+        # Bytecode as a wheel install writes it: under PYTHONDONTWRITEBYTECODE (or in a
+        # checkout where it is stale) every run would compile gpuprof's changed modules
+        # again, 30-60 ms of each small case (bench_startup.py does the same).
+        import compileall
+
+        compileall.compile_dir(str(REPO / "gpuprof"), quiet=1)
     cases: list[Case] = []
     if not a.no_real:
         cases += real_cases()

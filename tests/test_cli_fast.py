@@ -221,10 +221,36 @@ def test_the_job_gpuprof_run_starts_keeps_its_environment(tmp_path: Path) -> Non
 def test_each_format_module_registers_that_format() -> None:
     """render.get imports only the module its table names for a format: the table must
     name, for every renderer there is, the module that registers it."""
-    import gpuprof.render as render
+    from gpuprof import render
 
     render.names()  # loads every format
     assert set(render.RENDERERS) == set(render._MODULES)
     for name, renderer in render.RENDERERS.items():
         assert renderer.render.__module__ == render._MODULES[name]
     assert render.get("MD").name == "markdown" and render.get("htm").name == "html"
+
+
+def test_the_gc_is_off_for_the_command_and_on_again_after_it(monkeypatch: pytest.MonkeyPatch) -> None:
+    import gc
+
+    from gpuprof.cli import reporting
+
+    seen: list[bool] = []
+    real = reporting.analyze_command
+
+    def spy(*args: Any, **kwargs: Any) -> None:
+        seen.append(gc.isenabled())
+        real(*args, **kwargs)
+
+    monkeypatch.setattr(reporting, "analyze_command", spy)
+    assert gc.isenabled()
+    ok = run_cli("analyze", TRACE, "-f", "json")
+    bad = run_cli("analyze", "/no/such/trace.json")  # an error inside the command
+    assert (ok.code, bad.code) == (0, 2) and seen == [False, False]
+    assert gc.isenabled()
+    gc.disable()  # a caller that had it off keeps it off
+    try:
+        run_cli("analyze", TRACE, "-f", "json")
+        assert not gc.isenabled()
+    finally:
+        gc.enable()
