@@ -17,6 +17,7 @@ from __future__ import annotations
 import argparse
 import json
 import math
+import os
 import sys
 import time
 from pathlib import Path
@@ -25,7 +26,7 @@ from typing import Any, Iterator
 HERE = Path(__file__).resolve().parent
 REPO = HERE.parent
 SAMPLES = REPO / "sample_traces"
-SHARED = REPO.parent / "shared" / "traces"
+SHARED = Path(os.environ.get("GPUPROF_SHARED_TRACES") or REPO.parent / "shared" / "traces")
 
 
 def folders() -> list[tuple[str, Path]]:

@@ -19,6 +19,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 
+from gpuprof import phrases
 from gpuprof.model.report import CAUSES, Cause, Report
 from gpuprof.render import figures as fg
 
@@ -165,7 +166,7 @@ def _with_base(r: CheckResult, base: float, unit: str) -> CheckResult:
     if r.measured is None:
         return r
     delta = r.measured - base
-    moved = f"{delta:+.1f} pp" if unit == "%" else f"{(100.0 * delta / base) if base else 0.0:+.1f}%"
+    moved = phrases.pp(delta) if unit == "%" else phrases.signed_pct((100.0 * delta / base) if base else 0.0)
     msg = f"{r.message} (baseline {_fmt(base, unit)}, {moved})"
     return CheckResult(r.name, r.measured, r.allowed, r.unit, r.passed, msg)
 

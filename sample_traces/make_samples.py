@@ -4,6 +4,8 @@
 
 Each entry is exactly ``gpuprof simulate SCENARIO KNOB=VALUE... --seed 0 -o sample_traces/NAME``;
 ``platform`` and ``layout`` among the knobs are the ``--platform`` and ``--layout`` options.
+Each folder gets its ground truth in ``truth/ground_truth.json`` (gpuprof.simulate.TRUTH_FILE),
+a subfolder no trace reader looks into.
 ``cpu-training/`` is not simulated: ``record_cpu_trace.py`` records it with torch.
 """
 

@@ -4,22 +4,26 @@ from __future__ import annotations
 
 import gzip
 import json
+import os
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 import pytest
 
-SHARED_TRACES = Path(__file__).resolve().parents[1].parent / "shared" / "traces"
+# The real traces: ../shared/traces beside the clone, or the folder GPUPROF_SHARED_TRACES
+# names (the tests that need them skip when it is absent).
+SHARED_TRACES = Path(os.environ.get("GPUPROF_SHARED_TRACES") or Path(__file__).resolve().parents[1].parent / "shared" / "traces")
 
 WriteTrace = Callable[..., Path]
 
 
 @pytest.fixture
 def shared_traces() -> Path:
-    """``../shared/traces`` (real traces from real jobs); skips the test when absent."""
+    """``../shared/traces`` (real traces from real jobs; ``GPUPROF_SHARED_TRACES`` names
+    another folder); skips the test when absent."""
     if not SHARED_TRACES.is_dir():
-        pytest.skip(f"real traces not found at {SHARED_TRACES} (they live beside the clone)")
+        pytest.skip(f"real traces not found at {SHARED_TRACES} (beside the clone, or set GPUPROF_SHARED_TRACES)")
     return SHARED_TRACES
 
 

@@ -47,7 +47,7 @@ from clirun import CliResult, run_cli
 
 ROOT = HERE.parent
 SAMPLES = ROOT / "sample_traces"
-SHARED = ROOT.parent / "shared" / "traces"
+SHARED = Path(os.environ.get("GPUPROF_SHARED_TRACES") or ROOT.parent / "shared" / "traces")  # as tests/conftest.py
 
 # Events kept per trace in a case: mutations act on a trace small enough to analyze in a
 # fraction of a second. 0 keeps every event (the long campaign uses some full traces).

@@ -13,13 +13,14 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
+from conftest import SHARED_TRACES
 
 from gpuprof.advice.general import AGREE_FACTOR, AGREE_MARK, NEVER_SILENT_PCT
 from gpuprof.model.report import CAUSES, Cause
 from gpuprof.pipeline import analyze_paths
 
 ROOT = Path(__file__).resolve().parents[1]
-SHARED = ROOT.parent / "shared" / "traces"
+SHARED = SHARED_TRACES
 
 
 def _folders() -> list[Path]:

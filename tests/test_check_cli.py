@@ -158,7 +158,7 @@ def test_diff_command(cli, tmp_path: Path) -> None:
     code, out, _ = cli("diff", str(base), str(cur))
     # Same step time, so not worse overall; what moved follows the verdict.
     assert code == 0 and out.startswith(
-        "gpuprof diff: about the same overall (step time +0.0%); worse: compute -15.0 pp, dataloader +15.0 pp"
+        "gpuprof diff: about the same overall (step time 0.0%); worse: compute -15.0 pp, dataloader +15.0 pp"
     )
     code, _, _ = cli("diff", str(base), str(cur), "-f", "markdown", "-o", "d.md")
     assert code == 0 and "**worse**" in (tmp_path / "d.md").read_text()

@@ -47,7 +47,7 @@ def test_noise_is_same() -> None:
     b = report([rank(0, lost_ms={"host": 10.3})])
     d = diff_reports(a, b)
     assert d.share("host").verdict == "same" and d.step_verdict == "same" and d.overall == "same"
-    assert headline(d) == "about the same overall (step time +0.0%); no share changed by more than the noise level"
+    assert headline(d) == "about the same overall (step time 0.0%); no share changed by more than the noise level"
 
 
 def test_unknown_step_time_is_na() -> None:

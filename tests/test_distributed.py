@@ -16,10 +16,11 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from conftest import SHARED_TRACES
 
 from gpuprof.errors import GpuprofError
 
-TRACES = Path(__file__).resolve().parents[1].parent / "shared" / "traces"
+TRACES = SHARED_TRACES
 DLRM = TRACES / "dlrm-8rank"
 REPO = Path(__file__).resolve().parents[1]
 

@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 
 from gpuprof.model.report import report_to_dict
-from gpuprof.simulate import generate
+from gpuprof.simulate import generate, read_truth
 
 run_analysis = pytest.importorskip("gpuprof.pipeline").run_analysis
 
@@ -66,7 +66,7 @@ def test_global_ranks_in_the_titles_are_taken_as_they_are(tmp_path: Path) -> Non
 
 def test_a_slow_middle_stage_is_found_and_its_fix_estimated() -> None:
     folder = SAMPLES / "pipeline-slow-stage"
-    truth = json.loads((folder / "ground_truth.json").read_text())["whatif"]
+    truth = read_truth(folder)["whatif"]
     report = report_to_dict(run_analysis([folder]).report)
     top = report["recommendations"][0]
     assert top["whatif"] == "balanced_stages" and top["ranks"] == [2]
@@ -90,7 +90,7 @@ def test_unwaited_receives_wait_for_their_buffered_send_in_a_what_if(tmp_path: P
         sent_end = send.start[si] + send.dur[si] + send.lo_us - model.offsets_us.get(sr, 0.0)
         assert recv.start[ri] + recv.lo_us - model.offsets_us.get(rr, 0.0) >= sent_end - 20.0
         assert abs(rr - sr) == 1  # neighbouring stages (rank = stage here)
-    truth = json.loads((out / "ground_truth.json").read_text())["whatif"]["savings_pct"]["balanced_stages"]
+    truth = read_truth(out)["whatif"]["savings_pct"]["balanced_stages"]
     report = report_to_dict(analysis.report)
     rec = next(r for r in report["recommendations"] if r["whatif"] == "balanced_stages")
     assert rec["estimated_savings_pct"] == pytest.approx(truth, rel=0.2)

@@ -16,6 +16,7 @@ from typing import Any
 
 import msgspec
 import pytest
+from conftest import SHARED_TRACES
 
 from gpuprof.model.timeline import RankTrace
 from gpuprof.readers import _read, chunks, discover, load_file, textstream
@@ -77,7 +78,7 @@ def _same(a: list[RankTrace], b: list[RankTrace]) -> None:
 
 
 def _job_folders() -> list[Path]:
-    shared = Path(__file__).resolve().parents[1].parent / "shared" / "traces"
+    shared = SHARED_TRACES
     folders = sorted(p for p in SAMPLES.iterdir() if p.is_dir())
     if shared.is_dir():
         folders += sorted(p for p in shared.iterdir() if p.is_dir() and p.name != "LICENSES")

@@ -14,6 +14,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from conftest import SHARED_TRACES
 from rankbuilder import RankBuilder
 
 from gpuprof.analysis.cross_rank import analyze_job
@@ -25,7 +26,7 @@ from gpuprof.model.timeline import RankTrace
 from gpuprof.pipeline import run_analysis
 
 ROOT = Path(__file__).resolve().parents[1]
-SHARED = ROOT.parent / "shared" / "traces"
+SHARED = SHARED_TRACES
 NCCL = "ncclDevKernel_AllReduce_Sum_f32_RING_LL(ncclDevComm*, unsigned long, ncclWork*)"
 
 

@@ -19,7 +19,7 @@ import pytest
 
 from gpuprof.analysis import intervals as iv
 from gpuprof.errors import GpuprofError
-from gpuprof.simulate import DEFAULT_LAYOUT, SCENARIOS, generate, knobs_of, read_truth
+from gpuprof.simulate import DEFAULT_LAYOUT, SCENARIOS, TRUTH_FILE, generate, knobs_of, read_truth
 from gpuprof.simulate.schedules import stage_order, theoretical_bubble
 
 # Small versions of every scenario: fast, but with every mechanism present.
@@ -274,14 +274,15 @@ def test_same_seed_same_bytes_other_seed_other_trace(tmp_path: Path) -> None:
     c = generate("straggler", tmp_path / "c", seed=6, **SMALL["straggler"])
     for f in _trace_files(a):
         assert f.read_bytes() == (b / f.name).read_bytes()
-    assert (a / "ground_truth.json").read_text() == (b / "ground_truth.json").read_text()
+    assert (a / TRUTH_FILE).read_text() == (b / TRUTH_FILE).read_text()
     assert (a / "rank0.pt.trace.json.gz").read_bytes() != (c / "rank0.pt.trace.json.gz").read_bytes()
 
 
 def test_a_second_run_into_the_same_folder_replaces_the_first(tmp_path: Path) -> None:
     generate("straggler", tmp_path, ranks=4, steps=1, layers=2)
     generate("healthy", tmp_path, steps=1, layers=2)
-    assert sorted(p.name for p in tmp_path.iterdir()) == ["ground_truth.json", "rank0.pt.trace.json.gz"]
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["rank0.pt.trace.json.gz", "truth"]
+    assert sorted(p.name for p in (tmp_path / "truth").iterdir()) == ["ground_truth.json"]
 
 
 def test_knobs_change_the_job(tmp_path: Path) -> None:

@@ -58,11 +58,7 @@ def _timeline(out: Path) -> list[dict[str, Any]]:
 
 
 def test_timeline_has_megatron_workers_threads_and_meta(megatron: Path) -> None:
-    assert sorted(p.name for p in megatron.iterdir()) == [
-        "ground_truth.json",
-        "meta-sim.yaml",
-        "timeline-sim.json.gz",
-    ]
+    assert sorted(p.name for p in megatron.iterdir()) == ["meta-sim.yaml", "timeline-sim.json.gz", "truth"]
     meta = dict(line.split(": ") for line in (megatron / "meta-sim.yaml").read_text().splitlines())
     assert (meta["pp_size"], meta["dp_size"], meta["tp_size"], meta["world_size"]) == ("4", "2", "1", "8")
     events = _timeline(megatron)

@@ -109,7 +109,8 @@ def check(
     ),
     junit: Path | None = typer.Option(None, "--junit", help="Also write the checks as JUnit XML to FILE."),
     save_report: Path | None = typer.Option(
-        None, "--save-report", help="Also write the analyzed report to FILE (format from its extension: .json, .md, .html, .txt)."
+        None, "--output", "-o", "--save-report", metavar="FILE",
+        help="Also write the analyzed report to FILE (format from its extension: .json, .md, .html, .txt).",
     ),
     config: Path | None = typer.Option(None, "--config", help="Read [tool.gpuprof.check] from this pyproject.toml."),
     no_config: bool = typer.Option(False, "--no-config", help="Ignore pyproject.toml."),

@@ -37,10 +37,16 @@ def diff(
     max_input_gb: float | None = max_input_gb_option(),
     strict: bool = strict_option(),
     color: ColorMode = color_option(),
+    fail_on_worse: bool = typer.Option(
+        False, "--fail-on-worse", help="Exit 1 when CURRENT is worse overall than BASE (for CI; the diff is written first)."
+    ),
 ) -> None:
     """What got better or worse between two runs: better or worse overall first (the step
     time, else the compute share), then step time, compute and each cause's share, job-wide
-    and per rank (changes in percentage points of the window)."""
+    and per rank (changes in percentage points of the window).
+
+    Exit codes: 0 the diff was made (1 with --fail-on-worse when CURRENT is worse overall),
+    2 bad usage or unreadable input."""
     from gpuprof.diff import diff_reports
     from gpuprof.render.diffs import diff_html, diff_json, diff_markdown, diff_text
 
@@ -61,3 +67,6 @@ def diff(
         width, colored, wrap = text_style(output, color)
         text = diff_text(d, width, color=colored, wrap=wrap)
     emit(text, output, what="diff")
+    if fail_on_worse and d.overall == "worse":
+        # SystemExit, not typer.Exit: in non-standalone mode click returns Exit's code.
+        raise SystemExit(1)

@@ -66,7 +66,15 @@ def choose_format(fmt: Optional[str], output: Optional[Path]) -> str:
     if output is not None and output.is_dir():
         raise GpuprofError("is a folder; give a file name to write", output)
     if fmt:
-        return render.get(fmt).name  # validates the name (md, HTML and Json name formats too)
+        chosen = render.get(fmt).name  # validates the name (md, HTML and Json name formats too)
+        named = render.format_for_path(str(output)) if output is not None else None
+        if named is not None and named != chosen:
+            # x.json written as HTML would be refused by every tool that reads x.json.
+            raise GpuprofError(
+                f"the file name says {named} but --format says {chosen}; name the file for {chosen} "
+                f"or leave --format out", output,
+            )
+        return chosen
     if output is not None:
         found = render.format_for_path(str(output))
         if found:

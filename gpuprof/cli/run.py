@@ -35,14 +35,14 @@ While CMD runs, every visible GPU (CUDA_VISIBLE_DEVICES) is sampled through NVML
 torchrun workers) get torch hooks without any code change: the optimizer step marks step
 boundaries, torch.cuda.memory_stats() is recorded per step, and a torch.profiler window
 (--profile-wait/--profile-warmup/--profile-active optimizer steps) writes one trace per
-rank. Everything goes to a session folder (--out) that `gpuprof analyze DIR` reads again,
+rank. Everything goes to a session folder (--session-dir) that `gpuprof analyze DIR` reads again,
 even if the run was killed. When stderr is a terminal, a status line at its bottom shows
 the elapsed time, steps and steps/s, the profiler phase and each GPU's utilization, memory
 and power; CMD's own output scrolls above it.
 
 When CMD ends, the report is saved in the session folder (report.json, report.html) and
-printed on stderr (--format text or markdown); stdout stays CMD's. --save-report FILE
-writes it elsewhere too (FILE '-' is stdout).
+printed on stderr (--format text or markdown); stdout stays CMD's. -o FILE writes it
+elsewhere too (format from FILE's extension; '-' is stdout).
 
 Put `--` before CMD so that its options are never taken for gpuprof's:
 
@@ -157,6 +157,24 @@ def report_run(session_dir: Path, fmt: str, save_report: Path | None, result: Ru
     say(f"session saved in {session_dir} ({where}; gpuprof analyze {session_dir})")
 
 
+def _output_options(out: Path | None, output: Path | None, save_report: Path | None) -> tuple[Path | None, Path | None]:
+    """``(session folder, report file)`` from --session-dir/--out, -o/--output and
+    --save-report. ``-o`` names the report file, as for every other command; a name that
+    names no report format (``-o baseline-session``) is the session folder, as ``-o`` meant
+    for ``run`` before, with a note saying so."""
+    from gpuprof.render import format_for_path
+
+    if output is not None and save_report is not None:
+        raise GpuprofError("give the report file once: -o/--output and --save-report are the same option")
+    if output is not None and str(output) != "-" and format_for_path(str(output)) is None:
+        if out is not None:
+            raise GpuprofError("the file name names no report format (.json, .html, .md, .txt)", output)
+        say(f"-o {output}: a name with no report extension is taken as the session folder (the old meaning of "
+            "-o for run); write --session-dir DIR for the folder and -o FILE for a report file")
+        return output, None
+    return out, output if output is not None else save_report
+
+
 @app.command(
     help=RUN_HELP,
     options_metavar="[OPTIONS] -- CMD [ARGS]...",
@@ -166,8 +184,11 @@ def run(
     ctx: typer.Context,
     interval_ms: int = typer.Option(DEFAULT_INTERVAL_MS, "--interval-ms", min=10,
                                     help="NVML polling interval in milliseconds."),
-    out: Path | None = typer.Option(None, "--out", "-o",
-                                       help="Session folder, new or empty. [default: a new DATE-TIME-COMMAND folder in ./gpuprof-sessions]"),
+    out: Path | None = typer.Option(None, "--session-dir", "--out", metavar="DIR",
+                                    help="Session folder, new or empty. [default: a new DATE-TIME-COMMAND folder in ./gpuprof-sessions]"),
+    output: Path | None = typer.Option(None, "--output", "-o", metavar="FILE",
+                                       help="Also write the report to FILE, as -o does for every command (format from "
+                                       "its extension); the same as --save-report."),
     no_hooks: bool = typer.Option(False, "--no-hooks",
                                   help="Do not inject torch hooks (no step records, no profiler trace)."),
     profile_wait: int = typer.Option(5, "--profile-wait", min=0,
@@ -195,6 +216,7 @@ def run(
     if not argv:
         raise GpuprofError("no command given: gpuprof run [OPTIONS] -- CMD [ARGS...]")
     render.get(report_format)  # an unknown format is a usage error before the job runs
+    out, save_report = _output_options(out, output, save_report)
     if save_report is not None and str(save_report) != "-":
         # Found out now, not after a long job: where the report cannot go.
         if save_report.is_dir():

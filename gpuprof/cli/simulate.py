@@ -18,7 +18,7 @@ from gpuprof.suggest import did_you_mean, match_name
 
 _SUMMARY = (
     "Simulate a training job and write one Kineto trace per rank into DIR, with "
-    "ground_truth.json beside them (lost time per cause, expected top recommendation, "
+    "the ground truth beside them in truth/ground_truth.json (lost time per cause, expected top recommendation, "
     "and the true saving of each what-if fix, from simulating the fixed job)."
 )
 
@@ -116,7 +116,9 @@ def _clear_previous(out: Path) -> None:
     entries = [p for p in out.iterdir() if not p.name.startswith(".")]
     if not entries:
         return
-    if not (out / "ground_truth.json").is_file():
+    from gpuprof.simulate.truth import truth_path
+
+    if truth_path(out) is None:
         raise GpuprofError(
             "output folder is not empty and was not written by gpuprof simulate; choose another -o", out
         )
@@ -160,7 +162,7 @@ def simulate(
     ),
     knobs: list[str] | None = typer.Argument(None, metavar="[KNOB=VALUE]...", help="scenario knobs"),
     out: Path | None = typer.Option(
-        None, "-o", "--output", metavar="DIR", help="folder to write the traces and ground_truth.json into"
+        None, "-o", "--output", metavar="DIR", help="folder to write the traces and the ground truth (truth/ground_truth.json) into"
     ),
     seed: int = typer.Option(0, "--seed", metavar="N", help="random seed (same seed, same traces)"),
     platform: str | None = typer.Option(
@@ -186,7 +188,7 @@ def simulate(
         False, "--list", help="list the scenarios, their knobs and the what-if fixes, then exit"
     ),
 ) -> None:
-    from gpuprof.simulate import generate, read_truth
+    from gpuprof.simulate import TRUTH_FILE, generate, read_truth
 
     if list_:
         from gpuprof.cli.console import is_terminal, terminal_width
@@ -224,7 +226,7 @@ def simulate(
     exp = truth["expected"]
     n = len(truth["ranks"])
     typer.echo(
-        f"wrote {n} trace{'s' if n != 1 else ''} of scenario {scenario} to {path}/ (ground truth: {path}/ground_truth.json)"
+        f"wrote {n} trace{'s' if n != 1 else ''} of scenario {scenario} to {path}/ (ground truth: {path}/{TRUTH_FILE})"
     )
     window = sum(r["window_us"] for r in truth["ranks"])
     compute = sum(r["compute_us"] for r in truth["ranks"])

@@ -14,6 +14,7 @@ from rich.console import Console
 from rich.table import Table
 from rich.text import Text
 
+from gpuprof import phrases
 from gpuprof.diff import RankDiff, ReportDiff, ShareChange, diff_to_dict
 from gpuprof.render import figures as fg
 from gpuprof.render.markdown import md_escape
@@ -26,7 +27,7 @@ def _pct(v: float | None) -> str:
 
 
 def _pp(v: float | None) -> str:
-    return fg.NA if v is None else f"{v:+.1f} pp"
+    return phrases.pp(v)  # "+2.5 pp", "0.0 pp" (never "-0.0 pp")
 
 
 def _ms(v: float | None) -> str:
@@ -36,7 +37,7 @@ def _ms(v: float | None) -> str:
 def step_line(d: ReportDiff) -> str:
     if d.step_change_pct is None:
         return f"step time: {_ms(d.base_step_ms)} -> {_ms(d.current_step_ms)} (no step markers to compare)"
-    return f"step time: {_ms(d.base_step_ms)} -> {_ms(d.current_step_ms)} ({d.step_change_pct:+.1f}%, {d.step_verdict})"
+    return f"step time: {_ms(d.base_step_ms)} -> {_ms(d.current_step_ms)} ({phrases.signed_pct(d.step_change_pct)}, {d.step_verdict})"
 
 
 OVERALL = {"better": "better overall", "worse": "worse overall", "same": "about the same overall", "n/a": "no overall verdict"}
@@ -46,7 +47,7 @@ def overall_line(d: ReportDiff) -> str:
     """``better overall (step time -20.4%)``: the verdict, and the figure it rests on."""
     lead = OVERALL.get(d.overall, d.overall)
     if d.step_change_pct is not None:
-        return f"{lead} (step time {d.step_change_pct:+.1f}%)"
+        return f"{lead} (step time {phrases.signed_pct(d.step_change_pct)})"
     compute = d.share("compute").delta_pp
     return f"{lead} (compute {_pp(compute)})" if compute is not None else lead
 

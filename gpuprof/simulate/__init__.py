@@ -2,8 +2,8 @@
 
 ``generate(scenario, out_dir, seed=0, **knobs)`` runs one scenario of
 :mod:`gpuprof.simulate.scenarios` and writes ``rank<R>.pt.trace.json.gz`` per rank plus
-``ground_truth.json`` beside them (for the RL scenario: a ``gpuprof run`` session folder
-with the traces under ``traces/`` and NVML-like samples). Traces are streamed to disk, so
+the ground truth in ``truth/ground_truth.json`` (for the RL scenario: a ``gpuprof run``
+session folder with the traces under ``traces/`` and NVML-like samples). Traces are streamed to disk, so
 large ones (many steps or layers) need little memory.
 
 Options beside the knobs: ``platform`` (``cuda``: H100 and CUDA names; ``rocm``: MI300X,
@@ -30,7 +30,7 @@ from gpuprof.simulate.platform import PLATFORMS, Platform
 from gpuprof.simulate.scenarios import KNOB_HELP, SCENARIOS, Plan
 from gpuprof.simulate.scenarios_parallel import SLOW_WORKER_KNOBS, UNEVEN_DATA_KNOBS
 from gpuprof.simulate.session import write_session
-from gpuprof.simulate.truth import TRUTH_FILE, rank_truth, read_truth, renumber_ranks, truth_document, write_truth
+from gpuprof.simulate.truth import OLD_TRUTH_FILE, TRUTH_FILE, rank_truth, read_truth, renumber_ranks, truth_document, truth_path, write_truth
 from gpuprof.simulate.whatif import applicable, whatif_truth
 
 __all__ = [
@@ -46,6 +46,7 @@ __all__ = [
     "knobs_of",
     "prepare",
     "read_truth",
+    "truth_path",
     "resolve_knobs",
 ]
 
@@ -169,7 +170,7 @@ def generate(
     whatifs: bool = True,
     **knobs: Any,
 ) -> Path:
-    """Simulate ``scenario`` and write its traces and ``ground_truth.json`` into ``out_dir``.
+    """Simulate ``scenario`` and write its traces and the ground truth (``TRUTH_FILE``) into ``out_dir``.
 
     ``compress=False`` writes plain ``.json`` files (faster for very large traces;
     ``compresslevel`` trades gzip speed for size otherwise). ``platform`` is ``cuda`` or
@@ -207,6 +208,7 @@ def generate(
         *(out / "traces").glob("rank*.pt.trace.json*"),
         *out.glob("timeline-*.json*"),
         *out.glob("meta-*.yaml"),
+        *out.glob(OLD_TRUTH_FILE),  # where older versions kept the ground truth
     ]:
         old.unlink()
     n = plan.world_size

@@ -13,7 +13,8 @@ window (the span of the ``ProfilerStep`` ranges) splits into compute and lost ti
 each lost microsecond goes to the first cause, in the documented precedence order, whose
 reason covers it. Nothing here reads a trace or calls the analyzer.
 
-``ground_truth.json`` (written beside the traces, never inside a trace)::
+``truth/ground_truth.json`` (:data:`TRUTH_FILE`: beside the traces in a subfolder, where no
+trace reader looks, never inside a trace)::
 
     {
       "schema": "gpuprof.simulate.truth/1",
@@ -75,7 +76,10 @@ from gpuprof.model.report import CAUSES, Cause
 from gpuprof.simulate.engine import RankSim
 
 TRUTH_SCHEMA = "gpuprof.simulate.truth/1"
-TRUTH_FILE = "ground_truth.json"
+# In a subfolder: a tool that reads every *.json of a trace folder as a trace (HTA, a
+# folder scan) never takes the answer for a rank. Older outputs kept it beside the traces.
+TRUTH_FILE = "truth/ground_truth.json"
+OLD_TRUTH_FILE = "ground_truth.json"
 
 # The project's documented precedence (the first cause whose reason covers a lost
 # microsecond gets it); the simulator's own reasons are split by the same order, and what
@@ -177,14 +181,26 @@ def renumber_ranks(doc: dict[str, Any], stride: int) -> dict[str, Any]:
 
 
 def write_truth(out_dir: Path, doc: Mapping[str, Any]) -> Path:
-    """Write ``ground_truth.json`` atomically beside the traces."""
+    """Write the ground truth (:data:`TRUTH_FILE`) atomically, next to the traces' folder."""
     path = out_dir / TRUTH_FILE
+    path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_name(path.name + ".part")
     tmp.write_text(json.dumps(doc, indent=1) + "\n")
     os.replace(tmp, path)
     return path
 
 
+def truth_path(out_dir: str | Path) -> Path | None:
+    """Where the ground truth of a simulated folder is (``None``: not a simulated folder)."""
+    for name in (TRUTH_FILE, OLD_TRUTH_FILE):
+        path = Path(out_dir) / name
+        if path.is_file():
+            return path
+    return None
+
+
 def read_truth(out_dir: str | Path) -> dict[str, Any]:
-    data: dict[str, Any] = json.loads((Path(out_dir) / TRUTH_FILE).read_text())
+    """The ground truth of a folder ``gpuprof simulate`` wrote (older outputs included)."""
+    path = truth_path(out_dir) or Path(out_dir) / TRUTH_FILE
+    data: dict[str, Any] = json.loads(path.read_text())
     return data
