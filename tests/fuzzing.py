@@ -600,8 +600,14 @@ def _session_case(seed: int, index: int, all_sources: Sequence[Source], out_dir:
         rows = lines[name]
         i = r.randrange(len(rows))
         what = r.choice(["retype", "retype", "garbage", "not-an-object", "huge", "meta"])
-        if what == "retype":
+        try:
             rec = json.loads(rows[i])
+        except ValueError:
+            rec = None
+        if what in ("retype", "huge") and not (isinstance(rec, dict) and rec):
+            what = "garbage"  # an earlier mutation left no record on this line
+        if what == "retype":
+            assert isinstance(rec, dict)
             key = r.choice(list(rec))
             rec[key] = r.choice(WEIRD_VALUES)(r)
             rows[i] = json.dumps(rec, allow_nan=True)
@@ -613,7 +619,7 @@ def _session_case(seed: int, index: int, all_sources: Sequence[Source], out_dir:
             rows[i] = r.choice(["5", "[1, 2]", "null", '"x"'])
             case.steps.append(f"{name}: line {i} not an object")
         elif what == "huge":
-            rec = json.loads(rows[i])
+            assert isinstance(rec, dict)
             rec[r.choice(list(rec))] = r.choice([1e20, -(2**70), 10**400 if r.random() < 0.5 else 2**64])
             rows[i] = json.dumps(rec)
             case.steps.append(f"{name}: line {i} a huge number")

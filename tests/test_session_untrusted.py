@@ -45,7 +45,7 @@ def test_hook_records_with_a_time_that_is_not_a_number_are_skipped(tmp_path: Pat
     s = read_session(_session(tmp_path / "s", hooks=hooks))
     assert s.hook_events is not None
     assert list(s.hook_events["step"].dropna()) == [1, 3, 4]
-    assert "hooks/*.jsonl: 1 line skipped ('time_unix_s' is not a number)" in s.warnings
+    assert "hooks/*.jsonl: 1 line skipped ('time_unix_s' is not a number within ±1e18)" in s.warnings
     assert "hooks/*.jsonl: 1 value of 'rank' read as unknown (not an integer from 0)" in s.warnings
     r = run_cli("analyze", str(tmp_path / "s"), "--format", "json")
     assert r.code == 0 and r.traceback is None, r.traceback or r.stderr
@@ -57,7 +57,7 @@ def test_samples_with_a_gpu_index_that_is_not_one_are_skipped(tmp_path: Path) ->
     assert s.samples is not None and list(s.samples["time_unix_s"]) == [1.0, 2.0, 3.0]
     assert s.samples["power_w"].isna().all()
     assert "samples.jsonl: 2 lines skipped ('gpu' is not an integer from 0)" in s.warnings
-    assert "samples.jsonl: 1 value of 'power_w' read as unknown (not a number)" in s.warnings
+    assert "samples.jsonl: 1 value of 'power_w' read as unknown (not a number within ±1e18)" in s.warnings
     r = run_cli("analyze", str(tmp_path / "s"), "--format", "json")
     assert r.code == 0 and r.traceback is None, r.traceback or r.stderr
     assert json.loads(r.stdout)["samples"]["gpus"][0]["samples"] == 3
@@ -88,3 +88,13 @@ def test_samples_cost_their_numbers_not_a_dict_per_line(tmp_path: Path) -> None:
         tracemalloc.stop()
     assert s.samples is not None and len(s.samples) == 100_000
     assert peak < 100 * 2**20, f"peak {peak / 2**20:.0f} MiB"
+
+
+def test_a_number_no_measurement_comes_near_is_unknown(tmp_path: Path) -> None:
+    # Found by the fuzz campaign (seed 11, session case 264): "mem_used_bytes": 1e308 made the
+    # samples' sums infinite and the JSON report a traceback.
+    samples = [_sample(1.0), _sample(2.0, mem_used_bytes=1e308), _sample(3.0)]
+    s = read_session(_session(tmp_path / "s", samples=samples))
+    assert "samples.jsonl: 1 value of 'mem_used_bytes' read as unknown (not a number within ±1e18)" in s.warnings
+    r = run_cli("analyze", str(tmp_path / "s"), "--format", "json")
+    assert r.code == 0 and r.traceback is None, r.traceback or r.stderr

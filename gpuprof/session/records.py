@@ -36,7 +36,11 @@ STRING = "string"
 BOOL = "bool"
 ANY = "any"  # kept as decoded (lists, objects): only for small files
 
-_WHAT = {NUMBER: "a number", INDEX: "an integer from 0", STRING: "a string", BOOL: "true or false"}
+_WHAT = {NUMBER: "a number within ±1e18", INDEX: "an integer from 0", STRING: "a string", BOOL: "true or false"}
+# No measurement a session holds comes near this (1 EB, ~3e10 years in seconds, counters of
+# mJ or KiB since driver load): a larger number is damage, and arithmetic on it (1e308
+# bytes, summed) would end in infinity in the report.
+MAX_MAGNITUDE = 1e18
 _INDEX_LIMIT = 2**31
 
 
@@ -129,7 +133,11 @@ def _column(values: list[Any], kind: str) -> tuple[np.ndarray, np.ndarray | None
             except OverflowError:  # an integer beyond 1.8e308: the slow path says which
                 pass
             else:
-                return col, None
+                huge = np.abs(col) > MAX_MAGNITUDE
+                if not huge.any():
+                    return col, None
+                col[huge] = np.nan
+                return col, huge
         col = np.full(len(values), np.nan)
         bad = np.zeros(len(values), dtype=bool)
         for i, v in enumerate(values):
@@ -140,7 +148,7 @@ def _column(values: list[Any], kind: str) -> tuple[np.ndarray, np.ndarray | None
                     f = float(v)
                 except OverflowError:
                     f = math.inf
-                if math.isfinite(f):
+                if math.isfinite(f) and abs(f) <= MAX_MAGNITUDE:
                     col[i] = f
                     continue
             bad[i] = True
@@ -270,7 +278,7 @@ def _ok(v: Any, kind: str) -> bool:
         return False
     if kind == NUMBER:
         try:
-            return math.isfinite(float(v))
+            return abs(float(v)) <= MAX_MAGNITUDE
         except OverflowError:
             return False
     return 0 <= v < _INDEX_LIMIT and float(v).is_integer()  # INDEX (NaN fails the comparison)
