@@ -172,6 +172,8 @@ class JobModel:
     late_start_us: Mapping[int, float] = field(default_factory=dict)
     # What every replay of this job shares, built at the first replay.
     _plan: list[ReplayPlan] = field(default_factory=list, compare=False, repr=False)
+    # Derived tables that several what-ifs read (the peer factors), built at first use.
+    _cache: dict[str, Any] = field(default_factory=dict, compare=False, repr=False)
 
     def applicable(self) -> list[str]:
         """The what-ifs that change something in this job."""
@@ -383,15 +385,27 @@ class JobModel:
         GPU is slow in every segment, data-dependent imbalance (a longer rollout, a longer
         sequence) in some. Peers with a different sequence of collectives are compared step
         by step, and on their means when even their step counts differ. Ranks with nothing
-        to scale are left out."""
+        to scale are left out. The peers' median is worked out once per group of peers (every
+        member of a group has the same peers), and the result once per model."""
+        cached = self._cache.get("peer_factors")
+        if cached is not None:
+            return dict(cached)
         out: dict[int, FloatArray] = {}
+        medians: dict[tuple[int, tuple[int, ...]], FloatArray | None] = {}
+        tables = ((self.segment_of_event, self.compute_by_segment), (self.step_of_event, self.compute_by_step))
         for r, peers in self.peers.items():
-            for index, table in ((self.segment_of_event, self.compute_by_segment), (self.step_of_event, self.compute_by_step)):
+            for which, (index, table) in enumerate(tables):
                 mine = table.get(r)
-                rows = [table[q] for q in peers if q in table]
-                if mine is None or len(rows) < 2 or mine.size == 0 or not all(x.size == mine.size for x in rows):
+                key = (which, tuple(peers))
+                if key not in medians:
+                    rows = [table[q] for q in peers if q in table]
+                    size = rows[0].size if rows else 0
+                    ok = len(rows) >= 2 and size > 0 and all(x.size == size for x in rows)
+                    medians[key] = np.median(np.vstack(rows), axis=0) if ok else None
+                med_or_none = medians[key]
+                if mine is None or med_or_none is None or mine.size != med_or_none.size:
                     continue
-                med = np.median(np.vstack(rows), axis=0)
+                med = med_or_none
                 f = np.where(mine > 0, np.minimum(1.0, med / np.where(mine > 0, mine, 1.0)), 1.0)
                 out[r] = f[np.clip(index[r], 0, f.size - 1)]
                 break
@@ -400,7 +414,8 @@ class JobModel:
                 c = self.compute_us_per_step.get(r) or 0.0
                 if len(vals) >= 2 and c > 0 and r in self.step_of_event:
                     out[r] = np.full(self.step_of_event[r].size, min(1.0, float(np.median(vals)) / c))
-        return out
+        self._cache["peer_factors"] = out
+        return dict(out)
 
     def slow_ranks(self) -> dict[int, float]:
         """Ranks computing at least :data:`SLOW_RANK_RATIO` times the median of their
@@ -527,7 +542,7 @@ class JobModel:
         late = {r: self.late_start_us[r] for r in ranks if r in self.late_start_us}
         if not late or self.measured_step_us <= 0:
             return None
-        got = replace(self, late_start_us=late, _plan=[]).replay(["on_time_start"])
+        got = replace(self, late_start_us=late, _plan=[], _cache={}).replay(["on_time_start"])
         return min(100.0, max(0.0, 100.0 * (baseline_step_us - got.step_us) / self.measured_step_us))
 
     def replay(self, names: Iterable[str] = ()) -> JobReplay:
