@@ -142,7 +142,9 @@ def test_analyze_of_a_single_gpu_trace_never_imports_pandas(tmp_path: Path, samp
 
 
 def test_one_rank_is_matched_without_pandas_exactly_as_pandas_matches_it() -> None:
-    from gpuprof.analysis.collectives import _match_one_rank, _match_with_pandas
+    import pandas_reference
+
+    from gpuprof.analysis.collectives import match_collectives
     from gpuprof.analysis.summarize import summarize
     from gpuprof.readers import load_all
 
@@ -150,17 +152,17 @@ def test_one_rank_is_matched_without_pandas_exactly_as_pandas_matches_it() -> No
     for folder in ("dp-exposed", "pipeline-dp2"):
         for trace in load_all([REPO / "sample_traces" / folder]):
             s = summarize(trace)
-            mine, theirs = _match_one_rank(s), _match_with_pandas([s])
-            assert mine.n_calls == len(theirs.calls) > 0
-            got, ref = mine.calls, theirs.calls
+            mine, theirs = match_collectives([s]), pandas_reference.match([s])
+            assert mine.n_calls == len(theirs["calls"]) > 0
+            got, ref = mine.calls, theirs["calls"]
             assert list(got.columns) == list(ref.columns)
             for c in ref.columns:
                 assert got[c].tolist() == ref[c].tolist(), (folder, trace.rank, c)
                 assert got[c].dtype.kind == ref[c].dtype.kind or c in ("pg", "coll_name"), c
-            assert dict(mine.offsets_us) == dict(theirs.offsets_us)
-            assert mine.unmatched == theirs.unmatched
-            assert dict(mine.incomplete_groups) == dict(theirs.incomplete_groups)
-            assert mine.world_size_inferred == theirs.world_size_inferred
+            assert dict(mine.offsets_us) == dict(theirs["offsets_us"])
+            assert mine.unmatched == theirs["unmatched"]
+            assert dict(mine.incomplete_groups) == dict(theirs["incomplete_groups"])
+            assert mine.world_size_inferred == theirs["world_size_inferred"]
             seen += 1
     assert seen >= 4
 

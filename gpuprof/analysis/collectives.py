@@ -58,6 +58,7 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
+from gpuprof.analysis import grouping
 from gpuprof.analysis import intervals as iv
 from gpuprof.analysis.summary import RankSummary
 from gpuprof.model.table import FrameField, Table
@@ -147,50 +148,59 @@ def _has_collectives(s: RankSummary) -> bool:
     return len(c) > 0 and bool((c["category"] == int(Category.COLLECTIVE)).any())
 
 
-def _gather(summaries: Sequence[RankSummary]) -> pd.DataFrame:
-    import pandas as pd
-    frames = []
+def _gather(summaries: Sequence[RankSummary]) -> dict[str, np.ndarray]:
+    """Every rank's collective calls, one row each, sorted by (rank, process group, name,
+    step, issue order), with ``k`` (position within (rank, pg, name, step): robust to
+    windows that differ by a partial step, since counting restarts every step) and
+    ``key`` (one id per (pg, name, step, k), numbered by first appearance).
+
+    Strings are coded once (in order of first appearance, pg and name over all ranks'
+    calls in input order); every grouping below works on integer codes, which keeps
+    matching fast at hundreds of ranks with thousands of calls each."""
+    parts: dict[str, list[np.ndarray]] = {
+        c: [] for c in ("rank", "row", "start_us", "end_us", "seq", "step", "ready_us", "ready_kind", "replica", "src")
+    }
+    pgs: list[str] = []
+    colls: list[str] = []
+    sources: dict[str, int] = {}
     for s in summaries:
-        c = s.comms
-        if c is None or len(c) == 0:
-            continue
-        c = c.loc[
-            c["category"].to_numpy() == int(Category.COLLECTIVE),
-            ["start_us", "end_us", "coll_name", "pg", "seq", "step"],
-        ]
+        c = s.comms_table
         if len(c) == 0:
             continue
-        start = c["start_us"].to_numpy(dtype=np.float64)
-        ready, kind = (
-            _ready_times(s, start) if s.fmt == "timeline" else (start, np.zeros(start.size, dtype=np.int8))
-        )
-        c = c.assign(
-            rank=s.rank,
-            source=s.source,
-            row=c.index.to_numpy(dtype=np.int64),
-            ready_us=ready,
-            ready_kind=kind,
-            replica=int(s.parallel.get("dp_rank", -1)) if "pp_rank" in s.parallel else -1,
-        )
-        frames.append(c)
-    if not frames:
-        return pd.DataFrame()
-    df = pd.concat(frames, ignore_index=True)
-    df["pg"] = df["pg"].astype(str)
-    df["coll_name"] = df["coll_name"].astype(str)
-    df["step"] = df["step"].astype(np.int64)
-    # Strings are factorized once; every grouping below works on integer codes, which
-    # keeps matching fast at hundreds of ranks with thousands of calls each.
-    df["pg_code"] = pd.factorize(df["pg"])[0]
-    df["coll_code"] = pd.factorize(df["coll_name"])[0]
-    df["src_code"] = pd.factorize(df["source"])[0]
-    # Position within (rank, pg, name, step) in issue order: robust to windows that differ
-    # by a partial step, since counting restarts every step.
-    lane = ["rank", "pg_code", "coll_code", "step"]
-    df = df.sort_values([*lane, "seq"], kind="stable", ignore_index=True)
-    df["k"] = df.groupby(lane, sort=False).cumcount().astype(np.int64)
-    df["key"] = df.groupby(["pg_code", "coll_code", "step", "k"], sort=False).ngroup().astype(np.int64)
-    return df
+        rows = np.flatnonzero(np.asarray(c["category"]) == int(Category.COLLECTIVE))
+        if rows.size == 0:
+            continue
+        n = rows.size
+        start = np.asarray(c["start_us"], dtype=np.float64)[rows]
+        ready, kind = _ready_times(s, start) if s.fmt == "timeline" else (start, np.zeros(n, dtype=np.int8))
+        parts["rank"].append(np.full(n, s.rank, dtype=np.int64))
+        parts["row"].append(rows.astype(np.int64))
+        parts["start_us"].append(start)
+        parts["end_us"].append(np.asarray(c["end_us"], dtype=np.float64)[rows])
+        parts["seq"].append(np.asarray(c["seq"])[rows])
+        parts["step"].append(np.asarray(c["step"])[rows].astype(np.int64))
+        parts["ready_us"].append(np.asarray(ready, dtype=np.float64))
+        parts["ready_kind"].append(np.asarray(kind, dtype=np.int8))
+        replica = int(s.parallel.get("dp_rank", -1)) if "pp_rank" in s.parallel else -1
+        parts["replica"].append(np.full(n, replica, dtype=np.int64))
+        parts["src"].append(np.full(n, sources.setdefault(s.source, len(sources)), dtype=np.int64))
+        pgs.extend(str(v) for v in c["pg"][rows].tolist())
+        colls.extend(str(v) for v in c["coll_name"][rows].tolist())
+    cols = {name: np.concatenate(p) for name, p in parts.items()}
+    pg_code = grouping.factorize(pgs)
+    coll_code = grouping.factorize(colls)
+    pg_names = np.empty(len(pgs), dtype=object)
+    pg_names[:] = pgs
+    coll_names = np.empty(len(colls), dtype=object)
+    coll_names[:] = colls
+    cols.update(pg_code=pg_code, coll_code=coll_code, pg=pg_names, coll_name=coll_names)
+    order = np.lexsort((cols["seq"], cols["step"], coll_code, pg_code, cols["rank"]))
+    cols = {name: col[order] for name, col in cols.items()}
+    lane = (cols["rank"], cols["pg_code"], cols["coll_code"], cols["step"])
+    cols["k"] = grouping.cumcount(grouping.runs(lane, order.size))
+    cols["key"] = grouping.groups(cols["pg_code"], cols["coll_code"], cols["step"], cols["k"])[0]
+    cols["source_names"] = np.array(list(sources), dtype=object)  # indexed by src code
+    return cols
 
 
 # What a worker did last before it arrived at a collective (``ready_kind``).
@@ -234,21 +244,22 @@ def _ready_times(s: RankSummary, starts: np.ndarray) -> tuple[np.ndarray, np.nda
     return np.where(np.isfinite(ready), np.minimum(ready, starts), starts), kind
 
 
-def _own_replica_waits(df: pd.DataFrame) -> np.ndarray:
+def _own_replica_waits(
+    key: np.ndarray, replica: np.ndarray, arrival: np.ndarray, ready_kind: np.ndarray, wait_us: np.ndarray
+) -> np.ndarray:
     """Per call, the part of its wait until the last *other* member of the rank's own
     pipeline replica arrived, when that member came straight from its pipeline work (its
     drain); 0 where the layout names no replica or the member came from a collective of
     its own (extra communication is a slower rank's, not the pipeline's)."""
-    out = np.zeros(len(df))
-    replica = df["replica"].to_numpy()
+    out = np.zeros(key.size)
     sel = np.flatnonzero(replica >= 0)
     if sel.size == 0:
         return out
-    key = df["key"].to_numpy()[sel]
+    key = key[sel]
     rep = replica[sel]
-    arr = df["arrival_us"].to_numpy()[sel]
-    kind = df["ready_kind"].to_numpy()[sel]
-    wait = df["wait_us"].to_numpy()[sel]
+    arr = arrival[sel]
+    kind = ready_kind[sel]
+    wait = wait_us[sel]
     # Sorted by (key, replica, arrival): the last of each block, and the one before it.
     order = np.lexsort((arr, rep, key))
     k, r, a, kd = key[order], rep[order], arr[order], kind[order]
@@ -300,16 +311,18 @@ def _expected_sizes(
 INFER_MAX_UNMATCHED_SHARE = 0.1
 
 
-def _inferred_world(summaries: Sequence[RankSummary], df: pd.DataFrame, expected: Mapping[str, int]) -> int | None:
+def _inferred_world(
+    summaries: Sequence[RankSummary], size: np.ndarray, expected: Mapping[str, int]
+) -> int | None:
     """N when nothing in the input gives a group size and ranks ``0..N-1`` are every
-    member of every matched collective (see the module docstring); else ``None``."""
+    member of every matched collective (see the module docstring); else ``None``.
+    ``size``: the members present of each collective (one entry per key)."""
     if any(s.world_size for s in summaries) or any(n > 0 for n in expected.values()):
         return None
     ranks = sorted({s.rank for s in summaries})
     n = len(ranks)
     if n < 2 or ranks != list(range(n)):
         return None
-    size = df.groupby("key", sort=False)["rank"].size()
     matched = size[size >= 2]
     if len(matched) == 0 or not bool((matched == n).all()):
         return None
@@ -326,37 +339,36 @@ def inferred_world_note(n: int) -> str:
     )
 
 
-def _clock_offsets(df: pd.DataFrame) -> pd.Series:
-    """Offset per source (us) so that matched collectives end together; see module doc."""
-    import pandas as pd
-    n_src = int(df["src_code"].max()) + 1
+def _clock_offsets(key: np.ndarray, n_keys: int, src: np.ndarray, n_src: int, end: np.ndarray) -> np.ndarray:
+    """Offset per source code (us) so that matched collectives end together; see module doc."""
     offsets = np.zeros(n_src)
     if n_src < 2:
-        return pd.Series(offsets, index=pd.unique(df["source"]))
-    by_key = df.groupby("key", sort=False)["src_code"]
-    multi = (by_key.transform("min") != by_key.transform("max")).to_numpy()
-    key = df["key"].to_numpy()[multi]
-    src = df["src_code"].to_numpy()[multi]
-    end = df["end_us"].to_numpy()[multi]
-    if key.size:
+        return offsets
+    lo = np.full(n_keys, n_src)
+    hi = np.full(n_keys, -1)
+    np.minimum.at(lo, key, src)
+    np.maximum.at(hi, key, src)
+    multi = lo[key] != hi[key]
+    k, sc, e = key[multi], src[multi], end[multi]
+    if k.size:
+        kid, nk = grouping.groups(k)
+        seen = np.unique(sc)
         for _ in range(2):
-            aligned = pd.Series(end - offsets[src])
-            ref = aligned.groupby(key, sort=False).transform("median").to_numpy()
-            delta = pd.Series(aligned.to_numpy() - ref).groupby(src).median()
-            offsets[delta.index.to_numpy()] += delta.to_numpy()
+            aligned = e - offsets[sc]
+            ref = grouping.median(kid, aligned, nk)[kid]
+            delta = grouping.median(sc, aligned - ref, n_src)
+            offsets[seen] += delta[seen]
         # Fix the gauge: only differences between clocks are meaningful.
         offsets -= float(np.median(offsets))
-    names = df.drop_duplicates("src_code").sort_values("src_code")["source"].to_numpy()
-    return pd.Series(offsets, index=names)
+    return offsets
 
 
-def _exposed(df: pd.DataFrame, summaries: Sequence[RankSummary]) -> np.ndarray:
+def _exposed(
+    ranks: np.ndarray, start: np.ndarray, wait: np.ndarray, summaries: Sequence[RankSummary]
+) -> np.ndarray:
     """Per call, how much of its wait lies in the rank's lost time (no compute beside it)."""
-    out = np.zeros(len(df))
+    out = np.zeros(ranks.size)
     lost = {s.rank: s.lost for s in summaries}
-    ranks = df["rank"].to_numpy()
-    start = df["ready_us"].to_numpy()
-    wait = df["wait_us"].to_numpy()
     order = np.argsort(ranks, kind="stable")
     bounds = np.flatnonzero(np.diff(ranks[order])) + 1
     for idx in np.split(order, bounds):
@@ -372,136 +384,100 @@ def _exposed(df: pd.DataFrame, summaries: Sequence[RankSummary]) -> np.ndarray:
 
 def match_collectives(summaries: Sequence[RankSummary]) -> MatchedCollectives:
     """Match collective calls across ranks, align clocks, and measure each call's wait."""
-    if not any(_has_collectives(s) for s in summaries):  # no pandas needed for nothing
+    if not any(_has_collectives(s) for s in summaries):
         return MatchedCollectives(_empty_calls(), {s.rank: 0.0 for s in summaries}, 0, {})  # type: ignore[arg-type]
-    if len(summaries) == 1:  # the common single-GPU case, without pandas
-        return _match_one_rank(summaries[0])
-    return _match_with_pandas(summaries)
+    g = _gather(summaries)
+    key = g["key"]
+    n_keys = int(key.max()) + 1
+    names = g["source_names"]
+    by_source = dict(zip(names.tolist(), _clock_offsets(key, n_keys, g["src"], names.size, g["end_us"]).tolist()))
+    offsets = {s.rank: float(by_source.get(s.source, 0.0)) for s in summaries}
 
-
-def _factorize(values: list[str]) -> np.ndarray:
-    """Codes in the order of first appearance (as ``pandas.factorize`` numbers them)."""
-    seen: dict[str, int] = {}
-    return np.array([seen.setdefault(v, len(seen)) for v in values], dtype=np.int64)
-
-
-def _match_one_rank(s: RankSummary) -> MatchedCollectives:
-    """:func:`match_collectives` of one rank, in numpy: the same table as the general
-    (pandas) path gives for one rank, where every call is its own collective (one member
-    present, no wait, no clock offset)."""
-    c = s.comms_table
-    rows = np.flatnonzero(c["category"] == int(Category.COLLECTIVE))
-    pg = [str(v) for v in c["pg"][rows].tolist()]
-    coll = [str(v) for v in c["coll_name"][rows].tolist()]
-    step = np.asarray(c["step"][rows]).astype(np.int64)
-    seq = np.asarray(c["seq"][rows])
-    pg_code = _factorize(pg)
-    coll_code = _factorize(coll)
-    # Sorted by (pg, name, step, seq), stable: k counts the calls of each (pg, name, step).
-    order = np.lexsort((seq, step, coll_code, pg_code))
-    lane = np.stack((pg_code[order], coll_code[order], step[order]))
-    new_lane = np.ones(order.size, dtype=bool)
-    new_lane[1:] = np.any(lane[:, 1:] != lane[:, :-1], axis=0)
-    first = np.maximum.accumulate(np.where(new_lane, np.arange(order.size), 0))
-    k = np.arange(order.size, dtype=np.int64) - first
-    # One rank: each (pg, name, step, k) is its own key, numbered in table order.
-    key = np.arange(order.size, dtype=np.int64)
-    start = np.asarray(c["start_us"][rows], dtype=np.float64)[order]
-    end = np.asarray(c["end_us"][rows], dtype=np.float64)[order]
-    ready = _ready_times(s, start)[0] if s.fmt == "timeline" else start
-    arrival = ready - 0.0
-    duration = end - start
-    wait = np.zeros(order.size)
-    exposed = iv.overlap_with_each((start, start + wait), s.lost)
-    pgs = [pg[i] for i in order.tolist()]
-    present = dict.fromkeys(pgs, 1)
-    expected = _expected_sizes([s], list(present), present)
-    n_expected = np.array([expected[g] for g in pgs], dtype=np.int64)
-    n_present = np.ones(order.size, dtype=np.int64)
-    pg_col = np.empty(order.size, dtype=object)
-    pg_col[:] = pgs
-    coll_col = np.empty(order.size, dtype=object)
-    coll_col[:] = [coll[i] for i in order.tolist()]
-    calls = Table(
-        {
-            "rank": np.full(order.size, s.rank, dtype=np.int64),
-            "row": rows[order].astype(np.int64),
-            "key": key,
-            "pg": pg_col,
-            "step": step[order],
-            "k": k,
-            "coll_name": coll_col,
-            "start_us": start,
-            "end_us": end,
-            "ready_us": ready,
-            "arrival_us": arrival,
-            "duration_us": duration,
-            "wait_us": wait,
-            "own_wait_us": wait,
-            "exposed_wait_us": exposed,
-            "lateness_us": arrival - arrival,
-            "is_last": np.zeros(order.size, dtype=bool),
-            "n_present": n_present,
-            "n_expected": n_expected,
-            "complete": (n_expected > 0) & (n_present >= n_expected),
-        },
-        tuple(_CALLS_DTYPES),
-    )
-    incomplete = {g: (1, int(expected[g])) for g in present if expected[g] < 0 or 1 < expected[g]}
-    return MatchedCollectives(calls, {s.rank: 0.0}, 0, incomplete, None)  # type: ignore[arg-type]
-
-
-def _match_with_pandas(summaries: Sequence[RankSummary]) -> MatchedCollectives:
-    df = _gather(summaries)
-    offsets_by_source = _clock_offsets(df)
-    offsets = {s.rank: float(offsets_by_source.get(s.source, 0.0)) for s in summaries}
-
-    df["arrival_us"] = df["ready_us"] - df["rank"].map(offsets).to_numpy()
-    df["duration_us"] = df["end_us"] - df["start_us"]
-    groups = df.groupby("key", sort=False)
+    rank = g["rank"]
+    ranks, rank_idx = np.unique(rank, return_inverse=True)
+    rank_offset = np.array([offsets[int(r)] for r in ranks.tolist()], dtype=np.float64)
+    start, end, ready = g["start_us"], g["end_us"], g["ready_us"]
+    arrival = ready - rank_offset[rank_idx.reshape(-1)]
     # A rank has at most one call per key (k counts its calls), so size = ranks present.
-    df["n_present"] = groups["rank"].transform("size").astype(np.int64)
-    last = groups["arrival_us"].transform("max")
-    median = groups["arrival_us"].transform("median")
+    n_present = grouping.size(key, n_keys)
+    present_n = n_present[key]
+    last = grouping.maximum(key, arrival, n_keys)[key]
+    median = grouping.median(key, arrival, n_keys)[key]
     # Waiting lasts from the arrival to the last member's, at most until the op ends.
-    reach = (df["end_us"] - df["ready_us"]).clip(lower=0.0)
-    df["wait_us"] = np.clip(last - df["arrival_us"], 0.0, reach)
-    df.loc[df["n_present"] < 2, "wait_us"] = 0.0
-    df["own_wait_us"] = _own_replica_waits(df)
-    df["exposed_wait_us"] = _exposed(df, summaries)
-    df["lateness_us"] = df["arrival_us"] - median
-    df["is_last"] = (df["arrival_us"] >= last) & (df["n_present"] >= 2)
+    reach = np.clip(end - ready, 0.0, None)
+    wait = np.clip(last - arrival, 0.0, reach)
+    wait[present_n < 2] = 0.0
+    own = _own_replica_waits(key, g["replica"], arrival, g["ready_kind"], wait)
+    exposed = _exposed(rank, ready, wait, summaries)
 
-    pg_ranks = df.groupby("pg_code")["rank"].transform("nunique")
-    present: dict[str, int] = dict(zip(df["pg"].to_numpy(), pg_ranks.to_numpy().astype(int)))
+    pg_code = g["pg_code"]
+    n_pg = int(pg_code.max()) + 1
+    pg_ranks = grouping.nunique(pg_code, rank, n_pg)
+    # Groups in the order they first appear among the sorted calls.
+    codes_seen, first = np.unique(pg_code, return_index=True)
+    pg_name = {int(c): str(g["pg"][i]) for c, i in zip(codes_seen.tolist(), first.tolist())}
+    present: dict[str, int] = {
+        pg_name[int(c)]: int(pg_ranks[c]) for c in codes_seen[np.argsort(first, kind="stable")].tolist()
+    }
     expected = _expected_sizes(summaries, list(present), present)
-    world = _inferred_world(summaries, df, expected)
+    world = _inferred_world(summaries, n_present, expected)
     if world is not None:
         expected = {pg: world for pg in expected}
-    df["n_expected"] = df["pg"].map(expected).astype(np.int64)
-    df["complete"] = (df["n_expected"] > 0) & (df["n_present"] >= df["n_expected"])
+    expected_of_code = np.array([expected[pg_name[c]] for c in range(n_pg)], dtype=np.int64)
+    n_expected = expected_of_code[pg_code]
     incomplete = {
         pg: (int(present[pg]), int(expected[pg]))
         for pg in present
         if expected[pg] < 0 or present[pg] < expected[pg]
     }
-    cols = list(_CALLS_DTYPES)
-    unmatched = int(((df["n_present"] < 2) & (pg_ranks >= 2)).sum())
-    return MatchedCollectives(df[cols], offsets, unmatched, incomplete, world)
+    unmatched = int(((present_n < 2) & (pg_ranks[pg_code] >= 2)).sum())
+    calls = Table(
+        {
+            "rank": rank,
+            "row": g["row"],
+            "key": key,
+            "pg": g["pg"],
+            "step": g["step"],
+            "k": g["k"],
+            "coll_name": g["coll_name"],
+            "start_us": start,
+            "end_us": end,
+            "ready_us": ready,
+            "arrival_us": arrival,
+            "duration_us": end - start,
+            "wait_us": wait,
+            "own_wait_us": own,
+            "exposed_wait_us": exposed,
+            "lateness_us": arrival - median,
+            "is_last": (arrival >= last) & (present_n >= 2),
+            "n_present": present_n,
+            "n_expected": n_expected,
+            "complete": (n_expected > 0) & (present_n >= n_expected),
+        },
+        tuple(_CALLS_DTYPES),
+    )
+    return MatchedCollectives(calls, offsets, unmatched, incomplete, world)  # type: ignore[arg-type]
 
 
 def wait_claims(matched: MatchedCollectives) -> dict[int, iv.Intervals]:
     """Per rank, the intervals (own clock) spent waiting for a later rank in collectives
     (from its arrival, ``ready_us``); the part spent waiting for its own pipeline replica
-    (:func:`own_pipeline_claims`) included."""
-    if matched.n_calls == 0 or not (matched.calls_table["wait_us"] > 0).any():
+    (:func:`own_pipeline_claims`) included. Ranks in the order they first wait."""
+    t = matched.calls_table
+    if matched.n_calls == 0:
         return {}
-    calls = matched.calls
-    waiting = calls.loc[calls["wait_us"] > 0]
+    wait = np.asarray(t["wait_us"], dtype=np.float64)
+    sel = np.flatnonzero(wait > 0)
+    if sel.size == 0:
+        return {}
+    ranks = np.asarray(t["rank"])[sel]
+    start = np.asarray(t["ready_us"], dtype=np.float64)[sel]
+    wait = wait[sel]
     out: dict[int, iv.Intervals] = {}
-    for rank, rows in waiting.groupby("rank", sort=False):
-        start = rows["ready_us"].to_numpy()
-        out[int(rank)] = iv.union(start, start + rows["wait_us"].to_numpy())  # type: ignore[call-overload]
+    _, first = np.unique(ranks, return_index=True)
+    for r in ranks[np.sort(first)].tolist():
+        mine = ranks == r
+        out[int(r)] = iv.union(start[mine], start[mine] + wait[mine])
     return out
 
 
@@ -521,30 +497,52 @@ def own_pipeline_claims(matched: MatchedCollectives) -> dict[int, iv.Intervals]:
     return out
 
 
+# Columns of :func:`rank_totals` (and of :func:`per_rank_waits`).
+RANK_TOTALS = ("wait_us", "exposed_wait_us", "late_us", "calls", "last_calls", "complete_calls")
+
+
+def rank_totals(matched: MatchedCollectives) -> dict[str, dict[int, float]]:
+    """Per rank, in rank order: total wait, exposed wait, positive lateness, calls matched,
+    calls arrived last, calls of complete groups (the columns of :func:`per_rank_waits`,
+    as column -> rank -> value, without pandas; counts are ints)."""
+    if matched.n_calls == 0:
+        return {c: {} for c in RANK_TOTALS}
+    t = matched.calls_table
+    ranks, idx = np.unique(np.asarray(t["rank"]), return_inverse=True)
+    idx = idx.reshape(-1)
+    n = ranks.size
+    keys = [int(r) for r in ranks.tolist()]
+    sums = {
+        "wait_us": grouping.total(idx, t["wait_us"], n),
+        "exposed_wait_us": grouping.total(idx, t["exposed_wait_us"], n),
+        "late_us": grouping.total(idx, np.clip(np.asarray(t["lateness_us"], dtype=np.float64), 0.0, None), n),
+    }
+    counts = {
+        "calls": grouping.size(idx, n),
+        "last_calls": np.bincount(idx, weights=np.asarray(t["is_last"], dtype=np.float64), minlength=n),
+        "complete_calls": np.bincount(idx, weights=np.asarray(t["complete"], dtype=np.float64), minlength=n),
+    }
+    out: dict[str, dict[int, float]] = {c: dict(zip(keys, v.tolist())) for c, v in sums.items()}
+    for c, v in counts.items():
+        out[c] = dict(zip(keys, (int(x) for x in v.tolist())))
+    return {c: out[c] for c in RANK_TOTALS}
+
+
 def per_rank_waits(matched: MatchedCollectives) -> pd.DataFrame:
     """Per rank: total wait, total positive lateness, calls matched, calls arrived last.
 
     Columns: ``wait_us``, ``exposed_wait_us``, ``late_us`` (sum of positive lateness: how
     far behind the median member it arrived, summed), ``calls``, ``last_calls``,
-    ``complete_calls``; indexed by rank.
+    ``complete_calls``; indexed by rank. (A DataFrame for callers that want one; the
+    analysis reads :func:`rank_totals`.)
     """
     import pandas as pd
-    calls = matched.calls
-    if len(calls) == 0:
-        return pd.DataFrame(
-            columns=["wait_us", "exposed_wait_us", "late_us", "calls", "last_calls", "complete_calls"]
-        )
-    g = calls.assign(late=calls["lateness_us"].clip(lower=0.0)).groupby("rank")
-    return pd.DataFrame(
-        {
-            "wait_us": g["wait_us"].sum(),
-            "exposed_wait_us": g["exposed_wait_us"].sum(),
-            "late_us": g["late"].sum(),
-            "calls": g["k"].size(),
-            "last_calls": g["is_last"].sum(),
-            "complete_calls": g["complete"].sum(),
-        }
-    )
+
+    if matched.n_calls == 0:
+        return pd.DataFrame(columns=list(RANK_TOTALS))
+    totals = rank_totals(matched)
+    index = pd.Index(list(totals["calls"]), name="rank")
+    return pd.DataFrame({c: [totals[c][r] for r in index] for c in RANK_TOTALS}, index=index)
 
 
 def waits_per_step(matched: MatchedCollectives) -> pd.DataFrame:
@@ -584,6 +582,14 @@ class BarrierWaits:
     points_us: tuple[float, ...] = ()
 
 
+def _names(c: Table) -> np.ndarray:
+    """The ``name`` column of a comms table as strings (an object array)."""
+    out = np.empty(len(c), dtype=object)
+    if len(c):
+        out[:] = [str(v) for v in c["name"].tolist()]
+    return out
+
+
 def comm_before_barriers(
     s: RankSummary, points_us: Sequence[float], offset_us: float
 ) -> list[tuple[int, str, float]]:
@@ -595,12 +601,12 @@ def comm_before_barriers(
     what kept the rank from reaching the barrier once its compute was done.
     """
     out: list[tuple[int, str, float]] = []
-    c = s.comms
-    if c is None or len(c) == 0 or not len(points_us):
+    c = s.comms_table
+    if len(c) == 0 or not len(points_us):
         return out
-    cs = c["start_us"].to_numpy(dtype=np.float64)
-    ce = c["end_us"].to_numpy(dtype=np.float64)
-    names = c["name"].astype(str).to_numpy(dtype=object)
+    cs = np.asarray(c["start_us"], dtype=np.float64)
+    ce = np.asarray(c["end_us"], dtype=np.float64)
+    names = _names(c)
     comp_end = np.sort(s.compute[1])
     for j, p in enumerate(points_us):
         q = float(p) + offset_us
@@ -617,10 +623,10 @@ def comm_before_barriers(
 def _activity(s: RankSummary, offset: float) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
     """Aligned starts (sorted) and ends (sorted) of a rank's activity, plus the names of
     its communication ops by aligned end (``compute`` for compute intervals)."""
-    c = s.comms
-    cs = c["start_us"].to_numpy(dtype=np.float64) if len(c) else np.empty(0)
-    ce = c["end_us"].to_numpy(dtype=np.float64) if len(c) else np.empty(0)
-    names = c["name"].astype(str).to_numpy(dtype=object) if len(c) else np.empty(0, dtype=object)
+    c = s.comms_table
+    cs = np.asarray(c["start_us"], dtype=np.float64) if len(c) else np.empty(0)
+    ce = np.asarray(c["end_us"], dtype=np.float64) if len(c) else np.empty(0)
+    names = _names(c)
     starts = np.unique(np.concatenate((s.compute[0], cs))) - offset
     ends = np.concatenate((s.compute[1], ce)) - offset
     labels = np.concatenate((np.full(s.compute[1].size, "compute", dtype=object), names))

@@ -61,12 +61,14 @@ Findings (all JSON-serializable), keys of :attr:`CrossRankResult.findings`:
 
 from __future__ import annotations
 
+import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import numpy as np
 
+from gpuprof.analysis import grouping
 from gpuprof.analysis import intervals as iv
 from gpuprof.analysis.collectives import (
     BarrierWaits,
@@ -76,7 +78,7 @@ from gpuprof.analysis.collectives import (
     inferred_world_note,
     match_collectives,
     own_pipeline_claims,
-    per_rank_waits,
+    rank_totals,
     wait_claims,
 )
 from gpuprof.analysis.intervals import Intervals
@@ -86,9 +88,7 @@ from gpuprof.analysis.pipeline_parallel import PipelineResult, analyze_pipeline
 from gpuprof.analysis.summary import RankSummary
 from gpuprof.analysis.whatifs import WhatIfResults, build_job_model, run_whatifs
 from gpuprof.model.report import Cause
-
-if TYPE_CHECKING:  # pandas is imported by the functions that use it
-    import pandas as pd
+from gpuprof.model.table import Table, one_of
 
 # A rank is named a straggler when it caused at least this share of all the waiting
 # measured in complete groups ...
@@ -128,22 +128,38 @@ def _median_step_us(summaries: Sequence[RankSummary]) -> float:
     return float(np.median([s.window_us / _steps(s) for s in summaries])) if summaries else 0.0
 
 
+def _complete_calls(matched: MatchedCollectives) -> tuple[Table, np.ndarray]:
+    """The calls of complete collectives with two or more members present, and their
+    row indices in ``matched.calls_table``."""
+    t = matched.calls_table
+    rows = np.flatnonzero(np.asarray(t["complete"]) & (np.asarray(t["n_present"]) >= 2))
+    return t.take(rows), rows
+
+
 def _caused_waits(matched: MatchedCollectives) -> dict[int, tuple[float, int]]:
     """Per rank: waiting it caused in complete groups (sum over the collectives it arrived
     last at, of the median wait of the other members) and how many such collectives."""
-    calls = matched.calls
-    full = calls.loc[calls["complete"] & (calls["n_present"] >= 2)]
+    if matched.n_calls == 0:
+        return {}
+    full, _ = _complete_calls(matched)
     if len(full) == 0:
         return {}
-    key = "key"
+    key = np.asarray(full["key"])
+    last = np.asarray(full["is_last"], dtype=bool)
     # Only exposed waiting costs time: a wait that compute on another stream hides is free.
-    others = full.loc[~full["is_last"]].groupby(key)["exposed_wait_us"].median()
-    last = full.loc[full["is_last"]].drop_duplicates(key)
-    caused = last.set_index(key).join(others.rename("caused"), how="left")["caused"].fillna(0.0)
-    ranks = last.set_index(key)["rank"]
+    n_keys = int(key.max()) + 1
+    others = ~last
+    med = grouping.median(key[others], np.asarray(full["exposed_wait_us"])[others], n_keys)
+    # The first member (in table order) of those that arrived last at each collective.
+    lkeys, first = np.unique(key[last], return_index=True)
+    at = np.flatnonzero(last)[first]
+    order = np.argsort(at, kind="stable")  # summed in table order
+    caused = np.nan_to_num(med[lkeys[order]], nan=0.0)
+    ranks = np.asarray(full["rank"])[at[order]]
     out: dict[int, tuple[float, int]] = {}
-    for rank, total in caused.groupby(ranks.to_numpy()).sum().items():
-        out[int(rank)] = (float(total), int((ranks == rank).sum()))
+    for r in np.unique(ranks).tolist():
+        mine = ranks == r
+        out[int(r)] = (math.fsum(caused[mine].tolist()), int(mine.sum()))
     return out
 
 
@@ -151,13 +167,15 @@ def _net_exposed_waits(matched: MatchedCollectives, bubbles: Mapping[int, Interv
     """Per call, its exposed wait less the part a pipeline-bubble claim covers: a stage
     waiting in a collective for the pipeline to drain is structural (bubble, which takes
     precedence in the attribution), not a late rank's doing."""
-    calls = matched.calls
-    out = calls["exposed_wait_us"].to_numpy(dtype=np.float64).copy()
-    if not bubbles or len(calls) == 0:
+    calls = matched.calls_table
+    if matched.n_calls == 0:
+        return np.empty(0)
+    out = np.array(calls["exposed_wait_us"], dtype=np.float64)
+    if not bubbles:
         return out
-    ranks = calls["rank"].to_numpy()
-    start = calls["ready_us"].to_numpy(dtype=np.float64)
-    wait = calls["wait_us"].to_numpy(dtype=np.float64)
+    ranks = np.asarray(calls["rank"])
+    start = np.asarray(calls["ready_us"], dtype=np.float64)
+    wait = np.asarray(calls["wait_us"], dtype=np.float64)
     for rank, claim in bubbles.items():
         idx = np.flatnonzero(ranks == rank)
         if idx.size == 0 or claim[0].size == 0:
@@ -167,31 +185,49 @@ def _net_exposed_waits(matched: MatchedCollectives, bubbles: Mapping[int, Interv
     return out
 
 
-def _critical_gains(matched: MatchedCollectives, bubbles: Mapping[int, Intervals]) -> pd.DataFrame:
-    """One row per complete collective: ``key``, ``rank`` (the last to arrive), ``gain_us``
+@dataclass(frozen=True)
+class _Arrivals:
+    """The complete collectives' calls sorted by (key, arrival): ``key``, ``rank``,
+    ``arrival_us``, ``exposed_us`` (net of pipeline bubbles), and ``last`` (the index of
+    each collective's last row, in key order)."""
+
+    key: np.ndarray
+    rank: np.ndarray
+    arrival_us: np.ndarray
+    exposed_us: np.ndarray
+    last: np.ndarray
+
+
+def _arrivals(matched: MatchedCollectives, bubbles: Mapping[int, Intervals]) -> _Arrivals:
+    if matched.n_calls == 0:
+        e = np.empty(0)
+        return _Arrivals(e.astype(np.int64), e.astype(np.int64), e, e, e.astype(np.int64))
+    full, rows = _complete_calls(matched)
+    exposed = _net_exposed_waits(matched, bubbles)[rows]
+    key = np.asarray(full["key"])
+    arrival = np.asarray(full["arrival_us"], dtype=np.float64)
+    order = np.lexsort((arrival, key))
+    key = key[order]
+    new = grouping.runs((key,), key.size)
+    last = np.flatnonzero(np.concatenate((new[1:], [True]))) if key.size else np.empty(0, dtype=np.int64)
+    return _Arrivals(key, np.asarray(full["rank"])[order], arrival[order], exposed[order], last)
+
+
+def _critical_gains(matched: MatchedCollectives, bubbles: Mapping[int, Intervals]) -> tuple[np.ndarray, np.ndarray]:
+    """Per complete collective, in key order: the rank that arrived last, and ``gain_us``
     (how much sooner the collective could end if that rank had arrived with the
     next-latest member: the next-latest member's exposed wait, which is at most the gap
     between the two arrivals; the rest of the spread of arrivals is not the last rank's
     doing, and a wait that compute hides costs nothing)."""
-    import pandas as pd
-    calls = matched.calls.assign(exposed_wait_us=_net_exposed_waits(matched, bubbles))
-    full = calls.loc[
-        calls["complete"] & (calls["n_present"] >= 2), ["key", "rank", "arrival_us", "exposed_wait_us"]
-    ]
-    if len(full) == 0:
-        return pd.DataFrame({"key": [], "rank": [], "gain_us": []})
-    full = full.sort_values(["key", "arrival_us"], kind="stable")
-    by_key = full.groupby("key", sort=False)
-    full = full.assign(
-        prev=by_key["arrival_us"].shift(1),
-        prev_exposed=by_key["exposed_wait_us"].shift(1),
-    )
-    last = full.groupby("key", sort=False).tail(1)
-    gap = (last["arrival_us"] - last["prev"]).clip(lower=0.0)
-    gain = np.minimum(gap.to_numpy(), last["prev_exposed"].to_numpy())
-    return pd.DataFrame(
-        {"key": last["key"].to_numpy(), "rank": last["rank"].to_numpy(), "gain_us": np.nan_to_num(gain)}
-    )
+    a = _arrivals(matched, bubbles)
+    if a.last.size == 0:
+        return np.empty(0, dtype=np.int64), np.empty(0)
+    li = a.last
+    # Every complete collective has two or more rows: the one before the last is its own.
+    prev = li - 1
+    gap = np.clip(a.arrival_us[li] - a.arrival_us[prev], 0.0, None)
+    gain = np.nan_to_num(np.minimum(gap, a.exposed_us[prev]))
+    return a.rank[li], gain
 
 
 def _group_gain_us(
@@ -202,20 +238,27 @@ def _group_gain_us(
     wait of the latest outside member (at most the gap between the two arrivals). For one
     rank this is the sum of its :func:`_critical_gains`; for several late at the same
     collective it is more than the sum of their margins over each other."""
-    calls = matched.calls.assign(exposed_wait_us=_net_exposed_waits(matched, bubbles))
-    full = calls.loc[
-        calls["complete"] & (calls["n_present"] >= 2), ["key", "rank", "arrival_us", "exposed_wait_us"]
-    ].sort_values(["key", "arrival_us"], kind="stable")
-    if len(full) == 0:
+    a = _arrivals(matched, bubbles)
+    if a.last.size == 0:
         return 0.0
-    last = full.groupby("key", sort=False).tail(1).set_index("key")
-    outside = full.loc[~full["rank"].isin(list(group))].groupby("key", sort=False).tail(1).set_index("key")
-    outside = outside.rename(columns=lambda c: f"{c}_out")
-    last = last.loc[last["rank"].isin(list(group))].join(outside, how="inner")
-    if len(last) == 0:
+    inside = one_of(a.rank, [int(r) for r in group])
+    out_rows = np.flatnonzero(~inside)
+    if out_rows.size == 0:
         return 0.0
-    gap = (last["arrival_us"] - last["arrival_us_out"]).clip(lower=0.0).to_numpy()
-    return float(np.minimum(gap, last["exposed_wait_us_out"].to_numpy()).sum())
+    # The latest outside member of each collective: the last outside row of its key.
+    ok = a.key[out_rows]
+    latest_out = out_rows[np.flatnonzero(np.concatenate((ok[1:] != ok[:-1], [True])))]
+    li = a.last[inside[a.last]]
+    if li.size == 0:
+        return 0.0
+    pos = np.searchsorted(a.key[latest_out], a.key[li])
+    pos_c = np.minimum(pos, latest_out.size - 1)
+    hit = a.key[latest_out][pos_c] == a.key[li]
+    li, lo = li[hit], latest_out[pos_c[hit]]
+    if li.size == 0:
+        return 0.0
+    gap = np.clip(a.arrival_us[li] - a.arrival_us[lo], 0.0, None)
+    return float(np.minimum(gap, a.exposed_us[lo]).sum())
 
 
 def _early_starters(
@@ -236,13 +279,13 @@ def _early_starters(
     top = max(lead.values())
     if top <= max(floor_us, 0.0):
         return []
-    waits = per_rank_waits(matched)
+    exposed = rank_totals(matched)["exposed_wait_us"]
     out = []
     for r in sorted(lead, key=lambda x: -lead[x]):
         if lead[r] < EARLY_LEAD_SHARE * top or lead[r] < floor_us:
             continue
         s = next(x for x in summaries if x.rank == r)
-        wait = float(waits["exposed_wait_us"].get(r, 0.0)) if len(waits) else 0.0
+        wait = float(exposed.get(r, 0.0))
         if wait / _steps(s) < EARLY_LEAD_SHARE * lead[r]:
             continue  # it spends its lead working, not waiting
         out.append(
@@ -283,6 +326,14 @@ def _late_start_us(
     return float(s.window[0] - offsets.get(s.rank, 0.0) - float(np.median(starts)))
 
 
+def _value_counts(values: np.ndarray) -> dict[int, int]:
+    """How often each value occurs, most often first, ties in order of first appearance
+    (as pandas' ``value_counts`` orders them)."""
+    uniq, first, counts = np.unique(values, return_index=True, return_counts=True)
+    order = np.lexsort((first, -counts))
+    return {int(uniq[i]): int(counts[i]) for i in order.tolist()}
+
+
 def _stragglers(
     summaries: Sequence[RankSummary],
     matched: MatchedCollectives,
@@ -318,29 +369,27 @@ def _stragglers(
             "present are lower bounds, and the slowest member may be one of the absent ranks, "
             "so no straggler is named for those groups"
         )
-    import pandas as pd
-
     caused = _caused_waits(matched)
     total = sum(c for c, _ in caused.values())
     steps = float(np.median([_steps(s) for s in summaries]))
     floor = STRAGGLER_MIN_STEP_SHARE * _median_step_us(summaries) * steps
     by_rank = {s.rank: s for s in summaries}
-    calls_per_rank = per_rank_waits(matched)
+    complete_calls = rank_totals(matched)["complete_calls"]
     out: list[dict[str, Any]] = []
     names = [r for r, (c, _) in caused.items() if total > 0 and c >= STRAGGLER_SHARE * total and c >= floor]
-    gains = _critical_gains(matched, bubbles or {})
-    if len(gains):
-        counts = gains["rank"].value_counts()
+    gain_rank, gain_us = _critical_gains(matched, bubbles or {})
+    if gain_rank.size:
+        counts = _value_counts(gain_rank)
         rotating = bool(
-            counts.size >= ROTATING_MIN_RANKS
-            and counts.iloc[0] <= ROTATING_MAX_SHARE * len(gains)
-            and float(gains["gain_us"].sum()) >= floor
+            len(counts) >= ROTATING_MIN_RANKS
+            and next(iter(counts.values())) <= ROTATING_MAX_SHARE * gain_rank.size
+            and float(np.sum(gain_us)) >= floor
         )
         info["arrivals"] = {
-            "collectives": len(gains),
+            "collectives": int(gain_rank.size),
             "last_counts": {str(r): int(n) for r, n in counts.items()},
             "rotating": rotating,
-            "gain_us_per_step": round(float(gains["gain_us"].sum()) / steps, 3),
+            "gain_us_per_step": round(float(np.sum(gain_us)) / steps, 3),
         }
         if rotating:
             # Every rank takes its turn at being last: no one rank to fix.
@@ -358,21 +407,19 @@ def _stragglers(
             # A phase a little slower than the others does not explain the wait it causes.
             phase, ratio, excess = None, None, None
         late = _late_start_us(s, summaries, matched.offsets_us)
-        mine = gains.loc[gains["rank"] == rank, "gain_us"] if len(gains) else pd.Series([], dtype=float)
+        mine = gain_us[gain_rank == rank]
         out.append(
             {
                 "rank": rank,
                 "caused_wait_us_per_step": round(caused[rank][0] / _steps(s), 3),
                 "last_arrivals": caused[rank][1],
-                "collectives": int(calls_per_rank["complete_calls"].get(rank, 0))
-                if rank in calls_per_rank.index
-                else 0,
+                "collectives": int(complete_calls.get(rank, 0)),
                 "phase": phase,
                 "phase_ratio": None if ratio is None else round(ratio, 3),
                 "phase_excess_us_per_step": None if excess is None else round(excess, 3),
                 "late_start_us": None if late is None else round(late, 3),
-                "gain_us_per_step": round(float(mine.sum()) / _steps(s), 3),
-                "gains_us": [round(float(g), 3) for g in sorted(mine.to_numpy(), reverse=True)],
+                "gain_us_per_step": round(float(np.sum(mine)) / _steps(s), 3),
+                "gains_us": [round(float(g), 3) for g in sorted(mine.tolist(), reverse=True)],
             }
         )
     return out, info
@@ -504,36 +551,6 @@ def _barrier_findings(
     return out
 
 
-def _wait_totals(matched: MatchedCollectives, n_ranks: int) -> Mapping[str, Mapping[int, float]]:
-    """:func:`per_rank_waits` as plain mappings (column -> rank -> value); without pandas
-    when there is nothing to add up (no collective calls, or one rank: nobody to wait for,
-    every wait zero)."""
-    cols = ("wait_us", "exposed_wait_us", "calls", "last_calls")
-    if matched.n_calls == 0:
-        return {c: {} for c in cols}
-    if n_ranks == 1:
-        t = matched.calls_table
-        ranks = np.asarray(t["rank"])
-        out: dict[str, dict[int, float]] = {c: {} for c in cols}
-        for r in np.unique(ranks).tolist():
-            mine = ranks == r
-            wait = np.asarray(t["wait_us"])[mine]
-            exposed = np.asarray(t["exposed_wait_us"])[mine]
-            if wait.any() or exposed.any():  # not one rank's job after all: add up as pandas does
-                break
-            out["wait_us"][r] = 0.0
-            out["exposed_wait_us"][r] = 0.0
-            out["calls"][r] = int(mine.sum())
-            out["last_calls"][r] = int(np.asarray(t["is_last"])[mine].sum())
-        else:
-            return out
-    waits = per_rank_waits(matched)
-    if len(waits) == 0:
-        return {c: {} for c in cols}
-    ranks_of = [int(r) for r in waits.index.tolist()]
-    return {c: dict(zip(ranks_of, waits[c].tolist())) for c in cols}
-
-
 def analyze_job(summaries: Sequence[RankSummary]) -> CrossRankResult:
     """Claims (``straggler``, ``pipeline_bubble``) and job-level findings for a job."""
     active = [s for s in summaries if s.empty_reason is None and s.window_us > 0]
@@ -571,7 +588,7 @@ def analyze_job(summaries: Sequence[RankSummary]) -> CrossRankResult:
 
     stragglers, info = _stragglers(active, matched, pipe.claims if pipe is not None else None)
     slow = {x["rank"] for x in stragglers}
-    totals = _wait_totals(matched, len(active))
+    totals = rank_totals(matched)
     per_rank: dict[int, dict[str, Any]] = {}
     for s in active:
         wait = float(totals["exposed_wait_us"].get(s.rank, 0.0))

@@ -57,16 +57,14 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import numpy as np
 
 from gpuprof.analysis import intervals as iv
 from gpuprof.analysis.summary import RankSummary
+from gpuprof.model.table import Table
 from gpuprof.model.timeline import Category
-
-if TYPE_CHECKING:  # pandas is imported by the functions that use it
-    import pandas as pd
 
 
 @dataclass(frozen=True)
@@ -94,12 +92,32 @@ def modelled_span_us(per_microbatch_us: Sequence[float], microbatches: int) -> f
     return float(sum(per_microbatch_us)) + (microbatches - 1) * float(max(per_microbatch_us))
 
 
-def _p2p(s: RankSummary) -> pd.DataFrame:
-    import pandas as pd
-    c = s.comms
-    if c is None or len(c) == 0:
-        return pd.DataFrame(columns=["start_us", "end_us", "name", "step"])
-    return c.loc[c["category"].to_numpy() == int(Category.P2P)]
+def _p2p(s: RankSummary) -> Table:
+    """The rank's point-to-point calls (rows of its comms table)."""
+    c = s.comms_table
+    if len(c) == 0:
+        return c
+    return c.derived("p2p", lambda t: t.take(np.flatnonzero(np.asarray(t["category"]) == int(Category.P2P))))
+
+
+def _strs(t: Table, column: str) -> list[str]:
+    """A column of a comms table as strings."""
+    return [str(v) for v in t[column].tolist()] if len(t) else []
+
+
+def _distinct(values: list[str]) -> list[str]:
+    """Distinct values in order of first appearance."""
+    return list(dict.fromkeys(values))
+
+
+def _directions(p: Table) -> tuple[np.ndarray, np.ndarray]:
+    """Masks over ``p``'s rows: forward sends (a timer's ``forward-send`` or an NCCL
+    ``send``) and backward receives (``backward-recv`` or ``recv``)."""
+    names = _strs(p, "name")
+    coll = _strs(p, "coll_name") if "coll_name" in p else names
+    fwd = np.array([("forward-send" in n) or c == "send" for n, c in zip(names, coll)], dtype=bool)
+    bwd = np.array([("backward-recv" in n) or c == "recv" for n, c in zip(names, coll)], dtype=bool)
+    return fwd, bwd
 
 
 def _stages_from_groups(summaries: Sequence[RankSummary]) -> dict[int, int] | None:
@@ -109,13 +127,12 @@ def _stages_from_groups(summaries: Sequence[RankSummary]) -> dict[int, int] | No
     users of torch.distributed.pipelining); data-parallel replicas of a stage sit at the
     same position of their own pipeline group.
     """
-    import pandas as pd
     out: dict[int, int] = {}
     for s in summaries:
         p = _p2p(s)
         if len(p) == 0 or "pg" not in p:
             continue
-        for pg in pd.unique(p["pg"].astype(str)):
+        for pg in _distinct(_strs(p, "pg")):
             members = tuple((s.process_groups or {}).get(str(pg), ()))
             if len(members) >= 2 and s.rank in members:
                 out[s.rank] = members.index(s.rank)
@@ -165,12 +182,11 @@ def _microbatches(members: Mapping[int, list[RankSummary]], chunks: int) -> tupl
         p = _p2p(s)
         if not len(p) or not s.steps:
             continue
-        names = p["name"].astype(str)
-        coll = p["coll_name"].astype(str) if "coll_name" in p else names
-        fwd = p.loc[names.str.contains("forward-send") | (coll == "send")]
-        if len(fwd):
-            counts.append(len(fwd) / len(s.steps))
-        elif not (coll == "recv").any():
+        coll = _strs(p, "coll_name") if "coll_name" in p else _strs(p, "name")
+        n_fwd = int(_directions(p)[0].sum())
+        if n_fwd:
+            counts.append(n_fwd / len(s.steps))
+        elif "recv" not in coll:
             counts.append(len(p) / 2.0 / len(s.steps))
     if counts:
         return max(1, round(float(np.median(counts)) / chunks)), "point-to-point sends of the first stage"
@@ -200,21 +216,23 @@ def _schedule(first_stage: Sequence[RankSummary], m: int | None, chunks: int) ->
         return "interleaved-1f1b"
     for s in first_stage:
         p = _p2p(s)
-        names = p["name"].astype(str)
-        coll = p["coll_name"].astype(str) if "coll_name" in p else names
+        if len(p) == 0:
+            continue
         # The first stage only sends activations forward and receives gradients back, so
         # a plain NCCL send / recv there is a forward send / a backward receive.
-        fwd = p.loc[names.str.contains("forward-send") | (coll == "send")]
-        bwd = p.loc[names.str.contains("backward-recv") | (coll == "recv")]
-        if len(fwd) == 0 or len(bwd) == 0:
+        fwd, bwd = _directions(p)
+        if not fwd.any() or not bwd.any():
             continue
+        step = np.asarray(p["step"])
+        start = np.asarray(p["start_us"], dtype=np.float64)
         gpipe = []
-        for step, f in fwd.groupby("step"):
-            b = bwd.loc[bwd["step"] == step]
-            if len(b):
+        for number in np.unique(step[fwd]).tolist():
+            f = fwd & (step == number)
+            b = bwd & (step == number)
+            if b.any():
                 # GPipe sends every activation before the first gradient comes back.
-                early = int((f["start_us"] < b["start_us"].min()).sum())
-                gpipe.append(early >= (m if m is not None else len(f)))
+                early = int((start[f] < start[b].min()).sum())
+                gpipe.append(early >= (m if m is not None else int(f.sum())))
         if gpipe:
             return "gpipe" if all(gpipe) else "1f1b"
     return "unknown"
@@ -228,25 +246,24 @@ def _replica(s: RankSummary) -> Any:
     """Which data-parallel replica's pipeline a rank belongs to: its ``dp_rank`` where the
     layout says, else the process group its point-to-point calls use (one per pipeline),
     else one pipeline for all."""
-    import pandas as pd
     if "dp_rank" in s.parallel:
         return ("dp", int(s.parallel["dp_rank"]))
     p = _p2p(s)
     if len(p) and "pg" in p:
-        groups = [str(g) for g in pd.unique(p["pg"].astype(str)) if str(g)]
+        groups = [g for g in _distinct(_strs(p, "pg")) if g]
         if groups:
             return ("pg", groups[0])
     return ("all", 0)
 
 
-def _span_of_step(s: RankSummary, lo: float, hi: float, p2p: pd.DataFrame) -> tuple[float, float] | None:
+def _span_of_step(s: RankSummary, lo: float, hi: float, p2p: Table) -> tuple[float, float] | None:
     """The pipeline span of one step on a first-stage rank, on its own clock."""
     cs, ce = s.compute
     inside = (ce > lo) & (cs < hi)
     if not inside.any() or len(p2p) == 0:
         return None
     start = float(cs[inside][0])
-    last_p2p = float(p2p["end_us"].max())
+    last_p2p = float(np.max(p2p["end_us"]))
     # Timer ops overlap by microseconds: the last backward may start just before the
     # receive's timer ends.
     after = np.flatnonzero(inside & (ce > last_p2p))
@@ -263,16 +280,23 @@ def _span_of_step(s: RankSummary, lo: float, hi: float, p2p: pd.DataFrame) -> tu
     return start, float(ce[end_idx])
 
 
-def _claim(s: RankSummary, span: tuple[float, float], p2p: pd.DataFrame) -> iv.Intervals:
+def _claim(s: RankSummary, span: tuple[float, float], p2p: Table) -> iv.Intervals:
     """Idle gaps of ``s`` inside ``span`` that hold one of its point-to-point transfers."""
     lost = iv.clip(s.lost, span[0], span[1])
     if lost[0].size == 0 or len(p2p) == 0:
         return iv.empty()
-    ps = p2p["start_us"].to_numpy(dtype=np.float64)
-    pe = p2p["end_us"].to_numpy(dtype=np.float64)
+    ps = np.asarray(p2p["start_us"], dtype=np.float64)
+    pe = np.asarray(p2p["end_us"], dtype=np.float64)
     # A gap holds a transfer when they overlap (a zero-length timer op counts if inside).
     covered = iv.overlap_with_each(lost, iv.make(ps, np.maximum(pe, ps + 1e-3)))
     return lost[0][covered > 0], lost[1][covered > 0]
+
+
+def _during(p2p: Table, lo: float, hi: float) -> Table:
+    """The calls of ``p2p`` that overlap ``(lo, hi)``."""
+    if len(p2p) == 0:
+        return p2p
+    return p2p.take(np.flatnonzero((np.asarray(p2p["end_us"]) > lo) & (np.asarray(p2p["start_us"]) < hi)))
 
 
 def analyze_pipeline(summaries: Sequence[RankSummary], offsets: Mapping[int, float]) -> PipelineResult | None:
@@ -318,7 +342,7 @@ def analyze_pipeline(summaries: Sequence[RankSummary], offsets: Mapping[int, flo
         off = offsets.get(s.rank, 0.0)
         spans_r = by_replica.setdefault(replica[s.rank], {})
         for number, (lo, hi) in _step_spans(s).items():
-            p2p = p2p_all.loc[(p2p_all["end_us"] > lo) & (p2p_all["start_us"] < hi)]
+            p2p = _during(p2p_all, lo, hi)
             sp = _span_of_step(s, lo, hi, p2p)
             if sp is None:
                 continue
@@ -350,7 +374,7 @@ def analyze_pipeline(summaries: Sequence[RankSummary], offsets: Mapping[int, flo
             # A later stage that waits for activations from the start of its step (before
             # the first stage has begun computing) is filling the pipeline too.
             begin = min(lo, own_steps[number][0]) if number in own_steps else lo
-            p2p = p2p_all.loc[(p2p_all["end_us"] > begin) & (p2p_all["start_us"] < hi)]
+            p2p = _during(p2p_all, begin, hi)
             got = _claim(s, (begin, hi), p2p)
             parts_s.append(got[0])
             parts_e.append(got[1])
