@@ -179,7 +179,7 @@ def check(
 
     Thresholds (each checked only when given): ``min_compute_pct`` (compute share of the
     window, %), ``max_lost_pct`` (cause -> largest share of the window, %), ``max_step_ms``
-    (the slowest rank's median step). ``baseline`` (a :class:`~gpuprof.Report` or the path
+    (the slowest rank's mean step, as the report states it). ``baseline`` (a :class:`~gpuprof.Report` or the path
     of a saved JSON report) adds one check for compute, each cause and the step time:
     a share may worsen by ``tolerance_pct`` percentage points, the step time grow by
     ``step_tolerance_pct`` %. A check that cannot be measured (no steps) fails.

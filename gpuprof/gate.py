@@ -7,8 +7,8 @@ What is measured (job level, all ranks together):
 
 - compute share: total compute time / total window time, in % (windows summed over ranks);
 - lost share of a cause: that cause's lost time / total window time, in %;
-- step time: the slowest rank's median step duration, in ms (synchronous ranks all wait
-  for the slowest one; the median keeps one slow warm-up step from deciding the gate).
+- step time: the slowest rank's mean step (its window over its steps), in ms, the one step
+  statistic of every report (synchronous ranks all wait for the slowest one).
 
 Against a baseline, shares may move by ``tolerance_pp`` percentage points in the bad
 direction and the step time may grow by ``step_tolerance_pct`` percent.

@@ -41,6 +41,20 @@ def duration(value_us: float | None) -> str:
     return f"{_clean(value_us / 1_000_000.0, 2):,.2f} s"
 
 
+def duration_pair(a_us: float | None, b_us: float | None) -> tuple[str, str]:
+    """Two durations to compare, with the precision that tells them apart: ``1.14 ms`` and
+    ``1.07 ms`` where :func:`duration` would print ``1.1 ms`` twice."""
+    a, b = duration(a_us), duration(b_us)
+    if a != b or a_us is None or b_us is None or a_us == b_us:
+        return a, b
+    for digits in (2, 3):
+        unit, scale = ("µs", 1.0) if abs(a_us) < 999.5 else ("ms", 1e3) if abs(a_us) < 999_950 else ("s", 1e6)
+        x, y = f"{a_us / scale:,.{digits}f} {unit}", f"{b_us / scale:,.{digits}f} {unit}"
+        if x != y:
+            return x, y
+    return a, b
+
+
 def duration_range(lo_us: float, hi_us: float) -> str:
     """``266 ms-293 ms`` -> ``266.3-292.6 ms`` when both ends have the same unit."""
     a, b = duration(lo_us), duration(hi_us)
@@ -110,6 +124,11 @@ def ranks(nums: Sequence[int], every: str = "every rank") -> str:
     return f"rank {values[0]}" if len(values) == 1 else f"ranks {spans(values)}"
 
 
+# The summarizer's warning for a window of a single step; the renderers say it once under
+# the report's headline instead (gpuprof.render.figures.report_caveats).
+ONE_PROFILED_STEP = "only one profiled step: estimates rest on a single step and may not be typical (low confidence)"
+
+
 def join_words(items: Sequence[str], last: str = "and") -> str:
     """``1``, ``1 and 2``, ``1, 2 and 4``."""
     items = list(items)
@@ -120,8 +139,10 @@ def join_words(items: Sequence[str], last: str = "and") -> str:
 
 __all__ = [
     "NA",
+    "ONE_PROFILED_STEP",
     "count",
     "duration",
+    "duration_pair",
     "duration_range",
     "join_words",
     "pct",

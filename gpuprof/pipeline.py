@@ -238,6 +238,9 @@ def run_analysis(
             f"the job's replay misses the measured step time by {w.model_error_pct:+.1f}%: the estimates are rough"
         )
     extra: dict[str, Any] = {"job": job}
+    if advice.absorbed_warnings:
+        # Warnings a recommendation now states beside its saving (the renderers show them there).
+        extra["warnings_on_savings"] = list(advice.absorbed_warnings)
     if advice.held_back:
         extra["held_back"] = [h.to_dict() for h in advice.held_back]
     if samples is not None and hasattr(samples, "to_dict"):

@@ -69,6 +69,7 @@ class StepStats:
 
     steps: int  # the most steps any process of the job took
     step_time_median_us: float | None
+    step_time_mean_us: float | None = None  # the reports' one step statistic
 
 
 def step_stats(hook_events: Any) -> StepStats | None:
@@ -79,12 +80,13 @@ def step_stats(hook_events: Any) -> StepStats | None:
     steps = h[h["kind"] == "step"]
     if not len(steps):
         return None
-    median = None
+    median = mean = None
     if "pid" in steps and "time_unix_s" in steps:
         dts = steps.groupby("pid")["time_unix_s"].diff().dropna()
         if len(dts):
             median = float(dts.median()) * 1e6
-    return StepStats(steps=int(steps["step"].max()), step_time_median_us=median)
+            mean = float(dts.mean()) * 1e6
+    return StepStats(steps=int(steps["step"].max()), step_time_median_us=median, step_time_mean_us=mean)
 
 
 def is_cpu_only(report: Report) -> bool:
@@ -130,6 +132,7 @@ def session_report(session_dir: Path, options: Any = None, progress: Any = None)
     if stats is not None:
         run["optimizer_steps"] = stats.steps
         run["step_time_median_us"] = None if stats.step_time_median_us is None else round(stats.step_time_median_us, 3)
+        run["step_time_mean_us"] = None if stats.step_time_mean_us is None else round(stats.step_time_mean_us, 3)
     if is_cpu_only(report):
         run["cpu_only"] = True
         host = _first_host_figures(report)
@@ -155,8 +158,8 @@ def job_summary(session_dir: Path) -> str:
     stats = step_stats(h)
     if stats is not None and h is not None:
         text = f"{stats.steps} optimizer step{'s' if stats.steps != 1 else ''}"
-        if stats.step_time_median_us is not None:
-            text += f" (median step {duration(stats.step_time_median_us)})"
+        if stats.step_time_mean_us is not None:
+            text += f" (mean step {duration(stats.step_time_mean_us)})"
         parts.append(text)
         steps = h[h["kind"] == "step"]
         for col, what in (("alloc_retries", "CUDA allocator retries"), ("ooms", "CUDA OOMs")):

@@ -61,7 +61,7 @@ def test_a_recommendation_is_held_back_when_a_rank_it_rests_on_lacks_what_it_nee
     held = hold_back(local, needs_of(local), lacks)
     assert held is not None and held.missing == {"host_events": (0,)}
     assert held.line == (
-        "held back 'title of dataloader-starvation' (dataloader-starvation): it needs host events "
+        "held back 'title of dataloader-starvation': it needs host events "
         "(rank 0: no host events: a GPU-only trace)"
     )
     # rank 1 has its host events: advice about rank 1 alone stands

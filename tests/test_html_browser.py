@@ -309,6 +309,6 @@ def test_every_timeline_segment_has_a_title_and_one_rank_is_the_slowest(
     if len([r for r in rep.ranks if r.window_us > 0]) > 1:
         # One rank is "the slowest": the timeline's tag and the step-time card name the same one.
         assert len(got["tagged"]) == 1 and got["tagged"][0].endswith(f"rank {slow}"), got
-        assert got["cards"] == [f"step time of rank {slow}, the slowest"], got
+        assert got["cards"] == [f"mean step of rank {slow}, the slowest"], got
     else:
         assert got["tagged"] == [] and got["cards"] == [], got

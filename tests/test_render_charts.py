@@ -112,7 +112,7 @@ def test_per_rank_table_puts_the_largest_causes_first_and_names_the_idle_ones() 
     page = render(rep, "html")
     table = page.split("<h2>Per rank</h2>")[1]
     heads = re.findall(r"<th>([^<]*)</th>", table.split("</thead>")[0])
-    assert heads == ["rank", "steps", "step ms", "compute", "dataloader", "host", "sync", "window ms"]
+    assert heads == ["rank", "steps", "mean step ms", "compute", "dataloader", "host", "sync", "window ms"]
     assert "No time lost to pipeline_bubble, communication, straggler, memory, other." in table
     assert "Every rank: NVIDIA H100 80GB HBM3." in table
 

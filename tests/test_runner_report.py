@@ -97,15 +97,15 @@ def test_cpu_only_run_says_the_same_summary_in_all_four_places(tmp_path: Path, c
     err = capsys.readouterr().err
     assert "nothing to analyze" not in err
     assert "gpuprof: no GPU activity was recorded (CPU only); measured on the host:" in err
-    assert "9 optimizer steps, median step 250.0 ms" in err
-    host = "rank 0, 3 profiled steps: median step 1.4 ms on the host; 656 µs of it (48%) inside torch operators"
+    assert "9 optimizer steps, mean step 250.0 ms" in err
+    host = "rank 0, 3 profiled steps: mean step 2.6 ms on the host; 2.0 ms of it (76%) inside torch operators"
     assert host in err
     assert err.count("on a GPU, gpuprof splits each step") == 1
     assert err.count("no GPU activity") == 1  # the rank's note is the headline, not also a warning
     saved = json.loads((root / "report.json").read_text())
-    assert saved["run"] == {"optimizer_steps": 9, "step_time_median_us": 250000.0, "cpu_only": True, "rank": 0,
-                            "profiled_steps": 3, "host_step_us": pytest.approx(1373.261, abs=1e-3),
-                            "host_op_us": pytest.approx(656.446, abs=1e-3)}
+    assert saved["run"] == {"optimizer_steps": 9, "step_time_median_us": 250000.0, "step_time_mean_us": 250000.0,
+                            "cpu_only": True, "rank": 0, "profiled_steps": 3,
+                            "host_step_us": pytest.approx(2648.91, abs=1e-3), "host_op_us": pytest.approx(2000.534, abs=1e-3)}
     assert saved["ranks"][0]["host_steps"]["profiled_steps"] == 3
     page = (root / "report.html").read_text()
     assert "nothing to analyze" not in page and host in page
@@ -124,7 +124,7 @@ def test_a_cpu_only_trace_outside_a_session_is_summarized_per_rank(shared_traces
     report = analyze(shared_traces / "edge-cpu-only-gloo")
     text = render(report, "text")
     assert "nothing to analyze" not in text
-    assert "rank 34, 1 profiled step: median step 210.1 ms on the host; 178.8 ms of it (85%) in gloo collectives" in text
+    assert "rank 34, 1 profiled step: mean step 210.1 ms on the host; 178.8 ms of it (85%) in gloo collectives" in text
 
 
 def test_a_command_that_cannot_start_is_not_analyzed(tmp_path: Path) -> None:
@@ -166,7 +166,7 @@ def test_host_steps_counts_nested_operators_once_per_step() -> None:
                       steps=(Step(1, 0.0, 100.0), Step(2, 100.0, 200.0), Step(3, 200.0, 260.0)))
     h = host_steps(trace)
     # Step 1: [0,50) = 50 us in ops (nested and overlapping counted once); step 2: [100,130) + [150,200) = 80;
-    # step 3: [200,260) = 60. The step marker itself is not an operator.
-    assert h.steps == 3 and h.step_us == 100.0 and h.op_us == 60.0
-    assert h.op_pct == pytest.approx(60.0)
+    # step 3: [200,260) = 60. The step marker itself is not an operator. Means, as every report's step.
+    assert h.steps == 3 and h.step_us == pytest.approx(260 / 3) and h.op_us == pytest.approx(190 / 3)
+    assert h.op_pct == pytest.approx(100 * 190 / 260)
     assert host_steps(RankTrace(rank=0, source="x", fmt="kineto", device=empty_device_table(), host=host)).steps == 0

@@ -151,7 +151,7 @@ class HeldBack:
             who = f"rank {ranks[0]}" if len(ranks) == 1 else f"ranks {rank_spans(ranks)}"
             parts.append(f"{Evidence(ev).label} ({who}: {self.why[ev]})")
         rec = self.recommendation
-        return f"held back '{rec.title}' ({rec.id}): it needs " + "; ".join(parts)
+        return f"held back '{rec.title}': it needs " + "; ".join(parts)
 
     def to_dict(self) -> dict[str, Any]:
         rec = self.recommendation
@@ -174,6 +174,9 @@ class Advice:
     recommendations: tuple[Recommendation, ...]
     held_back: tuple[HeldBack, ...] = ()
     combined_savings_pct: float | None = None
+    # Warnings said beside the saving they qualify (gpuprof.advice.wording), not again at
+    # the bottom of the human-facing reports.
+    absorbed_warnings: tuple[str, ...] = ()
 
 
 def needs_of(rec: Recommendation, made_by: Advisor | None = None) -> frozenset[Evidence]:
@@ -202,9 +205,10 @@ def hold_back(
 
 def advise_all(ctx: AdviceContext) -> Advice:
     """Run every advisor; rank what the trace supports, hold back the rest, add the general
-    advice for any cause left without a recommendation and say where fixes overlap
-    (:mod:`gpuprof.advice.general`)."""
-    from gpuprof.advice.general import combined_savings_pct, explain_disagreement, general_advice, note_overlaps
+    advice for any cause left without a recommendation (:mod:`gpuprof.advice.general`) and
+    put each qualifier beside the saving it qualifies (:mod:`gpuprof.advice.wording`)."""
+    from gpuprof.advice.general import combined_savings_pct, explain_disagreement, general_advice
+    from gpuprof.advice.wording import finalize
 
     _load()
     made: list[tuple[Recommendation, Advisor]] = []
@@ -240,8 +244,10 @@ def advise_all(ctx: AdviceContext) -> Advice:
             held.append(h)
     held.sort(key=lambda h: (-h.recommendation.estimated_savings_pct, h.recommendation.id))
     combined = combined_savings_pct(ctx, kept)
-    kept = explain_disagreement(ctx, note_overlaps(ctx, kept, combined))
-    return Advice(sort_recommendations(kept), tuple(held), combined)
+    # What the fixes save together is said once, under the recommendations (the renderers'
+    # combined line), not in each of them.
+    done = finalize(ctx, sort_recommendations(explain_disagreement(ctx, kept)))
+    return Advice(done.recommendations, tuple(held), combined, done.absorbed_warnings)
 
 
 def advise(ctx: AdviceContext) -> tuple[Recommendation, ...]:

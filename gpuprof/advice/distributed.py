@@ -28,7 +28,8 @@ from typing import Any
 
 import numpy as np
 
-from gpuprof.advice import AdviceContext, advisor, rank_spans
+from gpuprof import phrases
+from gpuprof.advice import AdviceContext, advisor
 
 # The pipeline advisors live beside these; importing registers them.
 from gpuprof.advice import pipeline as _pipeline  # noqa: F401
@@ -37,6 +38,7 @@ from gpuprof.advice.savings import cause_savings_pct, job_step_time_us, savings_
 from gpuprof.analysis import intervals as iv
 from gpuprof.model.report import Cause, RankReport, Recommendation
 from gpuprof.model.timeline import Category
+from gpuprof.phrases import duration
 
 # Below this share of the job step time a finding is not worth a recommendation.
 MIN_SAVINGS_PCT = 1.0
@@ -47,7 +49,7 @@ LOW_OVERLAP = 0.15
 
 
 def _ms(us: float) -> str:
-    return f"{us / 1000.0:.1f} ms" if abs(us) >= 1000 else f"{us:.0f} µs"
+    return duration(us)  # the one duration formatter of every report (gpuprof.phrases)
 
 
 def _ranks_text(ranks: Sequence[int]) -> str:
@@ -110,14 +112,9 @@ _PHASE_ACTIONS: Mapping[str | None, tuple[str, ...]] = {
 def _one_step_note(
     reports: Sequence[RankReport], what: str = "arrival order can change from step to step"
 ) -> list[str]:
-    """Say so when the conclusion rests on a single profiled step."""
-    if reports and max(r.steps for r in reports) == 1:
-        return [
-            (
-                f"this rests on one profiled step ({what}): profile several steps (torch.profiler schedule "
-                "with active >= 5) before acting on it"
-            )
-        ]
+    """Nothing: that every estimate rests on a single profiled step is said once for the
+    whole report, under its headline (gpuprof.render.figures.report_caveats), not in each
+    recommendation."""
     return []
 
 
@@ -474,14 +471,14 @@ def _slow_rank_advice(ctx: AdviceContext, reports: Sequence[RankReport]) -> Reco
         same = f"the other ranks of pipeline stage {stage}" if stage is not None else "the other ranks"
         evidence.append(
             f"rank {r} computes {_ms(comp[r])} per step, {slow[r]:.2f}x the median of {same} doing the same work "
-            f"(ranks {_ranks_text(peers)}: {_ms(float(np.median([comp[q] for q in peers])))})"
+            f"({phrases.ranks(peers)}: {_ms(float(np.median([comp[q] for q in peers])))})"
         )
     waited = [rp for rp in reports if rp.rank not in slow and float(rp.lost_us.get(Cause.STRAGGLER, 0.0)) > 0]
     if waited:
         share = max(float(rp.lost_us.get(Cause.STRAGGLER, 0.0)) / max(rp.window_us, 1e-9) for rp in waited)
         evidence.append(
-            f"rank{'s' if len(waited) > 1 else ''} {rank_spans([rp.rank for rp in waited])} wait for it in "
-            f"collectives, up to {100 * share:.0f}% of their step"
+            f"{phrases.ranks([rp.rank for rp in waited])} {'wait' if len(waited) > 1 else 'waits'} for it in "
+            f"collectives, up to {100 * share:.0f}% of {'their' if len(waited) > 1 else 'its'} step"
         )
     named = {int(x["rank"]): x for x in ctx.cross.get("stragglers") or []}
     phase = None

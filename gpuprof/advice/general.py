@@ -244,12 +244,12 @@ def explain_disagreement(ctx: AdviceContext, recs: Sequence[Recommendation]) -> 
             continue
         if est * AGREE_FACTOR < share:
             line = (
-                f"{AGREE_MARK} it saves less than the {share:.1f}% of a step that {rec.category.value} holds: once that idle time is gone the job still waits on other work of its critical path "
+                f"{AGREE_MARK} its {est:.1f}% is less than the {share:.1f}% of a step that {rec.category.value} holds: once that idle time is gone the job still waits on other work of its critical path "
                 "(other ranks, collectives, other causes), which the estimate follows"
             )
         elif est > AGREE_FACTOR * share:
             line = (
-                f"{AGREE_MARK} it saves more than the {share:.1f}% of a step that {rec.category.value} holds: "
+                f"{AGREE_MARK} its {est:.1f}% is more than the {share:.1f}% of a step that {rec.category.value} holds: "
                 "removing it also removes idle time it sets off that is counted under other causes (a drained "
                 "queue refilled by late launches, waits of the ranks that waited for it)"
             )
@@ -280,30 +280,6 @@ def combined_savings_pct(ctx: AdviceContext, recs: Sequence[Recommendation]) -> 
     return min(pct, 100.0 * lost)
 
 
-def note_overlaps(ctx: AdviceContext, recs: Sequence[Recommendation], combined: float | None) -> list[Recommendation]:
-    """Say on each replayed recommendation what all of them save together, when their
-    savings overlap (the sum exceeds the combined replay)."""
-    replayed_recs = [r for r in recs if r.whatif]
-    if combined is None or len(replayed_recs) < 2:
-        return list(recs)
-    by_whatif: dict[str, float] = {}
-    for r in replayed_recs:
-        by_whatif[str(r.whatif)] = max(by_whatif.get(str(r.whatif), 0.0), r.estimated_savings_pct)
-    total = sum(by_whatif.values())
-    if total <= combined + 0.5:
-        return list(recs)
-    w = results(ctx)
-    assert w is not None
-    step = w.model.measured_step_us
-    ids = ", ".join(r.id for r in replayed_recs)
-    note = (
-        f"These fixes act partly on the same idle time ({ids}): together they save {combined:.1f}% "
-        f"(job step {step / 1000:.1f} ms -> {step * (1 - combined / 100) / 1000:.1f} ms, one replay of all of them), "
-        f"not the {total:.1f}% their estimates add up to."
-    )
-    return [replace(r, evidence=(*r.evidence, note)) if r.whatif else r for r in recs]
-
-
 __all__ = [
     "AGREE_FACTOR",
     "AGREE_MARK",
@@ -311,5 +287,4 @@ __all__ = [
     "combined_savings_pct",
     "explain_disagreement",
     "general_advice",
-    "note_overlaps",
 ]

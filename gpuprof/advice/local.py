@@ -63,6 +63,7 @@ from gpuprof.advice.savings import MIN_WINDOW_US, savings_pct
 from gpuprof.analysis.rules import RULES
 from gpuprof.analysis.summary import RankSummary
 from gpuprof.model.report import Cause, RankReport, Recommendation
+from gpuprof.phrases import duration
 
 # Below this share of a rank's window a finding is not worth the user's attention.
 MIN_SHARE = 0.02
@@ -128,7 +129,7 @@ def _hits(ctx: AdviceContext, cause: Cause, rules: Sequence[str] | None = None) 
 
 
 def _ms(us: float) -> str:
-    return f"{us / 1000:.1f} ms" if us >= 1000 else f"{us:.0f} µs"
+    return duration(us)  # the one duration formatter of every report (gpuprof.phrases)
 
 
 def _where(hits: Sequence[_Hit]) -> str:
@@ -189,12 +190,14 @@ def _recommend(
     estimate = savings_pct(ctx.reports, removed)
     evidence = list(evidence)
     used: str | None = None
+    span: tuple[float, float] | None = None  # the range the saving lies in, when one is known
     got = replayed(ctx, whatif) if whatif is not None else None
     if got is not None:
         estimate, used = got.pct, got.name
         evidence.append(got.line)
         low = replayed(ctx, lower) if lower is not None else None
         if low is not None and low.pct < estimate:
+            span = (low.pct, estimate)
             evidence.append(
                 f"Model: the {_WHATIF_WHAT[got.name]} cost nothing on the host, as CUDA graph capture or "
                 "torch.compile achieve; the Python between them is kept. Estimated saving between "
@@ -207,6 +210,7 @@ def _recommend(
         if hi is not None and hi > estimate + 1.0:
             lo_pct = estimate
             estimate = (lo_pct + hi) / 2.0
+            span = (lo_pct, hi)
             evidence.append(
                 f"Estimate {estimate:.1f}%, the middle of {lo_pct:.1f}% (the host as measured) and {hi:.1f}% "
                 f"({upper_note}): the fix speeds up the host too, by an amount one trace cannot show."
@@ -217,13 +221,11 @@ def _recommend(
             "time vanishes on those ranks, with the job's step set by its slowest rank."
         )
     if any(h.report.window_us < MIN_WINDOW_US for h in hits):
-        estimate = 0.0
+        estimate, span = 0.0, None
         evidence.append(
             f"The analysed window is under {MIN_WINDOW_US / 1000:.0f} ms: too little to estimate a saving "
             "(profile a few full steps)."
         )
-    elif any(0 < h.report.steps < 2 for h in hits):
-        evidence.append("Only one profiled step: low confidence; profile a few steps to confirm.")
     return [
         Recommendation(
             id=rec_id,
@@ -234,6 +236,8 @@ def _recommend(
             evidence=tuple(evidence),
             actions=tuple(actions),
             whatif=used,
+            savings_low_pct=None if span is None else span[0],
+            savings_high_pct=None if span is None else span[1],
         )
     ]
 
@@ -520,7 +524,8 @@ def _op_line(hit: _Hit, cause: str, what: str) -> str | None:
         n = int(o.get("calls") or 0)
         calls = f", {n} call{'s' if n != 1 else ''}" if n else ""
         if o.get("launches_per_call") and float(o["launches_per_call"]) >= 10:
-            calls += f" of {float(o['launches_per_call']):,.0f} launches each"
+            each = " each" if n != 1 else ""
+            calls += f", {float(o['launches_per_call']):,.0f} kernel launches{each}"
         inner = ""
         if o.get("inner_op"):
             steps = hit.report.steps
@@ -591,10 +596,7 @@ def _host_actions(w: _Hit, launch_bound: bool, inference: bool) -> list[str]:
         )
     step = next((op for op in ops[:3] if op.startswith("Optimizer.step")), None)
     if step is not None:
-        actions.append(
-            f"{step} runs long on the host: use a fused or foreach implementation (fused=True), keep its "
-            "state on the GPU, or run the expensive part (preconditioner updates) every N steps."
-        )
+        actions.append(f"{step} runs long on the host: {optimizer_advice(step)}")
     if launch_bound:
         actions += [
             (
@@ -613,9 +615,37 @@ def _host_actions(w: _Hit, launch_bound: bool, inference: bool) -> list[str]:
             "Profile the host side (py-spy record --native, or the torch profiler's CPU view) to find the slow Python.",
             "Move CPU pre-processing, logging and metric code out of the step or into background threads.",
         ]
-    if not any("fused" in a for a in actions):
-        actions.append("Use fused/foreach optimizers (torch.optim.AdamW(..., fused=True)).")
+    if step is None:
+        named = next((op for op in ops if op.startswith("Optimizer.step")), None)
+        actions.append(
+            f"{named} is part of the host's time too: {optimizer_advice(named)}"
+            if named is not None
+            else "Use your optimizer's foreach or fused implementation (foreach=True; fused=True for Adam and AdamW)."
+        )
     return actions
+
+
+# Optimizers of torch.optim with a fused implementation (a few kernels for the whole update),
+# and those with a foreach one (one kernel per operation over all parameters).
+_FUSED = ("Adam", "AdamW")
+_FOREACH = ("SGD", "Adagrad", "Adadelta", "Adamax", "ASGD", "NAdam", "RAdam", "RMSprop", "Rprop")
+
+
+def optimizer_advice(op: str) -> str:
+    """The change for the optimizer the trace names (``Optimizer.step#SGD.step``): its own
+    foreach or fused implementation, never another optimizer's."""
+    name = op.split("#", 1)[-1].split(".", 1)[0] if "#" in op else ""
+    if name in _FUSED:
+        return (
+            f"torch.optim.{name}(..., fused=True) runs the whole update in a few kernels "
+            "(foreach=True batches it per operation)."
+        )
+    if name in _FOREACH:
+        return f"torch.optim.{name}(..., foreach=True) batches the update over all parameters in a few kernels."
+    return (
+        "use a foreach or fused implementation of this optimizer if it has one, keep its state on the GPU, or "
+        "run its expensive part (preconditioner updates) every N steps."
+    )
 
 
 @advisor
@@ -649,7 +679,7 @@ def host_launch(ctx: AdviceContext) -> list[Recommendation]:
         evidence.append(
             f"Rank {w.report.rank}: DistributedDataParallel broadcasts its buffers at the start of every forward "
             f"({ddp['broadcasts']} broadcasts, {_ms(float(ddp['host_us_per_step']))}/step on the host, "
-            f"{_ms(float(ddp['lost_us_per_step']))}/step of GPU idle inside it); see host-ddp-buffer-sync."
+            f"{_ms(float(ddp['lost_us_per_step']))}/step of GPU idle inside it): a recommendation of its own."
         )
     inference = _inference(hits)
     if inference:
@@ -682,7 +712,7 @@ def host_launch(ctx: AdviceContext) -> list[Recommendation]:
         upper = graphs.pct if graphs is not None else savings_pct(ctx.reports, {h.report.rank: h.lost_us for h in hits})
         evidence.append(
             "The DataLoader runs in the training process and slows the host ops between kernels; fix "
-            "dataloader-starvation first and profile again. Until then the estimate counts only the launch "
+            "the DataLoader first (its own recommendation) and profile again. Until then the estimate counts only the launch "
             f"calls (the CUDA-graph replay, operators free, gives {upper:.1f}%, much of it host time the "
             "DataLoader fix removes)."
         )

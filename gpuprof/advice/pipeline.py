@@ -18,6 +18,7 @@ from gpuprof.advice import AdviceContext, advisor
 from gpuprof.advice.replayed import replayed
 from gpuprof.advice.savings import savings_pct
 from gpuprof.model.report import Cause, RankReport, Recommendation
+from gpuprof.phrases import duration, pct_range
 
 # Below this share of the job step time a finding is not worth a recommendation.
 MIN_SAVINGS_PCT = 1.0
@@ -28,7 +29,7 @@ MIN_THEORETICAL_BUBBLE = 0.1
 
 
 def _ms(us: float) -> str:
-    return f"{us / 1000.0:.1f} ms" if abs(us) >= 1000 else f"{us:.0f} µs"
+    return duration(us)  # the one duration formatter of every report (gpuprof.phrases)
 
 
 def _pipeline_removed(reports: Sequence[RankReport], saved_us_per_step: float) -> dict[int, float]:
@@ -68,11 +69,11 @@ def pipeline_advice(ctx: AdviceContext) -> list[Recommendation]:
                     f"{float(ratio):.2f}x the median of the other stages (forward {_ms(float(slow_row['forward_per_microbatch_us']))} "
                     f"vs {_ms(o_f)}, backward {_ms(float(slow_row['backward_per_microbatch_us']))} vs {_ms(o_b)})"
                 ),
-                f"the other stages sit idle {100 * min(o_bubble):.0f}-{100 * max(o_bubble):.0f}% of the pipeline span "
+                f"the other stages sit idle {pct_range(100 * min(o_bubble), 100 * max(o_bubble))} of the pipeline span "
                 f"waiting for it, against {100 * float(theory):.0f}% that a balanced {schedule} schedule with "
                 f"p={p}, m={m} leaves; stage {slow} itself idles {100 * float(slow_row['bubble_fraction']):.0f}%"
                 if theory is not None
-                else f"the other stages sit idle {100 * min(o_bubble):.0f}-{100 * max(o_bubble):.0f}% of the pipeline span",
+                else f"the other stages sit idle {pct_range(100 * min(o_bubble), 100 * max(o_bubble))} of the pipeline span",
                 got.line
                 if got is not None
                 else (

@@ -12,9 +12,11 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 
+from gpuprof import phrases
 from gpuprof.advice import AdviceContext
 from gpuprof.advice.savings import MIN_WINDOW_US
 from gpuprof.analysis.whatifs import WHATIFS, WhatIfResults
+from gpuprof.phrases import duration
 
 # Above this model error (percent of the measured step) estimates are called rough.
 ROUGH_MODEL_ERROR_PCT = 5.0
@@ -26,7 +28,7 @@ def results(ctx: AdviceContext) -> WhatIfResults | None:
 
 
 def _ms(us: float) -> str:
-    return f"{us / 1000.0:.1f} ms" if abs(us) >= 1000 else f"{us:.0f} µs"
+    return duration(us)  # the one duration formatter of every report (gpuprof.phrases)
 
 
 @dataclass(frozen=True)
@@ -52,19 +54,23 @@ def replayed(ctx: AdviceContext, name: str) -> Replayed | None:
     measured = w.model.measured_step_us
     after = measured * (1.0 - pct / 100.0)
     err = w.model_error_pct
-    rough = " (rough: the model misses the measured step by more than 5%)" if abs(err) > ROUGH_MODEL_ERROR_PCT else ""
+    # The model's error is said once for the report (its what-if finding); here only when
+    # it makes this estimate rough.
+    rough = (
+        f", rough: the model misses the measured step by {phrases.signed_pct(err)}" if abs(err) > ROUGH_MODEL_ERROR_PCT else ""
+    )
     how = (
-        "replayed on a model of the pipeline schedule with the measured stage times"
+        "a model of the pipeline schedule with the measured stage times"
         if name == "double_microbatches"
-        else f"replaying the job's dependency graph (model error {err:+.1f}%{rough})"
+        else f"a replay of the job's dependency graph{rough}"
     )
     if name in ("pinned_copies", "hidden_copies"):
         floor = w.model.copy_floor_us()
         if floor > 0 and after <= floor * 1.001:
             how += f"; no shorter than the {_ms(floor)} per step its busiest copy direction keeps the copy engine busy"
     line = (
-        f"What-if '{name}' ({WHATIFS[name]}): job step {_ms(measured)} -> {_ms(after)}, "
-        f"{pct:.1f}% saved, {how}; gpuprof/analysis/whatifs.py."
+        f"The job replayed with this fix ({WHATIFS[name]}): its step {_ms(measured)} -> {_ms(after)}, "
+        f"{pct:.1f}% saved ({how})."
     )
     return Replayed(name, pct, line)
 

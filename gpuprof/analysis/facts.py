@@ -192,7 +192,12 @@ def rank_facts(
     hs, he = host["start_us"], host["end_us"]
     sync = win & (hcat == int(Category.SYNC))
     f["sync_calls"] = int(sync.sum())
-    f["sync_calls_by_name"] = _count_by_name(host, sync)
+    # Per name, the outermost blocking calls only: one .item() is one call, not also the
+    # aten::_local_scalar_dense and cudaStreamSynchronize inside it.
+    sync_rows = np.flatnonzero(sync)
+    outer_sync = np.zeros_like(sync)
+    outer_sync[sync_rows[_outermost(hs[sync_rows], he[sync_rows])]] = True
+    f["sync_calls_by_name"] = _count_by_name(host, outer_sync)
     f["sync_wait_us"] = iv.total(iv.union(hs[sync], he[sync]))
     codes = host.codes("name")
     labels = host.labels("name")

@@ -20,13 +20,13 @@ from gpuprof.model.timeline import Category, Kind, RankTrace
 
 @dataclass(frozen=True)
 class HostSteps:
-    """Medians over the profiled steps of one trace, microseconds; ``None`` when the trace
-    marks no step."""
+    """Means over the profiled steps of one trace (the one step statistic of the reports),
+    microseconds; ``None`` when the trace marks no step."""
 
     steps: int  # profiled steps (ProfilerStep#N spans) in the trace
-    step_us: float | None  # median step duration
-    op_us: float | None  # median time per step inside operators (nested calls counted once)
-    collective_us: float | None = None  # median time per step inside host collectives (gloo)
+    step_us: float | None  # mean step duration
+    op_us: float | None  # mean time per step inside operators (nested calls counted once)
+    collective_us: float | None = None  # mean time per step inside host collectives (gloo)
     backend: str | None = None  # the collectives' backend when their names say it ("gloo")
 
     @property
@@ -50,7 +50,7 @@ class HostSteps:
 
 
 def _per_step(spans: iv.Intervals, steps: list[tuple[float, float]]) -> float:
-    return float(np.median([iv.total(iv.clip(spans, a, b)) for a, b in steps]))
+    return float(np.mean([iv.total(iv.clip(spans, a, b)) for a, b in steps]))
 
 
 def host_steps(trace: RankTrace) -> HostSteps:
@@ -72,7 +72,7 @@ def host_steps(trace: RankTrace) -> HostSteps:
         backend = next(iter(names)) if len(names) == 1 and next(iter(names)) in ("gloo", "mpi", "ucc") else None
     return HostSteps(
         steps=len(steps),
-        step_us=float(np.median(durations)),
+        step_us=float(np.mean(durations)),
         op_us=_per_step(iv.union(start[is_op], end[is_op]), steps),
         collective_us=_per_step(iv.union(start[is_coll], end[is_coll]), steps),
         backend=backend,

@@ -44,6 +44,7 @@ from gpuprof.analysis.summary import RankSummary
 from gpuprof.analysis.window import StepSelection, Window, select_window
 from gpuprof.model.table import Table
 from gpuprof.model.timeline import Category, RankTrace
+from gpuprof.phrases import ONE_PROFILED_STEP
 
 _ALL_STEPS = StepSelection()
 
@@ -168,9 +169,7 @@ def data_warnings(window_us: float, steps: int) -> tuple[str, ...]:
             ),
         )
     if steps == 1:
-        return (
-            "only one profiled step: estimates rest on a single step and may not be typical (low confidence)",
-        )
+        return (ONE_PROFILED_STEP,)
     return ()
 
 

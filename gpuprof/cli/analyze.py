@@ -79,6 +79,12 @@ def analyze(
     max_input_gb: Optional[float] = max_input_gb_option(),
     strict: bool = strict_option(),
     color: ColorMode = color_option(),
+    brief: bool = typer.Option(
+        False, "--brief", help="Only the headline and the ranked recommendations' titles and savings (text, markdown)."
+    ),
+    top: int | None = typer.Option(
+        None, "--top", min=1, metavar="N", help="Show only the first N recommendations (text, markdown, html)."
+    ),
 ) -> None:
     """Analyze saved traces: where each rank's GPU time went, and what to change.
 
@@ -86,4 +92,4 @@ def analyze(
     activity) is either compute or lost time attributed to one cause: pipeline_bubble,
     communication, straggler, memory, dataloader, sync, host or other.
     """
-    analyze_command(paths, fmt, output, steps, jobs, scheduler, max_input_gb, color, strict=strict)
+    analyze_command(paths, fmt, output, steps, jobs, scheduler, max_input_gb, color, strict=strict, brief=brief, top=top)

@@ -70,7 +70,7 @@ PATH is a trace file, a folder of per-rank traces, a `gpuprof run` session folde
 report saved by `gpuprof analyze --format json`.
 
 Every check is listed with its measured and allowed value. Shares are % of the analysis
-window summed over ranks; step time is the slowest rank's median step.
+window summed over ranks; step time is the slowest rank's mean step, as the report says it.
 
 Thresholds can also live in the project's pyproject.toml (searched from the current folder
 upwards; options override it):
@@ -121,6 +121,7 @@ def check(
     from gpuprof import gate
     from gpuprof.render import format_for_path, render
     from gpuprof.render.checks import checks_junit, checks_markdown, checks_text
+    from gpuprof.render.figures import saving_phrase
 
     # Options are validated exactly as [tool.gpuprof.check] is, then override it.
     settings = settings_from_options(
@@ -173,7 +174,7 @@ def check(
         # A failing gate should say where to look next, not only what failed.
         text += "\nWhat to change first (gpuprof analyze for the evidence):\n"
         for i, rec in enumerate(report.recommendations[:3], 1):
-            text += f"  {i}. {rec.title} [{rec.category.value}, saves ~{rec.estimated_savings_pct:.1f}% of step time]\n"
+            text += f"  {i}. {rec.title} [{rec.category.value}, {saving_phrase(rec, report)}]\n"
     try:
         write_stdout(text, "the checks")
     except OutputClosed:

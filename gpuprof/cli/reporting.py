@@ -109,6 +109,8 @@ def analyze_command(
     max_input_gb: Optional[float] = None,
     color: ColorMode = ColorMode.auto,
     strict: bool = False,
+    brief: bool = False,
+    top: int | None = None,
 ) -> None:
     """``gpuprof analyze`` with its options parsed (see the command's help for each)."""
     from gpuprof.analysis.window import StepSelection
@@ -121,6 +123,12 @@ def analyze_command(
     if is_stdout(output):
         output = None
     chosen = choose_format(fmt, output)
+    if (brief and chosen not in ("text", "markdown")) or (top is not None and chosen == "json"):
+        what = "--brief" if brief and chosen not in ("text", "markdown") else "--top"
+        raise GpuprofError(f"{what} shapes the text, Markdown and HTML reports; the {chosen} report always holds everything")
+    from gpuprof.render.figures import View
+
+    view = View(brief=brief, top=top)
     check_outputs([("an input", p) for p in paths], [("-o", output)])
     saved = [p for p in paths if is_report_file(p)]
     if saved:
@@ -151,12 +159,17 @@ def analyze_command(
         from gpuprof.render.text import render_text
 
         width, colored, wrap = text_style(output, color)
-        text = render_text(report, width, color=colored, wrap=wrap)
-    elif chosen == "html" and output is not None:
+        text = render_text(report, width, color=colored, wrap=wrap, view=view)
+    elif chosen == "html":
         from gpuprof.render.html import render_html
 
         colored = False
-        text = render_html(report, annotated=annotated_beside(output))
+        text = render_html(report, annotated=annotated_beside(output) if output is not None else None, view=view)
+    elif chosen == "markdown":
+        from gpuprof.render.markdown import render_markdown
+
+        colored = False
+        text = render_markdown(report, view=view)
     else:
         colored = False
         text = render(report, chosen, width=100)

@@ -144,7 +144,9 @@ def write_stdout(text: str, what: str = "the report", keep_color: bool = False) 
 
 # Characters the reports use that a legacy (non-UTF-8) terminal may not have, and what they
 # become there: "µs" is written "us" rather than failing with UnicodeEncodeError.
-_ASCII_STAND_INS = str.maketrans({"µ": "u", "×": "x", "·": "-", "—": "-", "→": "->", "…": "..."})
+_ASCII_STAND_INS = str.maketrans(
+    {"µ": "u", "×": "x", "·": "-", "—": "-", "→": "->", "…": "...", "≤": "<=", "≥": ">="}
+)
 
 
 def printable(text: str, stream: object) -> str:

@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from gpuprof import phrases
-from gpuprof.model.report import CAUSES, Cause, RankReport, Report
+from gpuprof.model.report import CAUSES, Cause, RankReport, Recommendation, Report
 
 NA = phrases.NA
 
@@ -86,19 +86,108 @@ def has_data(rank: RankReport) -> bool:
     return rank.window_us > 0 and not rank.extra.get("note")
 
 
+# The one step statistic of every report: the mean step (the window over its steps), which
+# is what the replay measures the job's step and every saving by, and what a run's length
+# follows. Named wherever it is shown.
+STEP_STAT = "mean step"
+
+
 def step_time_us(rank: RankReport) -> float | None:
-    """Median step duration in microseconds (robust to a slow first step); ``None`` without steps."""
-    if rank.step_times_us:
-        return float(statistics.median(rank.step_times_us))
+    """The rank's mean step in microseconds (window / steps); ``None`` without steps."""
     if rank.steps > 0 and rank.window_us > 0:
         return rank.window_us / rank.steps
     return None
 
 
 def job_step_time_us(report: Report) -> float | None:
-    """The job's step time: the slowest rank's median step (synchronous ranks wait for it)."""
+    """The job's step: the slowest rank's mean step (synchronous ranks wait for it), the
+    step the what-if replay measures (``job.whatif.measured_step_us``)."""
     times = [t for t in (step_time_us(r) for r in report.ranks if has_data(r)) if t is not None]
     return max(times) if times else None
+
+
+def no_steps(report: Report) -> bool:
+    """No rank with data has step markers: the window is the unit of every figure."""
+    data = [r for r in report.ranks if has_data(r)]
+    return bool(data) and not any(r.steps > 0 for r in data)
+
+
+def window_note(report: Report) -> str | None:
+    """What the window is when there are no steps: ``no step markers: the window is first to
+    last GPU activity, 84.5 ms``."""
+    if not no_steps(report):
+        return None
+    longest = max(r.window_us for r in report.ranks if has_data(r))
+    return f"no step markers: the window is first to last GPU activity, {phrases.duration(longest)}"
+
+
+def saving_phrase(rec: Recommendation, report: Report) -> str:
+    """A recommendation's saving as every renderer writes it: the share (an estimate ``~``,
+    or a bound ``≤``/``≥``), what it is a share of, then in parentheses the time it saves,
+    its range and every caveat on it: ``saves ≤61.5% of step time (11.6 ms per step;
+    upper bound: 1 of 8 ranks profiled)``."""
+    sign = {"upper": "≤", "lower": "≥"}.get(rec.savings_bound or "", "~")
+    window = no_steps(report)
+    text = f"saves {sign}{rec.estimated_savings_pct:.1f}% {'of the window' if window else 'of step time'}"
+    extras: list[str] = []
+    if rec.saved_us_per_step is not None and rec.saved_us_per_step > 0:
+        extras.append(f"{phrases.duration(rec.saved_us_per_step)} {'of the window' if window else 'per step'}")
+    if rec.savings_low_pct is not None and rec.savings_high_pct is not None:
+        extras.append(f"between {rec.savings_low_pct:.1f}% and {rec.savings_high_pct:.1f}%")
+    extras += list(rec.caveats)
+    return text + (f" ({'; '.join(extras)})" if extras else "")
+
+
+def findings_context(report: Report) -> Any:
+    """What the cross-rank findings' sentences need from the rest of the report
+    (:class:`gpuprof.render.findings.Context`)."""
+    from gpuprof.render.findings import Context
+
+    carried: dict[str, int] = {}
+    for i, r in enumerate(report.recommendations, 1):
+        if r.whatif and r.whatif not in carried:
+            carried[r.whatif] = i
+    s = job_shares(report)
+    held = report.extra.get("held_back")
+    held_causes = frozenset(str(h.get("category")) for h in held if isinstance(h, Mapping)) if isinstance(held, list) else frozenset()
+    shares = {c.value: v for c, v in s.lost_pct.items() if v is not None}
+    return Context(carried=carried, shares=shares, held_back=held_causes)
+
+
+@dataclass(frozen=True)
+class View:
+    """How much of the report a reader asked for: ``brief`` (the ranked titles and their
+    savings only) and ``top`` (at most this many recommendations; ``None``: all)."""
+
+    brief: bool = False
+    top: int | None = None
+
+    def shown(self, report: Report) -> tuple[Recommendation, ...]:
+        recs = report.recommendations
+        return recs if self.top is None else recs[: max(0, self.top)]
+
+    def hidden(self, report: Report) -> int:
+        return len(report.recommendations) - len(self.shown(report))
+
+    def combined(self, report: Report) -> str | None:
+        """The combined replay's line, when every recommendation it names is shown."""
+        line = combined_line(report)
+        shown = len(self.shown(report))
+        if line is None or any(r.whatif for r in report.recommendations[shown:]):
+            return None
+        return line
+
+
+FULL = View()
+
+
+def report_caveats(report: Report) -> list[str]:
+    """What qualifies every estimate of the report, said once under its headline."""
+    data = [r for r in report.ranks if has_data(r)]
+    out = []
+    if data and report.recommendations and max(r.steps for r in data) == 1:
+        out.append("Every estimate below rests on one profiled step (low confidence): profile a few steps to confirm.")
+    return out
 
 
 def slowest_rank(report: Report) -> int | None:
@@ -113,12 +202,12 @@ def slowest_rank(report: Report) -> int | None:
 
 
 def step_card_label(report: Report) -> str:
-    """What the job's step time is, in a few words: ``step time of rank 3, the slowest``."""
+    """What the job's step time is, in a few words: ``mean step of rank 3, the slowest``."""
     slow = slowest_rank(report)
     n = sum(1 for r in report.ranks if has_data(r))
     if slow is None:
-        return "step time"
-    return "step time" if n <= 1 else f"step time of rank {slow}, the slowest"
+        return "window (no step markers)" if no_steps(report) else STEP_STAT
+    return STEP_STAT if n <= 1 else f"{STEP_STAT} of rank {slow}, the slowest"
 
 
 def compute_pct(rank: RankReport) -> float | None:
@@ -186,7 +275,7 @@ def _host_line(rank: RankReport, h: Mapping[str, Any]) -> str | None:
     steps, step = h.get("profiled_steps"), _num(h.get("step_us"))
     if not isinstance(steps, int) or steps <= 0 or step is None or step <= 0:
         return None
-    text = f"rank {rank.rank}, {phrases.count(steps, 'profiled step')}: median step {phrases.duration(step)} on the host"
+    text = f"rank {rank.rank}, {phrases.count(steps, 'profiled step')}: {STEP_STAT} {phrases.duration(step)} on the host"
     op = _num(h.get("op_us"))
     if op:
         text += (
@@ -202,7 +291,7 @@ def _host_line(rank: RankReport, h: Mapping[str, Any]) -> str | None:
 
 
 def cpu_only_summary(report: Report) -> CpuOnly | None:
-    """What a CPU-only run measured (steps, median step, host time inside operators and
+    """What a CPU-only run measured (steps, mean step, host time inside operators and
     collectives, per rank), said the same way by every renderer and at the end of
     ``gpuprof run``; ``None`` unless nothing ran on a GPU and something was measured."""
     if any(has_data(r) for r in report.ranks):
@@ -216,9 +305,9 @@ def cpu_only_summary(report: Report) -> CpuOnly | None:
     steps = run.get("optimizer_steps")
     if isinstance(steps, int) and steps > 0:
         text = phrases.count(steps, "optimizer step")
-        median = _num(run.get("step_time_median_us"))
-        if median is not None:
-            text += f", median step {phrases.duration(median)}"
+        mean = _num(run.get("step_time_mean_us"))
+        if mean is not None:
+            text += f", {STEP_STAT} {phrases.duration(mean)}"
         lines.append(text + " (the job's own clock)")
     elif run.get("cpu_only"):
         lines.append("no optimizer step was recorded")
@@ -234,10 +323,17 @@ def cpu_only_summary(report: Report) -> CpuOnly | None:
 
 def shown_warnings(report: Report) -> list[str]:
     """The report's warnings as the human-facing renderers list them: less what the body of
-    the report already says (a CPU-only rank's note is the CPU-only summary's headline)."""
+    the report already says (a CPU-only rank's note is the CPU-only summary's headline, a
+    single profiled step the caveat under the headline, a profiler that slowed the host the
+    caveat beside the savings it inflates)."""
     said: set[str] = set()
     if cpu_only_summary(report) is not None:
         said = {str(r.extra["note"]) for r in report.ranks if r.extra.get("note") and r.extra.get("host_steps")}
+    if report_caveats(report):
+        said.add(phrases.ONE_PROFILED_STEP)
+    beside = report.extra.get("warnings_on_savings")
+    if isinstance(beside, list):
+        said |= {str(w) for w in beside}
     return [w for w in report.warnings if not any(w == n or w.endswith(": " + n) for n in said)]
 
 
@@ -255,18 +351,35 @@ def no_recommendation(report: Report) -> str:
 
 
 def combined_line(report: Report) -> str | None:
-    """``All 3 changes at once: step 14.5 ms -> 7.4 ms (49.2% saved, one replay of the job)``
-    when two or more recommendations were replayed (``job.combined_savings_pct``)."""
+    """What the replayed recommendations save together, from one replay of the job
+    (``job.combined_savings_pct``), naming them by their place in the ranking and saying,
+    from the numbers, how that compares with their savings one by one: ``Recommendations
+    1, 2 and 4 replayed together: step 2.21 s -> 1.47 s, 33.5% saved, more than the 31.4%
+    they save one by one: these fixes reinforce each other.``"""
     job = report.extra.get("job") if isinstance(report.extra.get("job"), dict) else None
     combined = _num((job or {}).get("combined_savings_pct"))
     whatif = (job or {}).get("whatif") if isinstance((job or {}).get("whatif"), dict) else None
     step = _num((whatif or {}).get("measured_step_us"))
-    n = sum(1 for r in report.recommendations if r.whatif)
-    if combined is None or step is None or n < 2:
+    replayed = [(i, r) for i, r in enumerate(report.recommendations, 1) if r.whatif]
+    if combined is None or step is None or len(replayed) < 2:
         return None
+    by_whatif: dict[str, float] = {}
+    for _, r in replayed:
+        by_whatif[str(r.whatif)] = max(by_whatif.get(str(r.whatif), 0.0), r.estimated_savings_pct)
+    total = sum(by_whatif.values())
+    if combined < total - 0.5:
+        relation = f"less than the {total:.1f}% they save one by one: they act partly on the same idle time"
+    elif combined > total + 0.5:
+        relation = f"more than the {total:.1f}% they save one by one: these fixes reinforce each other"
+    else:
+        relation = f"about the {total:.1f}% they save one by one: they act on different idle time"
+    every = len(replayed) == len(report.recommendations)
+    names = phrases.join_words([str(i) for i, _ in replayed])
+    who = f"All {len(replayed)} recommendations" if every else f"Recommendations {names}"
+    unit = "window" if no_steps(report) else "step"
     return (
-        f"All {n} replayed changes at once: step {fmt_ms(step)} ms -> {fmt_ms(step * (1 - combined / 100))} ms "
-        f"({combined:.1f}% saved, one replay of the job; less than the sum where they act on the same idle time)"
+        f"{who} replayed together: {unit} {phrases.duration(step)} -> {phrases.duration(step * (1 - combined / 100))}, "
+        f"{combined:.1f}% saved, {relation}."
     )
 
 
@@ -290,6 +403,28 @@ def ranks_to_show(report: Report, limit: int = MANY_RANKS) -> tuple[list[RankRep
         f"of {len(ranks)} ranks{spread}; every rank is in --format json or html"
     )
     return sorted(chosen.values(), key=lambda r: r.rank), note
+
+
+def ranks_phrase(ranks: Sequence[int], max_parts: int = 8) -> str:
+    """``rank 3``, ``ranks 0-7, 12``, ``every rank`` (a recommendation with no ranks applies
+    to all), at most ``max_parts`` runs (then ``(+3 more)``)."""
+    values = sorted(set(ranks))
+    if len(values) <= 1:
+        return phrases.ranks(values)
+    return f"ranks {rank_list(values, max_parts)}"
+
+
+def scope_phrase(report: Report) -> str:
+    """What the report covers, for its headline: ``8 ranks, 32 steps, mean step 2.21 s``;
+    without step markers, what the window is."""
+    n = len(report.ranks)
+    note = window_note(report)
+    if note is not None:
+        return f"{phrases.count(n, 'rank')}, {note}"
+    steps = max((r.steps for r in report.ranks), default=0)
+    text = f"{phrases.count(n, 'rank')}, {phrases.count(steps, 'step')}"
+    step = job_step_time_us(report)
+    return text + (f", {STEP_STAT} {phrases.duration(step)}" if step is not None else "")
 
 
 def rank_list(ranks: Sequence[int], max_parts: int = 8) -> str:

@@ -133,9 +133,10 @@ def fmt_value(key: str, value: Any) -> str:
         return fg.NA
     if isinstance(value, bool):
         return "yes" if value else "no"
-    if isinstance(value, str):
-        return value
     k = str(key)
+    if isinstance(value, str):
+        # A what-if is named in words, as everywhere in the prose ("no variation").
+        return humanize(value) if k == "whatif" and "_" in value else value
     n = _num(value)
     if n is not None:
         if k.endswith("_us") or "_us_" in k:
@@ -270,6 +271,8 @@ def _critical(v: Any) -> list[str]:
     for r in rows:
         counts[int(r["rank"])] = counts.get(int(r["rank"]), 0) + 1
     top = max(counts, key=lambda k: (counts[k], -k))
+    if len(rows) == 1:
+        return [f"Rank {top} set the pace (waited least) in the step profiled."]
     text = f"Rank {top} set the pace (waited least) in {counts[top]} of {len(rows)} steps"
     if len(counts) > 1:
         text += f"; {len(counts)} different ranks did over the run"
@@ -282,11 +285,14 @@ def _imbalance(v: Any) -> list[str]:
     out = []
     ar = v.get("across_ranks")
     if isinstance(ar, Mapping) and _num(ar.get("max_over_median")) is not None:
-        out.append(
-            f"The busiest rank ({ar.get('max_rank')}) computes {_num(ar.get('max_over_median')):.2f}× the median rank "
-            f"per step ({fg.fmt_duration(_num(ar.get('max_compute_us_per_step')))} against "
-            f"{fg.fmt_duration(_num(ar.get('median_compute_us_per_step')))})."
-        )
+        busiest, median = phrases.duration_pair(_num(ar.get("max_compute_us_per_step")), _num(ar.get("median_compute_us_per_step")))
+        if busiest == median:
+            out.append(f"Every rank computes about the same per step ({median}).")
+        else:
+            out.append(
+                f"The busiest rank ({ar.get('max_rank')}) computes {_num(ar.get('max_over_median')):.2f}× the median rank "
+                f"per step ({busiest} against {median})."
+            )
     st = v.get("across_stages")
     if isinstance(st, Mapping) and _num(st.get("max_over_median")) is not None:
         out.append(
@@ -324,7 +330,9 @@ def _bandwidth(v: Any) -> list[str]:
     big = [r for r in rows if (_num(r.get("bytes_per_step")) or 0.0) >= 1e6]
     bus = sorted(x for x in (_num(r.get("busbw_gbps")) for r in big) if x)
     if not bus:
-        return [f"Bus bandwidth not measurable: {n}." for n in notes[:2]]
+        # The notes say why in full ("not measurable: the other members ..."): not twice.
+        return [f"Bus bandwidth {n}." if n.startswith("not measurable") else f"Bus bandwidth not measurable: {n}."
+                for n in notes[:2]]
     med = bus[len(bus) // 2]
     text = f"Collectives moved data at {med:,.1f} GB/s bus bandwidth (median over {len(bus)} ranks)"
     peaks = [x for x in (_num(r.get("peak_gbps")) for r in big) if x]
@@ -339,38 +347,82 @@ def _bandwidth(v: Any) -> list[str]:
     return [text + "."]
 
 
-def _whatif(v: Any) -> list[str]:
+# The cause each what-if removes time of, to say why no recommendation carries it; and the
+# what-ifs that bound a fix rather than stand for one.
+WHATIF_CAUSE: Mapping[str, str] = {
+    "no_dataloader": "dataloader", "no_sync": "sync", "free_launches": "host", "free_launch_calls": "host",
+    "free_host": "host", "no_ddp_buffer_sync": "host", "no_allocator": "memory", "pinned_copies": "memory",
+    "hidden_copies": "memory", "overlap_collectives": "communication", "double_bandwidth": "communication",
+    "peer_median_compute": "straggler", "on_time_start": "straggler", "balanced_batches": "straggler",
+    "balanced_stages": "pipeline_bubble", "double_microbatches": "pipeline_bubble",
+}  # fmt: skip
+NOT_A_FIX: Mapping[str, str] = {
+    "free_host": "every host cost gone at once: the bound of any host-side fix, not one change",
+    "free_launch_calls": "only the launch calls free: the low end of a host fix's range",
+    "double_bandwidth": "a link twice as fast: hardware, not a change to the job",
+    "no_variation": "every op at its type's typical time: the bound of evening out the work",
+}
+
+
+@dataclass(frozen=True)
+class Context:
+    """What the findings' sentences may say about the rest of the report: which what-if
+    each recommendation carries (by its place in the ranking), each cause's share of the
+    job's time (%), and the causes whose recommendation was held back."""
+
+    carried: Mapping[str, int] = field(default_factory=dict)
+    shares: Mapping[str, float] = field(default_factory=dict)
+    held_back: frozenset[str] = frozenset()
+
+
+def _why_not(name: str, ctx: Context) -> str:
+    if name in NOT_A_FIX:
+        return NOT_A_FIX[name]
+    cause = WHATIF_CAUSE.get(name)
+    if cause is not None and cause in ctx.held_back:
+        return f"its {cause} recommendation was held back: the trace lacks what it needs (see the warnings)"
+    if cause is not None and cause in ctx.shares:
+        return f"no recommendation acts on it: {cause} holds {ctx.shares[cause]:.1f}% of the job's time"
+    return "no recommendation carries it"
+
+
+def _whatif(v: Any, ctx: Context | None = None) -> list[str]:
     if not isinstance(v, Mapping):
         return []
+    ctx = ctx or Context()
     out = []
     measured, replayed = _num(v.get("measured_step_us")), _num(v.get("replayed_step_us"))
     err = _num(v.get("model_error_pct"))
     if measured is not None and replayed is not None:
-        text = f"Replaying the job's dependencies gives a step of {fg.fmt_duration(replayed)} against {fg.fmt_duration(measured)} measured"
-        out.append(text + (f" (model error {err:+.1f}%)." if err is not None else "."))
+        got, was = fg.fmt_duration(replayed), fg.fmt_duration(measured)
+        if got == was:
+            text = f"Replaying the job's dependencies gives its measured step, {was}"
+        else:
+            text = f"Replaying the job's dependencies gives a step of {got} against {was} measured"
+        out.append(text + (f" (model error {phrases.signed_pct(err)})." if err is not None else "."))
     savings = v.get("savings_pct")
-    bound = v.get("bound")
-    bound_name = str(bound.get("whatif")) if isinstance(bound, Mapping) else None
-    if isinstance(bound, Mapping) and _num(bound.get("savings_pct")) is not None:
-        reach = _num(bound.get("reached_together_pct"))
-        out.append(
-            f"Without stragglers (every op at its type's mean over ranks and steps, every transfer at its median) "
-            f"the step would be {_num(bound.get('savings_pct')):.1f}% shorter: the bound of what evening out the work "
-            "can save"
-            + (
-                f"; balancing the work (the slow ranks, stages and batches above) reaches {reach:.0f}% of it."
-                if reach is not None
-                else "."
-            )
-        )
     if isinstance(savings, Mapping):
-        best = sorted(
-            ((k, x) for k, x in ((str(k), _num(x)) for k, x in savings.items()) if x and x >= 0.5 and k != bound_name),
-            key=lambda kv: -kv[1],
-        )
-        if best:
-            out.append("Largest single savings in the replay: " + ", ".join(f"{humanize(k)} {x:.1f}%" for k, x in best[:3]) + ".")
-        elif savings:
+        ranked = sorted(((k, x) for k, x in ((str(k), _num(x)) for k, x in savings.items()) if x and x >= 0.5), key=lambda kv: -kv[1])
+        carried = [(k, x) for k, x in ranked if k in ctx.carried]
+        others = [(k, x) for k, x in ranked if k not in ctx.carried]
+        if carried:
+            out.append(
+                "Replayed alone, the recommended fixes save: "
+                + ", ".join(f"{humanize(k)} {x:.1f}% (recommendation {ctx.carried[k]})" for k, x in carried)
+                + "."
+            )
+        # A what-if no recommendation carries is named only with the reason (a bound, or
+        # why no recommendation acts on it), and only where it saves more than the least
+        # recommended one: otherwise it would read as advice.
+        floor = min((x for _, x in carried), default=0.0)
+        shown = [(k, x) for k, x in others if x > floor][:3]
+        if shown:
+            out.append(
+                "Replayed but not recommended: "
+                + "; ".join(f"{humanize(k)} {x:.1f}% ({_why_not(k, ctx)})" for k, x in shown)
+                + "."
+            )
+        if not ranked and savings:
             out.append("No single what-if in the replay saves 0.5% of the step or more.")
     return out
 
@@ -417,8 +469,9 @@ SENTENCES = {
 }
 
 
-def job_blocks(job: Any) -> list[Block]:
-    """Every cross-rank finding as a :class:`Block` (known ones first, in a fixed order)."""
+def job_blocks(job: Any, ctx: Context | None = None) -> list[Block]:
+    """Every cross-rank finding as a :class:`Block` (known ones first, in a fixed order);
+    ``ctx`` lets the sentences relate a finding to the recommendations."""
     if not isinstance(job, Mapping):
         return []
     order = [k for k in TITLES if k in job] + sorted(str(k) for k in job if k not in TITLES)
@@ -432,7 +485,10 @@ def job_blocks(job: Any) -> list[Block]:
         value = job[key]
         if not isinstance(value, (Mapping, list)):
             continue
-        sentences = tuple(SENTENCES[key](value)) if key in SENTENCES else ()
+        if key == "whatif":
+            sentences = tuple(_whatif(value, ctx))
+        else:
+            sentences = tuple(SENTENCES[key](value)) if key in SENTENCES else ()
         custom = CUSTOM_TABLES[key](value) if key in CUSTOM_TABLES else None
         tables = () if (isinstance(value, list) and not value) else tuple(custom if custom is not None else tables_of(value, key))
         tables = tuple(t if t.caption else Table(t.columns, t.rows, t.note, caption_for(key)) for t in tables)

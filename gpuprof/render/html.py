@@ -51,6 +51,7 @@ th:first-child, td:first-child { text-align: left; }
 .legend i.ringkey { border-radius: 50%; background: transparent; border: 2px solid #D55E00; }
 .legend i.linekey { height: 2px; width: 14px; background: #5f6368; vertical-align: 3px; border-radius: 0; }
 .legend i.rangekey { width: 3px; height: 12px; background: #0072B2; border-radius: 0; }
+.caveat { background: #fff8e1; border-left: 4px solid #E69F00; padding: 6px 10px; margin: 8px 0; }
 .empty { font-size: 16px; padding: 16px; background: #fff8e1; border: 1px solid #ffe082; border-radius: 8px; }
 figure.fig { margin: 8px 0 18px; } figcaption { font-size: 13px; font-weight: 600; margin-bottom: 4px; }
 .rows { display: grid; grid-template-columns: max-content minmax(0, 1fr) max-content; column-gap: 8px; row-gap: 1px; align-items: center; }
@@ -85,6 +86,8 @@ def _cards(report: Report) -> str:
     s = fg.job_shares(report)
     top = max(CAUSES, key=lambda c: s.lost_us[c])
     step = fg.job_step_time_us(report)
+    if step is None and fg.no_steps(report):
+        step = max(r.window_us for r in report.ranks if fg.has_data(r))
     cards = [
         ("compute share", fg.fmt_pct(s.compute_pct)),
         (fg.step_card_label(report), fg.fmt_duration(step) if step is not None else fg.NA),
@@ -113,13 +116,13 @@ def _where_time_went(report: Report) -> str:
     )
 
 
-def _recommendations(report: Report) -> str:
+def _recommendations(report: Report, view: fg.View = fg.FULL) -> str:
     if not report.recommendations:
         return f"<h2>What to change</h2><p class=\"muted\">{html.escape(fg.no_recommendation(report))}</p>"
     items = []
-    for i, rec in enumerate(report.recommendations):
+    for i, rec in enumerate(view.shown(report)):
         color = fg.CAUSE_COLORS[rec.category.value]
-        ranks = fg.rank_list(rec.ranks)
+        ranks = fg.ranks_phrase(rec.ranks)
         ev = "".join(f"<li>{e(x)}</li>" for x in rec.evidence)
         act = "".join(f"<li>{e(x)}</li>" for x in rec.actions)
         details = ""
@@ -133,13 +136,12 @@ def _recommendations(report: Report) -> str:
         items.append(
             f"<li><strong>{e(rec.title)}</strong>"
             f'<span class="badge" style="background:{color};color:{fg.text_color_on(color)}">{e(rec.category.value)}</span> '
-            f'<span class="save">saves ~{rec.estimated_savings_pct:.1f}% of step time</span> '
-            f'<span class="muted">ranks {e(ranks)} &middot; {e(rec.id)}'
-            + (f" &middot; replayed as {e(rec.whatif)}" if rec.whatif else "")
-            + f"</span>{details}</li>"
+            f'<span class="save">{e(fg.saving_phrase(rec, report))}</span> '
+            f'<span class="muted">{e(ranks)}</span>{details}</li>'
         )
-    combined = fg.combined_line(report)
-    after = f"<p><strong>{e(combined)}</strong></p>" if combined is not None else ""
+    combined = view.combined(report)
+    after = f'<p class="muted">... and {view.hidden(report)} more (without --top)</p>' if view.hidden(report) else ""
+    after += f"<p><strong>{e(combined)}</strong></p>" if combined is not None else ""
     return "<h2>What to change</h2><ol class=\"recs\">" + "".join(items) + "</ol>" + after
 
 
@@ -209,7 +211,7 @@ def _rank_table(report: Report) -> str:
     one_device = len(devices) == 1
     stages = any(isinstance(r.extra.get("stage"), int) for r in report.ranks)
     cols = ["rank"] + ([] if one_device else ["device"]) + (["stage"] if stages else [])
-    cols += ["steps", "step ms", "compute"] + [c.value for c in causes] + ["window ms"]
+    cols += ["steps", f"{fg.STEP_STAT} ms", "compute"] + [c.value for c in causes] + ["window ms"]
     head = "".join(f"<th>{e(h)}</th>" for h in cols)
     rows = []
     for r in report.ranks:
@@ -276,9 +278,9 @@ def _table_html(t: Table) -> str:
     return f'<div class="scroll"><table>{cap}{head}<tbody>{body}</tbody></table></div>{note}'
 
 
-def _job_findings(extra: Mapping[str, object]) -> str:
+def _job_findings(report: Report) -> str:
     """Cross-rank findings: what each means in a sentence, its numbers in tables."""
-    blocks = job_blocks(extra.get("job"))
+    blocks = job_blocks(report.extra.get("job"), fg.findings_context(report))
     if not blocks:
         return ""
     out = ["<h2>Across ranks</h2>"]
@@ -304,7 +306,7 @@ def annotated_link(href: str) -> str:
     )
 
 
-def render_html(report: Report, width: int = 100, annotated: str | None = None) -> str:
+def render_html(report: Report, width: int = 100, annotated: str | None = None, view: fg.View = fg.FULL) -> str:
     """The whole page as one string (``width`` is unused: the page reflows). ``annotated``:
     the relative name of an annotated trace beside the page, linked under the timeline."""
     body: list[str] = ["<h1>gpuprof report</h1>"]
@@ -325,8 +327,9 @@ def render_html(report: Report, width: int = 100, annotated: str | None = None) 
         body.append(_samples_section(report))
     else:
         body.append(_cards(report))
+        body.extend(f'<p class="caveat">{e(c)}</p>' for c in fg.report_caveats(report))
         body.append(_where_time_went(report))
-        body.append(_recommendations(report))
+        body.append(_recommendations(report, view))
         body.append(_timeline_section(report))
         if annotated:
             body.append(annotated_link(annotated))
@@ -334,7 +337,7 @@ def render_html(report: Report, width: int = 100, annotated: str | None = None) 
         body.append(_rank_bars_section(report))
         body.append("<h2>Totals</h2>" + f'<div class="scroll">{_totals_table(report)}</div>')
         body.append("<h2>Per rank</h2>" + _rank_table(report))
-        body.append(_job_findings(report.extra))
+        body.append(_job_findings(report))
         body.append(_samples_section(report))
     warnings = fg.shown_warnings(report)
     if warnings:

@@ -27,17 +27,16 @@ def md_escape(text: object) -> str:
     return " ".join(s.splitlines())
 
 
-def _recommendations(report: Report) -> list[str]:
+def _recommendations(report: Report, view: fg.View = fg.FULL) -> list[str]:
     out = ["#### What to change", ""]
     if not report.recommendations:
         return out + [md_escape(fg.no_recommendation(report)), ""]
-    for i, rec in enumerate(report.recommendations, 1):
-        ranks = fg.rank_list(rec.ranks)
+    for i, rec in enumerate(view.shown(report), 1):
         out.append(
-            f"{i}. **{md_escape(rec.title)}** — saves ~{rec.estimated_savings_pct:.1f}% of step time "
-            f"(`{rec.category.value}`, ranks {md_escape(ranks)})"
+            f"{i}. **{md_escape(rec.title)}** — {md_escape(fg.saving_phrase(rec, report))} "
+            f"(`{rec.category.value}`, {md_escape(fg.ranks_phrase(rec.ranks))})"
         )
-        if i <= TOP_RECOMMENDATIONS and (rec.evidence or rec.actions):
+        if i <= TOP_RECOMMENDATIONS and not view.brief and (rec.evidence or rec.actions):
             out.append("   <details><summary>Evidence and what to try</summary>")
             out.append("")
             out.extend(f"   - {md_escape(e)}" for e in rec.evidence)
@@ -48,7 +47,9 @@ def _recommendations(report: Report) -> list[str]:
                 out.extend(f"   - {md_escape(a)}" for a in rec.actions)
             out.append("")
             out.append("   </details>")
-    combined = fg.combined_line(report)
+    if view.hidden(report):
+        out += ["", f"... and {view.hidden(report)} more (without --top)"]
+    combined = view.combined(report)
     if combined is not None:
         out += ["", f"**{md_escape(combined)}**"]
     out.append("")
@@ -67,7 +68,7 @@ def _totals(report: Report) -> list[str]:
 def _ranks(report: Report) -> list[str]:
     ranks, note = fg.ranks_to_show(report)
     out = ["<details><summary>Per rank</summary>", ""]
-    out.append("| rank | steps | step ms | compute | " + " | ".join(fg.CAUSE_SHORT[c] for c in CAUSES) + " |")
+    out.append(f"| rank | steps | {fg.STEP_STAT} ms | compute | " + " | ".join(fg.CAUSE_SHORT[c] for c in CAUSES) + " |")
     out.append("|---:|---:|---:|---:|" + "---:|" * len(CAUSES))
     for r in ranks:
         if not fg.has_data(r):
@@ -84,7 +85,7 @@ def _ranks(report: Report) -> list[str]:
 
 def _findings(report: Report) -> list[str]:
     """The cross-rank findings in sentences, folded (their numbers are in the JSON report)."""
-    sentences = [x for b in job_blocks(report.extra.get("job")) for x in b.sentences]
+    sentences = [x for b in job_blocks(report.extra.get("job"), fg.findings_context(report)) for x in b.sentences]
     if not sentences:
         return []
     return ["<details><summary>Across ranks</summary>", ""] + [f"- {md_escape(x)}" for x in sentences] + ["", "</details>", ""]
@@ -108,8 +109,9 @@ def _samples(report: Report) -> list[str]:
     return out + [""]
 
 
-def render_markdown(report: Report, width: int = 100) -> str:
-    """The report as GitHub-flavoured Markdown (``width`` is unused: Markdown reflows)."""
+def render_markdown(report: Report, width: int = 100, view: fg.View = fg.FULL) -> str:
+    """The report as GitHub-flavoured Markdown (``width`` is unused: Markdown reflows);
+    ``view`` as for the text report."""
     lines: list[str] = []
     empty = fg.nothing_to_analyze(report)
     cpu = fg.cpu_only_summary(report)
@@ -121,16 +123,16 @@ def render_markdown(report: Report, width: int = 100) -> str:
         lines += _samples(report)
     else:
         s = fg.job_shares(report)
-        n = len(report.ranks)
-        steps = max((r.steps for r in report.ranks), default=0)
-        step = fg.job_step_time_us(report)
-        step_txt = f", step {fg.fmt_ms(step)} ms" if step is not None else ""
         lines += [
-            (f"### gpuprof: {fg.fmt_pct(s.compute_pct)} of GPU time is compute "
-            f"({n} rank{'s' if n != 1 else ''}, {steps} step{'s' if steps != 1 else ''}{step_txt})"),
+            f"### gpuprof: {fg.fmt_pct(s.compute_pct)} of GPU time is compute ({md_escape(fg.scope_phrase(report))})",
             "",
         ]
-        lines += _recommendations(report)
+        lines += [f"> **Note:** {md_escape(c)}" for c in fg.report_caveats(report)]
+        if fg.report_caveats(report):
+            lines.append("")
+        lines += _recommendations(report, view)
+        if view.brief:
+            return "\n".join(lines).rstrip() + "\n"
         lines += _totals(report)
         lines += _ranks(report)
         lines += _findings(report)

@@ -41,22 +41,24 @@ def _bullet(marker: str, text: str, style: str, wrap: bool = True) -> Renderable
     return Padding(grid, (0, 0, 0, 3))
 
 
-def _recommendations(report: Report, wrap: bool = True) -> list[RenderableType]:
+def _recommendations(report: Report, wrap: bool = True, view: fg.View = fg.FULL) -> list[RenderableType]:
     out: list[RenderableType] = [Text("What to change", style="bold underline")]
     if not report.recommendations:
         out.append(Text(fg.no_recommendation(report), style="dim"))
         return out
-    for i, rec in enumerate(report.recommendations, 1):
+    for i, rec in enumerate(view.shown(report), 1):
         out.append(Text(f"{i}. ", style="bold").append(rec.title, style="bold"))
-        meta = f"{rec.category.value} · saves ~{rec.estimated_savings_pct:.1f}% of step time · ranks {fg.rank_list(rec.ranks)}"
+        meta = f"{rec.category.value} · {fg.saving_phrase(rec, report)} · {fg.ranks_phrase(rec.ranks)}"
         out.append(Padding(Text(meta, style="cyan"), (0, 0, 0, 3)) if wrap else Text("   ").append(meta, style="cyan"))
-        if i > TOP_RECOMMENDATIONS:
+        if i > TOP_RECOMMENDATIONS or view.brief:
             continue
         for ev in rec.evidence:
             out.append(_bullet("-", ev, "dim", wrap))
         for act in rec.actions:
             out.append(_bullet(">", act, "green", wrap))
-    combined = fg.combined_line(report)
+    if view.hidden(report):
+        out.append(Text(f"   ... and {view.hidden(report)} more (without --top)", style="dim"))
+    combined = view.combined(report)
     if combined is not None:
         out.append(Text(combined, style="bold"))
     return out
@@ -71,7 +73,7 @@ def _rank_table(report: Report, width: int) -> tuple[Table, str | None]:
     ranks, note = fg.ranks_to_show(report)
     wide = width >= WIDE_COLUMNS
     table = _table("Per rank (lost time as % of window)")
-    for name in ("rank", "steps", "step ms", "window ms", "compute"):
+    for name in ("rank", "steps", f"{fg.STEP_STAT} ms", "window ms", "compute"):
         table.add_column(name, justify="right", no_wrap=True)
     if wide:
         for c in CAUSES:
@@ -129,21 +131,15 @@ def _samples(report: Report, wrap: bool = True) -> list[RenderableType]:
 
 def _header(report: Report) -> Text:
     shares = fg.job_shares(report)
-    n = len(report.ranks)
-    steps = max((r.steps for r in report.ranks), default=0)
     head = Text("gpuprof: ", style="bold")
     head.append(f"{fg.fmt_pct(shares.compute_pct)} of GPU time is compute", style="bold")
-    head.append(f"  ({n} rank{'s' if n != 1 else ''}, {steps} step{'s' if steps != 1 else ''}")
-    step = fg.job_step_time_us(report)
-    if step is not None:
-        head.append(f", step {fg.fmt_ms(step)} ms")
-    head.append(")")
+    head.append(f"  ({fg.scope_phrase(report)})")
     return head
 
 
 def _findings(report: Report, wrap: bool) -> list[RenderableType]:
     """Cross-rank findings in sentences (their tables are in the JSON and HTML reports)."""
-    sentences = [x for b in job_blocks(report.extra.get("job")) for x in b.sentences]
+    sentences = [x for b in job_blocks(report.extra.get("job"), fg.findings_context(report)) for x in b.sentences]
     if not sentences:
         return []
     out: list[RenderableType] = [Text("Across ranks", style="bold underline")]
@@ -151,7 +147,7 @@ def _findings(report: Report, wrap: bool) -> list[RenderableType]:
     return out
 
 
-def _renderables(report: Report, width: int, wrap: bool = True) -> list[RenderableType]:
+def _renderables(report: Report, width: int, wrap: bool = True, view: fg.View = fg.FULL) -> list[RenderableType]:
     parts: list[RenderableType] = []
     empty = fg.nothing_to_analyze(report)
     cpu = fg.cpu_only_summary(report)
@@ -172,8 +168,12 @@ def _renderables(report: Report, width: int, wrap: bool = True) -> list[Renderab
             parts.extend(_recommendations(report, wrap))
     else:
         parts.append(_header(report))
+        for caveat in fg.report_caveats(report):
+            parts.append(Text("  ! ", style="yellow").append(caveat))
         parts.append(Text(""))
-        parts.extend(_recommendations(report, wrap))
+        parts.extend(_recommendations(report, wrap, view))
+        if view.brief:
+            return parts
         parts.append(Text(""))
         table, note = _rank_table(report, width)
         parts.append(table)
@@ -200,9 +200,13 @@ def _renderables(report: Report, width: int, wrap: bool = True) -> list[Renderab
     return parts
 
 
-def render_text(report: Report, width: int = 100, color: bool = False, wrap: bool = True) -> str:
+def render_text(
+    report: Report, width: int = 100, color: bool = False, wrap: bool = True, view: fg.View = fg.FULL
+) -> str:
     """The report as terminal text ``width`` columns wide; ANSI colour only if ``color``;
-    with ``wrap=False`` no sentence is broken over lines (tables still fit ``width``)."""
+    with ``wrap=False`` no sentence is broken over lines (tables still fit ``width``).
+    ``view``: ``brief`` (the headline and the ranked titles with their savings) and ``top``
+    (at most that many recommendations)."""
     buf = io.StringIO()
     width = max(40, width)
     console = Console(
@@ -218,7 +222,7 @@ def render_text(report: Report, width: int = 100, color: bool = False, wrap: boo
         markup=False,
         soft_wrap=False,
     )
-    for part in _renderables(report, width, wrap):
+    for part in _renderables(report, width, wrap, view):
         console.print(part, soft_wrap=not wrap and isinstance(part, Text))
     # Padding and tables pad lines to the full width; trailing blanks only get in the way
     # of diffs and copy-paste.

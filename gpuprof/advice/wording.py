@@ -1,0 +1,143 @@
+"""The last pass over the recommendations: each qualifier beside the saving it qualifies,
+and one word for the unit of time the report measures.
+
+Advisors write their evidence as they find it; this pass, run once on the ranked
+recommendations (:func:`finalize`, from :func:`gpuprof.advice.advise_all`), applies the
+rules that hold for all of them, so that no advisor has to remember them:
+
+- A saving estimated from part of a job (fewer ranks in the input than the job has) is an
+  upper bound on the job's saving: the ranks that are missing may hold the step. It gets
+  ``savings_bound="upper"`` and the caveat ``upper bound: 1 of 8 ranks profiled``.
+- A host-side saving (host, dataloader, sync) on a rank whose trace says the profiler slowed
+  its host (Python stacks recorded, host ops running slow) gets that as a caveat; the
+  matching warning is then said beside the saving rather than at the bottom of the report
+  (:attr:`Qualified.absorbed_warnings`, which the renderers leave out of their warnings).
+- Each evidence line is said once: a later recommendation does not repeat a line a
+  higher-ranked one already gave.
+- Without step markers (no rank has a step) there is no step: the analysis window is the
+  unit, and "per step", "of the step" and "job step" read "in the window", "of the window"
+  and "the window" in every recommendation.
+
+That every estimate rests on a single profiled step is said once for the whole report, by
+the renderers under the headline, never in each recommendation.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Sequence
+from dataclasses import dataclass, replace
+
+from gpuprof.advice import AdviceContext
+from gpuprof.model.report import Cause, Recommendation
+
+# Causes whose saving is host time: the profiler's own slowing of the host inflates them.
+HOST_SIDE = (Cause.HOST, Cause.DATALOADER, Cause.SYNC)
+
+
+@dataclass(frozen=True)
+class Qualified:
+    """The recommendations after the pass, and the warnings now said beside a saving."""
+
+    recommendations: tuple[Recommendation, ...]
+    absorbed_warnings: tuple[str, ...] = ()
+
+
+def _ranks_with_data(ctx: AdviceContext) -> list[int]:
+    return sorted(s.rank for s in ctx.summaries if s.empty_reason is None and s.window_us > 0)
+
+
+def world_size(ctx: AdviceContext) -> int | None:
+    """The job's number of ranks as its traces (or the cross-rank matching) state it."""
+    known = [s.world_size for s in ctx.summaries if s.world_size]
+    info = ctx.cross.get("straggler_analysis") if isinstance(ctx.cross, dict) else None
+    inferred = info.get("world_size") if isinstance(info, dict) else None
+    sizes = [int(x) for x in [*known, inferred] if isinstance(x, int) and x > 0]
+    return max(sizes) if sizes else None
+
+
+def _host_caveats(ctx: AdviceContext) -> dict[int, tuple[str, str]]:
+    """Per rank: (caveat beside a host-side saving, the warning it stands for)."""
+    from gpuprof.analysis.hostfacts import SLOW_EMPTY_US, trust_warnings
+
+    out: dict[int, tuple[str, str]] = {}
+    for s in ctx.summaries:
+        f = s.facts
+        warnings = trust_warnings(f)
+        if f.get("python_stacks") and warnings:
+            out[s.rank] = ("host time may be inflated: the trace recorded Python stacks (with_stack=True)", warnings[0])
+        else:
+            empty = f.get("empty_op_median_us")
+            if empty is not None and empty > SLOW_EMPTY_US:
+                text = next((w for w in warnings if w.startswith("host ops run slow")), None)
+                if text is not None:
+                    caveat = (
+                        f"host time may be inflated by the profiler: host ops run slow (median aten::empty "
+                        f"{empty:.0f} µs, normally a few µs)"
+                    )
+                    out[s.rank] = (caveat, text)
+    return out
+
+
+# Without step markers: the window is the unit (see the module docstring).
+_WINDOW_WORDS = (
+    (re.compile(r"\bjob step\b"), "the window"),
+    (re.compile(r"\bits step (?=[\d.,]+ (?:µs|ms|s) ->)"), "the window "),
+    (re.compile(r"\bper step\b"), "in the window"),
+    (re.compile(r"/step\b"), " in the window"),
+    (re.compile(r"\bof (?:its|their|the|a) step\b"), "of the window"),
+    (re.compile(r"\bof step time\b"), "of the window"),
+)
+
+
+def window_words(text: str) -> str:
+    """``text`` with the step as the unit replaced by the window (no step markers)."""
+    for pattern, words in _WINDOW_WORDS:
+        text = pattern.sub(words, text)
+    return text
+
+
+def finalize(ctx: AdviceContext, recs: Sequence[Recommendation]) -> Qualified:
+    """Apply the module's rules to the ranked recommendations (order kept)."""
+    present = _ranks_with_data(ctx)
+    world = world_size(ctx)
+    partial = world is not None and 0 < len(present) < world
+    host = _host_caveats(ctx)
+    no_steps = bool(ctx.reports) and not any(r.steps > 0 for r in ctx.reports if r.window_us > 0)
+    absorbed: list[str] = []
+    out: list[Recommendation] = []
+    said: set[str] = set()  # evidence already given by a recommendation ranked higher
+    for rec in recs:
+        caveats = list(rec.caveats)
+        bound = rec.savings_bound
+        if partial and rec.estimated_savings_pct > 0:
+            bound = "upper"
+            caveats.append(f"upper bound: {len(present)} of {world} ranks profiled")
+        if rec.category in HOST_SIDE:
+            on = [r for r in (rec.ranks or present) if r in host]
+            if on:
+                caveat, warning = host[on[0]]
+                caveats.append(caveat)
+                absorbed.append(warning)
+        # Said once: a line a higher-ranked recommendation already gave (the share its cause
+        # holds, a note both rest on) is not repeated.
+        evidence = tuple(x for x in rec.evidence if x not in said)
+        said.update(evidence)
+        title, actions = rec.title, rec.actions
+        if no_steps:
+            evidence = tuple(window_words(x) for x in evidence)
+            title = window_words(title)
+        out.append(
+            replace(
+                rec,
+                title=title,
+                evidence=evidence,
+                actions=actions,
+                savings_bound=bound,
+                caveats=tuple(dict.fromkeys(caveats)),
+            )
+        )
+    return Qualified(tuple(out), tuple(dict.fromkeys(absorbed)))
+
+
+__all__ = ["HOST_SIDE", "Qualified", "finalize", "window_words", "world_size"]
