@@ -158,8 +158,9 @@ def job_summary(session_dir: Path) -> str:
     stats = step_stats(h)
     if stats is not None and h is not None:
         text = f"{stats.steps} optimizer step{'s' if stats.steps != 1 else ''}"
-        if stats.step_time_mean_us is not None:
-            text += f" (mean step {duration(stats.step_time_mean_us)})"
+        if stats.step_time_median_us is not None:
+            # The median: the profiler's pauses between steps skew a mean of these intervals.
+            text += f" (median {duration(stats.step_time_median_us)} apart)"
         parts.append(text)
         steps = h[h["kind"] == "step"]
         for col, what in (("alloc_retries", "CUDA allocator retries"), ("ooms", "CUDA OOMs")):

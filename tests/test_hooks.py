@@ -43,7 +43,7 @@ def test_tiny_training_under_gpuprof_run(tmp_path: Path) -> None:
     # A CPU-only run ends with what was measured, not "nothing to analyze".
     assert "nothing to analyze" not in p.stderr
     assert "gpuprof: no GPU activity was recorded (CPU only); measured on the host:" in p.stderr
-    assert "   - 40 optimizer steps, mean step " in p.stderr
+    assert "   - 40 optimizer steps, median " in p.stderr and " apart by the job's own clock" in p.stderr
     assert "inside torch operators" in p.stderr and "   - on a GPU, gpuprof splits" in p.stderr
     assert (out / "report.json").is_file() and (out / "report.html").is_file()
     s = read_session(out)
@@ -227,7 +227,7 @@ def test_job_summary_counts_allocator_retries_across_processes(tmp_path: Path) -
                                      "step": i, "alloc_retries": r, "ooms": 0}))
     (tmp_path / "hooks" / "rank0-10.jsonl").write_text("\n".join(lines) + "\n")
     line = job_summary(tmp_path)
-    assert "3 optimizer steps" in line and "(mean step 1.00 s)" in line
+    assert "3 optimizer steps" in line and "(median 1.00 s apart)" in line
     assert "5 CUDA allocator retries" in line and "0 CUDA OOMs" in line
 
 
