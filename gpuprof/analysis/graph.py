@@ -52,6 +52,7 @@ import numpy as np
 import numpy.typing as npt
 
 from gpuprof.analysis import intervals as iv
+from gpuprof.analysis.grouping import is_in
 from gpuprof.analysis.hostfacts import ddp_buffer_spans
 from gpuprof.analysis.intervals import Intervals
 from gpuprof.analysis.rules.context import LAUNCH_QUEUE_US, LAUNCH_SLACK_US, RuleContext
@@ -275,9 +276,17 @@ def _kernel_op_mask(ctx: RuleContext, launch: npt.NDArray[np.bool_]) -> npt.NDAr
     for t in np.unique(tid[launch]):
         starts = np.sort(hs[launch & (tid == t)])
         rows = np.flatnonzero(ops & (tid == t))
-        inside = np.searchsorted(starts, he[rows], side="left") - np.searchsorted(starts, hs[rows], side="left")
-        out[rows[inside > 0]] = True
+        out[rows[_holds_a_start(starts, hs[rows], he[rows])]] = True
     return out
+
+
+def _holds_a_start(starts: FloatArray, lo: FloatArray, hi: FloatArray) -> npt.NDArray[np.bool_]:
+    """Per range ``[lo, hi)``: one of ``starts`` (sorted) lies inside it, i.e. the first
+    start at or after ``lo`` is before ``hi`` (one binary search per range, not two)."""
+    if starts.size == 0:
+        return np.zeros(lo.size, dtype=bool)
+    first = np.searchsorted(starts, lo, side="left")
+    return (first < starts.size) & (starts[np.minimum(first, starts.size - 1)] < hi)  # type: ignore[no-any-return]
 
 
 def _syncing_alloc(ctx: RuleContext, alloc: npt.NDArray[np.bool_]) -> npt.NDArray[np.bool_]:
@@ -517,7 +526,7 @@ def _host_side(
     """Blocking calls (sorted by end, tagged) and the removable host time of each what-if."""
     tids = np.unique(ctx.launches.tid[ctx.act & (ctx.launches.tid >= 0)])
     htid = ctx.trace.host_cols["tid"]
-    threads = np.isin(htid, tids) if tids.size else None
+    threads = is_in(htid, tids) if tids.size else None
     sync_calls = _host_union(ctx, ctx.host_mask(Category.SYNC), threads)
     alloc_mask = ctx.host_mask(Category.ALLOC)
     alloc = _host_union(ctx, alloc_mask, threads)

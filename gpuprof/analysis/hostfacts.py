@@ -37,6 +37,7 @@ import numpy as np
 import numpy.typing as npt
 
 from gpuprof.analysis import intervals as iv
+from gpuprof.analysis.grouping import by_start, is_in
 from gpuprof.analysis.intervals import Intervals
 from gpuprof.analysis.rules.context import RuleContext
 from gpuprof.model.table import one_of
@@ -124,7 +125,7 @@ def _measure_between(
 
 def _outer(s: npt.NDArray[np.float64], e: npt.NDArray[np.float64]) -> npt.NDArray[np.bool_]:
     """Mask of the ranges not nested in another (earlier start, or same start and longer)."""
-    order = np.lexsort((-e, s))
+    order = by_start(s, -e)  # np.lexsort((-e, s)), the rows being sorted by start already
     prev_end = np.maximum.accumulate(np.concatenate(([-np.inf], e[order][:-1])))
     out = np.zeros(s.size, dtype=bool)
     out[order] = s[order] >= prev_end
@@ -164,7 +165,9 @@ class _ByThread:
         self.rows = rows[order]
         self.start_us = hs[self.rows]
         tids = htid[self.rows]
-        self.tids, self.first = np.unique(tids, return_index=True)
+        # Sorted by thread: each thread's rows are one run.
+        self.first = np.flatnonzero(np.concatenate(([True], tids[1:] != tids[:-1]))) if tids.size else np.empty(0, np.intp)
+        self.tids = tids[self.first]
         self.last = np.concatenate((self.first[1:], [tids.size])).astype(np.int64)
 
     def spans(
@@ -437,7 +440,7 @@ def host_wait_in_launch_share(ctx: RuleContext, host_lost: Intervals) -> float |
     launch = ctx.host_mask(Category.LAUNCH)
     tids = np.unique(ctx.launches.tid[ctx.act & (ctx.launches.tid >= 0)])
     if tids.size:
-        launch &= np.isin(host["tid"], tids)
+        launch &= is_in(host["tid"], tids)
     calls = iv.union(host["start_us"][launch], host["end_us"][launch])
     return iv.total(iv.intersect(host_lost, calls)) / total
 

@@ -25,6 +25,7 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
+from gpuprof.analysis.grouping import by_start
 from gpuprof.model.table import one_of
 from gpuprof.model.timeline import Category, Kind, RankTrace
 
@@ -155,7 +156,7 @@ def name_track(trace: RankTrace, lo_us: float, hi_us: float) -> NameTrack:
             rows = ops & (tid == main) & (he > lo_us) & (hs < hi_us)
             codes, labels = _names_of(host_cols, rows)
             s, e = hs[rows], he[rows]
-            order = np.lexsort((-(e - s), s))
+            order = by_start(s, -(e - s))  # np.lexsort((-(e - s), s)), the rows being sorted
             s, e, k = s[order], e[order], intern(codes, labels)[order]
             top = _top_level(s, e)
             host = (s[top], e[top], k[top])

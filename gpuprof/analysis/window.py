@@ -212,8 +212,7 @@ def _step_work(trace: RankTrace, steps: tuple[Step, ...], launches: Launches) ->
     is_launch = (host["category"] == int(Category.LAUNCH)) & one_of(host["kind"], (int(Kind.RUNTIME), int(Kind.DRIVER)))
     hc = host["correlation"][is_launch]
     hs = host["start_us"][is_launch]
-    dev_corr = np.unique(dev["correlation"][act])
-    has_dev = np.isin(hc, dev_corr)
+    has_dev = np.isin(hc, dev["correlation"][act])
     hk = np.searchsorted(h0, hs, side="right") - 1
     hk[hs >= h1_last] = n
     in_step = (hk >= 0) & (hk < n)
