@@ -10,9 +10,9 @@ would measure the neighbours) of each part recorded:
 
 * ``read``: the readers, trace -> RankTrace;
 * ``summarize``: RankTrace -> RankSummary, of which ``graph`` is building the rank's
-  dependency graph (:func:`gpuprof.analysis.graph.build_rank_graph`);
+  dependency graph (:func:`gpuprof.accounting.graph.build_rank_graph`);
 * ``job``: the job-level analysis, of which ``model`` is tying the graphs into the job
-  model (:func:`gpuprof.analysis.whatifs.build_job_model`) and ``replays`` every replay of
+  model (:func:`gpuprof.job.whatifs.build_job_model`) and ``replays`` every replay of
   it (the unchanged job, each what-if, the combined one the advice asks for);
 * ``advice`` and ``render``: the rest of the report, replays excluded.
 
@@ -66,10 +66,11 @@ class Clock:
 
 def _patch(clock: Clock) -> list[tuple[Any, str, Any]]:
     """Wrap the timed functions; returns what to put back."""
-    import gpuprof.analysis.cross_rank as cross_rank
-    import gpuprof.analysis.summarize as summarize
-    import gpuprof.analysis.whatifs as whatifs
+    import gpuprof.accounting.summarize as summarize
+    import gpuprof.job.cross_rank as cross_rank
+    import gpuprof.job.whatifs as whatifs
     import gpuprof.pipeline as pipeline
+    import gpuprof.pipeline.executors as executors
 
     targets = [
         (summarize, "build_rank_graph", "graph"),
@@ -78,7 +79,7 @@ def _patch(clock: Clock) -> list[tuple[Any, str, Any]]:
         (whatifs.JobModel, "microbatch_saving_us", "replays"),
         (pipeline, "analyze_job", "job"),
         (pipeline, "advise_all", "advice"),
-        (pipeline, "summarize", "summarize"),
+        (executors, "summarize", "summarize"),
     ]
     undo = []
     for owner, attr, part in targets:
@@ -91,6 +92,7 @@ def _patch(clock: Clock) -> list[tuple[Any, str, Any]]:
 def measure(path: Path) -> dict[str, Any]:
     """One analysis of ``path`` with the time of each part."""
     import gpuprof.pipeline as pipeline
+    import gpuprof.pipeline.executors as executors
     from gpuprof.readers import ReadLimits, discover
     clock = Clock()
     undo = _patch(clock)
@@ -111,7 +113,7 @@ def measure(path: Path) -> dict[str, Any]:
                     traces_read += time.process_time() - r0
                     break
                 traces_read += time.process_time() - r0
-                summaries.append(pipeline.summarize(trace, pipeline.AnalyzeOptions().steps))
+                summaries.append(executors.summarize(trace, pipeline.AnalyzeOptions().steps))
         clock.spent["read"] = traces_read
         # The rest of run_analysis, on the summaries already made.
         orig = pipeline._summaries

@@ -22,7 +22,7 @@ from __future__ import annotations
 import importlib
 from typing import TYPE_CHECKING, Any
 
-__version__ = "0.1.0"
+from gpuprof.util.version import __version__
 
 # name -> module that defines it
 _PUBLIC = {
@@ -33,7 +33,7 @@ _PUBLIC = {
     "RankReport": "gpuprof.model.report",
     "Recommendation": "gpuprof.model.report",
     "Cause": "gpuprof.model.report",
-    "CheckResult": "gpuprof.gate",
+    "CheckResult": "gpuprof.ci.gate",
     "GpuprofError": "gpuprof.errors",
 }
 _INTEGRATIONS = ("torch", "lightning", "hf")
@@ -54,8 +54,8 @@ __all__ = [
 
 if TYPE_CHECKING:  # what type checkers and IDEs see; at run time __getattr__ loads these
     from gpuprof.api import analyze, check, load_report
+    from gpuprof.ci.gate import CheckResult
     from gpuprof.errors import GpuprofError
-    from gpuprof.gate import CheckResult
     from gpuprof.model.report import Cause, RankReport, Recommendation, Report
 
 

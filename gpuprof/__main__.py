@@ -1,4 +1,4 @@
-from gpuprof.console import main
+from gpuprof.cli.entry import main
 
 if __name__ == "__main__":
     main()

@@ -31,8 +31,8 @@ from gpuprof.errors import GpuprofError
 from gpuprof.model.report import CAUSES, Cause, Report
 
 if TYPE_CHECKING:
-    from gpuprof.analysis.window import StepSelection
-    from gpuprof.gate import CheckResult
+    from gpuprof.accounting.window import StepSelection
+    from gpuprof.ci.gate import CheckResult
 
 PathLike = Union[str, "os.PathLike[str]"]
 Steps = Union[str, int, "tuple[int | None, int | None]", None]
@@ -52,7 +52,7 @@ def _as_paths(paths: PathLike | Sequence[PathLike]) -> list[Path]:
 
 
 def _steps(steps: Steps) -> StepSelection:
-    from gpuprof.analysis.window import StepSelection
+    from gpuprof.accounting.window import StepSelection
 
     if steps is None:
         return StepSelection()
@@ -94,7 +94,7 @@ def analyze(
     the command line's, sized for real traces). ``progress``: called with one line per
     step of the work (e.g. ``print``).
     """
-    from gpuprof.reportfile import is_report_file, read_report
+    from gpuprof.readers.saved import is_report_file, read_report
 
     path_list = _as_paths(paths)
     if isinstance(jobs, bool) or not isinstance(jobs, int) or jobs < 1:
@@ -121,7 +121,7 @@ def analyze(
 
     if len(path_list) == 1 and is_session(path_list[0]):
         # The same report as `gpuprof analyze SESSION` (samples alone when no trace was written).
-        from gpuprof.run_report import session_report
+        from gpuprof.pipeline.session_report import session_report
 
         return session_report(path_list[0], options, progress=told)
     return analyze_paths(path_list, options, progress=told)
@@ -133,7 +133,7 @@ def load_report(path: PathLike) -> Report:
     The document is checked against the report's JSON Schema: a malformed one raises
     :class:`~gpuprof.GpuprofError` naming the file and the first problem's JSON path.
     """
-    from gpuprof.reportfile import read_report
+    from gpuprof.readers.saved import read_report
 
     return read_report(Path(path))
 
@@ -150,7 +150,7 @@ def _pct_arg(name: str, value: object, upper: float | None = 100.0) -> float:
 def _cause_limits(limits: Mapping[str, float] | Mapping[Cause, float]) -> dict[Cause, float]:
     if not isinstance(limits, Mapping):
         raise TypeError(f"max_lost_pct: expected a mapping of cause to percent, got {type(limits).__name__}")
-    from gpuprof.suggest import did_you_mean, match_name
+    from gpuprof.util.suggest import did_you_mean, match_name
 
     out: dict[Cause, float] = {}
     names = [c.value for c in CAUSES]
@@ -189,7 +189,7 @@ def check(
     name (with "did you mean") raises :class:`~gpuprof.GpuprofError`, as the command line
     exits 2 for them; a value out of range raises ``ValueError``.
     """
-    from gpuprof import gate
+    from gpuprof.ci import gate
 
     if not isinstance(report, Report):
         raise TypeError(f"report: expected a gpuprof.Report (from gpuprof.analyze or gpuprof.load_report), got {type(report).__name__}")

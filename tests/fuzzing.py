@@ -400,7 +400,7 @@ CONTROL_STRINGS = [
     "\x00",
     "\x1b]0;title\x07",
 ]
-# What a terminal must never receive from gpuprof (gpuprof/safetext.py's rule): C0 controls
+# What a terminal must never receive from gpuprof (gpuprof/util/safetext.py's rule): C0 controls
 # but tab and newline, DEL, C1, line and paragraph separators, bidirectional controls.
 _UNSAFE = re.compile("[\x00-\x08\x0b-\x1f\x7f-\x9f\u2028\u2029\u202a-\u202e\u2066-\u2069]")
 

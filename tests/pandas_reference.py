@@ -15,14 +15,14 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from gpuprof.analysis import intervals as iv
-from gpuprof.analysis.collectives import (
+from gpuprof.accounting.summary import RankSummary
+from gpuprof.job.collectives import (
     INFER_MAX_UNMATCHED_SHARE,
     READY_PIPELINE,
     _expected_sizes,
     _ready_times,
 )
-from gpuprof.analysis.summary import RankSummary
+from gpuprof.model import intervals as iv
 from gpuprof.model.timeline import Category
 
 CALLS_COLUMNS = (

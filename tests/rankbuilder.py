@@ -171,8 +171,8 @@ _DEFAULT: dict[str, Any] = {
 
 def lost_by_cause(trace: RankTrace) -> dict[str, float]:
     """Summarize a trace and attribute its local claims: ``{cause: µs}`` plus ``compute``."""
-    from gpuprof.analysis.attribution import attribute
-    from gpuprof.analysis.summarize import summarize
+    from gpuprof.accounting.attribution import attribute
+    from gpuprof.accounting.summarize import summarize
 
     s = summarize(trace)
     att = attribute(s.lost, s.claims)
@@ -186,10 +186,10 @@ def advice_context(*traces: RankTrace) -> Any:
     """An AdviceContext for the local advisors: each trace summarized and its local claims
     attributed, as the pipeline does for a job without cross-rank findings, with the job's
     what-if replays."""
+    from gpuprof.accounting.attribution import attribute
+    from gpuprof.accounting.summarize import summarize
     from gpuprof.advice import AdviceContext
-    from gpuprof.analysis.attribution import attribute
-    from gpuprof.analysis.cross_rank import analyze_job
-    from gpuprof.analysis.summarize import summarize
+    from gpuprof.job.cross_rank import analyze_job
     from gpuprof.model.report import RankReport
 
     summaries, reports = [], []

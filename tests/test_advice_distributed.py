@@ -10,14 +10,14 @@ from test_collectives import allreduce_job, arrivals_job, summaries
 from test_cross_rank import SLOW, _with_phases
 from test_pipeline_parallel import pipeline_job
 
+from gpuprof.accounting.attribution import attribute, merge_claims
+from gpuprof.accounting.summarize import summarize
+from gpuprof.accounting.summary import RankSummary
 from gpuprof.advice import AdviceContext, advise, advise_all
 from gpuprof.advice.distributed import communication_advice, straggler_advice
 from gpuprof.advice.pipeline import pipeline_advice
-from gpuprof.analysis import intervals as iv
-from gpuprof.analysis.attribution import attribute, merge_claims
-from gpuprof.analysis.cross_rank import analyze_job
-from gpuprof.analysis.summarize import summarize
-from gpuprof.analysis.summary import RankSummary
+from gpuprof.job.cross_rank import analyze_job
+from gpuprof.model import intervals as iv
 from gpuprof.model.report import Cause, RankReport
 
 

@@ -15,7 +15,7 @@ def _rec(id_: str, pct: float) -> Recommendation:
 
 def test_ranked_deduplicated_and_negligible_ones_dropped(monkeypatch: pytest.MonkeyPatch) -> None:
     recs = [_rec("a", 3.0), _rec("b", 0.2), _rec("c", 12.0), _rec("a", 5.0), _rec("d", 0.0)]
-    monkeypatch.setattr(advice, "ADVISORS", [lambda ctx: recs])
+    monkeypatch.setattr(advice.context, "ADVISORS", [lambda ctx: recs])
     monkeypatch.setattr(advice, "_loaded", True)
     out = advice.advise(AdviceContext(summaries=(), reports=()))
     assert [r.id for r in out] == ["c", "a"]

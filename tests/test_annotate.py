@@ -12,11 +12,11 @@ from typing import Any
 import numpy as np
 import pytest
 
-from gpuprof.analysis.attribution import Attribution
-from gpuprof.annotate import TRACK_PREFIX, annotate_file, lost_time_events, unused_pids
+from gpuprof.accounting.attribution import Attribution
 from gpuprof.cli import main
 from gpuprof.model.report import CAUSES, Cause
 from gpuprof.pipeline import run_analysis
+from gpuprof.render.annotate import TRACK_PREFIX, annotate_file, lost_time_events, unused_pids
 
 Builder = Callable[..., dict[str, Any]]
 CPU = 4321

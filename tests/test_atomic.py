@@ -11,8 +11,8 @@ from pathlib import Path
 
 import pytest
 
-from gpuprof.atomic import write_atomic, write_text_atomic
 from gpuprof.errors import GpuprofError
+from gpuprof.util.atomic import write_atomic, write_text_atomic
 
 
 def test_written_file_gets_umask_permissions_not_0600(tmp_path: Path) -> None:

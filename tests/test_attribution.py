@@ -11,8 +11,8 @@ from typing import Any
 import pytest
 from conftest import SHARED_TRACES
 
-from gpuprof.analysis import intervals as iv
-from gpuprof.analysis.attribution import PRECEDENCE, attribute, merge_claims
+from gpuprof.accounting.attribution import PRECEDENCE, attribute, merge_claims
+from gpuprof.model import intervals as iv
 from gpuprof.model.report import CAUSES, Cause
 from gpuprof.pipeline import Analysis, run_analysis
 
@@ -146,7 +146,7 @@ def test_stitched_timeline_leaves_the_time_between_steps_out_of_every_cause(shar
 def test_cut_off_trace_without_gpu_events_is_not_called_cpu_only(
     write_trace: Callable[..., Path], event: Callable[..., dict[str, Any]]
 ) -> None:
-    from gpuprof.analysis.summarize import summarize
+    from gpuprof.accounting.summarize import summarize
     from gpuprof.readers import load_file
 
     # Older Kineto writes host events first and GPU events last: a file cut before them
@@ -170,7 +170,7 @@ def test_cut_off_trace_without_gpu_events_is_not_called_cpu_only(
 def test_summarize_never_mutates_the_trace() -> None:
     from rankbuilder import RankBuilder
 
-    from gpuprof.analysis.summarize import summarize
+    from gpuprof.accounting.summarize import summarize
     from gpuprof.model.timeline import Kind
 
     b = RankBuilder()
@@ -190,9 +190,9 @@ def test_random_traces_keep_the_partition_and_split_gaps_cleanly(seed: int) -> N
     import numpy as np
     from rankbuilder import RankBuilder
 
-    from gpuprof.analysis.launches import match_launches
-    from gpuprof.analysis.rules import build_context
-    from gpuprof.analysis.summarize import summarize
+    from gpuprof.accounting.launches import match_launches
+    from gpuprof.accounting.rules import build_context
+    from gpuprof.accounting.summarize import summarize
     from gpuprof.model.timeline import Kind
 
     rng = np.random.default_rng(seed)

@@ -114,7 +114,7 @@ def test_hf_trainer_callback(tmp_path: Path) -> None:
 
 
 def test_step_counts_are_checked() -> None:
-    from gpuprof.stepprofiler import StepProfiler
+    from gpuprof.integrations.stepprofiler import StepProfiler
 
     with pytest.raises(ValueError, match="active"):
         StepProfiler("x", active=0)
@@ -123,7 +123,7 @@ def test_step_counts_are_checked() -> None:
 
 
 def test_a_second_profiler_is_not_started(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    from gpuprof.stepprofiler import StepProfiler
+    from gpuprof.integrations.stepprofiler import StepProfiler
 
     sp = StepProfiler(tmp_path / "g", wait=0, warmup=0, active=1)
     with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CPU]):
@@ -138,8 +138,8 @@ def test_ranks_meet_and_rank_0_reports_on_all(tmp_path: Path, monkeypatch: pytes
     """Two ranks of one job, played in turn in this process (torch.distributed's rank and
     barrier stand-ins): each writes its trace, both meet at the barrier, rank 0 alone
     analyzes both traces together and prints."""
-    import gpuprof.torch as gtorch
-    from gpuprof import stepprofiler
+    import gpuprof.integrations.torch as gtorch
+    from gpuprof.integrations import stepprofiler
 
     met: list[int] = []
     for rank in (1, 0):  # rank 1 finishes first: rank 0 must still see its trace
@@ -167,8 +167,8 @@ def test_ranks_meet_and_rank_0_reports_on_all(tmp_path: Path, monkeypatch: pytes
 
 def test_a_rank_trace_rank_0_cannot_see_is_named(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
                                                  capsys: pytest.CaptureFixture[str]) -> None:
-    import gpuprof.torch as gtorch
-    from gpuprof import stepprofiler
+    import gpuprof.integrations.torch as gtorch
+    from gpuprof.integrations import stepprofiler
 
     monkeypatch.setattr(stepprofiler, "dist_rank_world", lambda: (0, 3))
     monkeypatch.setattr(gtorch, "dist_rank_world", lambda: (0, 3))

@@ -189,8 +189,8 @@ def test_usage_errors_are_one_message_exit_2(cli) -> None:
 
 
 def test_junit_escapes_and_drops_characters_xml_cannot_hold() -> None:
-    from gpuprof.gate import CheckResult
-    from gpuprof.render.checks import checks_junit
+    from gpuprof.ci.gate import CheckResult
+    from gpuprof.ci.gate_output import checks_junit
 
     nasty = 'a <b> & "c" ]]> \x00\x07 \ud7ff'
     xml = checks_junit(

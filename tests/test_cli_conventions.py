@@ -101,7 +101,7 @@ def test_text_on_a_legacy_terminal_writes_us_instead_of_failing() -> None:
 
 @pytest.mark.parametrize(
     ("name", "starts"),
-    [("d.json", '{\n  "schema": "gpuprof.diff/1"'), ("d.md", "### gpuprof diff:"), ("d.html", "<!DOCTYPE html>"),
+    [("d.json", '{\n  "schema": "gpuprof.ci.diff/1"'), ("d.md", "### gpuprof diff:"), ("d.html", "<!DOCTYPE html>"),
      ("d.txt", "gpuprof diff:")],
 )  # fmt: skip
 def test_diff_output_format_from_the_extension(tmp_path: Path, name: str, starts: str) -> None:

@@ -221,7 +221,7 @@ def test_the_job_gpuprof_run_starts_keeps_its_environment(tmp_path: Path) -> Non
 def test_each_format_module_registers_that_format() -> None:
     """render.get imports only the module its table names for a format: the table must
     name, for every renderer there is, the module that registers it."""
-    from gpuprof import render
+    from gpuprof.render import registry as render
 
     render.names()  # loads every format
     assert set(render.RENDERERS) == set(render._MODULES)

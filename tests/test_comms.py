@@ -8,8 +8,8 @@ import numpy as np
 import pytest
 from rankbuilder import RankBuilder
 
-from gpuprof.analysis.comms import build_comms, timeline_group
-from gpuprof.analysis.summary import COMMS_COLUMNS
+from gpuprof.accounting.comms import build_comms, timeline_group
+from gpuprof.accounting.summary import COMMS_COLUMNS
 from gpuprof.model.timeline import Category, RankTrace
 
 ALLREDUCE = "ncclKernel_AllReduce_RING_LL_Sum_float(ncclDevComm*, unsigned long, ncclWork*)"

@@ -79,7 +79,7 @@ def test_diff_fail_on_worse_fails_only_a_worse_run(tmp_path: Path) -> None:
 
 
 def test_no_negative_zero_percentage_points(tmp_path: Path) -> None:
-    from gpuprof.phrases import pp, signed_pct
+    from gpuprof.util.phrases import pp, signed_pct
 
     assert pp(-0.04) == "0.0 pp" and pp(-0.05) == "-0.1 pp" and pp(2.5) == "+2.5 pp"
     assert signed_pct(-0.01) == "0.0%"

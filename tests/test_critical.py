@@ -1,4 +1,4 @@
-"""The critical path of a step (``gpuprof.analysis.critical``), drawn in the HTML timeline.
+"""The critical path of a step (``gpuprof.job.critical``), drawn in the HTML timeline.
 
 Every answer is known by construction: a data-parallel job built by hand where one rank is
 slower (its compute sets every all-reduce's end, so the whole step is its work), and
@@ -15,9 +15,9 @@ from typing import Any
 import pytest
 from test_replay import dp_job
 
-from gpuprof.analysis.critical import critical_path
-from gpuprof.analysis.cross_rank import analyze_job
-from gpuprof.analysis.summarize import summarize
+from gpuprof.accounting.summarize import summarize
+from gpuprof.job.critical import critical_path
+from gpuprof.job.cross_rank import analyze_job
 from gpuprof.model.report import report_to_dict
 from gpuprof.pipeline import run_analysis
 from gpuprof.simulate import generate

@@ -11,11 +11,11 @@ import pytest
 from test_collectives import allreduce_job, arrivals_job, summaries, timeline_late_comm_job
 from test_pipeline_parallel import pipeline_job
 
-from gpuprof.analysis import intervals as iv
-from gpuprof.analysis.attribution import attribute, merge_claims
-from gpuprof.analysis.cross_rank import analyze_job
-from gpuprof.analysis.summarize import summarize
-from gpuprof.analysis.summary import RankSummary
+from gpuprof.accounting.attribution import attribute, merge_claims
+from gpuprof.accounting.summarize import summarize
+from gpuprof.accounting.summary import RankSummary
+from gpuprof.job.cross_rank import analyze_job
+from gpuprof.model import intervals as iv
 from gpuprof.model.report import Cause
 
 SLOW = {0: 20_000.0, 1: 20_000.0, 2: 25_000.0, 3: 20_000.0}

@@ -22,18 +22,19 @@ import pandas as pd
 import pandas_reference as ref
 import pytest
 
-from gpuprof.analysis import cross_rank, grouping
-from gpuprof.analysis import intervals as iv
-from gpuprof.analysis.collectives import (
+from gpuprof.accounting.comms import COMMS_COLUMNS
+from gpuprof.accounting.summarize import summarize
+from gpuprof.accounting.summary import RankSummary
+from gpuprof.job import cross_rank
+from gpuprof.job.collectives import (
     MatchedCollectives,
     match_collectives,
     per_rank_waits,
     rank_totals,
     wait_claims,
 )
-from gpuprof.analysis.comms import COMMS_COLUMNS
-from gpuprof.analysis.summarize import summarize
-from gpuprof.analysis.summary import RankSummary
+from gpuprof.model import grouping
+from gpuprof.model import intervals as iv
 from gpuprof.model.table import Table
 from gpuprof.model.timeline import Category, Step
 

@@ -7,9 +7,9 @@ from pathlib import Path
 import pytest
 from rankbuilder import RankBuilder
 
-from gpuprof.analysis import intervals as iv
-from gpuprof.analysis.phases import phase_ratios, phase_times
-from gpuprof.analysis.window import select_window
+from gpuprof.accounting.phases import phase_ratios, phase_times
+from gpuprof.accounting.window import select_window
+from gpuprof.model import intervals as iv
 from gpuprof.model.timeline import Kind
 
 DATA = "enumerate(DataLoader)#_SingleProcessDataLoaderIter.__next__"

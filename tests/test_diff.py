@@ -7,8 +7,8 @@ import json
 import pytest
 from reportfactory import rank, report
 
-from gpuprof.diff import DIFF_SCHEMA, diff_reports, diff_to_dict
-from gpuprof.render.diffs import diff_markdown, diff_text, headline
+from gpuprof.ci.diff import DIFF_SCHEMA, diff_reports, diff_to_dict
+from gpuprof.ci.diff_output import diff_markdown, diff_text, headline
 
 BASE = report([rank(0, lost_ms={"dataloader": 10, "host": 10}), rank(1, lost_ms={"communication": 20})])
 CUR = report(
@@ -86,7 +86,7 @@ def test_without_step_times_the_compute_share_decides() -> None:
 
 
 def test_html_diff_is_one_offline_page_that_leads_with_the_verdict() -> None:
-    from gpuprof.render.diffs import diff_html
+    from gpuprof.ci.diff_output import diff_html
 
     page = diff_html(diff_reports(CUR, BASE), ("base <b>.json",), ("cur.json",))
     assert page.startswith("<!DOCTYPE html>") and "script-src 'none'" in page

@@ -122,10 +122,10 @@ def test_unreachable_scheduler_is_a_clear_error(monkeypatch: pytest.MonkeyPatch)
     """No cluster at the address: a GpuprofError naming it, not a hang or a traceback."""
     if not _has_dask():
         pytest.skip("dask[distributed] not installed (pip install -e '.[dask]')")
-    import gpuprof.distributed as dist
+    import gpuprof.pipeline.dask as dist
 
     monkeypatch.setattr(dist, "CONNECT_TIMEOUT_S", 1.0)
-    from gpuprof.analysis.window import StepSelection
+    from gpuprof.accounting.window import StepSelection
     from gpuprof.readers import TraceSource
 
     src = TraceSource(path=Path("/nonexistent/rank0.json"), rank_hint=0, order=0)
@@ -137,7 +137,7 @@ def test_missing_dask_names_the_extra(monkeypatch: pytest.MonkeyPatch) -> None:
     """Without dask installed, --scheduler says which extra to install (no traceback)."""
     import builtins
 
-    import gpuprof.distributed as dist
+    import gpuprof.pipeline.dask as dist
 
     real_import = builtins.__import__
 
@@ -147,7 +147,7 @@ def test_missing_dask_names_the_extra(monkeypatch: pytest.MonkeyPatch) -> None:
         return real_import(name, *args, **kwargs)
 
     monkeypatch.setattr(builtins, "__import__", no_dask)
-    from gpuprof.analysis.window import StepSelection
+    from gpuprof.accounting.window import StepSelection
 
     with pytest.raises(GpuprofError, match=r"gpuprof\[dask\]"):
         dist.summarize_on_cluster([], StepSelection(), "tcp://127.0.0.1:9")
@@ -157,8 +157,8 @@ def test_missing_dask_names_the_extra(monkeypatch: pytest.MonkeyPatch) -> None:
 @pytest.mark.slow
 def test_file_the_workers_cannot_see_is_named(scheduler: str, tmp_path: Path) -> None:
     """A cluster without the shared file system: the error says so and names the file."""
-    from gpuprof.analysis.window import StepSelection
-    from gpuprof.distributed import summarize_on_cluster
+    from gpuprof.accounting.window import StepSelection
+    from gpuprof.pipeline.dask import summarize_on_cluster
     from gpuprof.readers import TraceSource
 
     gone = tmp_path / "rank0.pt.trace.json"  # never created: no worker can see it

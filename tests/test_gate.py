@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 from reportfactory import rank, report
 
-from gpuprof.gate import CheckResult, Thresholds, check_baseline, check_thresholds, failed
+from gpuprof.ci.gate import CheckResult, Thresholds, check_baseline, check_thresholds, failed
 from gpuprof.model.report import CAUSES, Cause
 
 # Two ranks of 100 ms: 200 ms window, dataloader 30 ms (15 %), host 10 ms (5 %), compute 80 %.
@@ -89,7 +89,7 @@ def test_faster_step_and_less_lost_time_pass() -> None:
 
 
 def test_baseline_notes_say_when_runs_differ() -> None:
-    from gpuprof.gate import baseline_notes
+    from gpuprof.ci.gate import baseline_notes
 
     assert baseline_notes(BASE, BASE) == []
     other = report([rank(0, device="NVIDIA A100-SXM4-80GB")])

@@ -5,11 +5,11 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
+import layouts as L
 import pytest
 
-import layouts as L
+from gpuprof.accounting.evidence import Evidence, trace_lacks
 from gpuprof.advice import CATEGORY_NEEDS, NEEDS, hold_back, needs_of
-from gpuprof.analysis.evidence import Evidence, trace_lacks
 from gpuprof.model.report import CAUSES, Cause, Recommendation, report_to_dict
 from gpuprof.pipeline import analyze_paths
 from gpuprof.readers import load_file
@@ -36,7 +36,7 @@ def test_every_cause_declares_what_it_needs() -> None:
 
 
 def test_an_advisor_declares_what_its_recommendations_need(monkeypatch: pytest.MonkeyPatch) -> None:
-    import gpuprof.advice as advice
+    import gpuprof.advice.context as advice  # the advisors' registry
 
     monkeypatch.setattr(advice, "ADVISORS", [])
     monkeypatch.setattr(advice, "_ADVISOR_NEEDS", {})
@@ -84,7 +84,7 @@ def job(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 
 def _lacks(path: Path) -> dict[str, str]:
-    from gpuprof.analysis.summarize import summarize
+    from gpuprof.accounting.summarize import summarize
 
     [trace] = load_file(path)
     return dict(summarize(trace).facts["trace_lacks"])
@@ -108,7 +108,7 @@ def test_a_trace_filtered_to_launch_calls(write_trace: Any, kineto: Any, event: 
         events.append(event("cuda_runtime", "cudaLaunchKernel", 10.0 * i, 2.0, pid=1, tid=1, correlation=i))
         events.append(event("kernel", "gemm", 10.0 * i + 3, 5.0, pid=0, tid=7, correlation=i, stream=7))
     [trace] = load_file(write_trace("t.json", kineto(events)))
-    from gpuprof.analysis.summarize import summarize
+    from gpuprof.accounting.summarize import summarize
 
     lacks = summarize(trace).facts["trace_lacks"]
     assert list(lacks) == ["runtime_calls"] and "only launch calls among its 120" in lacks["runtime_calls"]
@@ -173,7 +173,7 @@ def test_real_export_filtered_to_launches(shared_traces: Path) -> None:
     """hta-sampled-2rank: every runtime call is a launch (the export dropped the sync,
     event and allocation calls). Advice resting on those calls would be held back; host
     advice rests on the launches and ops, which are there, and stands."""
-    from gpuprof.analysis.summarize import summarize
+    from gpuprof.accounting.summarize import summarize
     from gpuprof.readers import discover
 
     for src in discover([shared_traces / "hta-sampled-2rank"]):

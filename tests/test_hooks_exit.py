@@ -184,7 +184,7 @@ def test_spawned_trainers_without_torch_distributed_get_their_own_traces(tmp_pat
     assert p.returncode == 0 and p.stdout == "done\n", p.stderr
     traces = sorted(x.name for x in (out / "traces").iterdir())
     assert len(traces) == 2 and all(t.startswith("unranked-pid") for t in traces), traces
-    from gpuprof.run_report import session_report  # what `gpuprof analyze DIR` reports
+    from gpuprof.pipeline.session_report import session_report  # what `gpuprof analyze DIR` reports
 
     report = session_report(out)
     assert sorted(r.rank for r in report.ranks) == [0, 1]

@@ -1,4 +1,4 @@
-"""The vectorized helpers of :mod:`gpuprof.analysis.hostfacts` give exactly what a plain loop
+"""The vectorized helpers of :mod:`gpuprof.accounting.hostfacts` give exactly what a plain loop
 over the calls gives: on random nested host ranges (with tied starts and ends, several
 threads, same-name ranges nested in each other), against straightforward reference loops."""
 
@@ -12,8 +12,7 @@ import numpy.typing as npt
 import pandas as pd
 import pytest
 
-from gpuprof.analysis import intervals as iv
-from gpuprof.analysis.hostfacts import (
+from gpuprof.accounting.hostfacts import (
     _WRAPPER,
     INNER_MIN_CALL_US,
     INNER_MIN_SHARE,
@@ -22,6 +21,7 @@ from gpuprof.analysis.hostfacts import (
     _outer,
     _outer_segments,
 )
+from gpuprof.model import intervals as iv
 from gpuprof.model.timeline import Category, Kind
 
 NAMES = ("Optimizer.step", "forward", "aten::add_", "aten::mul_", "aten::copy_", "cudaLaunchKernel")

@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from gpuprof.analysis import intervals as iv
+from gpuprof.model import intervals as iv
 
 
 def _set(iv_: iv.Intervals) -> list[tuple[float, float]]:

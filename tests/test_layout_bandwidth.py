@@ -11,9 +11,9 @@ import shutil
 from pathlib import Path
 from typing import Any
 
+import layouts as L
 import pytest
 
-import layouts as L
 from gpuprof.model.report import report_to_dict
 from gpuprof.pipeline import analyze_paths
 from gpuprof.simulate import generate

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 from test_collectives import arrivals_job, summaries
 
-from gpuprof.analysis.linkspeed import (
+from gpuprof.job.linkspeed import (
     LINK_EFFICIENCY,
     bus_factor,
     expected_us,
@@ -82,7 +82,7 @@ def _late_rank_job(transfer_us: float) -> list:
 
 
 def test_waiting_for_a_late_rank_is_not_counted_as_a_slow_transfer() -> None:
-    from gpuprof.analysis.cross_rank import analyze_job
+    from gpuprof.job.cross_rank import analyze_job
 
     bw = analyze_job(_late_rank_job(120.0)).findings["collective_bandwidth"]
     for r in ("0", "1", "2", "3"):
@@ -95,7 +95,7 @@ def test_waiting_for_a_late_rank_is_not_counted_as_a_slow_transfer() -> None:
 
 
 def test_a_transfer_too_short_to_time_has_no_bandwidth() -> None:
-    from gpuprof.analysis.cross_rank import analyze_job
+    from gpuprof.job.cross_rank import analyze_job
 
     # 2 us after the last arrival: a 10 MB all-reduce would run at 7500 GB/s
     bw = analyze_job(_late_rank_job(2.0)).findings["collective_bandwidth"]
@@ -105,7 +105,7 @@ def test_a_transfer_too_short_to_time_has_no_bandwidth() -> None:
 
 
 def test_no_bandwidth_above_the_link_peak() -> None:
-    from gpuprof.analysis.cross_rank import analyze_job
+    from gpuprof.job.cross_rank import analyze_job
 
     # 10 MB all-reduced over 4 ranks in 24 us: 625 GB/s of bus bandwidth, above the A100's
     # 600 GB/s datasheet peak: not a figure any A100 reaches
@@ -118,7 +118,7 @@ def test_no_bandwidth_above_the_link_peak() -> None:
 
 
 def test_a_slow_transfer_among_complete_groups_is_named_on_the_ranks_present() -> None:
-    from gpuprof.analysis.cross_rank import analyze_job
+    from gpuprof.job.cross_rank import analyze_job
 
     bw = analyze_job(_late_rank_job(3_000.0)).findings["collective_bandwidth"]
     assert all(bw[r]["slow_calls"] == 10 for r in ("0", "1", "2", "3"))
@@ -127,7 +127,7 @@ def test_a_slow_transfer_among_complete_groups_is_named_on_the_ranks_present() -
 
 
 def test_message_bytes_from_element_counts_and_dtype() -> None:
-    from gpuprof.analysis.linkspeed import message_bytes
+    from gpuprof.job.linkspeed import message_bytes
 
     # mi300: a bf16 all-reduce of 2,873,320 elements moves 5.7 MB.
     assert message_bytes(2_873_320, 2_873_320, "BFloat16") == 5_746_640

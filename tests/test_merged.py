@@ -5,10 +5,10 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
+import layouts as L
 import pytest
 from clirun import run_cli
 
-import layouts as L
 from gpuprof.errors import BadTraceError
 from gpuprof.model.report import CAUSES, report_to_dict
 from gpuprof.pipeline import analyze_paths

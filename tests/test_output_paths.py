@@ -21,9 +21,9 @@ from pathlib import Path
 import pytest
 from clirun import run_cli
 
-from gpuprof import atomic
-from gpuprof.atomic import write_atomic, write_text_atomic
 from gpuprof.errors import GpuprofError
+from gpuprof.util import atomic
+from gpuprof.util.atomic import write_atomic, write_text_atomic
 
 SAMPLE = Path(__file__).resolve().parents[1] / "sample_traces" / "healthy"
 NULL = os.makedev(1, 3)  # Linux's numbers for the null and full devices

@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 from clirun import run_cli
 
-from gpuprof.atomic import write_text_atomic
+from gpuprof.util.atomic import write_text_atomic
 
 ROOT = Path(__file__).resolve().parents[1]
 HEALTHY = ROOT / "sample_traces" / "healthy" / "rank0.pt.trace.json.gz"

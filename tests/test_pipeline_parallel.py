@@ -11,10 +11,10 @@ from pathlib import Path
 
 import pytest
 
-from gpuprof.analysis import intervals as iv
-from gpuprof.analysis.pipeline_parallel import analyze_pipeline, modelled_span_us, theoretical_bubble_fraction
-from gpuprof.analysis.summarize import summarize
-from gpuprof.analysis.summary import RankSummary
+from gpuprof.accounting.summarize import summarize
+from gpuprof.accounting.summary import RankSummary
+from gpuprof.job.pipeline_parallel import analyze_pipeline, modelled_span_us, theoretical_bubble_fraction
+from gpuprof.model import intervals as iv
 from gpuprof.model.classify import classify
 from gpuprof.model.timeline import DEVICE_COLUMNS, Kind, RankTrace, Step, empty_host_table, make_table
 
@@ -332,7 +332,7 @@ def test_kineto_pipeline_without_layout_is_found_and_measured() -> None:
 
 
 def test_replicated_pipeline_stages_come_from_the_p2p_process_groups() -> None:
-    from gpuprof.analysis.cross_rank import analyze_job
+    from gpuprof.job.cross_rank import analyze_job
     from gpuprof.model.report import Cause
 
     job = summaries(kineto_pipeline_job(2, 4, 10_000.0, dp=2, drain_allreduce=True))

@@ -22,7 +22,7 @@ pytest.importorskip("hypothesis", reason="hypothesis is in the dev extra: pip in
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from gpuprof.analysis import intervals as iv
+from gpuprof.model import intervals as iv
 
 # --- interval arithmetic ------------------------------------------------------------------
 

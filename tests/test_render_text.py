@@ -138,7 +138,7 @@ def test_real_trace(shared_traces: Path) -> None:
 
 def _sample_findings() -> dict:
     """The real sample-analysis output shape, built from its own dataclasses."""
-    from gpuprof.analysis.samples import GpuUtilization, IdlePhase, SampleFindings, ThrottleSeen, UtilBin
+    from gpuprof.accounting.samples import GpuUtilization, IdlePhase, SampleFindings, ThrottleSeen, UtilBin
 
     gpu = GpuUtilization(gpu=0, uuid=None, samples=4, mean_util_pct=61.0, p90_util_pct=95.0, idle_samples_pct=25.0,
                          p50_util_pct=70.0, mem_peak_bytes=None, mem_total_bytes=None, mem_peak_pct=None,

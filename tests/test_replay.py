@@ -1,4 +1,4 @@
-"""The job-level what-if replay (``gpuprof.analysis.graph``, ``replay``, ``whatifs``).
+"""The job-level what-if replay (``gpuprof.accounting.graph``, ``replay``, ``whatifs``).
 
 Every answer here is known independently of the replay: each test builds a job with a tiny
 simulator written in the test (plain formulas, one rank at a time), once as measured and
@@ -17,11 +17,11 @@ import pytest
 from conftest import SHARED_TRACES
 from rankbuilder import RankBuilder
 
-from gpuprof.analysis.cross_rank import analyze_job
-from gpuprof.analysis.replay import _scan
-from gpuprof.analysis.summarize import summarize
-from gpuprof.analysis.summary import RankSummary
-from gpuprof.analysis.whatifs import schedule_span_us
+from gpuprof.accounting.summarize import summarize
+from gpuprof.accounting.summary import RankSummary
+from gpuprof.job.cross_rank import analyze_job
+from gpuprof.job.replay import _scan
+from gpuprof.job.whatifs import schedule_span_us
 from gpuprof.model.timeline import RankTrace
 from gpuprof.pipeline import run_analysis
 
@@ -185,8 +185,8 @@ def test_short_runs_in_python_give_the_numpy_scan_to_the_last_bit(folder: Path, 
     """Short runs of events are replayed element by element in Python, long ones by
     ``_scan``: the same operations in the same order, so every what-if's replayed step
     times are the same to the last bit either way."""
-    from gpuprof.analysis import replay
-    from gpuprof.analysis.whatifs import JobModel
+    from gpuprof.job import replay
+    from gpuprof.job.whatifs import JobModel
 
     w = run_analysis([folder]).cross.whatifs
     assert w is not None

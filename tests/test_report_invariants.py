@@ -25,10 +25,11 @@ from pathlib import Path
 import pytest
 from conftest import SHARED_TRACES
 
-from gpuprof.analysis.whatifs import WHATIFS
+from gpuprof.job.whatifs import WHATIFS
 from gpuprof.model.report import Report
-from gpuprof.render import figures as fg
+from gpuprof.model import figures as fg
 from gpuprof.render import render
+from gpuprof.render.findings import findings_context, job_blocks
 from gpuprof.render.text import render_text
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -148,8 +149,7 @@ def test_nothing_is_wrapped_off_a_terminal(folder: Path) -> None:
     expected = sum(len(rec.evidence) + len(rec.actions) for rec in shown)
     cpu = fg.cpu_only_summary(r)
     expected += len(cpu.lines) if cpu else 0
-    sentences = [x for b in __import__("gpuprof.render.findings", fromlist=["job_blocks"]).job_blocks(
-        r.extra.get("job"), fg.findings_context(r)) for x in b.sentences]  # fmt: skip
+    sentences = [x for b in job_blocks(r.extra.get("job"), findings_context(r)) for x in b.sentences]
     expected += len(sentences) + len(fg.sample_notes(r))
     assert len(bullets) == expected
 

@@ -13,10 +13,10 @@ import pytest
 from clirun import run_cli
 from reportfactory import rank, report
 
-from gpuprof import phrases
 from gpuprof.model.report import Report
-from gpuprof.render import figures as fg
+from gpuprof.model import figures as fg
 from gpuprof.render.text import render_text
+from gpuprof.util import phrases
 
 SAMPLES = Path(__file__).resolve().parents[1] / "sample_traces"
 
@@ -120,7 +120,7 @@ def test_no_source_path_or_internal_id_in_the_prose(shared) -> None:  # type: ig
     r = shared("a100-2rank-nccl")
     page = render(r, "html").split('<script type="application/json"')[0]
     for text in (_text(r), page):
-        assert "gpuprof/analysis/whatifs.py" not in text and "host-ddp-buffer-sync" not in text
+        assert "gpuprof/job/whatifs.py" not in text and "host-ddp-buffer-sync" not in text
         assert "What-if 'free_launches'" not in text and "replayed as" not in text
     mega = render(shared("megatron-pp4-timeline"), "html").split('<script type="application/json"')[0]
     assert "double_microbatches" not in mega and "straggler-barrier" not in mega
@@ -152,8 +152,8 @@ def test_ranks_are_rank_n_or_every_rank() -> None:
 
 
 def test_the_checks_count_their_plural() -> None:
-    from gpuprof.gate import CheckResult
-    from gpuprof.render.checks import summary_line
+    from gpuprof.ci.gate import CheckResult
+    from gpuprof.ci.gate_output import summary_line
 
     ok = CheckResult("min_compute_pct", 70.0, 60.0, "%", True, "fine")
     assert summary_line([ok]) == "gpuprof check: the 1 check passed"

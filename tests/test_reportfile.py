@@ -14,7 +14,7 @@ from reportfactory import rank, rec, report
 
 from gpuprof.cli import main
 from gpuprof.errors import GpuprofError
-from gpuprof.reportfile import is_report_file, read_report
+from gpuprof.readers.saved import is_report_file, read_report
 
 BASE = report([rank(0, lost_ms={"dataloader": 20}), rank(1, lost_ms={"dataloader": 10})], [rec("dataloader", 15.0)])
 

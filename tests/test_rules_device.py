@@ -71,7 +71,7 @@ def test_cudafree_drains_the_device_like_a_sync() -> None:
 
 
 def test_memory_facts_from_samples_and_copies() -> None:
-    from gpuprof.analysis.summarize import summarize
+    from gpuprof.accounting.summarize import summarize
 
     b = RankBuilder()
     b.kernel(0, 100, launch_at=-30)

@@ -10,9 +10,9 @@ from __future__ import annotations
 import pytest
 from rankbuilder import RankBuilder, lost_by_cause
 
-from gpuprof.analysis import intervals as iv
-from gpuprof.analysis.rules.hostside import DRAIN_RELAUNCH_US
-from gpuprof.analysis.summarize import summarize
+from gpuprof.accounting.rules.hostside import DRAIN_RELAUNCH_US
+from gpuprof.accounting.summarize import summarize
+from gpuprof.model import intervals as iv
 from gpuprof.model.report import Cause
 from gpuprof.model.timeline import Kind
 
@@ -187,7 +187,7 @@ def test_queued_kernel_behind_a_late_collective_waits_for_the_host() -> None:
 
 
 def test_sync_facts_count_nested_scalar_reads_once() -> None:
-    from gpuprof.analysis.summarize import summarize
+    from gpuprof.accounting.summarize import summarize
 
     b = RankBuilder()
     for i in range(2):

@@ -10,8 +10,8 @@ import pytest
 from rankbuilder import RankBuilder
 from test_advice_local import _ctx, _one
 
+from gpuprof.accounting.summarize import summarize
 from gpuprof.advice import local
-from gpuprof.analysis.summarize import summarize
 from gpuprof.model.report import Cause
 from gpuprof.model.timeline import Kind
 from gpuprof.pipeline import analyze_paths

@@ -10,9 +10,17 @@ from pathlib import Path
 
 import pytest
 
-from gpuprof.analysis.host_steps import host_steps
+from gpuprof.accounting.host_steps import host_steps
 from gpuprof.cli.run import report_run
-from gpuprof.model.timeline import Category, Kind, RankTrace, Step, empty_device_table, make_table, HOST_COLUMNS
+from gpuprof.model.timeline import (
+    HOST_COLUMNS,
+    Category,
+    Kind,
+    RankTrace,
+    Step,
+    empty_device_table,
+    make_table,
+)
 from gpuprof.record.runner import RunResult
 from gpuprof.session import SESSION_SCHEMA
 from gpuprof.session.writer import SessionWriter
@@ -90,7 +98,7 @@ def test_cpu_only_run_says_the_same_summary_in_all_four_places(tmp_path: Path, c
     all carry the one CPU-only summary (figures.cpu_only_summary), never "nothing to analyze"."""
     from gpuprof.api import analyze
     from gpuprof.render import render
-    from gpuprof.render.figures import cpu_only_summary
+    from gpuprof.model.figures import cpu_only_summary
 
     root = _session(tmp_path / "s", SAMPLES / "cpu-training" / "worker0.pt.trace.json.gz", steps=9)
     report_run(root, "text", None, _result(root))

@@ -8,8 +8,8 @@ import numpy as np
 import pandas as pd
 import pytest
 
+from gpuprof.accounting.samples import IDLE_UTIL_PCT, summarize_samples
 from gpuprof.advice.samples import advise_samples
-from gpuprof.analysis.samples import IDLE_UTIL_PCT, summarize_samples
 from gpuprof.model.report import Cause
 from gpuprof.session.layout import SAMPLE_COLUMNS
 

@@ -13,7 +13,8 @@ import pytest
 from clirun import run_cli
 
 from gpuprof.model import schema as schema_mod
-from gpuprof.reportfile import read_report
+from gpuprof.model import validate as validate_mod
+from gpuprof.readers.saved import read_report
 
 ROOT = Path(__file__).resolve().parents[1]
 STRAGGLER = ROOT / "sample_traces" / "straggler"
@@ -78,18 +79,18 @@ def test_validation_work_does_not_grow_with_the_numbers_in_a_report(
     saved: dict[str, Any], monkeypatch: pytest.MonkeyPatch
 ) -> None:
     validated: list[int] = []
-    real = schema_mod._validator()
+    real = validate_mod._validator()
 
     class Counting:
         def iter_errors(self, instance: Any) -> Any:
             validated.append(_count(instance))
             return real.iter_errors(instance)
 
-    monkeypatch.setattr(schema_mod, "_validator", lambda: Counting())
+    monkeypatch.setattr(validate_mod, "_validator", lambda: Counting())
     for n in (20, 200_000):
         doc = json.loads(json.dumps(saved))
         doc["ranks"][0]["step_times_us"] = [1000.0 + i % 7 for i in range(n)]
-        assert schema_mod.first_problem(doc) is None
+        assert validate_mod.first_problem(doc) is None
     # The values handed to the JSON Schema validator (~15 us each): the same for 20 steps
     # and for 200,000 (2 million took 40 s and 1.5 GB).
     assert validated[0] == validated[1]
@@ -163,7 +164,7 @@ def test_the_shipped_schema_keeps_to_what_sampled_validation_allows() -> None:
             assert not {"uniqueItems", "contains", "maximum", "exclusiveMinimum", "exclusiveMaximum",
                         "multipleOf", "pattern", "maxLength", "minLength"} & set(node)
             for bound in ("minItems", "maxItems"):
-                assert node.get(bound, 0) <= schema_mod.SAMPLE_ABOVE
+                assert node.get(bound, 0) <= validate_mod.SAMPLE_ABOVE
             items = node.get("items")
             if isinstance(items, dict) and items.get("type") in ("string", "number", "integer", "boolean"):
                 assert set(items) <= scalar_item_keywords, items
@@ -229,7 +230,7 @@ def test_the_python_sinks_escape_too(saved: dict[str, Any], tmp_path: Path) -> N
     handler's text on stderr, and Report.save to Markdown or text."""
     import io
 
-    from gpuprof.torch import print_text_report
+    from gpuprof.integrations.torch import print_text_report
 
     report = read_report(_evil_report(saved, tmp_path))
     out = io.StringIO()

@@ -17,8 +17,8 @@ from typing import Any
 import numpy as np
 import pytest
 
-from gpuprof.analysis import intervals as iv
 from gpuprof.errors import GpuprofError
+from gpuprof.model import intervals as iv
 from gpuprof.simulate import DEFAULT_LAYOUT, SCENARIOS, TRUTH_FILE, generate, knobs_of, read_truth
 from gpuprof.simulate.schedules import stage_order, theoretical_bubble
 

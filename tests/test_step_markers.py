@@ -6,9 +6,9 @@ import gzip
 from pathlib import Path
 from typing import Any
 
+import layouts as L
 import pytest
 
-import layouts as L
 from gpuprof.model.report import CAUSES, report_to_dict
 from gpuprof.pipeline import analyze_paths
 from gpuprof.readers import load_file

@@ -10,10 +10,10 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from gpuprof.analysis import intervals as iv
-from gpuprof.analysis.attribution import Attribution, attribute
-from gpuprof.analysis.stepview import BINS, MAX_SEGMENTS, step_timeline
-from gpuprof.analysis.summary import RankSummary
+from gpuprof.accounting.attribution import Attribution, attribute
+from gpuprof.accounting.summary import RankSummary
+from gpuprof.job.stepview import BINS, MAX_SEGMENTS, step_timeline
+from gpuprof.model import intervals as iv
 from gpuprof.model.report import Cause
 from gpuprof.model.timeline import Step
 

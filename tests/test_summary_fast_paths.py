@@ -6,9 +6,9 @@ from __future__ import annotations
 
 import numpy as np
 
-from gpuprof.analysis import grouping
-from gpuprof.analysis.graph import _holds_a_start
-from gpuprof.analysis.hostfacts import _ByThread
+from gpuprof.accounting.graph import _holds_a_start
+from gpuprof.accounting.hostfacts import _ByThread
+from gpuprof.model import grouping
 
 
 def test_by_start_orders_rows_as_lexsort_does() -> None:

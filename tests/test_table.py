@@ -12,7 +12,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from gpuprof.analysis.facts import _count_by_name
+from gpuprof.accounting.facts import _count_by_name
 from gpuprof.model.table import Cat, Table
 from gpuprof.model.timeline import DEVICE_COLUMNS, HOST_COLUMNS, RankTrace, build_table, make_table
 
@@ -144,8 +144,8 @@ def test_analyze_of_a_single_gpu_trace_never_imports_pandas(tmp_path: Path, samp
 def test_one_rank_is_matched_without_pandas_exactly_as_pandas_matches_it() -> None:
     import pandas_reference
 
-    from gpuprof.analysis.collectives import match_collectives
-    from gpuprof.analysis.summarize import summarize
+    from gpuprof.accounting.summarize import summarize
+    from gpuprof.job.collectives import match_collectives
     from gpuprof.readers import load_all
 
     seen = 0

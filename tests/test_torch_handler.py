@@ -13,7 +13,7 @@ import pytest
 
 import gpuprof
 from gpuprof.model.schema import first_problem
-from gpuprof.reportfile import read_report
+from gpuprof.readers.saved import read_report
 
 torch = pytest.importorskip("torch", reason="needs torch (pip install torch==2.13.0, the CPU build)")
 pytestmark = pytest.mark.torch

@@ -18,7 +18,7 @@ from typing import Any
 import numpy as np
 import pytest
 
-from gpuprof.analysis.graph import EV_P2P, _comm_rows
+from gpuprof.accounting.graph import EV_P2P, _comm_rows
 from gpuprof.model.report import Cause, report_to_dict
 from gpuprof.simulate import generate, read_truth
 

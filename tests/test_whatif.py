@@ -1,4 +1,4 @@
-"""Host-side what-ifs of the job replay (``gpuprof.analysis.whatifs``) as the local advice
+"""Host-side what-ifs of the job replay (``gpuprof.job.whatifs``) as the local advice
 uses them: answers known by construction, and the real ResNet-50 pair with num_workers=0
 and 4."""
 
@@ -10,11 +10,11 @@ import numpy as np
 import pytest
 from rankbuilder import RankBuilder, advice_context
 
+from gpuprof.accounting.summarize import summarize
+from gpuprof.accounting.summary import RankSummary
 from gpuprof.advice import AdviceContext, local
 from gpuprof.advice.savings import job_step_time_us
-from gpuprof.analysis.cross_rank import analyze_job
-from gpuprof.analysis.summarize import summarize
-from gpuprof.analysis.summary import RankSummary
+from gpuprof.job.cross_rank import analyze_job
 from gpuprof.model.report import Cause, Recommendation
 from gpuprof.model.timeline import Kind, RankTrace
 from gpuprof.pipeline import analyze_paths

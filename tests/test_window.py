@@ -1,4 +1,4 @@
-"""Analysis window and device-aligned step bounds (gpuprof.analysis.window)."""
+"""Analysis window and device-aligned step bounds (gpuprof.accounting.window)."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 from rankbuilder import RankBuilder
 
-from gpuprof.analysis.window import StepSelection, select_window
+from gpuprof.accounting.window import StepSelection, select_window
 from gpuprof.errors import GpuprofError
 from gpuprof.model.timeline import Kind
 from gpuprof.readers import discover
@@ -205,9 +205,9 @@ def _stitched_timeline() -> list[dict[str, object]]:
 
 
 def test_time_between_timeline_steps_is_left_out_of_the_window(write_trace: Callable[..., Path]) -> None:
-    from gpuprof.analysis import intervals as iv
-    from gpuprof.analysis.attribution import attribute
-    from gpuprof.analysis.summarize import summarize
+    from gpuprof.accounting.attribution import attribute
+    from gpuprof.accounting.summarize import summarize
+    from gpuprof.model import intervals as iv
     from gpuprof.readers import load_file
 
     (t,) = load_file(write_trace("timeline.json", {"traceEvents": _stitched_timeline()}))
@@ -264,7 +264,7 @@ def test_time_between_non_consecutive_steps_is_left_out() -> None:
 
 
 def test_step_spans_fill_only_the_gaps_that_stay() -> None:
-    from gpuprof.analysis.window import step_spans
+    from gpuprof.accounting.window import step_spans
     from gpuprof.model.timeline import Step
 
     steps = (Step(1, 0, 90), Step(2, 100, 190), Step(4, 300, 400))

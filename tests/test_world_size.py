@@ -5,9 +5,9 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
+import layouts as L
 import pytest
 
-import layouts as L
 from gpuprof.model.report import CAUSES, report_to_dict
 from gpuprof.pipeline import analyze_paths
 from gpuprof.simulate import generate

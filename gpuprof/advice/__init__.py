@@ -7,12 +7,12 @@ ranks the rest by estimated savings.
 
 Evidence
 --------
-A recommendation rests on kinds of events (:class:`~gpuprof.analysis.evidence.Evidence`):
+A recommendation rests on kinds of events (:class:`~gpuprof.accounting.evidence.Evidence`):
 overlap advice needs compute kernels, DataLoader or host-overhead advice needs host
 events, and so on. What each one needs is declared once: by its id in :data:`NEEDS`, by
 its advisor (``@advisor(needs=...)``), else by its category in :data:`CATEGORY_NEEDS`.
 Each rank's summary says what its trace lacks (``facts["trace_lacks"]``, see
-:func:`gpuprof.analysis.evidence.trace_lacks`). A recommendation is *held back* when a
+:func:`gpuprof.accounting.evidence.trace_lacks`). A recommendation is *held back* when a
 rank it rests on lacks something it needs: it is not shown, and one line says what was
 held back and why (:attr:`Advice.held_back`). The ranks it rests on are all ranks with
 device activity for job-level causes (straggler, communication, pipeline bubbles, and any
@@ -22,99 +22,41 @@ recommendation with no ranks), else its own ranks.
 from __future__ import annotations
 
 import importlib
-from collections.abc import Callable, Iterable, Mapping, Sequence
-from dataclasses import dataclass, field
-from typing import Any, overload
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
 
-from gpuprof.analysis.evidence import Evidence
-from gpuprof.analysis.summary import RankSummary
-from gpuprof.model.report import Cause, RankReport, Recommendation, sort_recommendations
+from gpuprof.accounting.evidence import Evidence
+from gpuprof.advice import context
+from gpuprof.advice.context import (
+    _JOB_LEVEL,
+    ADVISORS,
+    CATEGORY_NEEDS,
+    MIN_SAVINGS_PCT,
+    NEEDS,
+    AdviceContext,
+    Advisor,
+    advisor,
+    rank_spans,
+)
+from gpuprof.model.report import Recommendation, sort_recommendations
 
-
-@dataclass(frozen=True)
-class AdviceContext:
-    """Everything an advisor may look at. ``cross`` is the job-level findings dict of the
-    cross-rank analysis; ``samples`` the NVML sample findings of a ``gpuprof run`` session
-    (``None`` when the input has no samples); ``whatifs`` the job's what-if replays
-    (:class:`gpuprof.analysis.whatifs.WhatIfResults`, ``None`` when none could be built)."""
-
-    summaries: Sequence[RankSummary]
-    reports: Sequence[RankReport]
-    cross: Mapping[str, Any] = field(default_factory=dict)
-    samples: Any = None
-    whatifs: Any = None
-
-
-Advisor = Callable[[AdviceContext], list[Recommendation]]
-ADVISORS: list[Advisor] = []
-# What every recommendation of an advisor needs (``@advisor(needs=...)``).
-_ADVISOR_NEEDS: dict[Advisor, frozenset[Evidence]] = {}
-
-# Recommendations estimated to save less than this share of the step are left out.
-MIN_SAVINGS_PCT = 0.5
-
-_HOST_SIDE = frozenset({Evidence.HOST_EVENTS})
-_LAUNCH_GAPS = frozenset({Evidence.HOST_EVENTS, Evidence.LAUNCH_CALLS, Evidence.ALL_LAUNCHES})
-_EXPOSURE = frozenset({Evidence.COMPUTE_KERNELS, Evidence.ALL_KERNELS})
-
-# What each recommendation needs from the trace, by id.
-NEEDS: Mapping[str, frozenset[Evidence]] = {
-    # collectives' exposure, and what a late rank costs, depend on the compute beside them
-    "comm-overlap": _EXPOSURE,
-    "exposed-communication": _EXPOSURE,
-    "communication-slow-collectives": _EXPOSURE,
-    "straggler-rank": _EXPOSURE,
-    "straggler-rotating": _EXPOSURE,
-    "straggler-absent-rank": _EXPOSURE,
-    "pipeline-bubble": _EXPOSURE,
-    "pipeline-imbalance": _EXPOSURE,
-    "memory-exposed-copies": _EXPOSURE,
-    "memory-pageable-copies": _EXPOSURE,
-    # the host ops the advice names
-    "dataloader-starvation": _HOST_SIDE,
-    "host-ddp-buffer-sync": _HOST_SIDE,
-    # sync and allocation calls themselves
-    "sync-host-blocking": frozenset({Evidence.HOST_EVENTS, Evidence.RUNTIME_CALLS}),
-    "memory-allocator": frozenset({Evidence.HOST_EVENTS, Evidence.RUNTIME_CALLS}),
-    # gaps between kernels told apart by when each kernel was launched (an export that
-    # kept only the launch calls still shows that, and the ops the host was in)
-    "host-overhead": _LAUNCH_GAPS,
-    "host-launch-bound": _LAUNCH_GAPS,
-    # idle time no rule explains only means something beside the compute it interrupts
-    "other-general": frozenset({Evidence.COMPUTE_KERNELS}),
-}
-# ... else by category (a new advisor's recommendation needs at least this).
-CATEGORY_NEEDS: Mapping[Cause, frozenset[Evidence]] = {
-    Cause.PIPELINE_BUBBLE: _EXPOSURE,
-    Cause.COMMUNICATION: _EXPOSURE,
-    Cause.STRAGGLER: _EXPOSURE,
-    Cause.MEMORY: _EXPOSURE,
-    Cause.DATALOADER: _HOST_SIDE,
-    Cause.SYNC: frozenset({Evidence.HOST_EVENTS, Evidence.RUNTIME_CALLS}),
-    Cause.HOST: _LAUNCH_GAPS,
-    Cause.OTHER: frozenset(),
-}
-_JOB_LEVEL = (Cause.STRAGGLER, Cause.COMMUNICATION, Cause.PIPELINE_BUBBLE)
-
-
-@overload
-def advisor(fn: Advisor) -> Advisor: ...
-@overload
-def advisor(*, needs: Iterable[Evidence]) -> Callable[[Advisor], Advisor]: ...
-
-
-def advisor(fn: Advisor | None = None, *, needs: Iterable[Evidence] = ()) -> Any:
-    """Decorator: register an advisor (``@advisor``, or ``@advisor(needs=...)`` to declare
-    what every recommendation it makes needs from the trace)."""
-
-    def register(f: Advisor) -> Advisor:
-        ADVISORS.append(f)
-        wanted = frozenset(needs)
-        if wanted:
-            _ADVISOR_NEEDS[f] = wanted
-        return f
-
-    return register(fn) if fn is not None else register
+__all__ = [
+    "ADVISORS",
+    "CATEGORY_NEEDS",
+    "MIN_SAVINGS_PCT",
+    "NEEDS",
+    "Advice",
+    "AdviceContext",
+    "Advisor",
+    "HeldBack",
+    "advise",
+    "advise_all",
+    "advisor",
+    "hold_back",
+    "needs_of",
+    "rank_spans",
+]
 
 
 _ADVISOR_MODULES = (
@@ -181,7 +123,7 @@ class Advice:
 
 def needs_of(rec: Recommendation, made_by: Advisor | None = None) -> frozenset[Evidence]:
     """What ``rec`` needs from the trace (see the module docstring)."""
-    declared = _ADVISOR_NEEDS.get(made_by, frozenset()) if made_by is not None else frozenset()
+    declared = context._ADVISOR_NEEDS.get(made_by, frozenset()) if made_by is not None else frozenset()
     return declared | NEEDS.get(rec.id, CATEGORY_NEEDS.get(rec.category, frozenset()))
 
 
@@ -212,7 +154,7 @@ def advise_all(ctx: AdviceContext) -> Advice:
 
     _load()
     made: list[tuple[Recommendation, Advisor]] = []
-    for fn in ADVISORS:
+    for fn in context.ADVISORS:
         made.extend((r, fn) for r in fn(ctx))
     # One recommendation per id: keep the one with the larger estimate.
     best: dict[str, tuple[Recommendation, Advisor]] = {}
@@ -253,18 +195,3 @@ def advise_all(ctx: AdviceContext) -> Advice:
 def advise(ctx: AdviceContext) -> tuple[Recommendation, ...]:
     """The recommendations the trace supports, highest estimated savings first."""
     return advise_all(ctx).recommendations
-
-
-def rank_spans(ranks: Sequence[int]) -> str:
-    """``0-3, 6`` (sorted, runs of consecutive ranks joined): how every report names a set
-    of ranks."""
-    nums = sorted(set(ranks))
-    parts: list[str] = []
-    start = prev = nums[0]
-    for n in nums[1:]:
-        if n != prev + 1:
-            parts.append(str(start) if start == prev else f"{start}-{prev}")
-            start = n
-        prev = n
-    parts.append(str(start) if start == prev else f"{start}-{prev}")
-    return ", ".join(parts)

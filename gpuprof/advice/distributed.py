@@ -28,17 +28,16 @@ from typing import Any
 
 import numpy as np
 
-from gpuprof import phrases
-from gpuprof.advice import AdviceContext, advisor
-
 # The pipeline advisors live beside these; importing registers them.
 from gpuprof.advice import pipeline as _pipeline  # noqa: F401
+from gpuprof.advice.context import AdviceContext, advisor
 from gpuprof.advice.replayed import best, replayed, results
 from gpuprof.advice.savings import cause_savings_pct, job_step_time_us, savings_pct, step_time_us
-from gpuprof.analysis import intervals as iv
+from gpuprof.model import intervals as iv
 from gpuprof.model.report import Cause, RankReport, Recommendation
 from gpuprof.model.timeline import Category
-from gpuprof.phrases import duration
+from gpuprof.util import phrases
+from gpuprof.util.phrases import duration
 
 # Below this share of the job step time a finding is not worth a recommendation.
 MIN_SAVINGS_PCT = 1.0
@@ -49,7 +48,7 @@ LOW_OVERLAP = 0.15
 
 
 def _ms(us: float) -> str:
-    return duration(us)  # the one duration formatter of every report (gpuprof.phrases)
+    return duration(us)  # the one duration formatter of every report (gpuprof.util.phrases)
 
 
 def _ranks_text(ranks: Sequence[int]) -> str:
@@ -113,7 +112,7 @@ def _one_step_note(
     reports: Sequence[RankReport], what: str = "arrival order can change from step to step"
 ) -> list[str]:
     """Nothing: that every estimate rests on a single profiled step is said once for the
-    whole report, under its headline (gpuprof.render.figures.report_caveats), not in each
+    whole report, under its headline (gpuprof.model.figures.report_caveats), not in each
     recommendation."""
     return []
 
@@ -893,7 +892,7 @@ def _bandwidth_text(b: Mapping[str, Any], rank: int, device: str | None) -> str:
     bw = b.get("busbw_gbps")
     kind = "bus" if bw is not None else "algorithm"
     bw = bw if bw is not None else b.get("algbw_gbps")
-    if bw is None:  # no call's transfer part could be timed (see gpuprof.analysis.linkspeed)
+    if bw is None:  # no call's transfer part could be timed (see gpuprof.job.linkspeed)
         return f"rank {rank}: {b['calls']} {names} calls of {sizes} take {durs}: bandwidth " + str(
             b.get("bandwidth_note") or "not measurable"
         )
@@ -945,7 +944,7 @@ def _slow_collective_actions(absent: bool) -> tuple[str, ...]:
 def slow_collectives_advice(ctx: AdviceContext) -> list[Recommendation]:
     """Collectives far slower than their bytes need: a late (maybe absent) rank, or a
     transport that does not use the fast links. Estimate: the exposed time beyond the
-    time at link speed (see :mod:`gpuprof.analysis.linkspeed`) vanishes."""
+    time at link speed (see :mod:`gpuprof.job.linkspeed`) vanishes."""
     reports = list(ctx.reports)
     excess = _slow_excess_us(ctx, reports)
     if not excess:

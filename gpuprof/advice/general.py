@@ -11,7 +11,7 @@ slowest rank), and a line saying what was missing to be specific.
 and drain; allocator frees inside the operators a CUDA graph would remove). Their savings do
 not add up: every recommendation with a replay carries one line with the saving of fixing
 all of them at once, from one replay of every what-if together
-(:meth:`gpuprof.analysis.whatifs.WhatIfResults.combined_pct`), whenever that is less than the
+(:meth:`gpuprof.job.whatifs.WhatIfResults.combined_pct`), whenever that is less than the
 sum. The same figure is the report's ``job.combined_savings_pct``, never more than the
 largest share of a step any rank loses.
 """
@@ -21,7 +21,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
 
-from gpuprof.advice import AdviceContext
+from gpuprof.advice.context import AdviceContext
 from gpuprof.advice.replayed import replayed, results
 from gpuprof.advice.savings import MIN_WINDOW_US, cause_savings_pct
 from gpuprof.model.report import CAUSES, Cause, Recommendation

@@ -25,7 +25,7 @@ A finding is reported for the ranks where it costs at least :data:`MIN_SHARE` of
 
 ``estimated_savings_pct`` comes from :mod:`gpuprof.advice.savings` (job step time is set by
 the slowest rank). For the host-side findings it uses the what-if replay of
-:mod:`gpuprof.analysis.whatif` where the summary has one (``whatif_step_times_us``): the
+:mod:`gpuprof.job.whatifs` where the summary has one (``whatif_step_times_us``): the
 time a rank would save is its replayed step time without the cause subtracted from the
 replayed step time with it, so a stall that also leaves the device to run launch-bound
 afterwards saves more than its own share, and one the device was busy through saves
@@ -55,15 +55,13 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-import numpy as np
-
-from gpuprof.advice import AdviceContext, advisor
+from gpuprof.accounting.rules import RULES
+from gpuprof.accounting.summary import RankSummary
+from gpuprof.advice.context import AdviceContext, advisor
 from gpuprof.advice.replayed import replayed, results
 from gpuprof.advice.savings import MIN_WINDOW_US, savings_pct
-from gpuprof.analysis.rules import RULES
-from gpuprof.analysis.summary import RankSummary
 from gpuprof.model.report import Cause, RankReport, Recommendation
-from gpuprof.phrases import duration
+from gpuprof.util.phrases import duration
 
 # Below this share of a rank's window a finding is not worth the user's attention.
 MIN_SHARE = 0.02
@@ -129,7 +127,7 @@ def _hits(ctx: AdviceContext, cause: Cause, rules: Sequence[str] | None = None) 
 
 
 def _ms(us: float) -> str:
-    return duration(us)  # the one duration formatter of every report (gpuprof.phrases)
+    return duration(us)  # the one duration formatter of every report (gpuprof.util.phrases)
 
 
 def _where(hits: Sequence[_Hit]) -> str:

@@ -14,11 +14,11 @@ from typing import Any
 
 import numpy as np
 
-from gpuprof.advice import AdviceContext, advisor
+from gpuprof.advice.context import AdviceContext, advisor
 from gpuprof.advice.replayed import replayed
 from gpuprof.advice.savings import savings_pct
 from gpuprof.model.report import Cause, RankReport, Recommendation
-from gpuprof.phrases import duration, pct_range
+from gpuprof.util.phrases import duration, pct_range
 
 # Below this share of the job step time a finding is not worth a recommendation.
 MIN_SAVINGS_PCT = 1.0
@@ -29,7 +29,7 @@ MIN_THEORETICAL_BUBBLE = 0.1
 
 
 def _ms(us: float) -> str:
-    return duration(us)  # the one duration formatter of every report (gpuprof.phrases)
+    return duration(us)  # the one duration formatter of every report (gpuprof.util.phrases)
 
 
 def _pipeline_removed(reports: Sequence[RankReport], saved_us_per_step: float) -> dict[int, float]:

@@ -1,4 +1,4 @@
-"""Savings from the job's what-if replays (:mod:`gpuprof.analysis.whatifs`), for the advisors.
+"""Savings from the job's what-if replays (:mod:`gpuprof.job.whatifs`), for the advisors.
 
 Every advisor names the what-if its fix corresponds to; the estimate is what that
 what-if's replay saves on the job's step (its slowest rank's), and the evidence says so in
@@ -12,11 +12,11 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from gpuprof import phrases
-from gpuprof.advice import AdviceContext
+from gpuprof.advice.context import AdviceContext
 from gpuprof.advice.savings import MIN_WINDOW_US
-from gpuprof.analysis.whatifs import WHATIFS, WhatIfResults
-from gpuprof.phrases import duration
+from gpuprof.job.whatifs import WHATIFS, WhatIfResults
+from gpuprof.util import phrases
+from gpuprof.util.phrases import duration
 
 # Above this model error (percent of the measured step) estimates are called rough.
 ROUGH_MODEL_ERROR_PCT = 5.0
@@ -28,7 +28,7 @@ def results(ctx: AdviceContext) -> WhatIfResults | None:
 
 
 def _ms(us: float) -> str:
-    return duration(us)  # the one duration formatter of every report (gpuprof.phrases)
+    return duration(us)  # the one duration formatter of every report (gpuprof.util.phrases)
 
 
 @dataclass(frozen=True)

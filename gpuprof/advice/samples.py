@@ -1,6 +1,6 @@
 """Advice from NVML samples alone: idle phases, memory near capacity, throttling, lost GPUs.
 
-:func:`advise_samples` is pure: :class:`~gpuprof.analysis.samples.SampleFindings` in,
+:func:`advise_samples` is pure: :class:`~gpuprof.accounting.samples.SampleFindings` in,
 recommendations out. ``estimated_savings_pct`` is the share of the run's wall time that
 fixing the finding could give back (idle time that overlapping would fill, clock speed
 lost to throttling); findings that are risks rather than lost time (memory near capacity,
@@ -11,11 +11,11 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from gpuprof.advice import AdviceContext, advisor
+from gpuprof.advice.context import AdviceContext, advisor
 from gpuprof.model.report import Cause, Recommendation
 
 if TYPE_CHECKING:  # only a session with NVML samples needs the module (its import costs ms)
-    from gpuprof.analysis.samples import SampleFindings
+    from gpuprof.accounting.samples import SampleFindings
 
 STARTUP_MIN_S = 30.0  # a startup idle phase shorter than this is not worth a line
 IDLE_MIN_PCT = 5.0  # non-periodic idle below this share of the run is not worth a line
@@ -189,6 +189,6 @@ def samples_advisor(ctx: AdviceContext) -> list[Recommendation]:
     """The pipeline's hook: advice from a session's NVML samples, when it has any."""
     if ctx.samples is None:
         return []
-    from gpuprof.analysis.samples import SampleFindings  # noqa: F811 -- only sessions get here
+    from gpuprof.accounting.samples import SampleFindings  # noqa: F811 -- only sessions get here
 
     return advise_samples(ctx.samples if isinstance(ctx.samples, SampleFindings) else None)

@@ -28,7 +28,7 @@ import re
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
 
-from gpuprof.advice import AdviceContext
+from gpuprof.advice.context import AdviceContext
 from gpuprof.model.report import Cause, Recommendation
 
 # Causes whose saving is host time: the profiler's own slowing of the host inflates them.
@@ -58,7 +58,7 @@ def world_size(ctx: AdviceContext) -> int | None:
 
 def _host_caveats(ctx: AdviceContext) -> dict[int, tuple[str, str]]:
     """Per rank: (caveat beside a host-side saving, the warning it stands for)."""
-    from gpuprof.analysis.hostfacts import SLOW_EMPTY_US, trust_warnings
+    from gpuprof.accounting.hostfacts import SLOW_EMPTY_US, trust_warnings
 
     out: dict[int, tuple[str, str]] = {}
     for s in ctx.summaries:

@@ -14,9 +14,9 @@ import sys
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
-from gpuprof.atomic import OutputClosed, silence_fd
 from gpuprof.cli.streams import SIGPIPE_EXIT, guarded_streams
 from gpuprof.errors import GpuprofError
+from gpuprof.util.atomic import OutputClosed, silence_fd
 
 if TYPE_CHECKING:
     from typer import Typer

@@ -12,11 +12,11 @@ from gpuprof.cli.console import ColorMode, ReadProgress, color_option, format_na
 # The helpers other commands import from here live in gpuprof.cli.reporting (no typer).
 from gpuprof.cli.reporting import (  # noqa: F401
     analyze_command,
-    warn_skipped,
     choose_format,
     emit,
     terminal_width,
     text_style,
+    warn_skipped,
     write_output,
 )
 from gpuprof.cli.root import app

@@ -6,12 +6,12 @@ from pathlib import Path
 
 import typer
 
-from gpuprof.atomic import is_stdout
-from gpuprof.cli.root import app
 from gpuprof.cli.analyze import max_input_gb_option
-from gpuprof.cli.outputs import check_outputs
 from gpuprof.cli.console import say
+from gpuprof.cli.outputs import check_outputs
+from gpuprof.cli.root import app
 from gpuprof.errors import GpuprofError
+from gpuprof.util.atomic import is_stdout
 
 OUT_EXTENSIONS = (".json", ".json.gz")
 
@@ -50,11 +50,11 @@ def annotate(
     to the kernels around it. Named REPORT.annotated.json.gz beside an HTML report
     REPORT.html that `gpuprof analyze -o` writes, it is linked from the report's timeline.
     """
-    from gpuprof.analysis.window import StepSelection
-    from gpuprof.annotate import annotate_file
+    from gpuprof.accounting.window import StepSelection
     from gpuprof.cli.analyze import StderrProgress
     from gpuprof.pipeline import AnalyzeOptions, run_analysis
     from gpuprof.readers import discover
+    from gpuprof.render.annotate import annotate_file
 
     skipped: list[str] = []  # files in the folder that are valid JSON but not traces
     files = [s.path for s in discover([path], skipped)]

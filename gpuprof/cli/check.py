@@ -14,19 +14,26 @@ from pathlib import Path
 
 import typer
 
-from gpuprof.cli.root import app
-from gpuprof.cli.analyze import StderrProgress, max_input_gb_option, strict_option, terminal_width, warn_skipped, write_output
+from gpuprof.cli.analyze import (
+    StderrProgress,
+    max_input_gb_option,
+    strict_option,
+    terminal_width,
+    warn_skipped,
+    write_output,
+)
 from gpuprof.cli.check_config import find_pyproject, load_settings, merged, settings_from_options
-from gpuprof.cli.outputs import check_outputs
 from gpuprof.cli.console import is_terminal, say
+from gpuprof.cli.outputs import check_outputs
+from gpuprof.cli.root import app
 from gpuprof.cli.streams import OutputClosed, write_stdout
 from gpuprof.errors import GpuprofError
 from gpuprof.model.report import Report
 from gpuprof.readers.limits import ReadLimits
-from gpuprof.reportfile import is_report_file, read_report
-from gpuprof.safetext import visible_text
+from gpuprof.readers.saved import is_report_file, read_report
+from gpuprof.util.safetext import visible_text
 
-__all__ = ["check", "diff", "is_report_file", "load_or_analyze", "read_report"]
+__all__ = ["check", "is_report_file", "load_or_analyze", "read_report"]
 
 
 def load_or_analyze(
@@ -38,7 +45,7 @@ def load_or_analyze(
         if len(paths) > 1:
             raise GpuprofError("a saved report cannot be combined with other inputs; give it alone", reports[0])
         return read_report(reports[0], _limits(max_input_gb))
-    from gpuprof.analysis.window import StepSelection
+    from gpuprof.accounting.window import StepSelection
     from gpuprof.pipeline import AnalyzeOptions, analyze_paths
 
     options = AnalyzeOptions(steps=StepSelection.parse(steps), max_input_gb=max_input_gb, strict=strict)
@@ -118,10 +125,10 @@ def check(
     max_input_gb: float | None = max_input_gb_option(),
     strict: bool = strict_option(),
 ) -> None:
-    from gpuprof import gate
+    from gpuprof.ci import gate
     from gpuprof.render import format_for_path, render
-    from gpuprof.render.checks import checks_junit, checks_markdown, checks_text
-    from gpuprof.render.figures import saving_phrase
+    from gpuprof.ci.gate_output import checks_junit, checks_markdown, checks_text
+    from gpuprof.model.figures import saving_phrase
 
     # Options are validated exactly as [tool.gpuprof.check] is, then override it.
     settings = settings_from_options(

@@ -21,10 +21,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from gpuprof.ci.gate import Thresholds
 from gpuprof.errors import GpuprofError
-from gpuprof.gate import Thresholds
 from gpuprof.model.report import CAUSES, Cause
-from gpuprof.suggest import did_you_mean, match_name
+from gpuprof.util.suggest import did_you_mean, match_name
 
 if sys.version_info >= (3, 11):
     import tomllib

@@ -30,7 +30,7 @@ if TYPE_CHECKING:
 # terminal (see _may_be_terminal), typer only to declare options. A report piped or
 # written to a file never pays their imports (~0.04 s).
 
-from gpuprof.safetext import one_line
+from gpuprof.util.safetext import one_line
 
 
 class ColorMode(str, Enum):
@@ -128,7 +128,7 @@ def say(text: object, stream: TextIO | None = None, prefix: str = "gpuprof: ") -
     one unbroken line anywhere else (a CI log keeps each message on one line).
 
     Every control character of ``text`` (a file name's escape sequence, a newline that
-    would forge a second line) is shown escaped (:func:`gpuprof.safetext.one_line`), and a
+    would forge a second line) is shown escaped (:func:`gpuprof.util.safetext.one_line`), and a
     closed or broken stderr says nothing rather than fail (docs/reliability.md)."""
     out = stream if stream is not None else sys.stderr
     if out is None:  # started with stderr closed: print() would write to stdout instead

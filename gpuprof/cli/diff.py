@@ -6,12 +6,12 @@ from pathlib import Path
 
 import typer
 
-from gpuprof.atomic import is_stdout
-from gpuprof.cli.root import app
 from gpuprof.cli.analyze import choose_format, emit, max_input_gb_option, strict_option, text_style
 from gpuprof.cli.check import load_or_analyze
-from gpuprof.cli.outputs import check_outputs
 from gpuprof.cli.console import ColorMode, color_option, format_names
+from gpuprof.cli.outputs import check_outputs
+from gpuprof.cli.root import app
+from gpuprof.util.atomic import is_stdout
 
 
 @app.command()
@@ -47,8 +47,8 @@ def diff(
 
     Exit codes: 0 the diff was made (1 with --fail-on-worse when CURRENT is worse overall),
     2 bad usage or unreadable input."""
-    from gpuprof.diff import diff_reports
-    from gpuprof.render.diffs import diff_html, diff_json, diff_markdown, diff_text
+    from gpuprof.ci.diff import diff_reports
+    from gpuprof.ci.diff_output import diff_html, diff_json, diff_markdown, diff_text
 
     if is_stdout(output):
         output = None

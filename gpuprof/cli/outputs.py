@@ -20,8 +20,8 @@ import stat
 from collections.abc import Iterable, Sequence
 from pathlib import Path
 
-from gpuprof.atomic import is_stdout
 from gpuprof.errors import GpuprofError
+from gpuprof.util.atomic import is_stdout
 
 # Files of a session folder gpuprof writes when a run ends; everything else in it is read.
 _SESSION_OUTPUTS = ("report.json", "report.html")

@@ -12,12 +12,12 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any, Optional
 
-from gpuprof.atomic import is_stdout, write_text_atomic
 from gpuprof.cli.console import ColorMode, ReadProgress, is_terminal, say, terminal_width, use_color
 from gpuprof.cli.outputs import check_outputs
 from gpuprof.cli.streams import write_stdout
 from gpuprof.errors import GpuprofError
-from gpuprof.safetext import visible_text
+from gpuprof.util.atomic import is_stdout, write_text_atomic
+from gpuprof.util.safetext import visible_text
 
 
 def warn_skipped(report: Any) -> None:
@@ -33,7 +33,7 @@ def write_output(text: str, out: Path) -> None:
     """Write a document atomically: a failed run never leaves a half-written file behind.
 
     Text, Markdown and JUnit (anything but JSON and HTML, which escape what they carry)
-    pass through :func:`gpuprof.safetext.visible_text` on the way out, as on a terminal."""
+    pass through :func:`gpuprof.util.safetext.visible_text` on the way out, as on a terminal."""
     if not out.name.lower().endswith((".json", ".json.gz", ".html", ".htm")):
         text = visible_text(text)
     write_text_atomic(out, text)
@@ -41,7 +41,7 @@ def write_output(text: str, out: Path) -> None:
 
 def emit(text: str, output: Optional[Path], what: str = "report", keep_color: bool = False) -> None:
     """The result on stdout (``output`` None) or into a file, through the one filter for
-    what reaches a person (:mod:`gpuprof.safetext`) when it is text or Markdown.
+    what reaches a person (:mod:`gpuprof.util.safetext`) when it is text or Markdown.
 
     ``keep_color``: the text holds gpuprof's own colour sequences (``--color``)."""
     if output is None:
@@ -113,11 +113,10 @@ def analyze_command(
     top: int | None = None,
 ) -> None:
     """``gpuprof analyze`` with its options parsed (see the command's help for each)."""
-    from gpuprof.analysis.window import StepSelection
+    from gpuprof.accounting.window import StepSelection
     from gpuprof.pipeline import AnalyzeOptions, analyze_paths
+    from gpuprof.readers.saved import is_report_file, read_report
     from gpuprof.render import render
-
-    from gpuprof.reportfile import is_report_file, read_report
     from gpuprof.session import is_session
 
     if is_stdout(output):
@@ -126,7 +125,7 @@ def analyze_command(
     if (brief and chosen not in ("text", "markdown")) or (top is not None and chosen == "json"):
         what = "--brief" if brief and chosen not in ("text", "markdown") else "--top"
         raise GpuprofError(f"{what} shapes the text, Markdown and HTML reports; the {chosen} report always holds everything")
-    from gpuprof.render.figures import View
+    from gpuprof.model.figures import View
 
     view = View(brief=brief, top=top)
     check_outputs([("an input", p) for p in paths], [("-o", output)])
@@ -147,7 +146,7 @@ def analyze_command(
         if len(paths) == 1 and is_session(paths[0]):
             # A `gpuprof run` session: the same report as at the end of the run (samples alone
             # when the job left no trace). Added by the `run` helper.
-            from gpuprof.cli.run import session_report
+            from gpuprof.pipeline.session_report import session_report
 
             with ReadProgress() as progress:
                 report = session_report(paths[0], options, progress=progress)

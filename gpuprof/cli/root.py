@@ -21,7 +21,7 @@ app = App(
 
 def _version(value: bool) -> None:
     if value:
-        from gpuprof import __version__
+        from gpuprof.util.version import __version__
 
         print(f"gpuprof {__version__}")
         raise typer.Exit(0)

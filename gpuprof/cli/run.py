@@ -9,22 +9,22 @@ from pathlib import Path
 
 import typer
 
-from gpuprof.atomic import silence_fd
 from gpuprof.cli import streams
 from gpuprof.cli.console import ColorMode, is_terminal, say, terminal_width, use_color
 from gpuprof.cli.root import app
 from gpuprof.cli.streams import say_text, write_stdout
 from gpuprof.errors import GpuprofError
-from gpuprof.record.runner import RunOptions, RunResult, run_command
-from gpuprof.record.sampler import DEFAULT_INTERVAL_MS
-from gpuprof.run_report import (
+from gpuprof.pipeline.session_report import (
     is_cpu_only,
     job_summary,
     samples_only_report,
     save_session_reports,
     session_report,
 )
+from gpuprof.record.runner import RunOptions, RunResult, run_command
+from gpuprof.record.sampler import DEFAULT_INTERVAL_MS
 from gpuprof.session.writer import SessionDirTaken, claim_session_dir, describe_os_error
+from gpuprof.util.atomic import silence_fd
 
 RUN_HELP = f"""Run a training command under gpuprof: CMD runs unchanged with your environment,
 stdin/stdout/stderr pass through, and gpuprof exits with CMD's exit code (128+N if signal N
@@ -99,7 +99,7 @@ def _emit(text: str, dest: Path) -> None:
     if str(dest) == "-":
         write_stdout(text if text.endswith("\n") else text + "\n")
         return
-    from gpuprof.cli.analyze import write_output
+    from gpuprof.cli.reporting import write_output
 
     write_output(text, dest)
     say(f"report written to {dest}")

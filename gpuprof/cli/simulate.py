@@ -10,11 +10,11 @@ from typing import Any
 
 import typer
 
-from gpuprof.cli.root import app
 from gpuprof.cli.command import Command
 from gpuprof.cli.console import working
+from gpuprof.cli.root import app
 from gpuprof.errors import GpuprofError
-from gpuprof.suggest import did_you_mean, match_name
+from gpuprof.util.suggest import did_you_mean, match_name
 
 _SUMMARY = (
     "Simulate a training job and write one Kineto trace per rank into DIR, with "

@@ -8,11 +8,11 @@ The rules (docs/reliability.md, "Standard streams"):
   report to standard output: No space left on device``. When its reader went away (``|
   head``, ``| true``) gpuprof stops writing and exits 141 (128 + SIGPIPE), as any program
   that a closed pipe ends does; ``gpuprof check`` exits with its verdict instead, since the
-  verdict, not the listing, is its result (:class:`~gpuprof.atomic.OutputClosed`).
+  verdict, not the listing, is its result (:class:`~gpuprof.util.atomic.OutputClosed`).
 - **stderr carries messages, best effort.** Closed or broken, nothing is said there and
   nothing else changes: not the exit code, not the report, not ``gpuprof run``'s job.
   Every message is one line (:func:`gpuprof.cli.console.say`, wrapped on a terminal), passed
-  through :func:`gpuprof.safetext.one_line`, so that no file name or trace string can write
+  through :func:`gpuprof.util.safetext.one_line`, so that no file name or trace string can write
   escape sequences or forge a second line.
 - **File descriptors 0-2 closed at start** get ``/dev/null`` (:func:`protect_std_fds`): a
   file gpuprof opens then never takes descriptor 1 (where ``print`` or the job of ``gpuprof
@@ -26,9 +26,9 @@ import os
 import sys
 from typing import Any, TextIO
 
-from gpuprof.atomic import OutputClosed, silence_fd, stdout_error
 from gpuprof.errors import GpuprofError
-from gpuprof.safetext import visible_text
+from gpuprof.util.atomic import OutputClosed, silence_fd, stdout_error
+from gpuprof.util.safetext import visible_text
 
 SIGPIPE_EXIT = 141  # 128 + SIGPIPE: how a shell reports a program a closed pipe ended
 

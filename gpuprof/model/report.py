@@ -13,7 +13,7 @@ import os
 from dataclasses import dataclass, field
 from enum import Enum
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Mapping, Sequence
+from typing import TYPE_CHECKING, Any, Mapping, Protocol, Sequence
 
 if TYPE_CHECKING:  # pandas is imported only when a DataFrame is asked for
     import pandas as pd
@@ -58,7 +58,7 @@ class Recommendation:
     ranks: tuple[int, ...] = _doc("ranks where the cause originates and the fix applies", item_minimum=0)
     evidence: tuple[str, ...] = _doc("measured facts behind it")
     actions: tuple[str, ...] = _doc("concrete changes to try")
-    # The what-if of gpuprof.analysis.whatifs the saving was replayed from (``None``: the
+    # The what-if of gpuprof.job.whatifs the saving was replayed from (``None``: the
     # saving comes from a closed-form estimate, said in the evidence).
     whatif: str | None = field(
         default=None,
@@ -170,9 +170,7 @@ class Report:
     def __str__(self) -> str:
         """The text report as ``gpuprof analyze`` writes it to a file (no colour, no line
         broken inside a sentence)."""
-        from gpuprof.render import render
-
-        return render(self, "text", width=100)
+        return _views().render(self, "text", 100)
 
     def to_dict(self) -> dict[str, Any]:
         """The ``gpuprof.report/1`` JSON document as Python objects."""
@@ -184,15 +182,11 @@ class Report:
 
     def to_html(self) -> str:
         """The HTML report: one self-contained page (what ``--format html`` writes)."""
-        from gpuprof.render import render
-
-        return render(self, "html")
+        return _views().render(self, "html", 100)
 
     def to_markdown(self) -> str:
         """The Markdown report (what ``--format markdown`` writes)."""
-        from gpuprof.render import render
-
-        return render(self, "markdown")
+        return _views().render(self, "markdown", 100)
 
     def save(self, path: str | os.PathLike[str], format: str | None = None) -> Path:
         """Write the report to ``path`` in the format its extension names (``.json``,
@@ -200,9 +194,7 @@ class Report:
         write leaves no half-written file). Returns the path, so that
         ``gpuprof.load_report(report.save("r.json")) == report``. A name without a known
         extension and no ``format`` is a :class:`~gpuprof.GpuprofError`."""
-        from gpuprof.reportfile import save_report
-
-        return save_report(self, Path(path), format)
+        return _views().save(self, Path(path), format)
 
     def _repr_html_(self) -> str:
         """The HTML report inside a notebook: the page in a sandboxed frame, so that its
@@ -226,7 +218,7 @@ class Report:
         return report_from_dict(data)
 
     def to_dataframe(self, kind: str = "ranks") -> pd.DataFrame:
-        """A table per question, as a pandas DataFrame (:mod:`gpuprof.frames`):
+        """A table per question, as a pandas DataFrame (:mod:`gpuprof.render.frames`):
 
         - ``"ranks"`` (default): one row per rank, indexed by rank: ``device``, ``steps``,
           ``window_us``, ``compute_us``, ``compute_pct``, ``lost_us`` (all causes),
@@ -245,9 +237,35 @@ class Report:
 
         An unknown ``kind`` is a :class:`~gpuprof.GpuprofError` (with "did you mean").
         """
-        from gpuprof.frames import frame
+        return _views().frame(self, kind)
 
-        return frame(self, kind)
+
+class ReportViews(Protocol):
+    """What turns a report into text, files and tables: :mod:`gpuprof.render` installs it
+    when it is imported (the command line and the Python API import it), so that the model
+    never imports its renderers."""
+
+    def render(self, report: Report, fmt: str, width: int) -> str: ...
+
+    def save(self, report: Report, path: Path, fmt: str | None) -> Path: ...
+
+    def frame(self, report: Report, kind: str) -> pd.DataFrame: ...
+
+
+_VIEWS: list[ReportViews] = []
+
+
+def install_views(views: ReportViews) -> None:
+    """Give the report its views (called by :mod:`gpuprof.render`)."""
+    _VIEWS[:] = [views]
+
+
+def _views() -> ReportViews:
+    if not _VIEWS:
+        raise RuntimeError(
+            "a report's views are not loaded: import gpuprof.render first (gpuprof.analyze and gpuprof.load_report do)"
+        )
+    return _VIEWS[0]
 
 
 def _canonical(report: Report) -> str:
@@ -335,7 +353,7 @@ def report_from_dict(data: Any) -> Report:
     schema = data.get("schema")
     if schema != SCHEMA:
         raise ReportFormatError(f"report schema is {schema!r}, this gpuprof reads {SCHEMA!r}")
-    from gpuprof.model.schema import first_problem  # the validator stays off the analyze path
+    from gpuprof.model.validate import first_problem  # the validator stays off the analyze path
 
     problem = first_problem(data)
     if problem is not None:

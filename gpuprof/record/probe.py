@@ -177,8 +177,8 @@ def main(argv: Sequence[str] | None = None,
     if args.output == "-":
         sys.stdout.write(text)
     else:
-        from gpuprof.atomic import write_text_atomic
         from gpuprof.errors import GpuprofError
+        from gpuprof.util.atomic import write_text_atomic
 
         try:
             write_text_atomic(args.output, text)

@@ -125,7 +125,7 @@ def child_env(base: dict[str, str], session_dir: Path, opts: RunOptions) -> dict
 def _versions() -> dict[str, Any]:
     from importlib import metadata
 
-    from gpuprof import __version__
+    from gpuprof.util.version import __version__
 
     out: dict[str, Any] = {"gpuprof": __version__, "python": platform.python_version(), "nvidia-ml-py": None}
     try:

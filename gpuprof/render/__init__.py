@@ -1,78 +1,37 @@
-"""Renderers: a Report in, text out. Each renderer registers by name and file extension.
+"""Renderers: a Report in, text out (text, JSON, Markdown, HTML), plus the report as files
+(``save``), as pandas tables (``frames``) and as an annotated trace (``annotate``).
 
+Each renderer registers by name and file extension (:mod:`gpuprof.render.registry`):
 ``render(report, "json")`` returns the document as a string; ``format_for_path("x.html")``
-finds the renderer a ``-o`` file name asks for.
+finds the renderer a ``-o`` file name asks for. Importing this package gives
+:class:`~gpuprof.model.report.Report` its views (``str(report)``, ``to_html``, ``save``,
+``to_dataframe``): the model never imports its renderers.
 """
 
 from __future__ import annotations
 
-import importlib
-from dataclasses import dataclass
-from typing import Callable
+from pathlib import Path
+from typing import Any
 
-from gpuprof.errors import GpuprofError
-from gpuprof.model.report import Report
-from gpuprof.suggest import did_you_mean, match_name
+from gpuprof.model.report import Report, install_views
+from gpuprof.render.registry import RENDERERS, Renderer, format_for_path, get, names, register, render
 
-
-@dataclass(frozen=True)
-class Renderer:
-    name: str
-    extensions: tuple[str, ...]
-    render: Callable[[Report, int], str]  # (report, width in columns) -> document
+__all__ = ["RENDERERS", "Renderer", "format_for_path", "get", "names", "register", "render"]
 
 
-RENDERERS: dict[str, Renderer] = {}
+class _Views:
+    def render(self, report: Report, fmt: str, width: int) -> str:
+        return render(report, fmt, width)
+
+    def save(self, report: Report, path: Path, fmt: str | None) -> Path:
+        from gpuprof.render.save import save_report
+
+        return save_report(report, path, fmt)
+
+    def frame(self, report: Report, kind: str) -> Any:
+        from gpuprof.render.frames import frame
+
+        return frame(report, kind)
 
 
-def register(name: str, extensions: tuple[str, ...]) -> Callable[[Callable[[Report, int], str]], Callable[[Report, int], str]]:
-    def deco(fn: Callable[[Report, int], str]) -> Callable[[Report, int], str]:
-        RENDERERS[name] = Renderer(name, extensions, fn)
-        return fn
-
-    return deco
-
-
-# Each format's module (it registers the renderer of that name): a format is imported when
-# it is asked for, so that a JSON report never loads rich (the text renderer) or the charts
-# (HTML). Listing the formats or telling one from a file name loads them all.
-_MODULES = {
-    "json": "gpuprof.render.json",
-    "text": "gpuprof.render.text",
-    "markdown": "gpuprof.render.markdown",
-    "html": "gpuprof.render.html",
-}
-_ALIASES = {"md": "markdown", "txt": "text", "htm": "html"}
-
-
-def _load() -> None:
-    for module in _MODULES.values():
-        importlib.import_module(module)
-
-
-def names() -> list[str]:
-    _load()
-    return sorted(RENDERERS)
-
-
-def get(name: str) -> Renderer:
-    found = match_name(name, _MODULES) or _ALIASES.get(name.strip().lower())
-    if found is None:
-        _load()
-        raise GpuprofError(f"unknown format {name!r}{did_you_mean(name, RENDERERS)}; choose one of: {', '.join(names())}")
-    importlib.import_module(_MODULES[found])
-    return RENDERERS[found]
-
-
-def format_for_path(path: str) -> str | None:
-    """The renderer whose extension the file name ends with, or None."""
-    _load()
-    lower = path.lower()
-    for r in RENDERERS.values():
-        if any(lower.endswith(ext) for ext in r.extensions):
-            return r.name
-    return None
-
-
-def render(report: Report, fmt: str, width: int = 100) -> str:
-    return get(fmt).render(report, width)
+install_views(_Views())

@@ -19,7 +19,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from gpuprof.model.report import CAUSES, RankReport
-from gpuprof.render import figures as fg
+from gpuprof.model import figures as fg
 
 KINDS: tuple[str, ...] = ("compute",) + tuple(c.value for c in CAUSES)
 CRITICAL_COLOR = "#000000"

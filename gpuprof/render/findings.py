@@ -15,8 +15,9 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from gpuprof import phrases
-from gpuprof.render import figures as fg
+from gpuprof.model.report import Report
+from gpuprof.model import figures as fg
+from gpuprof.util import phrases
 
 MAX_ROWS = 64  # rows per table; the JSON report has them all
 MAX_LIST_ITEMS = 6  # items of a list shown inside one cell
@@ -496,3 +497,16 @@ def job_blocks(job: Any, ctx: Context | None = None) -> list[Block]:
             continue
         out.append(Block(key, TITLES.get(key, humanize(key).capitalize()), sentences, tables))
     return out
+
+
+def findings_context(report: Report) -> Context:
+    """What the cross-rank findings' sentences need from the rest of the report."""
+    carried: dict[str, int] = {}
+    for i, r in enumerate(report.recommendations, 1):
+        if r.whatif and r.whatif not in carried:
+            carried[r.whatif] = i
+    s = fg.job_shares(report)
+    held = report.extra.get("held_back")
+    held_causes = frozenset(str(h.get("category")) for h in held if isinstance(h, Mapping)) if isinstance(held, list) else frozenset()
+    shares = {c.value: v for c, v in s.lost_pct.items() if v is not None}
+    return Context(carried=carried, shares=shares, held_back=held_causes)

@@ -17,9 +17,9 @@ from collections.abc import Mapping, Sequence
 
 from gpuprof.model.report import CAUSES, Cause, Report, report_to_dict
 from gpuprof.render import charts as ch
-from gpuprof.render import figures as fg
-from gpuprof.render import register
-from gpuprof.render.findings import Table, job_blocks
+from gpuprof.model import figures as fg
+from gpuprof.render.findings import Table, findings_context, job_blocks
+from gpuprof.render.registry import register
 
 MAX_WARNINGS = 200
 
@@ -280,7 +280,7 @@ def _table_html(t: Table) -> str:
 
 def _job_findings(report: Report) -> str:
     """Cross-rank findings: what each means in a sentence, its numbers in tables."""
-    blocks = job_blocks(report.extra.get("job"), fg.findings_context(report))
+    blocks = job_blocks(report.extra.get("job"), findings_context(report))
     if not blocks:
         return ""
     out = ["<h2>Across ranks</h2>"]

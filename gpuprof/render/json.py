@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 
 from gpuprof.model.report import Report, report_to_dict
-from gpuprof.render import register
+from gpuprof.render.registry import register
 
 
 @register("json", (".json",))

@@ -10,9 +10,9 @@ from __future__ import annotations
 import html
 
 from gpuprof.model.report import CAUSES, Report
-from gpuprof.render import figures as fg
-from gpuprof.render import register
-from gpuprof.render.findings import job_blocks
+from gpuprof.model import figures as fg
+from gpuprof.render.findings import findings_context, job_blocks
+from gpuprof.render.registry import register
 
 TOP_RECOMMENDATIONS = 3  # with evidence; the rest as one line each
 MAX_WARNINGS = 10
@@ -85,7 +85,7 @@ def _ranks(report: Report) -> list[str]:
 
 def _findings(report: Report) -> list[str]:
     """The cross-rank findings in sentences, folded (their numbers are in the JSON report)."""
-    sentences = [x for b in job_blocks(report.extra.get("job"), fg.findings_context(report)) for x in b.sentences]
+    sentences = [x for b in job_blocks(report.extra.get("job"), findings_context(report)) for x in b.sentences]
     if not sentences:
         return []
     return ["<details><summary>Across ranks</summary>", ""] + [f"- {md_escape(x)}" for x in sentences] + ["", "</details>", ""]

@@ -13,15 +13,15 @@ from __future__ import annotations
 import io
 
 from rich import box
-from rich.console import Console, Group, RenderableType
+from rich.console import Console, RenderableType
 from rich.padding import Padding
 from rich.table import Table
 from rich.text import Text
 
 from gpuprof.model.report import CAUSES, Report
-from gpuprof.render import figures as fg
-from gpuprof.render import register
-from gpuprof.render.findings import job_blocks
+from gpuprof.model import figures as fg
+from gpuprof.render.findings import findings_context, job_blocks
+from gpuprof.render.registry import register
 
 TOP_RECOMMENDATIONS = 5  # shown with evidence and actions; the rest as one line each
 MAX_WARNINGS = 10
@@ -139,7 +139,7 @@ def _header(report: Report) -> Text:
 
 def _findings(report: Report, wrap: bool) -> list[RenderableType]:
     """Cross-rank findings in sentences (their tables are in the JSON and HTML reports)."""
-    sentences = [x for b in job_blocks(report.extra.get("job"), fg.findings_context(report)) for x in b.sentences]
+    sentences = [x for b in job_blocks(report.extra.get("job"), findings_context(report)) for x in b.sentences]
     if not sentences:
         return []
     out: list[RenderableType] = [Text("Across ranks", style="bold underline")]

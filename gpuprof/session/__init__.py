@@ -1,7 +1,11 @@
 """The session folder written by ``gpuprof run`` and read by ``gpuprof analyze``.
 
-See :mod:`gpuprof.session.layout` for the documented, versioned format. The reader (and
-with it pandas) is imported on first use, so that ``gpuprof run`` starts the job quickly.
+The recorder gives it samples, events and trace files as they happen (``writer``: append-only
+records that survive a crash, ``records``); the readers take it back as a
+:class:`~gpuprof.session.reader.Session` (``reader``): the command, its exit, the NVML samples
+and the paths of the rank traces. See :mod:`gpuprof.session.layout` for the documented,
+versioned format. The reader (and with it pandas) is imported on first use, so that
+``gpuprof run`` starts the job quickly.
 """
 
 from __future__ import annotations

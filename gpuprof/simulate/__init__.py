@@ -30,7 +30,16 @@ from gpuprof.simulate.platform import PLATFORMS, Platform
 from gpuprof.simulate.scenarios import KNOB_HELP, SCENARIOS, Plan
 from gpuprof.simulate.scenarios_parallel import SLOW_WORKER_KNOBS, UNEVEN_DATA_KNOBS
 from gpuprof.simulate.session import write_session
-from gpuprof.simulate.truth import OLD_TRUTH_FILE, TRUTH_FILE, rank_truth, read_truth, renumber_ranks, truth_document, truth_path, write_truth
+from gpuprof.simulate.truth import (
+    OLD_TRUTH_FILE,
+    TRUTH_FILE,
+    rank_truth,
+    read_truth,
+    renumber_ranks,
+    truth_document,
+    truth_path,
+    write_truth,
+)
 from gpuprof.simulate.whatif import applicable, whatif_truth
 
 __all__ = [

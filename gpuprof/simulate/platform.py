@@ -18,6 +18,8 @@ from dataclasses import dataclass, field
 from functools import cache
 from typing import Any
 
+from gpuprof.simulate import kernels as wl
+
 H100: dict[str, Any] = {
     "name": "NVIDIA H100 80GB HBM3",
     "totalGlobalMem": 85045346304,
@@ -82,9 +84,7 @@ def _rocm_elementwise(name: str) -> str:
 
 @cache
 def _hip_kernels() -> dict[str, str]:
-    """ROCm names of the workload's CUDA kernels (imported late: the workload needs the engine)."""
-    from gpuprof.simulate import workload as wl
-
+    """ROCm names of the workload's CUDA kernels."""
     return {
         wl.GEMM: _TENSILE_GEMM,
         wl.GEMM_NT: _TENSILE_GEMM_NT,

@@ -14,7 +14,7 @@ from pathlib import Path
 
 import numpy as np
 
-from gpuprof.analysis import intervals as iv
+from gpuprof.model import intervals as iv
 from gpuprof.model.report import Cause
 from gpuprof.session.layout import SESSION_SCHEMA, TRACES_DIR
 from gpuprof.session.writer import SessionWriter

@@ -70,8 +70,8 @@ from typing import Any
 
 import numpy as np
 
-from gpuprof.analysis import intervals as iv
-from gpuprof.analysis.attribution import PRECEDENCE as ATTRIBUTION_PRECEDENCE
+from gpuprof.accounting.attribution import PRECEDENCE as ATTRIBUTION_PRECEDENCE
+from gpuprof.model import intervals as iv
 from gpuprof.model.report import CAUSES, Cause
 from gpuprof.simulate.engine import RankSim
 

@@ -1,0 +1,586 @@
+"""The dependency graph of one rank: what each piece of device work waited for.
+
+Every recommendation's saving comes from replaying a job's graph with one cause removed
+(:mod:`gpuprof.job.replay`). The graph of a rank is built where the rank's trace is
+read (one worker per rank) and kept compact -- arrays, no Python object per event -- so
+that only it, not the trace, travels to the job-level replay.
+
+Nodes and edges
+---------------
+*Device work*, per stream in stream order. Every activity that starts inside the window
+(kernels, copies, memsets; for an op-level timeline, the worker's timer ops, each thread
+being a "stream") is one node: its start ``s``, duration ``d`` and stream. In the replay
+an event starts at the latest of
+
+* its *release* by the host: the end of the runtime call that launched it (matched by
+  correlation id, :mod:`gpuprof.accounting.launches`) plus the latency it had from that call
+  to its start -- only for events the host launched just in time (a start within
+  :data:`HOST_BOUND_SLACK_US` of the launch), otherwise a fixed queue latency;
+* the end of its predecessor on the stream plus a fixed *gap* (the idle time before it
+  that nothing in the graph explains: kept as measured);
+* the end of a *dependency* on another stream: an event that was held back after its
+  launch and after its predecessor, and that starts right after (within
+  :data:`DEP_WINDOW_US`, or :data:`TIMER_DEP_WINDOW_US` between the threads of an op-level
+  timeline) another stream's event ended, waited for that event (a CUDA stream-wait-event,
+  a collective feeding the optimizer, a receive feeding the next compute).
+
+An event whose launch is unknown (Kineto without a correlated runtime call) keeps its
+measured start as a lower bound: the graph cannot say it could have started earlier. The
+first timer op of a thread keeps it too.
+
+*Host*, per rank, on the threads that launch device work: the host is one timeline
+whose time can be removed (a what-if deletes DataLoader waits, sync calls, allocator
+calls or operators) and whose *blocking calls* (``cudaStreamSynchronize``, ``.item()``,
+blocking copies, synchronizing frees) return no earlier than the device work they wait
+for. Each blocking call carries a tag saying which what-if removes it.
+
+*Coupling across ranks* (collectives, point-to-point pairs, barriers) is added at the job
+level by :mod:`gpuprof.job.replay`, from the ``comm_row`` of each communication event
+(its row in the rank's ``comms`` table, which the cross-rank matching keys).
+
+With nothing changed, replaying the graph reproduces the measured times: every edge
+weight is taken from the measurement, and the binding edge of each event is the one that
+explains its start. What the graph does not capture (a dependency it did not find, work
+outside the trace) stays as a fixed gap and makes a what-if's saving a lower bound.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import numpy as np
+import numpy.typing as npt
+
+from gpuprof.accounting.hostfacts import ddp_buffer_spans
+from gpuprof.accounting.rules.context import LAUNCH_QUEUE_US, LAUNCH_SLACK_US, RuleContext
+from gpuprof.model import intervals as iv
+from gpuprof.model.grouping import is_in
+from gpuprof.model.intervals import Intervals
+from gpuprof.model.table import one_of
+from gpuprof.model.timeline import Category, CopyKind, Kind, Step
+
+FloatArray = npt.NDArray[np.float64]
+IntArray = npt.NDArray[np.int64]
+
+# An event that starts within this long after its launch returned was waiting for it.
+HOST_BOUND_SLACK_US = LAUNCH_SLACK_US
+# Latency from a launch call's return to the device start, for events that were held back.
+QUEUE_LATENCY_US = LAUNCH_QUEUE_US
+# A held-back event that starts within this long after another stream's event ended waited
+# for it (a cross-stream event wait takes microseconds on the device).
+DEP_WINDOW_US = LAUNCH_SLACK_US
+# Op-level timelines: the framework's timers run on several threads of one process, and the
+# next op follows the one it needs after some Python; timer ops may also overlap by a few
+# microseconds (a receive's timer ends just after the compute that needed it started).
+TIMER_DEP_WINDOW_US = float("inf")
+TIMER_OVERLAP_US = 50.0
+# Below this share of device work with a known launch, launches are not used (Kineto).
+MIN_MATCHED_SHARE = 0.5
+
+# Event kinds of the graph.
+EV_COMPUTE = 0
+EV_COLLECTIVE = 1
+EV_P2P = 2
+EV_COPY = 3
+EV_OTHER = 4
+
+# Tags of blocking host calls: which what-if makes them stop blocking (and removes them).
+BLOCK_SYNC = 0  # cudaStreamSynchronize, .item(), a device-to-host copy the host waited for
+BLOCK_ALLOC = 1  # a synchronizing free (cudaFree, empty_cache)
+BLOCK_COPY = 2  # another blocking copy (pageable host-to-device): pinned_copies frees it
+
+# Host time each what-if can remove, keys of :attr:`RankGraph.removable`.
+REMOVABLE: tuple[str, ...] = (
+    "dataloader",
+    "sync",
+    "allocator",
+    "launch",
+    "operators",
+    "ddp_buffers",
+    "blocking_copies",
+    "host_work",
+)
+
+# Allocator calls that synchronize the device.
+_SYNCING_ALLOC_WORDS: tuple[str, ...] = ("Free", "empty_cache", "emptyCache", "Release", "Unmap")
+
+
+@dataclass(frozen=True)
+class RankGraph:
+    """One rank's graph; times are microseconds relative to ``lo_us`` (the window start on
+    the rank's own clock). Device arrays are in stream-major order: stream ``k`` is rows
+    ``bounds[k]:bounds[k+1]``, by start within a stream.
+
+    ``release_known``: the host launch is known and releases the event; ``base``/``floor``:
+    launch call end/start (0 when unknown); ``lat``: latency kept from the launch call's end
+    to the start; ``gap``: fixed idle time after the stream predecessor; ``dep``: index of
+    the event on another stream it waits for (-1 none) and ``dep_lag`` the time from that
+    event's end to this start; ``anchor``: the measured start is a lower bound;
+    ``issued``: per stream, the running maximum of the time the host issued the events (the
+    launch, else the start), so that "issued before t" is a prefix of each stream;
+    ``comm_row``: row of a communication event in the rank's ``comms`` table (-1 other).
+
+    ``blocking``: blocking host calls (start, end) sorted by end, ``blocking_tag`` their
+    :data:`BLOCK_SYNC`-style tags; ``removable[name]``: host intervals a what-if deletes
+    (keys :data:`REMOVABLE`); ``host_end``: where the host's part of the window ends;
+    ``edges``: ``(2, k)``, per inner step boundary its host start and device-aligned start.
+    """
+
+    rank: int
+    lo_us: float
+    hi_us: float
+    start: FloatArray
+    dur: FloatArray
+    kind: npt.NDArray[np.int8]
+    bounds: IntArray
+    carry: FloatArray
+    release_known: npt.NDArray[np.bool_]
+    base: FloatArray
+    floor: FloatArray
+    lat: FloatArray
+    gap: FloatArray
+    dep: IntArray
+    dep_lag: FloatArray
+    anchor: npt.NDArray[np.bool_]
+    issued: FloatArray
+    comm_row: IntArray
+    host_end: float
+    edges: FloatArray
+    blocking: Intervals = field(default_factory=iv.empty)
+    blocking_tag: npt.NDArray[np.int8] = field(default_factory=lambda: np.zeros(0, dtype=np.int8))
+    removable: dict[str, Intervals] = field(default_factory=dict)
+    timeline: bool = False
+    # Copies from or to pageable host memory (the others are pinned or device-to-device).
+    pageable: npt.NDArray[np.bool_] | None = None
+    # Direction of each copy (:class:`gpuprof.model.timeline.CopyKind`; 0 for the others).
+    copy_kind: npt.NDArray[np.int8] | None = None
+    # Op-level timelines only: each event's op name, as an index into ``names``.
+    name_idx: IntArray | None = None
+    names: tuple[str, ...] = ()
+    # Steps recorded apart (time between them left out of the window): each step's
+    # (start, end); its replayed time runs from its first replayed start to its last end.
+    stitched: Intervals | None = None
+
+    @property
+    def n_events(self) -> int:
+        return int(self.start.size)
+
+    @property
+    def n_streams(self) -> int:
+        return int(self.bounds.size - 1)
+
+    @property
+    def orig_end(self) -> FloatArray:
+        return np.asarray(self.start + self.dur, dtype=np.float64)
+
+    @property
+    def nbytes(self) -> int:
+        """Memory held by the graph's arrays (what travels from a worker)."""
+        arrays = [v for v in vars(self).values() if isinstance(v, np.ndarray)]
+        arrays += [a for pair in self.removable.values() for a in pair] + list(self.blocking)
+        return int(sum(a.nbytes for a in arrays))
+
+
+def _event_kind(category: npt.NDArray[np.int64]) -> npt.NDArray[np.int8]:
+    out = np.full(category.size, EV_OTHER, dtype=np.int8)
+    out[category == int(Category.COMPUTE)] = EV_COMPUTE
+    out[category == int(Category.COLLECTIVE)] = EV_COLLECTIVE
+    out[category == int(Category.P2P)] = EV_P2P
+    out[one_of(category, (int(Category.COPY), int(Category.MEMSET)))] = EV_COPY
+    return out
+
+
+def _latest_other_end(
+    start: FloatArray, end: FloatArray, bounds: IntArray, tolerance_us: float, strict: bool = False
+) -> tuple[FloatArray, IntArray]:
+    """Per event, the latest end among the events of *other* streams that ended by
+    ``start + tolerance_us``, and that event's index (-inf / -1 when none). ``strict``:
+    only events that started before it count (an op that starts at the same instant, a
+    zero-length timer op beside it, is not what it waited for)."""
+    n = start.size
+    best = np.full(n, -np.inf)
+    idx = np.full(n, -1, dtype=np.int64)
+    query = start + tolerance_us
+    for k in range(bounds.size - 1):
+        a, b = int(bounds[k]), int(bounds[k + 1])
+        if b <= a:
+            continue
+        ends = end[a:b]
+        # A stream's events do not overlap, so ends grow with starts; guard anyway.
+        order = np.argsort(ends, kind="stable")
+        sorted_ends = ends[order]
+        run_max = np.maximum.accumulate(sorted_ends)
+        j = np.searchsorted(sorted_ends, query, side="right") - 1
+        if strict:
+            # Events are sorted by start within a stream: those started before each event
+            # are a prefix; with ends growing too, the candidate is the earlier of the two.
+            j = np.minimum(j, np.searchsorted(start[a:b], start, side="left") - 1)
+        ok = j >= 0
+        cand = np.where(ok, run_max[np.maximum(j, 0)], -np.inf)
+        # Which event holds the running max: the last one in sorted order up to j whose end
+        # equals it (ends sorted, so it is the one at j).
+        cand_idx = np.where(ok, a + order[np.maximum(j, 0)], -1)
+        own = np.zeros(n, dtype=bool)
+        own[a:b] = True
+        better = ok & ~own & (cand > best)
+        best = np.where(better, cand, best)
+        idx = np.where(better, cand_idx, idx)
+    return best, idx
+
+
+def _blocking_copies(ctx: RuleContext, sel: npt.NDArray[np.bool_]) -> tuple[Intervals, Intervals]:
+    """Launch calls of copies the host waited through (the call lasted past most of its
+    copy), split into device-to-host ones (the host waited for a result: a sync) and the
+    others."""
+    dev = ctx.trace.device_cols
+    ds, de = ctx.cols.dev_start_us, ctx.cols.dev_end_us
+    ls, le = ctx.launches.start_us, ctx.launches.end_us
+    copy = sel & (dev["category"] == int(Category.COPY))
+    # The host stayed in the call for most of the copy: a pageable copy is staged by the
+    # driver and the call returns as the last chunk is handed over, microseconds before
+    # the copy ends on the device.
+    known = ~np.isnan(le)
+    blocking = copy & known & (np.where(known, le, 0.0) - ds >= 0.5 * (de - ds)) & (de - ds > 0)
+    d2h = blocking & (dev["copy_kind"] == int(CopyKind.DTOH))
+    lo, hi = ctx.lo_us, ctx.hi_us
+    a = iv.clip(iv.union(ls[d2h] - lo, le[d2h] - lo), 0.0, hi - lo)
+    rest = blocking & ~d2h
+    b = iv.clip(iv.union(ls[rest] - lo, le[rest] - lo), 0.0, hi - lo)
+    return a, b
+
+
+def _host_union(ctx: RuleContext, mask: npt.NDArray[np.bool_], threads: npt.NDArray[np.bool_] | None) -> Intervals:
+    """Union of the masked host rows (on the launching threads when known), relative to
+    lo, clipped to the window."""
+    if threads is not None:
+        mask = mask & threads
+    hs, he = ctx.cols.host_start_us[mask], ctx.cols.host_end_us[mask]
+    return iv.clip(iv.union(hs - ctx.lo_us, he - ctx.lo_us), 0.0, ctx.hi_us - ctx.lo_us)
+
+
+def _kernel_launch_mask(ctx: RuleContext) -> npt.NDArray[np.bool_]:
+    """Host rows that are the launch calls of kernels."""
+    host, dev = ctx.trace.host_cols, ctx.trace.device_cols
+    kern = dev["kind"] == int(Kind.KERNEL)
+    corr = dev["correlation"][kern]
+    hc = host["correlation"]
+    return ctx.host_mask(Category.LAUNCH) & (hc >= 0) & np.isin(hc, corr[corr >= 0])
+
+
+def _kernel_op_mask(ctx: RuleContext, launch: npt.NDArray[np.bool_]) -> npt.NDArray[np.bool_]:
+    """Framework operator rows (any depth) that contain a kernel launch call of their thread."""
+    host = ctx.trace.host_cols
+    hs, he, tid = ctx.cols.host_start_us, ctx.cols.host_end_us, host["tid"]
+    ops = ctx.host_mask(Category.OTHER, Category.COPY, Category.LAUNCH) & (host["kind"] == int(Kind.OP))
+    out = np.zeros(len(host), dtype=bool)
+    for t in np.unique(tid[launch]):
+        starts = np.sort(hs[launch & (tid == t)])
+        rows = np.flatnonzero(ops & (tid == t))
+        out[rows[_holds_a_start(starts, hs[rows], he[rows])]] = True
+    return out
+
+
+def _holds_a_start(starts: FloatArray, lo: FloatArray, hi: FloatArray) -> npt.NDArray[np.bool_]:
+    """Per range ``[lo, hi)``: one of ``starts`` (sorted) lies inside it, i.e. the first
+    start at or after ``lo`` is before ``hi`` (one binary search per range, not two)."""
+    if starts.size == 0:
+        return np.zeros(lo.size, dtype=bool)
+    first = np.searchsorted(starts, lo, side="left")
+    return (first < starts.size) & (starts[np.minimum(first, starts.size - 1)] < hi)  # type: ignore[no-any-return]
+
+
+def _syncing_alloc(ctx: RuleContext, alloc: npt.NDArray[np.bool_]) -> npt.NDArray[np.bool_]:
+    cats = ctx.trace.host_cols.labels("name")
+    if cats.size == 0:
+        return alloc & False
+    flag = np.array([any(w in n for w in _SYNCING_ALLOC_WORDS) for n in cats], dtype=bool)
+    codes = ctx.trace.host_cols.codes("name")
+    return alloc & (codes >= 0) & flag[np.maximum(codes, 0)]
+
+
+def _step_edges(ctx: RuleContext, steps: tuple[Step, ...]) -> tuple[FloatArray, float]:
+    """Per inner step boundary its host and device-aligned start, and the host's end of the
+    window (relative to lo); the host ranges are the trace's step markers of the same number."""
+    lo, hi = ctx.lo_us, ctx.hi_us
+    host_steps = {st.number: st for st in ctx.trace.steps}
+    dev0 = np.array([st.start_us - lo for st in steps[1:]], dtype=np.float64)
+    host0 = np.array(
+        [host_steps[st.number].start_us - lo if st.number in host_steps else st.start_us - lo for st in steps[1:]],
+        dtype=np.float64,
+    )
+    last = host_steps.get(steps[-1].number) if steps else None
+    host_end = min(hi, last.end_us) - lo if last is not None else hi - lo
+    return np.vstack([np.minimum(host0, dev0), dev0]), float(host_end)
+
+
+def _lanes(start: FloatArray, end: FloatArray, stream: IntArray) -> IntArray:
+    """Split each thread of an op-level timeline into lanes of ops that do not overlap
+    (beyond :data:`TIMER_OVERLAP_US`), as a trace viewer stacks them: a receive posted while
+    a compute op runs on the same thread is not that thread's next op in sequence. Each op
+    goes to the first lane free at its start."""
+    out = np.empty(start.size, dtype=np.int64)
+    order = np.lexsort((start, stream))
+    lanes: dict[int, list[float]] = {}
+    for i in order.tolist():
+        ends = lanes.setdefault(int(stream[i]), [])
+        for lane, free in enumerate(ends):
+            if free <= start[i] + TIMER_OVERLAP_US:
+                ends[lane] = max(free, float(end[i]))
+                break
+        else:
+            lane = len(ends)
+            ends.append(float(end[i]))
+        out[i] = int(stream[i]) * 1024 + lane
+    return out
+
+
+def _comm_rows(
+    start_abs: FloatArray,
+    end_abs: FloatArray,
+    kind: npt.NDArray[np.int8],
+    comms: object,
+    names: list[str] | None = None,
+) -> IntArray:
+    """Row of each communication event in the rank's ``comms`` table (same start and end;
+    with ``names``, the event's op name, the same name). Each row goes to one event: two
+    calls timed with the same span (a batched send and receive) get a row each."""
+    out = np.full(start_abs.size, -1, dtype=np.int64)
+    if comms is None or not hasattr(comms, "__len__") or len(comms) == 0:  # type: ignore[arg-type]
+        return out
+    cs = np.asarray(comms["start_us"], dtype=np.float64)  # type: ignore[index]
+    ce = np.asarray(comms["end_us"], dtype=np.float64)  # type: ignore[index]
+    row_names = comms["name"] if names is not None else None  # type: ignore[index]
+    is_comm = np.flatnonzero((kind == EV_COLLECTIVE) | (kind == EV_P2P))
+    if is_comm.size == 0:
+        return out
+    taken = np.zeros(cs.size, dtype=bool)
+    pos = np.searchsorted(cs, start_abs[is_comm], side="left")
+    for i, p in zip(is_comm.tolist(), pos.tolist()):
+        fallback = -1
+        while p < cs.size and cs[p] == start_abs[i]:
+            if ce[p] == end_abs[i] and not taken[p]:
+                if row_names is None or str(row_names[p]) == names[i]:  # type: ignore[index]
+                    fallback = p
+                    break
+                if fallback < 0:
+                    fallback = p
+            p += 1
+        if fallback >= 0:
+            out[i] = fallback
+            taken[fallback] = True
+    return out
+
+
+def build_rank_graph(
+    ctx: RuleContext, steps: tuple[Step, ...], comms: object = None, stitched: bool = False
+) -> RankGraph | None:
+    """The graph of one rank's window (see the module docstring); ``None`` when the window
+    holds no device work. ``comms`` is the rank's ``RankSummary.comms`` table;
+    ``stitched``: the window leaves the time between its steps out."""
+    dev = ctx.trace.device_cols
+    lo, hi = ctx.lo_us, ctx.hi_us
+    act = ctx.act
+    ds_all, de_all = ctx.cols.dev_start_us, ctx.cols.dev_end_us
+    stream_all = dev["stream"]
+    sel = act & (ds_all >= lo) & (ds_all < hi)
+    if not sel.any():
+        return None
+    timeline = ctx.trace.fmt == "timeline"
+    share = ctx.launches.matched_share
+    use_launch = (not timeline) and share is not None and share >= MIN_MATCHED_SHARE
+    ds, de, stream = ds_all[sel] - lo, de_all[sel] - lo, stream_all[sel]
+    cat = ctx.cols.dev_category[sel]
+    pageable = dev["pageable"][sel]
+    copy_kind = dev["copy_kind"][sel]
+    codes = dev.codes("name")[sel] if timeline else None
+    la = ctx.launches.end_us[sel] - lo
+    ls = ctx.launches.start_us[sel] - lo
+    if not use_launch:
+        la = np.full(ds.size, np.nan)
+        ls = np.full(ds.size, np.nan)
+    if timeline:
+        stream = _lanes(ds, de, stream)
+    order = np.lexsort((ds, stream))
+    ds, de, stream, la, ls, cat = ds[order], de[order], stream[order], la[order], ls[order], cat[order]
+    pageable = np.asarray(pageable[order], dtype=bool)
+    copy_kind = np.asarray(copy_kind[order], dtype=np.int8)
+    names: tuple[str, ...] = ()
+    name_idx = None
+    if codes is not None:
+        used, name_idx = np.unique(codes[order], return_inverse=True)
+        cats = dev.labels("name")
+        names = tuple(str(cats[c]) if c >= 0 else "" for c in used.tolist())
+        name_idx = name_idx.astype(np.int64)
+    dur = np.maximum(de - ds, 0.0)
+    end = ds + dur
+    cut = np.flatnonzero(np.diff(stream)) + 1
+    bounds = np.concatenate(([0], cut, [ds.size])).astype(np.int64)
+    firsts = stream[bounds[:-1]]
+    # Predecessor end on the same stream; the first of each stream looks before the window.
+    prev_end = np.concatenate(([-np.inf], end[:-1]))
+    pre = act & (ds_all < lo)
+    carry = np.full(firsts.size, -np.inf)
+    if pre.any():
+        slot = np.searchsorted(firsts, stream_all[pre])
+        ok = (slot < firsts.size) & (firsts[np.minimum(slot, firsts.size - 1)] == stream_all[pre])
+        np.maximum.at(carry, slot[ok], de_all[pre][ok] - lo)
+    prev_end[bounds[:-1]] = carry
+    known = ~np.isnan(la)
+    has_prev = np.isfinite(prev_end)
+    # The latest end on another stream before each start: a candidate dependency. It
+    # started before the event (timer ops overlapping by microseconds may end just after it
+    # began, but never start after it) and binds more tightly than the stream predecessor.
+    window = TIMER_DEP_WINDOW_US if timeline else DEP_WINDOW_US
+    tolerance = TIMER_OVERLAP_US if timeline else 1.0
+    other_end, other_idx = _latest_other_end(ds, end, bounds, tolerance, strict=timeline)
+    started_before = ds[np.maximum(other_idx, 0)] <= ds
+    dep_cand = (
+        (other_idx >= 0)
+        & started_before
+        & (ds - other_end <= window)
+        & (~has_prev | (other_end > prev_end))
+    )
+    # An event that started while its launch call was still running was released by the
+    # call, not by its end: a pageable copy the driver stages for a while before the DMA
+    # starts (host-bound, from the call's start) -- unless it waited for its stream (the
+    # stream was busy when the call began and it started right after its predecessor) or
+    # for another stream (a dependency), inside a call that waits for it.
+    during = known & (ds < la) & ~np.isnan(ls)
+    queued = (
+        during
+        & has_prev
+        & (prev_end > np.where(during, ls, np.inf))
+        & (ds - prev_end <= HOST_BOUND_SLACK_US)
+    ) | (during & dep_cand)
+    la = np.where(during, ls, la)
+    lat_obs = ds - la
+    host_bound = known & ((lat_obs <= HOST_BOUND_SLACK_US) | during) & ~queued
+    lat = np.where(host_bound, lat_obs, QUEUE_LATENCY_US)
+    lat = np.where(known, lat, 0.0)
+    # Dependencies on other streams for events the host did not release just in time.
+    dep_ok = ~host_bound & dep_cand
+    dep = np.where(dep_ok, other_idx, -1).astype(np.int64)
+    dep_lag = np.where(dep_ok, ds - other_end, 0.0)
+    gap = np.where(has_prev, np.maximum(ds - prev_end, 0.0), 0.0)
+    gap = np.where(host_bound | dep_ok, 0.0, gap)
+    if timeline:
+        # Ops overlap by microseconds: a predecessor may end just after the next op began.
+        gap = np.where(has_prev & (ds < prev_end), ds - prev_end, gap)
+    # Without launches (an op-level timeline, or a trace without its host side) an event
+    # follows its stream predecessor and its dependency, gaps kept as measured; only the
+    # first of a stream keeps its measured start. With launches, an event whose own launch
+    # is unknown keeps its measured start as a lower bound.
+    anchor = np.asarray(
+        (~known & ~dep_ok & use_launch) | ((not use_launch) & ~has_prev & ~dep_ok), dtype=bool
+    )
+    issued = np.where(known, la, ds)
+    for k in range(bounds.size - 1):
+        issued[bounds[k] : bounds[k + 1]] = np.maximum.accumulate(issued[bounds[k] : bounds[k + 1]])
+    base = np.where(known, la, 0.0)
+    floor = np.where(known & ~np.isnan(ls), ls, base)
+    kind = _event_kind(cat)
+    event_names = [names[int(k)] for k in name_idx.tolist()] if name_idx is not None else None
+    comm_row = _comm_rows(ds + lo, end + lo, kind, comms, event_names)
+    edges, host_end = _step_edges(ctx, steps)
+    blocking, tags, removable = _host_side(ctx, sel) if use_launch else (iv.empty(), np.zeros(0, np.int8), {})
+    return RankGraph(
+        rank=ctx.trace.rank,
+        lo_us=lo,
+        hi_us=hi,
+        start=ds,
+        dur=dur,
+        kind=kind,
+        bounds=bounds,
+        carry=carry,
+        release_known=known,
+        base=base,
+        floor=floor,
+        lat=lat,
+        gap=gap,
+        dep=dep,
+        dep_lag=dep_lag,
+        anchor=anchor,
+        issued=issued,
+        comm_row=comm_row,
+        host_end=host_end,
+        edges=edges,
+        blocking=blocking,
+        blocking_tag=tags,
+        removable=removable,
+        timeline=timeline,
+        pageable=pageable & (kind == EV_COPY),
+        copy_kind=np.where(kind == EV_COPY, copy_kind, np.int8(0)).astype(np.int8),
+        name_idx=name_idx,
+        names=names,
+        stitched=(
+            (np.array([st.start_us - lo for st in steps]), np.array([st.end_us - lo for st in steps]))
+            if stitched and steps
+            else None
+        ),
+    )
+
+
+def _host_side(
+    ctx: RuleContext, sel: npt.NDArray[np.bool_]
+) -> tuple[Intervals, npt.NDArray[np.int8], dict[str, Intervals]]:
+    """Blocking calls (sorted by end, tagged) and the removable host time of each what-if."""
+    tids = np.unique(ctx.launches.tid[ctx.act & (ctx.launches.tid >= 0)])
+    htid = ctx.trace.host_cols["tid"]
+    threads = is_in(htid, tids) if tids.size else None
+    sync_calls = _host_union(ctx, ctx.host_mask(Category.SYNC), threads)
+    alloc_mask = ctx.host_mask(Category.ALLOC)
+    alloc = _host_union(ctx, alloc_mask, threads)
+    syncing_alloc = _host_union(ctx, _syncing_alloc(ctx, alloc_mask), threads)
+    d2h, other_copies = _blocking_copies(ctx, sel)
+    dataloader = _host_union(ctx, ctx.host_mask(Category.DATALOAD), threads)
+    launch = _kernel_launch_mask(ctx)
+    launch_iv = _host_union(ctx, launch, threads)
+    ops = _host_union(ctx, _kernel_op_mask(ctx, launch) | launch, threads)
+    # A CUDA graph removes the operators' dispatch and launches, not the allocator calls,
+    # syncs or input waits inside them: those belong to their own what-ifs, so that no
+    # host time is removed by two of them.
+    own = (alloc, sync_calls, d2h, dataloader)
+    ops = iv.subtract(ops, (np.concatenate([o[0] for o in own]), np.concatenate([o[1] for o in own])))
+    sync_all = iv.normalize(iv.union(np.concatenate((sync_calls[0], d2h[0])), np.concatenate((sync_calls[1], d2h[1]))))
+    spans, _ = ddp_buffer_spans(ctx)
+    ddp = iv.clip((spans[0] - ctx.lo_us, spans[1] - ctx.lo_us), 0.0, ctx.hi_us - ctx.lo_us)
+    parts = [(sync_all, BLOCK_SYNC), (syncing_alloc, BLOCK_ALLOC), (iv.subtract(other_copies, sync_all), BLOCK_COPY)]
+    bs = np.concatenate([p[0][0] for p in parts])
+    be = np.concatenate([p[0][1] for p in parts])
+    tag = np.concatenate([np.full(p[0][0].size, p[1], dtype=np.int8) for p in parts])
+    order = np.argsort(be, kind="stable")
+    # Everything else on the host's timeline: its own work (Python, framework, launches),
+    # which an infinitely fast host would not spend; its waits (input, syncs, allocator,
+    # blocking copies) stay.
+    waits = [alloc, sync_all, other_copies, dataloader]
+    host_work = iv.complement(
+        iv.union(np.concatenate([w[0] for w in waits]), np.concatenate([w[1] for w in waits])),
+        0.0,
+        ctx.hi_us - ctx.lo_us,
+    )
+    removable = {
+        "host_work": host_work,
+        "blocking_copies": iv.subtract(other_copies, sync_all),
+        "dataloader": dataloader,
+        "sync": sync_all,
+        "allocator": alloc,
+        "launch": launch_iv,
+        "operators": ops,
+        "ddp_buffers": iv.normalize(ddp),
+    }
+    return (bs[order], be[order]), tag[order], removable
+
+
+__all__ = [
+    "BLOCK_ALLOC",
+    "BLOCK_COPY",
+    "BLOCK_SYNC",
+    "EV_COLLECTIVE",
+    "EV_COMPUTE",
+    "EV_COPY",
+    "EV_OTHER",
+    "EV_P2P",
+    "REMOVABLE",
+    "RankGraph",
+    "build_rank_graph",
+]

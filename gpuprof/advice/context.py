@@ -1,0 +1,117 @@
+"""What every advisor shares: the context it reads, the registry it joins, what each
+recommendation needs from the trace, and how a set of ranks is written.
+
+The advisors (``local``, ``distributed``, ``pipeline``, ``samples``) and the final passes
+(``general``, ``wording``) import this module; :mod:`gpuprof.advice` runs them.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any, overload
+
+from gpuprof.accounting.evidence import Evidence
+from gpuprof.accounting.summary import RankSummary
+from gpuprof.model.report import Cause, RankReport, Recommendation
+
+
+@dataclass(frozen=True)
+class AdviceContext:
+    """Everything an advisor may look at. ``cross`` is the job-level findings dict of the
+    cross-rank analysis; ``samples`` the NVML sample findings of a ``gpuprof run`` session
+    (``None`` when the input has no samples); ``whatifs`` the job's what-if replays
+    (:class:`gpuprof.job.whatifs.WhatIfResults`, ``None`` when none could be built)."""
+
+    summaries: Sequence[RankSummary]
+    reports: Sequence[RankReport]
+    cross: Mapping[str, Any] = field(default_factory=dict)
+    samples: Any = None
+    whatifs: Any = None
+
+
+Advisor = Callable[[AdviceContext], list[Recommendation]]
+ADVISORS: list[Advisor] = []
+# What every recommendation of an advisor needs (``@advisor(needs=...)``).
+_ADVISOR_NEEDS: dict[Advisor, frozenset[Evidence]] = {}
+
+# Recommendations estimated to save less than this share of the step are left out.
+MIN_SAVINGS_PCT = 0.5
+
+_HOST_SIDE = frozenset({Evidence.HOST_EVENTS})
+_LAUNCH_GAPS = frozenset({Evidence.HOST_EVENTS, Evidence.LAUNCH_CALLS, Evidence.ALL_LAUNCHES})
+_EXPOSURE = frozenset({Evidence.COMPUTE_KERNELS, Evidence.ALL_KERNELS})
+
+# What each recommendation needs from the trace, by id.
+NEEDS: Mapping[str, frozenset[Evidence]] = {
+    # collectives' exposure, and what a late rank costs, depend on the compute beside them
+    "comm-overlap": _EXPOSURE,
+    "exposed-communication": _EXPOSURE,
+    "communication-slow-collectives": _EXPOSURE,
+    "straggler-rank": _EXPOSURE,
+    "straggler-rotating": _EXPOSURE,
+    "straggler-absent-rank": _EXPOSURE,
+    "pipeline-bubble": _EXPOSURE,
+    "pipeline-imbalance": _EXPOSURE,
+    "memory-exposed-copies": _EXPOSURE,
+    "memory-pageable-copies": _EXPOSURE,
+    # the host ops the advice names
+    "dataloader-starvation": _HOST_SIDE,
+    "host-ddp-buffer-sync": _HOST_SIDE,
+    # sync and allocation calls themselves
+    "sync-host-blocking": frozenset({Evidence.HOST_EVENTS, Evidence.RUNTIME_CALLS}),
+    "memory-allocator": frozenset({Evidence.HOST_EVENTS, Evidence.RUNTIME_CALLS}),
+    # gaps between kernels told apart by when each kernel was launched (an export that
+    # kept only the launch calls still shows that, and the ops the host was in)
+    "host-overhead": _LAUNCH_GAPS,
+    "host-launch-bound": _LAUNCH_GAPS,
+    # idle time no rule explains only means something beside the compute it interrupts
+    "other-general": frozenset({Evidence.COMPUTE_KERNELS}),
+}
+# ... else by category (a new advisor's recommendation needs at least this).
+CATEGORY_NEEDS: Mapping[Cause, frozenset[Evidence]] = {
+    Cause.PIPELINE_BUBBLE: _EXPOSURE,
+    Cause.COMMUNICATION: _EXPOSURE,
+    Cause.STRAGGLER: _EXPOSURE,
+    Cause.MEMORY: _EXPOSURE,
+    Cause.DATALOADER: _HOST_SIDE,
+    Cause.SYNC: frozenset({Evidence.HOST_EVENTS, Evidence.RUNTIME_CALLS}),
+    Cause.HOST: _LAUNCH_GAPS,
+    Cause.OTHER: frozenset(),
+}
+_JOB_LEVEL = (Cause.STRAGGLER, Cause.COMMUNICATION, Cause.PIPELINE_BUBBLE)
+
+
+@overload
+def advisor(fn: Advisor) -> Advisor: ...
+@overload
+def advisor(*, needs: Iterable[Evidence]) -> Callable[[Advisor], Advisor]: ...
+
+
+def advisor(fn: Advisor | None = None, *, needs: Iterable[Evidence] = ()) -> Any:
+    """Decorator: register an advisor (``@advisor``, or ``@advisor(needs=...)`` to declare
+    what every recommendation it makes needs from the trace)."""
+
+    def register(f: Advisor) -> Advisor:
+        ADVISORS.append(f)
+        wanted = frozenset(needs)
+        if wanted:
+            _ADVISOR_NEEDS[f] = wanted
+        return f
+
+    return register(fn) if fn is not None else register
+
+
+def rank_spans(ranks: Sequence[int]) -> str:
+    """``0-3, 6`` (sorted, runs of consecutive ranks joined): how every report names a set
+    of ranks."""
+    nums = sorted(set(ranks))
+    parts: list[str] = []
+    start = prev = nums[0]
+    for n in nums[1:]:
+        if n != prev + 1:
+            parts.append(str(start) if start == prev else f"{start}-{prev}")
+            start = n
+        prev = n
+    parts.append(str(start) if start == prev else f"{start}-{prev}")
+    return ", ".join(parts)

@@ -1,0 +1,615 @@
+"""Figures every human-facing renderer shows, computed once so text, Markdown and HTML agree.
+
+All inputs are :class:`~gpuprof.model.report.Report` objects; nothing here formats for one
+medium. Shares are percentages of the analysis window (0-100); times are microseconds unless
+the name says ``_ms``. Unknown values are ``None`` and render as "N/A", never as 0.
+"""
+
+from __future__ import annotations
+
+import math
+import statistics
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from gpuprof.model.report import CAUSES, Cause, RankReport, Recommendation, Report
+from gpuprof.util import phrases
+
+NA = phrases.NA
+
+# Short labels for narrow tables; the full cause names appear in the totals.
+CAUSE_SHORT: Mapping[Cause, str] = {
+    Cause.PIPELINE_BUBBLE: "bubble",
+    Cause.COMMUNICATION: "comm",
+    Cause.STRAGGLER: "straggler",
+    Cause.MEMORY: "memory",
+    Cause.DATALOADER: "data",
+    Cause.SYNC: "sync",
+    Cause.HOST: "host",
+    Cause.OTHER: "other",
+}
+
+# One colour per kind of time for charts (compute first): the Okabe-Ito palette, chosen to
+# stay apart for the common colour-vision deficiencies (compute blue and straggler
+# vermillion stay far apart under deuteranopia and protanopia; tests/test_render_palette.py
+# checks every pair), plus a light grey for time no rule explains.
+CAUSE_COLORS: Mapping[str, str] = {
+    "compute": "#0072B2",  # blue
+    Cause.PIPELINE_BUBBLE.value: "#CC79A7",  # reddish purple
+    Cause.COMMUNICATION.value: "#56B4E9",  # sky blue
+    Cause.STRAGGLER.value: "#D55E00",  # vermillion
+    Cause.MEMORY.value: "#E69F00",  # orange
+    Cause.DATALOADER.value: "#F0E442",  # yellow
+    Cause.SYNC.value: "#009E73",  # bluish green
+    Cause.HOST.value: "#000000",  # black
+    Cause.OTHER.value: "#C8C8C8",  # light grey: unexplained
+}
+
+
+def text_color_on(background: str) -> str:
+    """Black or white, whichever reads better on ``background`` (``#rrggbb``)."""
+    r, g, b = (int(background[i : i + 2], 16) for i in (1, 3, 5))
+    return "#000000" if (0.299 * r + 0.587 * g + 0.114 * b) > 140 else "#ffffff"
+
+
+# Above this many ranks, tables summarize (lowest and highest compute share) instead of
+# printing one row per rank.
+MANY_RANKS = 16
+
+
+def pct(part: float | None, whole: float | None) -> float | None:
+    """``part`` as a percentage of ``whole``; ``None`` when either is unknown or whole is 0."""
+    if part is None or whole is None or whole <= 0 or not math.isfinite(whole):
+        return None
+    return 100.0 * part / whole
+
+
+def fmt_pct(value: float | None, digits: int = 1) -> str:
+    return phrases.pct(value, digits)
+
+
+def fmt_ms(value_us: float | None, digits: int = 1) -> str:
+    """Microseconds shown as milliseconds."""
+    return NA if value_us is None else f"{value_us / 1000.0:,.{digits}f}"
+
+
+def fmt_duration(value_us: float | None) -> str:
+    """A duration with its unit, in the one style every report uses (:func:`gpuprof.util.phrases.duration`):
+    ``850 µs``, ``12.3 ms``, ``4.20 s``."""
+    return phrases.duration(value_us)
+
+
+def has_data(rank: RankReport) -> bool:
+    """A rank with a window to analyze. A CPU-only trace has none: the analysis says so with
+    an empty window or a ``note`` (the summarizer's ``empty_reason``)."""
+    return rank.window_us > 0 and not rank.extra.get("note")
+
+
+# The one step statistic of every report: the mean step (the window over its steps), which
+# is what the replay measures the job's step and every saving by, and what a run's length
+# follows. Named wherever it is shown.
+STEP_STAT = "mean step"
+
+
+def step_time_us(rank: RankReport) -> float | None:
+    """The rank's mean step in microseconds (window / steps); ``None`` without steps."""
+    if rank.steps > 0 and rank.window_us > 0:
+        return rank.window_us / rank.steps
+    return None
+
+
+def job_step_time_us(report: Report) -> float | None:
+    """The job's step: the slowest rank's mean step (synchronous ranks wait for it), the
+    step the what-if replay measures (``job.whatif.measured_step_us``)."""
+    times = [t for t in (step_time_us(r) for r in report.ranks if has_data(r)) if t is not None]
+    return max(times) if times else None
+
+
+def no_steps(report: Report) -> bool:
+    """No rank with data has step markers: the window is the unit of every figure."""
+    data = [r for r in report.ranks if has_data(r)]
+    return bool(data) and not any(r.steps > 0 for r in data)
+
+
+def window_note(report: Report) -> str | None:
+    """What the window is when there are no steps: ``no step markers: the window is first to
+    last GPU activity, 84.5 ms``."""
+    if not no_steps(report):
+        return None
+    longest = max(r.window_us for r in report.ranks if has_data(r))
+    return f"no step markers: the window is first to last GPU activity, {phrases.duration(longest)}"
+
+
+def saving_phrase(rec: Recommendation, report: Report) -> str:
+    """A recommendation's saving as every renderer writes it: the share (an estimate ``~``,
+    or a bound ``≤``/``≥``), what it is a share of, then in parentheses the time it saves,
+    its range and every caveat on it: ``saves ≤61.5% of step time (11.6 ms per step;
+    upper bound: 1 of 8 ranks profiled)``."""
+    sign = {"upper": "≤", "lower": "≥"}.get(rec.savings_bound or "", "~")
+    window = no_steps(report)
+    text = f"saves {sign}{rec.estimated_savings_pct:.1f}% {'of the window' if window else 'of step time'}"
+    extras: list[str] = []
+    if rec.saved_us_per_step is not None and rec.saved_us_per_step > 0:
+        extras.append(f"{phrases.duration(rec.saved_us_per_step)} {'of the window' if window else 'per step'}")
+    if rec.savings_low_pct is not None and rec.savings_high_pct is not None:
+        extras.append(f"between {rec.savings_low_pct:.1f}% and {rec.savings_high_pct:.1f}%")
+    extras += list(rec.caveats)
+    return text + (f" ({'; '.join(extras)})" if extras else "")
+
+
+@dataclass(frozen=True)
+class View:
+    """How much of the report a reader asked for: ``brief`` (the ranked titles and their
+    savings only) and ``top`` (at most this many recommendations; ``None``: all)."""
+
+    brief: bool = False
+    top: int | None = None
+
+    def shown(self, report: Report) -> tuple[Recommendation, ...]:
+        recs = report.recommendations
+        return recs if self.top is None else recs[: max(0, self.top)]
+
+    def hidden(self, report: Report) -> int:
+        return len(report.recommendations) - len(self.shown(report))
+
+    def combined(self, report: Report) -> str | None:
+        """The combined replay's line, when every recommendation it names is shown."""
+        line = combined_line(report)
+        shown = len(self.shown(report))
+        if line is None or any(r.whatif for r in report.recommendations[shown:]):
+            return None
+        return line
+
+
+FULL = View()
+
+
+def report_caveats(report: Report) -> list[str]:
+    """What qualifies every estimate of the report, said once under its headline."""
+    data = [r for r in report.ranks if has_data(r)]
+    out = []
+    if data and report.recommendations and max(r.steps for r in data) == 1:
+        out.append("Every estimate below rests on one profiled step (low confidence): profile a few steps to confirm.")
+    return out
+
+
+def slowest_rank(report: Report) -> int | None:
+    """The slowest rank: the one with the longest step (:func:`step_time_us`), which sets
+    the job's step time (:func:`job_step_time_us`); ties go to the lowest rank. The one
+    meaning of "slowest" in every report."""
+    timed = [(t, r.rank) for r in report.ranks if has_data(r) and (t := step_time_us(r)) is not None]
+    if not timed:
+        return None
+    longest = max(t for t, _ in timed)
+    return min(rank for t, rank in timed if t == longest)
+
+
+def step_card_label(report: Report) -> str:
+    """What the job's step time is, in a few words: ``mean step of rank 3, the slowest``."""
+    slow = slowest_rank(report)
+    n = sum(1 for r in report.ranks if has_data(r))
+    if slow is None:
+        return "window (no step markers)" if no_steps(report) else STEP_STAT
+    return STEP_STAT if n <= 1 else f"{STEP_STAT} of rank {slow}, the slowest"
+
+
+def compute_pct(rank: RankReport) -> float | None:
+    return pct(rank.compute_us, rank.window_us)
+
+
+def lost_pct(rank: RankReport, cause: Cause) -> float | None:
+    return pct(float(rank.lost_us.get(cause, 0.0)), rank.window_us)
+
+
+@dataclass(frozen=True)
+class JobShares:
+    """Job totals: compute and each cause as a share of all ranks' windows summed."""
+
+    window_us: float
+    compute_us: float
+    lost_us: Mapping[Cause, float]
+    compute_pct: float | None
+    lost_pct: Mapping[Cause, float | None]
+
+
+def job_shares(report: Report) -> JobShares:
+    """Totals over the ranks that have data, so a CPU-only rank does not dilute the shares."""
+    ranks = [r for r in report.ranks if has_data(r)]
+    window = float(sum(r.window_us for r in ranks))
+    compute = float(sum(r.compute_us for r in ranks))
+    lost = {c: float(sum(float(r.lost_us.get(c, 0.0)) for r in ranks)) for c in CAUSES}
+    return JobShares(
+        window_us=window,
+        compute_us=compute,
+        lost_us=lost,
+        compute_pct=pct(compute, window),
+        lost_pct={c: pct(lost[c], window) for c in CAUSES},
+    )
+
+
+def nothing_to_analyze(report: Report) -> str | None:
+    """Why the report has nothing to show (no ranks, or only CPU-only ranks), else ``None``."""
+    if not report.ranks:
+        if report.extra.get("samples"):
+            return "nothing to analyze per rank: no profiler trace in the input, only the NVML samples below"
+        return "nothing to analyze: no rank with device activity was found in the input"
+    if any(has_data(r) for r in report.ranks):
+        return None
+    notes = sorted({str(r.extra.get("note")) for r in report.ranks if r.extra.get("note")})
+    why = "; ".join(notes) if notes else "the trace has no GPU activity (a CPU-only trace?)"
+    return f"nothing to analyze: {why}"
+
+
+GPU_WOULD_ADD = (
+    "on a GPU, gpuprof splits each step into GPU compute and time lost to input loading, "
+    "synchronization, host overhead, communication, memory and pipeline bubbles, and ranks what to change"
+)
+
+
+@dataclass(frozen=True)
+class CpuOnly:
+    """What a run without GPU activity measured: a headline and one line per fact."""
+
+    headline: str
+    lines: tuple[str, ...]
+
+
+def _host_line(rank: RankReport, h: Mapping[str, Any]) -> str | None:
+    steps, step = h.get("profiled_steps"), _num(h.get("step_us"))
+    if not isinstance(steps, int) or steps <= 0 or step is None or step <= 0:
+        return None
+    text = f"rank {rank.rank}, {phrases.count(steps, 'profiled step')}: {STEP_STAT} {phrases.duration(step)} on the host"
+    op = _num(h.get("op_us"))
+    if op:
+        text += (
+            f"; {phrases.duration(op)} of it ({phrases.pct(100.0 * op / step, 0)}) inside torch operators, "
+            "the rest in Python and framework code between them"
+        )
+    coll = _num(h.get("collective_us"))
+    if coll:
+        backend = h.get("collective_backend")
+        what = f"{backend} collectives" if isinstance(backend, str) and backend else "collectives"
+        text += f"; {phrases.duration(coll)} of it ({phrases.pct(100.0 * coll / step, 0)}) in {what}"
+    return text
+
+
+def cpu_only_summary(report: Report) -> CpuOnly | None:
+    """What a CPU-only run measured (steps, mean step, host time inside operators and
+    collectives, per rank), said the same way by every renderer and at the end of
+    ``gpuprof run``; ``None`` unless nothing ran on a GPU and something was measured."""
+    if any(has_data(r) for r in report.ranks):
+        return None
+    got = report.extra.get("run")
+    run: Mapping[str, Any] = got if isinstance(got, Mapping) else {}
+    hosts = [(r, h) for r in report.ranks if isinstance(h := r.extra.get("host_steps"), Mapping)]
+    if not hosts and not (run.get("cpu_only") and not report.extra.get("samples")):
+        return None
+    lines: list[str] = []
+    steps = run.get("optimizer_steps")
+    if isinstance(steps, int) and steps > 0:
+        text = phrases.count(steps, "optimizer step")
+        # The job's own clock counts every optimizer step, the profiler's pauses (warm-up,
+        # writing the trace) among them: the median, not the mean, says what a step takes.
+        median = _num(run.get("step_time_median_us"))
+        if median is not None:
+            text += f", median {phrases.duration(median)} apart by the job's own clock"
+        lines.append(text)
+    elif run.get("cpu_only"):
+        lines.append("no optimizer step was recorded")
+    for rank, h in hosts:
+        line = _host_line(rank, h)
+        if line is not None:
+            lines.append(line)
+    if not lines:
+        return None
+    lines.append(GPU_WOULD_ADD)
+    return CpuOnly("no GPU activity was recorded (CPU only); measured on the host:", tuple(lines))
+
+
+def shown_warnings(report: Report) -> list[str]:
+    """The report's warnings as the human-facing renderers list them: less what the body of
+    the report already says (a CPU-only rank's note is the CPU-only summary's headline, a
+    single profiled step the caveat under the headline, a profiler that slowed the host the
+    caveat beside the savings it inflates)."""
+    said: set[str] = set()
+    if cpu_only_summary(report) is not None:
+        said = {str(r.extra["note"]) for r in report.ranks if r.extra.get("note") and r.extra.get("host_steps")}
+    if report_caveats(report):
+        said.add(phrases.ONE_PROFILED_STEP)
+    beside = report.extra.get("warnings_on_savings")
+    if isinstance(beside, list):
+        said |= {str(w) for w in beside}
+    return [w for w in report.warnings if not any(w == n or w.endswith(": " + n) for n in said)]
+
+
+def no_recommendation(report: Report) -> str:
+    """What to say when the report has no recommendation: nothing stands out, or what
+    stood out was held back because the trace cannot support it (see gpuprof.advice)."""
+    held = report.extra.get("held_back") or []
+    if held:
+        n = len(held)
+        return (
+            f"No recommendation the trace supports: {n} held back for want of events the trace lacks "
+            "(see the warnings)."
+        )
+    return "No recommendation: no cause of lost time stands out."
+
+
+def combined_line(report: Report) -> str | None:
+    """What the replayed recommendations save together, from one replay of the job
+    (``job.combined_savings_pct``), naming them by their place in the ranking and saying,
+    from the numbers, how that compares with their savings one by one: ``Recommendations
+    1, 2 and 4 replayed together: step 2.21 s -> 1.47 s, 33.5% saved, more than the 31.4%
+    they save one by one: these fixes reinforce each other.``"""
+    job = report.extra.get("job") if isinstance(report.extra.get("job"), dict) else None
+    combined = _num((job or {}).get("combined_savings_pct"))
+    whatif = (job or {}).get("whatif") if isinstance((job or {}).get("whatif"), dict) else None
+    step = _num((whatif or {}).get("measured_step_us"))
+    replayed = [(i, r) for i, r in enumerate(report.recommendations, 1) if r.whatif]
+    if combined is None or step is None or len(replayed) < 2:
+        return None
+    by_whatif: dict[str, float] = {}
+    for _, r in replayed:
+        by_whatif[str(r.whatif)] = max(by_whatif.get(str(r.whatif), 0.0), r.estimated_savings_pct)
+    total = sum(by_whatif.values())
+    if combined < total - 0.5:
+        relation = f"less than the {total:.1f}% they save one by one: they act partly on the same idle time"
+    elif combined > total + 0.5:
+        relation = f"more than the {total:.1f}% they save one by one: these fixes reinforce each other"
+    else:
+        relation = f"about the {total:.1f}% they save one by one: they act on different idle time"
+    every = len(replayed) == len(report.recommendations)
+    names = phrases.join_words([str(i) for i, _ in replayed])
+    who = f"All {len(replayed)} recommendations" if every else f"Recommendations {names}"
+    unit = "window" if no_steps(report) else "step"
+    return (
+        f"{who} replayed together: {unit} {phrases.duration(step)} -> {phrases.duration(step * (1 - combined / 100))}, "
+        f"{combined:.1f}% saved, {relation}."
+    )
+
+
+def ranks_to_show(report: Report, limit: int = MANY_RANKS) -> tuple[list[RankReport], str | None]:
+    """All ranks when there are few; otherwise the lowest and highest compute shares and a note."""
+    ranks = list(report.ranks)
+    if len(ranks) <= limit:
+        return ranks, None
+    keyed = sorted(ranks, key=lambda r: (compute_pct(r) if compute_pct(r) is not None else -1.0, r.rank))
+    half = max(1, limit // 4)
+    chosen = {r.rank: r for r in keyed[:half] + keyed[-half:]}
+    shares = [c for c in (compute_pct(r) for r in ranks) if c is not None]
+    spread = ""
+    if shares:
+        spread = (
+            f"; compute share min {min(shares):.1f}%, median {statistics.median(shares):.1f}%, "
+            f"max {max(shares):.1f}%"
+        )
+    note = (
+        f"showing the {half} ranks with the lowest and the {half} with the highest compute share "
+        f"of {len(ranks)} ranks{spread}; every rank is in --format json or html"
+    )
+    return sorted(chosen.values(), key=lambda r: r.rank), note
+
+
+def ranks_phrase(ranks: Sequence[int], max_parts: int = 8) -> str:
+    """``rank 3``, ``ranks 0-7, 12``, ``every rank`` (a recommendation with no ranks applies
+    to all), at most ``max_parts`` runs (then ``(+3 more)``)."""
+    values = sorted(set(ranks))
+    if len(values) <= 1:
+        return phrases.ranks(values)
+    return f"ranks {rank_list(values, max_parts)}"
+
+
+def scope_phrase(report: Report) -> str:
+    """What the report covers, for its headline: ``8 ranks, 32 steps, mean step 2.21 s``;
+    without step markers, what the window is."""
+    n = len(report.ranks)
+    note = window_note(report)
+    if note is not None:
+        return f"{phrases.count(n, 'rank')}, {note}"
+    steps = max((r.steps for r in report.ranks), default=0)
+    text = f"{phrases.count(n, 'rank')}, {phrases.count(steps, 'step')}"
+    step = job_step_time_us(report)
+    return text + (f", {STEP_STAT} {phrases.duration(step)}" if step is not None else "")
+
+
+def rank_list(ranks: Sequence[int], max_parts: int = 8) -> str:
+    """Ranks as compact ranges ("0-7, 12, 14-15"), at most ``max_parts`` parts; "all" when empty."""
+    if not ranks:
+        return "all"
+    nums = sorted(set(ranks))
+    parts: list[str] = []
+    start = prev = nums[0]
+    for n in nums[1:] + [None]:  # type: ignore[list-item]
+        if n is not None and n == prev + 1:
+            prev = n
+            continue
+        parts.append(str(start) if start == prev else f"{start}-{prev}")
+        if n is not None:
+            start = prev = n
+    if len(parts) > max_parts:
+        return ", ".join(parts[:max_parts]) + f" (+{len(parts) - max_parts} more)"
+    return ", ".join(parts)
+
+
+def top_causes(rank: RankReport, n: int = 2) -> list[tuple[Cause, float]]:
+    """The ``n`` causes with the most lost time on this rank, as (cause, % of window), non-zero only."""
+    out = [(c, lost_pct(rank, c) or 0.0) for c in CAUSES]
+    out = [x for x in out if x[1] > 0.05]
+    return sorted(out, key=lambda x: -x[1])[:n]
+
+
+@dataclass(frozen=True)
+class UtilPoint:
+    """One NVML sample or bin of samples: start time in seconds since the session start, GPU
+    index, utilization %, and where the bin ends (``None``: a sample at one instant)."""
+
+    t_s: float
+    gpu: str
+    util_pct: float | None
+    end_s: float | None = None
+
+
+def _num(value: Any) -> float | None:
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        return None
+    v = float(value)
+    return v if math.isfinite(v) else None
+
+
+def utilization_points(report: Report) -> list[UtilPoint]:
+    """Per-time GPU utilization points from ``extra["samples"]``, read defensively.
+
+    The sample findings' layout is owned elsewhere and may grow; any list of mappings with a
+    time (``t_s``) and a GPU utilization (``gpu_util_pct`` or ``util_pct``) is used. Rows
+    without a time are skipped; a missing utilization stays ``None`` (shown as N/A).
+    """
+    samples = report.extra.get("samples")
+    if not isinstance(samples, Mapping):
+        return []
+    rows: Sequence[Any] = ()
+    for key in ("timeline", "utilization", "points"):
+        cand = samples.get(key)
+        if isinstance(cand, list):
+            rows = cand
+            break
+    out: list[UtilPoint] = []
+    for row in rows:
+        if not isinstance(row, Mapping):
+            continue
+        t = _num(row.get("t_s"))
+        if t is None:
+            continue
+        util = _num(row.get("gpu_util_pct", row.get("util_pct")))
+        gpu = row.get("gpu", row.get("index", 0))
+        out.append(UtilPoint(t_s=t, gpu=str(gpu), util_pct=util, end_s=_num(row.get("end_s"))))
+    return out
+
+
+@dataclass(frozen=True)
+class GpuRow:
+    """One GPU's NVML figures; every value ``None`` (N/A) when the samples do not say."""
+
+    gpu: str
+    samples: int
+    mean_pct: float | None
+    p90_pct: float | None
+    min_pct: float | None
+    max_pct: float | None
+    mem_peak_pct: float | None
+    energy_j: float | None
+    lost_at_s: float | None
+
+
+def gpu_rows(report: Report) -> list[GpuRow]:
+    """Per-GPU utilization, every statistic from the same samples: the sample analysis's own
+    per-GPU summary (``samples["gpus"]``: mean, p90, min, max over every poll) where it has
+    one; otherwise all of them from the timeline points. Never a mix: the timeline holds bin
+    means, whose max can be below the p90 of the polls behind them."""
+    by_gpu: dict[str, list[UtilPoint]] = {}
+    for p in utilization_points(report):
+        by_gpu.setdefault(p.gpu, []).append(p)
+    summaries: dict[str, Mapping[str, Any]] = {}
+    samples = report.extra.get("samples")
+    if isinstance(samples, Mapping) and isinstance(samples.get("gpus"), list):
+        for g in samples["gpus"]:
+            if isinstance(g, Mapping) and g.get("gpu") is not None:
+                summaries[str(g.get("gpu"))] = g
+    out = []
+    for gpu in sorted(set(by_gpu) | set(summaries), key=lambda g: (len(g), g)):
+        g = summaries.get(gpu)
+        if g is not None:
+            count = g.get("samples")
+            mean, p90 = _num(g.get("mean_util_pct")), _num(g.get("p90_util_pct"))
+            lo, hi = _num(g.get("min_util_pct")), _num(g.get("max_util_pct"))
+            n = int(count) if isinstance(count, int) else 0
+        else:
+            vals = sorted(p.util_pct for p in by_gpu.get(gpu, []) if p.util_pct is not None)
+            mean = statistics.fmean(vals) if vals else None
+            p90 = _quantile(vals, 0.9)
+            lo, hi = (vals[0], vals[-1]) if vals else (None, None)
+            n = len(by_gpu.get(gpu, []))
+        g = g or {}
+        out.append(
+            GpuRow(
+                gpu=gpu,
+                samples=n,
+                mean_pct=mean,
+                p90_pct=p90,
+                min_pct=lo,
+                max_pct=hi,
+                mem_peak_pct=_num(g.get("mem_peak_pct")),
+                energy_j=_num(g.get("energy_j")),
+                lost_at_s=_num(g.get("lost_at_s")),
+            )
+        )
+    return out
+
+
+def _quantile(sorted_vals: Sequence[float], q: float) -> float | None:
+    """Linear-interpolated quantile (as pandas' default) of sorted values; ``None`` if empty."""
+    if not sorted_vals:
+        return None
+    pos = q * (len(sorted_vals) - 1)
+    i = int(math.floor(pos))
+    j = min(i + 1, len(sorted_vals) - 1)
+    return sorted_vals[i] + (sorted_vals[j] - sorted_vals[i]) * (pos - i)
+
+
+def sample_notes(report: Report) -> list[str]:
+    """Run-level NVML findings as sentences (idle share, throttling, memory pressure, lost GPUs)."""
+    samples = report.extra.get("samples")
+    if not isinstance(samples, Mapping):
+        return []
+    notes: list[str] = []
+    duration = _num(samples.get("duration_s"))
+    idle = _num(samples.get("idle_pct"))
+    if duration is not None:
+        notes.append(f"sampled for {duration:,.1f} s; GPUs idle {fmt_pct(idle)} of the run")
+    periodic = samples.get("periodic_idle")
+    if isinstance(periodic, Mapping) and _num(periodic.get("period_s")) is not None:
+        notes.append(
+            f"idle every {_num(periodic.get('period_s')):.1f} s for {fmt_pct(_num(periodic.get('duty_cycle_pct')))} "
+            "of each period (checkpointing, evaluation or logging?)"
+        )
+    for t in samples.get("throttling") or []:
+        if isinstance(t, Mapping):
+            gpus = ", ".join(str(g) for g in t.get("gpus") or [])
+            notes.append(
+                f"throttled ({t.get('reason')}) on GPU {gpus} in {fmt_pct(_num(t.get('busy_samples_pct')))} of busy samples, "
+                f"SM clock {fmt_pct(_num(t.get('clock_loss_pct')))} lower"
+            )
+    for m in samples.get("memory_pressure") or []:
+        if isinstance(m, Mapping):
+            notes.append(
+                f"GPU {m.get('gpu')} memory peaked at {fmt_pct(_num(m.get('peak_pct')))}, near capacity "
+                f"{fmt_pct(_num(m.get('time_near_capacity_pct')))} of the time"
+            )
+    lost = samples.get("lost_gpus")
+    if isinstance(lost, list) and lost:
+        notes.append("GPU(s) lost during the run: " + ", ".join(str(g) for g in lost))
+    return notes
+
+
+def scalar_findings(report: Report, limit: int = 12) -> list[tuple[str, str]]:
+    """Job-level findings (``extra["job"]``) that are plain values, as (key, text) pairs.
+
+    Nested findings are left to the JSON and HTML reports; this keeps terminals readable.
+    """
+    job = report.extra.get("job")
+    if not isinstance(job, Mapping):
+        return []
+    out: list[tuple[str, str]] = []
+    for key, value in job.items():
+        if isinstance(value, bool) or value is None:
+            text = NA if value is None else str(value).lower()
+        elif isinstance(value, float):
+            text = f"{value:.4g}"
+        elif isinstance(value, (int, str)):
+            text = str(value)
+        else:
+            continue
+        out.append((str(key), text))
+        if len(out) >= limit:
+            break
+    return out

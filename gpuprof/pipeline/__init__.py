@@ -1,0 +1,283 @@
+"""Wires the layers together: readers -> per-rank summaries -> job analysis -> advice -> Report.
+
+Memory stays bounded per rank: a trace is read, summarized and dropped before the next one
+on the same worker; only the compact :class:`RankSummary` objects are kept for the job-level
+steps. With ``jobs > 1`` ranks are summarized in parallel processes.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+from typing import Any, Mapping, Sequence
+
+from gpuprof.accounting.attribution import Attribution, attribute, merge_claims
+from gpuprof.accounting.names import top_names
+from gpuprof.accounting.summary import RankSummary
+from gpuprof.accounting.window import StepSelection
+from gpuprof.advice import AdviceContext, advise_all, rank_spans
+from gpuprof.errors import BadTraceError, GpuprofError
+from gpuprof.job.critical import critical_path
+from gpuprof.job.cross_rank import CrossRankResult, analyze_job
+from gpuprof.job.stepview import step_timeline
+from gpuprof.model.report import CAUSES, RankReport, Recommendation, Report
+from gpuprof.pipeline.executors import Executor, LocalExecutor, Progress, summarize_source
+
+
+@dataclass(frozen=True)
+class AnalyzeOptions:
+    steps: StepSelection = field(default_factory=StepSelection)
+    jobs: int = 1
+    scheduler: str | None = None  # address of a Dask scheduler; None = run locally
+    # Refuse a trace file whose decompressed JSON passes this many GB (None: the default of
+    # gpuprof.readers.limits, sized for real traces).
+    max_input_gb: float | None = None
+    # A file found in a folder that cannot be read fails the run (--strict), instead of
+    # being left out with a warning while the other ranks are analyzed.
+    strict: bool = False
+
+
+@dataclass(frozen=True)
+class Analysis:
+    """A report plus what produced it (for ``annotate`` and other views of the details)."""
+
+    report: Report
+    summaries: tuple[RankSummary, ...]
+    attributions: Mapping[int, Attribution]
+    cross: CrossRankResult
+
+
+SKIPPED_UNREADABLE = "which cannot be read"
+
+
+def unreadable_line(path: Any, exc: GpuprofError) -> str:
+    """The report's warning for a file of a folder that was left out."""
+    return f"skipped {path}, {SKIPPED_UNREADABLE}: {exc.message}; the other traces are analyzed (--strict makes this an error)"
+
+
+def is_unreadable_skip(warning: str) -> bool:
+    return warning.startswith("skipped ") and f", {SKIPPED_UNREADABLE}: " in warning
+
+
+def _summaries(
+    sources: Sequence[Any], options: AnalyzeOptions, progress: Progress | None, skipped: list[str] | None = None
+) -> list[RankSummary]:
+    """Every source's summaries; a source found in a folder that cannot be read is left out
+    (a line in ``skipped``) unless ``options.strict``, as long as another one can be."""
+    first_error: GpuprofError | None = None
+
+    def unreadable(src: Any, exc: GpuprofError) -> None:
+        nonlocal first_error
+        if options.strict or not getattr(src, "in_folder", False) or skipped is None:
+            raise exc
+        first_error = first_error or exc
+        skipped.append(unreadable_line(src.path, exc))
+
+    if options.scheduler:
+        from gpuprof.pipeline.dask import DaskExecutor
+
+        executor: Executor = DaskExecutor(options.scheduler)
+    else:
+        executor = LocalExecutor(options.jobs)
+    out = executor.summaries(sources, options.steps, progress, unreadable)
+    if not out and first_error is not None:
+        raise first_error  # nothing could be read: say why, as for one file
+    return out
+
+
+def _check_unique_ranks(summaries: Sequence[RankSummary]) -> None:
+    seen: dict[int, str] = {}
+    for s in summaries:
+        if s.rank in seen and seen[s.rank] != s.source:
+            raise BadTraceError(f"rank {s.rank} is claimed by two files: {seen[s.rank]} and {s.source}", s.source)
+        seen.setdefault(s.rank, s.source)
+
+
+def _rank_report(s: RankSummary, att: Attribution, cross: CrossRankResult) -> RankReport:
+    step_times = tuple(st.duration_us for st in s.steps)
+    extra: dict[str, Any] = {}
+    if s.empty_reason:
+        extra["note"] = s.empty_reason
+        if s.facts.get("host_steps"):
+            extra["host_steps"] = dict(s.facts["host_steps"])  # what a CPU-only rank still measured
+    if s.parallel:
+        extra["parallel"] = dict(s.parallel)
+    if s.steps:
+        extra["step_numbers"] = [int(st.number) for st in s.steps]  # as the trace numbers them
+    if s.names is not None and s.window_us > 0:
+        extra["kernels"] = top_names(s.names, s.window[0], s.window[1])  # the device work with the most time
+    if s.facts.get("step_marker"):
+        extra["step_marker"] = s.facts["step_marker"]  # which marker the steps come from
+    per_rank = cross.findings.get("per_rank", {}).get(s.rank) if isinstance(cross.findings.get("per_rank"), dict) else None
+    if per_rank:
+        extra.update(per_rank)
+    return RankReport(
+        rank=s.rank,
+        device=s.device_name,
+        steps=len(s.steps),
+        window_us=s.window_us,
+        compute_us=float(sum(s.compute[1] - s.compute[0])) if s.compute[0].size else 0.0,
+        lost_us=dict(att.lost_us),
+        source=s.source,
+        step_times_us=step_times,
+        extra=extra,
+    )
+
+
+def _load_samples(paths: Sequence[str | Path]) -> Any:
+    """NVML sample findings when an input is a ``gpuprof run`` session, else ``None``."""
+    try:
+        from gpuprof.session import is_session, read_session
+    except ModuleNotFoundError:
+        return None
+    for p in paths:
+        if is_session(Path(p)):
+            session = read_session(Path(p))
+            if session.samples is not None and len(session.samples):
+                # Imported here: only sessions with NVML samples need it (its import costs
+                # ~10 ms, most of a small trace's analysis).
+                from gpuprof.accounting.samples import summarize_samples
+
+                return summarize_samples(session.samples)
+    return None
+
+
+def run_analysis(
+    paths: Sequence[str | Path],
+    options: AnalyzeOptions = AnalyzeOptions(),
+    progress: Progress | None = None,
+) -> Analysis:
+    from gpuprof.readers import ReadLimits, discover
+
+    skipped: list[str] = []  # files found in folders that are not traces
+    sources = discover(paths, skipped, ReadLimits.from_gb(options.max_input_gb))
+    summaries = sorted(_summaries(sources, options, progress, skipped), key=lambda s: s.rank)
+    _check_unique_ranks(summaries)
+    if progress:
+        progress(f"analyzing {len(summaries)} rank(s)")
+    cross = analyze_job(summaries)
+    attributions: dict[int, Attribution] = {}
+    reports: list[RankReport] = []
+    for s in summaries:
+        att = attribute(s.lost, merge_claims(s.claims, cross.claims.get(s.rank, {})))
+        attributions[s.rank] = att
+        reports.append(_rank_report(s, att, cross))
+    samples = _load_samples(paths)
+    advice = advise_all(
+        AdviceContext(
+            summaries=summaries, reports=reports, cross=cross.findings, samples=samples, whatifs=cross.whatifs
+        )
+    )
+    # One line per distinct warning text, naming its ranks.
+    warnings = skipped + rank_warnings(
+        [(s.rank, w) for s in summaries for w in s.warnings + ((s.empty_reason,) if s.empty_reason else ())]
+    )
+    world_note = (cross.findings.get("straggler_analysis") or {}).get("world_size_note")
+    if world_note:
+        warnings.append(str(world_note))
+    # What the trace cannot support (see gpuprof.advice): one line each, first (a renderer
+    # may show only the first few warnings), and in the JSON.
+    warnings[:0] = [h.line for h in advice.held_back]
+    job: dict[str, Any] = {k: v for k, v in cross.findings.items() if k != "per_rank"}
+    w = cross.whatifs
+    job["model_error_pct"] = None if w is None else round(w.model_error_pct, 3)
+    job["combined_savings_pct"] = None if advice.combined_savings_pct is None else round(advice.combined_savings_pct, 2)
+
+    if w is None:
+        if any(s.empty_reason is None and s.window_us > 0 for s in summaries):
+            warnings.append(
+                "no job-level replay could be built (no device work with a known order): savings are closed-form estimates"
+            )
+    elif abs(w.model_error_pct) > 5.0:
+        warnings.append(
+            f"the job's replay misses the measured step time by {w.model_error_pct:+.1f}%: the estimates are rough"
+        )
+    extra: dict[str, Any] = {"job": job}
+    if advice.absorbed_warnings:
+        # Warnings a recommendation now states beside its saving (the renderers show them there).
+        extra["warnings_on_savings"] = list(advice.absorbed_warnings)
+    if advice.held_back:
+        extra["held_back"] = [h.to_dict() for h in advice.held_back]
+    if samples is not None and hasattr(samples, "to_dict"):
+        extra["samples"] = samples.to_dict()
+    path_of = None
+    if cross.whatifs is not None:
+        model = cross.whatifs.model
+        path_of = lambda t0_us, t1_us: critical_path(model, t0_us, t1_us)  # noqa: E731
+    timeline = step_timeline(summaries, attributions, cross.findings, path_of=path_of)  # drawn by the HTML report
+    if timeline is not None:
+        extra["timeline"] = timeline
+    step_us = w.model.measured_step_us if w is not None else _job_step_us(reports)
+    report = Report(
+        inputs=tuple(str(p) for p in paths),
+        ranks=tuple(reports),
+        recommendations=tuple(_with_step_saving(r, step_us) for r in advice.recommendations),
+        warnings=tuple(warnings),
+        extra=extra,
+    )
+    return Analysis(report=report, summaries=tuple(summaries), attributions=attributions, cross=cross)
+
+
+def _job_step_us(reports: Sequence[RankReport]) -> float | None:
+    """The job's step without a replay: the slowest rank's mean step (window / steps)."""
+    steps = [r.window_us / r.steps for r in reports if r.steps > 0 and r.window_us > 0]
+    return max(steps) if steps else None
+
+
+def _with_step_saving(rec: Recommendation, step_us: float | None) -> Recommendation:
+    """``rec`` with its saving in microseconds per step of the job, beside the percentage."""
+    if step_us is None or step_us <= 0 or rec.saved_us_per_step is not None:
+        return rec
+    return replace(rec, saved_us_per_step=step_us * rec.estimated_savings_pct / 100.0)
+
+
+def rank_warnings(pairs: Sequence[tuple[int, str]]) -> list[str]:
+    """``(rank, warning)`` pairs as report lines, one per distinct text naming its ranks
+    (``rank 3: ...``, ``ranks 0-7: ...``), in order of first appearance.
+
+    A file-level warning (a timeline file with 8 workers) reaches every rank read from the
+    file; listed once per rank it would drown the warnings that differ.
+    """
+    by_text: dict[str, list[int]] = {}
+    for rank, text in pairs:
+        ranks = by_text.setdefault(text, [])
+        if rank not in ranks:
+            ranks.append(rank)
+    return [f"{_ranks_label(ranks)}: {text}" for text, ranks in by_text.items()]
+
+
+def _ranks_label(ranks: Sequence[int]) -> str:
+    """``rank 3`` or ``ranks 0-3, 6, 9-10``."""
+    nums = sorted(set(ranks))
+    return f"rank {nums[0]}" if len(nums) == 1 else f"ranks {rank_spans(nums)}"
+
+
+def analyze_paths(
+    paths: Sequence[str | Path],
+    options: AnalyzeOptions = AnalyzeOptions(),
+    progress: Progress | None = None,
+) -> Report:
+    """Analyze trace files, folders of per-rank traces, or session folders into a Report."""
+    return run_analysis(paths, options, progress).report
+
+
+def default_jobs() -> int:
+    return max(1, (os.cpu_count() or 1))
+
+
+__all__ = [
+    "CAUSES",
+    "Analysis",
+    "AnalyzeOptions",
+    "Executor",
+    "LocalExecutor",
+    "Progress",
+    "analyze_paths",
+    "default_jobs",
+    "is_unreadable_skip",
+    "rank_warnings",
+    "run_analysis",
+    "summarize_source",
+    "unreadable_line",
+]

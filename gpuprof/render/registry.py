@@ -1,0 +1,78 @@
+"""The renderers' registry: each renderer registers by name and file extension.
+
+``render(report, "json")`` returns the document as a string; ``format_for_path("x.html")``
+finds the renderer a ``-o`` file name asks for.
+"""
+
+from __future__ import annotations
+
+import importlib
+from dataclasses import dataclass
+from typing import Callable
+
+from gpuprof.errors import GpuprofError
+from gpuprof.model.report import Report
+from gpuprof.util.suggest import did_you_mean, match_name
+
+
+@dataclass(frozen=True)
+class Renderer:
+    name: str
+    extensions: tuple[str, ...]
+    render: Callable[[Report, int], str]  # (report, width in columns) -> document
+
+
+RENDERERS: dict[str, Renderer] = {}
+
+
+def register(name: str, extensions: tuple[str, ...]) -> Callable[[Callable[[Report, int], str]], Callable[[Report, int], str]]:
+    def deco(fn: Callable[[Report, int], str]) -> Callable[[Report, int], str]:
+        RENDERERS[name] = Renderer(name, extensions, fn)
+        return fn
+
+    return deco
+
+
+# Each format's module (it registers the renderer of that name): a format is imported when
+# it is asked for, so that a JSON report never loads rich (the text renderer) or the charts
+# (HTML). Listing the formats or telling one from a file name loads them all.
+_MODULES = {
+    "json": "gpuprof.render.json",
+    "text": "gpuprof.render.text",
+    "markdown": "gpuprof.render.markdown",
+    "html": "gpuprof.render.html",
+}
+_ALIASES = {"md": "markdown", "txt": "text", "htm": "html"}
+
+
+def _load() -> None:
+    for module in _MODULES.values():
+        importlib.import_module(module)
+
+
+def names() -> list[str]:
+    _load()
+    return sorted(RENDERERS)
+
+
+def get(name: str) -> Renderer:
+    found = match_name(name, _MODULES) or _ALIASES.get(name.strip().lower())
+    if found is None:
+        _load()
+        raise GpuprofError(f"unknown format {name!r}{did_you_mean(name, RENDERERS)}; choose one of: {', '.join(names())}")
+    importlib.import_module(_MODULES[found])
+    return RENDERERS[found]
+
+
+def format_for_path(path: str) -> str | None:
+    """The renderer whose extension the file name ends with, or None."""
+    _load()
+    lower = path.lower()
+    for r in RENDERERS.values():
+        if any(lower.endswith(ext) for ext in r.extensions):
+            return r.name
+    return None
+
+
+def render(report: Report, fmt: str, width: int = 100) -> str:
+    return get(fmt).render(report, width)
