@@ -18,12 +18,14 @@ py=${PYTHON:-python3}
 if [ "${1:-}" = "--download-wheels" ]; then
     # msgspec and jsonschema are gpuprof's runtime dependencies missing from the GPU image;
     # pip resolves their own (jsonschema-specifications, referencing, rpds-py, attrs,
-    # typing-extensions). The check installs only those the machine does not have.
+    # typing-extensions). zlib-ng is the fast inflater the readers use when present (they
+    # fall back to the standard library's zlib), so it is fetched too. The check installs
+    # only the wheels of what the machine does not have.
     dest="$here/gpu_check_wheels"
     rm -rf "$dest" && mkdir -p "$dest" || exit 1
     exec "$py" -m pip download --only-binary=:all: --python-version 3.12 --implementation cp \
         --platform manylinux_2_28_x86_64 --platform manylinux_2_17_x86_64 --platform manylinux2014_x86_64 \
-        -d "$dest" msgspec jsonschema
+        -d "$dest" msgspec jsonschema zlib-ng
 fi
 export PYTHONUNBUFFERED=1
 exec "$py" "$here/gpu_check.py" "$@"
