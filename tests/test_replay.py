@@ -20,7 +20,7 @@ from rankbuilder import RankBuilder
 from gpuprof.accounting.summarize import summarize
 from gpuprof.accounting.summary import RankSummary
 from gpuprof.job.cross_rank import analyze_job
-from gpuprof.job.replay import _scan
+from gpuprof.job.replay_rank import scan
 from gpuprof.job.whatifs import schedule_span_us
 from gpuprof.model.timeline import RankTrace
 from gpuprof.pipeline import run_analysis
@@ -76,7 +76,7 @@ def test_scan_matches_the_serial_recurrence() -> None:
         for i in range(n):
             prev = max(r[i] + d[i], prev + g[i] + d[i])
             want.append(prev)
-        assert np.allclose(_scan(r, d, g, carry), want)
+        assert np.allclose(scan(r, d, g, carry), want)
 
 
 def test_unchanged_replay_reproduces_a_coupled_job() -> None:
@@ -183,9 +183,9 @@ def test_unchanged_replay_reproduces_every_trace(folder: Path) -> None:
 )
 def test_short_runs_in_python_give_the_numpy_scan_to_the_last_bit(folder: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """Short runs of events are replayed element by element in Python, long ones by
-    ``_scan``: the same operations in the same order, so every what-if's replayed step
+    ``scan``: the same operations in the same order, so every what-if's replayed step
     times are the same to the last bit either way."""
-    from gpuprof.job import replay
+    from gpuprof.job import replay_compile
     from gpuprof.job.whatifs import JobModel
 
     w = run_analysis([folder]).cross.whatifs
@@ -197,8 +197,8 @@ def test_short_runs_in_python_give_the_numpy_scan_to_the_last_bit(folder: Path, 
         return [fresh.replay((n,)).ranks for n in names] + [fresh.replay(()).ranks]
 
     python_runs = replays(w.model)
-    monkeypatch.setattr(replay, "_SHORT_RUN", 0)
+    monkeypatch.setattr(replay_compile, "_SHORT_RUN", 0)
     numpy_runs = replays(w.model)
-    monkeypatch.setattr(replay, "_SHORT_RUN", 10**9)
+    monkeypatch.setattr(replay_compile, "_SHORT_RUN", 10**9)
     all_python = replays(w.model)
     assert python_runs == numpy_runs == all_python
