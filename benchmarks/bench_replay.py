@@ -12,7 +12,7 @@ would measure the neighbours) of each part recorded:
 * ``summarize``: RankTrace -> RankSummary, of which ``graph`` is building the rank's
   dependency graph (:func:`gpuprof.accounting.graph.build_rank_graph`);
 * ``job``: the job-level analysis, of which ``model`` is tying the graphs into the job
-  model (:func:`gpuprof.job.whatifs.build_job_model`) and ``replays`` every replay of
+  model (:func:`gpuprof.job.assemble.build_job_model`) and ``replays`` every replay of
   it (the unchanged job, each what-if, the combined one the advice asks for);
 * ``advice`` and ``render``: the rest of the report, replays excluded.
 

@@ -70,6 +70,7 @@ import numpy as np
 
 from gpuprof.accounting.phases import PHASES
 from gpuprof.accounting.summary import RankSummary
+from gpuprof.job.assemble import build_job_model
 from gpuprof.job.collectives import (
     BarrierWaits,
     MatchedCollectives,
@@ -83,7 +84,7 @@ from gpuprof.job.collectives import (
 )
 from gpuprof.job.linkspeed import job_bandwidth
 from gpuprof.job.pipeline_parallel import PipelineResult, analyze_pipeline
-from gpuprof.job.whatifs import WhatIfResults, build_job_model, run_whatifs
+from gpuprof.job.whatifs import WhatIfResults, run_whatifs
 from gpuprof.model import grouping
 from gpuprof.model import intervals as iv
 from gpuprof.model.intervals import Intervals
