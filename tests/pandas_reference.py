@@ -3,7 +3,7 @@ before they moved to numpy columns): a frozen oracle for the tests that check th
 code gives the same tables and numbers. Never used by gpuprof itself.
 
 The code is the pandas code it replaced, trimmed to what the comparison needs; the numpy
-helpers it called (``_ready_times``, ``_expected_sizes``, ``INFER_MAX_UNMATCHED_SHARE``)
+helpers it called (``ready_times``, ``_expected_sizes``, ``INFER_MAX_UNMATCHED_SHARE``)
 are gpuprof's own, unchanged by that move.
 """
 
@@ -16,12 +16,8 @@ import numpy as np
 import pandas as pd
 
 from gpuprof.accounting.summary import RankSummary
-from gpuprof.job.collectives import (
-    INFER_MAX_UNMATCHED_SHARE,
-    READY_PIPELINE,
-    _expected_sizes,
-    _ready_times,
-)
+from gpuprof.job.collectives import INFER_MAX_UNMATCHED_SHARE, _expected_sizes
+from gpuprof.job.untimed import READY_PIPELINE, ready_times
 from gpuprof.model import intervals as iv
 from gpuprof.model.timeline import Category
 
@@ -46,7 +42,7 @@ def _gather(summaries: Sequence[RankSummary]) -> pd.DataFrame:
             continue
         start = c["start_us"].to_numpy(dtype=np.float64)
         ready, kind = (
-            _ready_times(s, start) if s.fmt == "timeline" else (start, np.zeros(start.size, dtype=np.int8))
+            ready_times(s, start) if s.fmt == "timeline" else (start, np.zeros(start.size, dtype=np.int8))
         )
         c = c.assign(
             rank=s.rank,

@@ -337,7 +337,7 @@ def timeline_late_comm_job(comm_us: dict[int, list[float]], ranks: int = 4) -> l
 
 
 def test_barrier_before_a_timer_op_is_found_and_its_waits_measured() -> None:
-    from gpuprof.job.collectives import barrier_waits
+    from gpuprof.job.barriers import barrier_waits
 
     job = summaries(timeline_barrier_job({0: 1_000.0, 1: 3_000.0, 2: 1_000.0}))
     b = barrier_waits(job, {r: 0.0 for r in range(3)})
@@ -354,7 +354,7 @@ def test_barrier_before_a_timer_op_is_found_and_its_waits_measured() -> None:
 def test_no_barrier_without_a_shared_start_or_outside_timelines() -> None:
     from dataclasses import replace
 
-    from gpuprof.job.collectives import barrier_waits
+    from gpuprof.job.barriers import barrier_waits
 
     traces = timeline_barrier_job({0: 1_000.0, 1: 3_000.0, 2: 1_000.0})
     # Shift one worker's optimizer by 1 ms: no instant is shared by all.

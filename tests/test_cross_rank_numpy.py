@@ -25,7 +25,7 @@ import pytest
 from gpuprof.accounting.comms import COMMS_COLUMNS
 from gpuprof.accounting.summarize import summarize
 from gpuprof.accounting.summary import RankSummary
-from gpuprof.job import cross_rank
+from gpuprof.job import stragglers
 from gpuprof.job.collectives import (
     MatchedCollectives,
     match_collectives,
@@ -80,22 +80,22 @@ def _same_waits(summaries: Sequence[RankSummary], m: MatchedCollectives, bubbles
     for r, (s, e) in their_claims.items():
         assert mine_claims[r][0].tolist() == s.tolist() and mine_claims[r][1].tolist() == e.tolist(), (label, r)
 
-    caused, caused_ref = cross_rank._caused_waits(m), ref.caused_waits(calls)
+    caused, caused_ref = stragglers._caused_waits(m), ref.caused_waits(calls)
     assert list(caused) == list(caused_ref), label
     for r, (total, n) in caused_ref.items():
         assert caused[r][1] == n and caused[r][0] == pytest.approx(total, rel=1e-12, abs=1e-9), (label, r)
 
     for b in ({}, bubbles):
-        assert cross_rank._net_exposed_waits(m, b).tolist() == ref.net_exposed_waits(calls, b).tolist(), label
-        rank, gain = cross_rank._critical_gains(m, b)
+        assert stragglers._net_exposed_waits(m, b).tolist() == ref.net_exposed_waits(calls, b).tolist(), label
+        rank, gain = stragglers._critical_gains(m, b)
         g = ref.critical_gains(calls, b)
         assert rank.tolist() == g["rank"].tolist() and gain.tolist() == g["gain_us"].tolist(), label
         if rank.size:
-            counts = cross_rank._value_counts(rank)
+            counts = stragglers._value_counts(rank)
             assert list(counts.items()) == [(int(k), int(v)) for k, v in g["rank"].value_counts().items()], label
         ranks = sorted({int(r) for r in np.asarray(m.calls_table["rank"]).tolist()})
         for group in ([ranks[0]], ranks[-1:], ranks[:2], ranks[1::2], ranks, []):
-            assert cross_rank._group_gain_us(m, b, group) == ref.group_gain_us(calls, b, group), (label, group)
+            assert stragglers._group_gain_us(m, b, group) == ref.group_gain_us(calls, b, group), (label, group)
 
 
 def _bubbles(summaries: Sequence[RankSummary], seed: int) -> dict[int, iv.Intervals]:

@@ -103,6 +103,11 @@ class RankSummary:
         return np.array([self.window[0]]), np.array([self.window[1]])
 
     @property
+    def step_count(self) -> int:
+        """Steps in the window, at least one (a window without steps counts as one)."""
+        return max(len(self.steps), 1)
+
+    @property
     def window_us(self) -> float:
         """Time inside the window, microseconds (time left out between steps excluded)."""
         if self.window_iv is not None:

@@ -10,13 +10,8 @@ Matching
     (all-to-all on one group, all-reduce on another).
 
 Clock alignment
-    Ranks recorded on different hosts have skewed clocks, so raw timestamps cannot be
-    compared. A collective cannot finish on any member before the last member has arrived,
-    and it finishes on all of them within microseconds, so END times of a matched
-    collective are (nearly) simultaneous. Each trace file's clock offset is the median,
-    over its matched collectives, of its end time minus the median end time of that
-    collective across ranks; two rounds make it robust to a few badly matched calls.
-    Ranks from the same file share one clock and are not shifted against each other.
+    Ranks recorded on different hosts have skewed clocks: each trace file gets one offset,
+    so that matched collectives end together (:mod:`gpuprof.job.clocks`).
 
 Waits
     With clocks aligned, a rank's arrival at a collective is the device start of its call.
@@ -27,18 +22,11 @@ Waits
     named.
 
 Untimed waits (op-level timelines)
-    Exporters of framework timers often record a collective's transfer only (the op's
-    start moved to its end minus the transfer time), so every member's op starts at the
-    same instant and the wait for the last member is an idle gap *before* the op that no
-    timer covers. A worker arrives at a collective when its last activity before the op
-    ends (any op on any of its threads, not before its step's start): ``ready_us``. The
-    wait runs from that arrival to the last member's, through the untimed gap and, when
-    the timer did include the wait, into the op. Where the layout names pipeline
-    replicas, the part of a wait until the last member of the worker's *own* replica
-    (another stage of its pipeline) arrives is waiting on its own pipeline, the
-    ``pipeline_bubble`` cause (the drain into the step-end collectives); only the rest,
-    waiting for another replica, is ``straggler``. A worker that arrives last does not
-    wait: its own gap before the op stays with the other rules.
+    A collective's timer often records its transfer only, and the wait for the last
+    member is an idle gap before the op: a worker arrives when its last activity before
+    the op ends (:mod:`gpuprof.job.untimed`), and the part of a wait spent on its own
+    pipeline replica is ``pipeline_bubble``. Barriers before timer ops are in
+    :mod:`gpuprof.job.barriers`.
 
 World size inferred
     Split files often say nothing of the world size (no ``distributedInfo.world_size``,
@@ -59,6 +47,8 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from gpuprof.accounting.summary import RankSummary
+from gpuprof.job.clocks import clock_offsets
+from gpuprof.job.untimed import own_replica_waits, ready_times
 from gpuprof.model import grouping
 from gpuprof.model import intervals as iv
 from gpuprof.model.table import FrameField, Table
@@ -172,7 +162,7 @@ def _gather(summaries: Sequence[RankSummary]) -> dict[str, np.ndarray]:
             continue
         n = rows.size
         start = np.asarray(c["start_us"], dtype=np.float64)[rows]
-        ready, kind = _ready_times(s, start) if s.fmt == "timeline" else (start, np.zeros(n, dtype=np.int8))
+        ready, kind = ready_times(s, start) if s.fmt == "timeline" else (start, np.zeros(n, dtype=np.int8))
         parts["rank"].append(np.full(n, s.rank, dtype=np.int64))
         parts["row"].append(rows.astype(np.int64))
         parts["start_us"].append(start)
@@ -201,84 +191,6 @@ def _gather(summaries: Sequence[RankSummary]) -> dict[str, np.ndarray]:
     cols["key"] = grouping.groups(cols["pg_code"], cols["coll_code"], cols["step"], cols["k"])[0]
     cols["source_names"] = np.array(list(sources), dtype=object)  # indexed by src code
     return cols
-
-
-# What a worker did last before it arrived at a collective (``ready_kind``).
-READY_PIPELINE = 0  # compute or point-to-point: its pipeline's work (or the step start)
-READY_COLLECTIVE = 1  # another collective
-
-
-def _ready_times(s: RankSummary, starts: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """When a worker of an op-level timeline arrived at each op starting at ``starts``,
-    and what it did last (:data:`READY_PIPELINE` / :data:`READY_COLLECTIVE`): the end of
-    its last activity (compute, or any of its communication ops) that began before the op
-    and ended by its start (a few microseconds of overlap allowed), not before the start
-    of the op's step; never after the op's start."""
-    c = s.comms_table
-    cs = np.asarray(c["start_us"], dtype=np.float64) if len(c) else np.empty(0)
-    ce = np.asarray(c["end_us"], dtype=np.float64) if len(c) else np.empty(0)
-    coll = (np.asarray(c["category"]) == int(Category.COLLECTIVE)) if len(c) else np.zeros(0, dtype=bool)
-    a_start = np.concatenate((s.compute[0], cs))
-    a_end = np.concatenate((s.compute[1], ce))
-    a_coll = np.concatenate((np.zeros(s.compute[0].size, dtype=bool), coll))
-    # Activity that began before each op, latest end first: the op's arrival is the latest
-    # end among them that is not after the op's start (plus a little overlap).
-    by_end = np.argsort(a_end, kind="stable")
-    e_sorted, s_sorted, c_sorted = a_end[by_end], a_start[by_end], a_coll[by_end]
-    ready = np.full(starts.size, -np.inf)
-    kind = np.full(starts.size, READY_PIPELINE, dtype=np.int8)
-    hi = np.searchsorted(e_sorted, starts + SYNC_TOL_US, side="right")
-    for n, (t, j) in enumerate(zip(starts.tolist(), hi.tolist())):
-        i = j - 1
-        while i >= 0 and s_sorted[i] >= t:  # began with or after the op: not before it
-            i -= 1
-        if i >= 0:
-            ready[n] = e_sorted[i]
-            kind[n] = READY_COLLECTIVE if c_sorted[i] else READY_PIPELINE
-    step_starts = np.sort(np.asarray([st.start_us for st in s.steps], dtype=np.float64))
-    if step_starts.size:
-        i = np.searchsorted(step_starts, starts, side="right") - 1
-        first = np.where(i >= 0, step_starts[np.maximum(i, 0)], -np.inf)
-        kind = np.where(first > ready, np.int8(READY_PIPELINE), kind)
-        ready = np.maximum(ready, first)
-    return np.where(np.isfinite(ready), np.minimum(ready, starts), starts), kind
-
-
-def _own_replica_waits(
-    key: np.ndarray, replica: np.ndarray, arrival: np.ndarray, ready_kind: np.ndarray, wait_us: np.ndarray
-) -> np.ndarray:
-    """Per call, the part of its wait until the last *other* member of the rank's own
-    pipeline replica arrived, when that member came straight from its pipeline work (its
-    drain); 0 where the layout names no replica or the member came from a collective of
-    its own (extra communication is a slower rank's, not the pipeline's)."""
-    out = np.zeros(key.size)
-    sel = np.flatnonzero(replica >= 0)
-    if sel.size == 0:
-        return out
-    key = key[sel]
-    rep = replica[sel]
-    arr = arrival[sel]
-    kind = ready_kind[sel]
-    wait = wait_us[sel]
-    # Sorted by (key, replica, arrival): the last of each block, and the one before it.
-    order = np.lexsort((arr, rep, key))
-    k, r, a, kd = key[order], rep[order], arr[order], kind[order]
-    block = np.concatenate(([True], (k[1:] != k[:-1]) | (r[1:] != r[:-1])))
-    bid = np.cumsum(block) - 1
-    last = np.flatnonzero(np.concatenate((block[1:], [True])))  # last index of each block
-    size = np.diff(np.concatenate((np.flatnonzero(block), [order.size])))
-    li = last[bid]
-    pi = np.where(size[bid] > 1, li - 1, li)
-    awaited = np.where(np.arange(order.size) == li, pi, li)
-    got = np.where(
-        (awaited != np.arange(order.size)) & (kd[awaited] == READY_PIPELINE),
-        np.clip(a[awaited] - a, 0.0, None),
-        0.0,
-    )
-    res = np.empty(order.size)
-    res[order] = got
-    out[sel] = np.minimum(res, wait)
-    return out
 
 
 def _expected_sizes(
@@ -339,30 +251,6 @@ def inferred_world_note(n: int) -> str:
     )
 
 
-def _clock_offsets(key: np.ndarray, n_keys: int, src: np.ndarray, n_src: int, end: np.ndarray) -> np.ndarray:
-    """Offset per source code (us) so that matched collectives end together; see module doc."""
-    offsets = np.zeros(n_src)
-    if n_src < 2:
-        return offsets
-    lo = np.full(n_keys, n_src)
-    hi = np.full(n_keys, -1)
-    np.minimum.at(lo, key, src)
-    np.maximum.at(hi, key, src)
-    multi = lo[key] != hi[key]
-    k, sc, e = key[multi], src[multi], end[multi]
-    if k.size:
-        kid, nk = grouping.groups(k)
-        seen = np.unique(sc)
-        for _ in range(2):
-            aligned = e - offsets[sc]
-            ref = grouping.median(kid, aligned, nk)[kid]
-            delta = grouping.median(sc, aligned - ref, n_src)
-            offsets[seen] += delta[seen]
-        # Fix the gauge: only differences between clocks are meaningful.
-        offsets -= float(np.median(offsets))
-    return offsets
-
-
 def _exposed(
     ranks: np.ndarray, start: np.ndarray, wait: np.ndarray, summaries: Sequence[RankSummary]
 ) -> np.ndarray:
@@ -390,7 +278,7 @@ def match_collectives(summaries: Sequence[RankSummary]) -> MatchedCollectives:
     key = g["key"]
     n_keys = int(key.max()) + 1
     names = g["source_names"]
-    by_source = dict(zip(names.tolist(), _clock_offsets(key, n_keys, g["src"], names.size, g["end_us"]).tolist()))
+    by_source = dict(zip(names.tolist(), clock_offsets(key, n_keys, g["src"], names.size, g["end_us"]).tolist()))
     offsets = {s.rank: float(by_source.get(s.source, 0.0)) for s in summaries}
 
     rank = g["rank"]
@@ -407,7 +295,7 @@ def match_collectives(summaries: Sequence[RankSummary]) -> MatchedCollectives:
     reach = np.clip(end - ready, 0.0, None)
     wait = np.clip(last - arrival, 0.0, reach)
     wait[present_n < 2] = 0.0
-    own = _own_replica_waits(key, g["replica"], arrival, g["ready_kind"], wait)
+    own = own_replica_waits(key, g["replica"], arrival, g["ready_kind"], wait)
     exposed = _exposed(rank, ready, wait, summaries)
 
     pg_code = g["pg_code"]
@@ -552,148 +440,3 @@ def waits_per_step(matched: MatchedCollectives) -> pd.DataFrame:
     if len(calls) == 0:
         return pd.DataFrame(columns=["step", "rank", "wait_us"])
     return calls.groupby(["step", "rank"])["wait_us"].sum().reset_index()
-
-
-# --- barriers of op-level timelines ----------------------------------------------------
-#
-# Framework timers are often started behind a barrier (Megatron's ``barrier_with_L1_time``):
-# the op then starts at the same instant on every worker, and the wait for the last worker
-# is an idle gap *before* the op that no timer covers. A start shared by every worker of
-# the job (to within SYNC_TOL_US) marks such a barrier. A worker arrives at it when its
-# last activity before it (compute or its own communication) ends; the time from its
-# arrival to the last worker's arrival is waiting for a slower rank.
-
-SYNC_TOL_US = 20.0
-
-
-@dataclass(frozen=True)
-class BarrierWaits:
-    """``claims[rank]``: waits at barriers (own clock); ``points``: barriers found;
-    ``wait_us[rank]``: total wait; ``last[rank]``: barriers it arrived last at;
-    ``last_activity[name]``: what the last arriver was doing just before (op name or
-    ``compute``), counted over barriers; ``points_us``: the barriers' times on the aligned
-    clock."""
-
-    claims: Mapping[int, iv.Intervals]
-    points: int
-    wait_us: Mapping[int, float]
-    last: Mapping[int, int]
-    last_activity: Mapping[str, int]
-    points_us: tuple[float, ...] = ()
-
-
-def _names(c: Table) -> np.ndarray:
-    """The ``name`` column of a comms table as strings (an object array)."""
-    out = np.empty(len(c), dtype=object)
-    if len(c):
-        out[:] = [str(v) for v in c["name"].tolist()]
-    return out
-
-
-def comm_before_barriers(
-    s: RankSummary, points_us: Sequence[float], offset_us: float
-) -> list[tuple[int, str, float]]:
-    """The communication ``s`` ran between its last compute and each barrier.
-
-    ``points_us`` are barrier times on the aligned clock (``offset_us`` is the rank's clock
-    offset). Returns ``(barrier index, op name, duration_us)`` for every communication op
-    that starts at or after the rank's last compute before the barrier and ends by it:
-    what kept the rank from reaching the barrier once its compute was done.
-    """
-    out: list[tuple[int, str, float]] = []
-    c = s.comms_table
-    if len(c) == 0 or not len(points_us):
-        return out
-    cs = np.asarray(c["start_us"], dtype=np.float64)
-    ce = np.asarray(c["end_us"], dtype=np.float64)
-    names = _names(c)
-    comp_end = np.sort(s.compute[1])
-    for j, p in enumerate(points_us):
-        q = float(p) + offset_us
-        k = int(np.searchsorted(comp_end, q + SYNC_TOL_US, side="right")) - 1
-        after = comp_end[k] if k >= 0 else -np.inf
-        # A compute interval ending at the barrier itself is the op after it: look before.
-        if k >= 0 and abs(after - q) <= SYNC_TOL_US:
-            after = comp_end[k - 1] if k >= 1 else -np.inf
-        sel = np.flatnonzero((cs >= after - SYNC_TOL_US) & (ce <= q + SYNC_TOL_US) & (ce > after))
-        out.extend((j, str(names[i]), float(ce[i] - cs[i])) for i in sel)
-    return out
-
-
-def _activity(s: RankSummary, offset: float) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
-    """Aligned starts (sorted) and ends (sorted) of a rank's activity, plus the names of
-    its communication ops by aligned end (``compute`` for compute intervals)."""
-    c = s.comms_table
-    cs = np.asarray(c["start_us"], dtype=np.float64) if len(c) else np.empty(0)
-    ce = np.asarray(c["end_us"], dtype=np.float64) if len(c) else np.empty(0)
-    names = _names(c)
-    starts = np.unique(np.concatenate((s.compute[0], cs))) - offset
-    ends = np.concatenate((s.compute[1], ce)) - offset
-    labels = np.concatenate((np.full(s.compute[1].size, "compute", dtype=object), names))
-    order = np.argsort(ends, kind="stable")
-    return starts, ends[order], labels[order], np.asarray([st.start_us for st in s.steps]) - offset
-
-
-def barrier_waits(summaries: Sequence[RankSummary], offsets: Mapping[int, float]) -> BarrierWaits | None:
-    """Waits at barriers of an op-level timeline job (``None`` for other jobs or < 3 ranks)."""
-    if len(summaries) < 3 or not all(s.fmt == "timeline" and s.steps for s in summaries):
-        return None
-    acts = {s.rank: _activity(s, offsets.get(s.rank, 0.0)) for s in summaries}
-    ref_rank = min(acts, key=lambda r: acts[r][0].size)
-    cand = acts[ref_rank][0]
-    keep = np.ones(cand.size, dtype=bool)
-    for starts, _, _, _ in acts.values():
-        if starts.size == 0:
-            return None
-        i = np.minimum(np.searchsorted(starts, cand), starts.size - 1)  # a worker may have one activity
-        near = np.minimum(np.abs(starts[i] - cand), np.abs(starts[np.maximum(i - 1, 0)] - cand))
-        keep &= near <= SYNC_TOL_US
-    points = cand[keep]
-    if points.size == 0:
-        return None
-    ranks = sorted(acts)
-    arrival = np.empty((len(ranks), points.size))
-    label = np.empty((len(ranks), points.size), dtype=object)
-    for j, r in enumerate(ranks):
-        _, ends, labels, step_starts = acts[r]
-        k = np.searchsorted(ends, points + SYNC_TOL_US, side="right") - 1
-        # Nothing before the barrier in this step: the worker was there from the step start.
-        first = step_starts[np.clip(np.searchsorted(step_starts, points, side="right") - 1, 0, None)]
-        got = np.where(k >= 0, ends[np.clip(k, 0, None)], -np.inf)
-        arrival[j] = np.clip(np.maximum(got, first), None, points)
-        label[j] = np.where((k >= 0) & (got >= first), labels[np.clip(k, 0, None)], "compute")
-    last_arrival = arrival.max(axis=0)
-    wait = last_arrival[None, :] - arrival
-    # A shared start that nobody waited for (every worker begins the step together) says
-    # nothing: keep the barriers where some worker did wait.
-    held = wait.max(axis=0) > SYNC_TOL_US
-    if not held.any():
-        return None
-    points, arrival, label, last_arrival, wait = (
-        points[held],
-        arrival[:, held],
-        label[:, held],
-        last_arrival[held],
-        wait[:, held],
-    )
-    claims: dict[int, iv.Intervals] = {}
-    last_count: dict[int, int] = {}
-    activity: dict[str, int] = {}
-    for j, r in enumerate(ranks):
-        off = offsets.get(r, 0.0)
-        w = wait[j] > 0
-        if w.any():
-            claims[r] = iv.union(arrival[j][w] + off, last_arrival[w] + off)
-        last_count[r] = int((wait[j] <= 0).sum())
-    lasts = np.argmax(arrival, axis=0)
-    for p, j in enumerate(lasts):
-        name = str(label[j, p])
-        activity[name] = activity.get(name, 0) + 1
-    return BarrierWaits(
-        claims=claims,
-        points=int(points.size),
-        wait_us={r: float(wait[j].sum()) for j, r in enumerate(ranks)},
-        last=last_count,
-        last_activity=activity,
-        points_us=tuple(float(p) for p in points),
-    )
