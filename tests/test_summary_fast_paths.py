@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from gpuprof.accounting.graph import _holds_a_start
+from gpuprof.accounting.graph_host import _holds_a_start
 from gpuprof.accounting.hostfacts import _ByThread
 from gpuprof.model import grouping
 

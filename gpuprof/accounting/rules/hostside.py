@@ -89,7 +89,7 @@ def _per_thread(ctx: RuleContext, calls: npt.NDArray[np.bool_], drain: bool) -> 
     return _concat(out)
 
 
-def _syncing_alloc_mask(ctx: RuleContext, alloc: npt.NDArray[np.bool_]) -> npt.NDArray[np.bool_]:
+def syncing_alloc_mask(ctx: RuleContext, alloc: npt.NDArray[np.bool_]) -> npt.NDArray[np.bool_]:
     """Allocator rows that synchronize the device (decided per distinct name)."""
     cats = ctx.trace.host_cols.labels("name")
     if cats.size == 0:
@@ -103,7 +103,7 @@ def allocator(ctx: RuleContext) -> Intervals:
     """Device memory allocation and release calls the device waited on (memory)."""
     alloc = ctx.host_mask(Category.ALLOC)
     during = _per_thread(ctx, alloc, drain=False)
-    drained = _per_thread(ctx, _syncing_alloc_mask(ctx, alloc), drain=True)
+    drained = _per_thread(ctx, syncing_alloc_mask(ctx, alloc), drain=True)
     return _concat([during, drained])
 
 
