@@ -1,4 +1,4 @@
-"""The vectorized helpers of :mod:`gpuprof.accounting.hostfacts` give exactly what a plain loop
+"""The vectorized helpers of :mod:`gpuprof.accounting.enclosing` give exactly what a plain loop
 over the calls gives: on random nested host ranges (with tied starts and ends, several
 threads, same-name ranges nested in each other), against straightforward reference loops."""
 
@@ -12,7 +12,7 @@ import numpy.typing as npt
 import pandas as pd
 import pytest
 
-from gpuprof.accounting.hostfacts import (
+from gpuprof.accounting.enclosing import (
     _WRAPPER,
     INNER_MIN_CALL_US,
     INNER_MIN_SHARE,

@@ -6,8 +6,8 @@ from __future__ import annotations
 
 import numpy as np
 
+from gpuprof.accounting.enclosing import _ByThread
 from gpuprof.accounting.graph_host import _holds_a_start
-from gpuprof.accounting.hostfacts import _ByThread
 from gpuprof.model import grouping
 
 

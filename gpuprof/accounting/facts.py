@@ -63,7 +63,7 @@ Keys:
 ``lost_by_op`` (dict cause -> list of dict)
     for ``host``, ``sync`` and ``other`` (local attribution): the top enclosing host ops or
     annotations of that lost time, each ``{"op", "lost_us", "lost_us_per_step", "calls"}``
-    (:func:`gpuprof.accounting.hostfacts.lost_by_op`).
+    (:func:`gpuprof.accounting.enclosing.lost_by_op`).
 ``host_wait_in_launch_share`` (float | None)
     of the time the device waited for a late launch, the share the launching threads spent
     inside launch API calls (high: launch-bound; low: framework / Python overhead).
@@ -92,7 +92,7 @@ from typing import Any
 
 import numpy as np
 
-from gpuprof.accounting import hostfacts
+from gpuprof.accounting import enclosing, hostfacts
 from gpuprof.accounting.attribution import PRECEDENCE
 from gpuprof.accounting.rules import RULES
 from gpuprof.accounting.rules.context import RuleContext
@@ -278,12 +278,12 @@ def _host_facts(
     host_rules = [r.name for r in RULES if r.cause is Cause.HOST]
     sync_rules = [r.name for r in RULES if r.cause is Cause.SYNC]
     host_lost = cause_iv(*host_rules)
-    ops = hostfacts.OpIndex(ctx)  # shared by the three causes
+    ops = enclosing.OpIndex(ctx)  # shared by the three causes
     out: dict[str, Any] = {
         "lost_by_op": {
-            "host": hostfacts.lost_by_op(ctx, host_lost, per_step, ops),
-            "sync": hostfacts.lost_by_op(ctx, cause_iv(*sync_rules), per_step, ops),
-            "other": hostfacts.lost_by_op(ctx, cause_iv("unclaimed"), per_step, ops),
+            "host": enclosing.lost_by_op(ctx, host_lost, per_step, ops),
+            "sync": enclosing.lost_by_op(ctx, cause_iv(*sync_rules), per_step, ops),
+            "other": enclosing.lost_by_op(ctx, cause_iv("unclaimed"), per_step, ops),
         },
         "host_wait_in_launch_share": hostfacts.host_wait_in_launch_share(ctx, cause_iv("late_launch")),
         "workload": hostfacts.workload(ctx),
