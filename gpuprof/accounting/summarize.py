@@ -28,7 +28,7 @@ from __future__ import annotations
 
 import importlib
 from collections.abc import Callable
-from typing import Any
+from typing import Any, TypedDict
 
 from gpuprof.accounting.comms import comms_table, empty_comms
 from gpuprof.accounting.evidence import lacks_warnings, trace_lacks
@@ -61,8 +61,30 @@ def _optional(module: str, name: str) -> Callable[..., Any] | None:
     return fn if callable(fn) else None
 
 
-def _process_groups(trace: RankTrace) -> dict[str, tuple[int, ...]]:
-    return {pg.name: tuple(pg.ranks) for pg in trace.process_groups}
+class _TraceFields(TypedDict):
+    rank: int
+    source: str
+    fmt: str
+    device_name: str | None
+    device_memory_bytes: int | None
+    parallel: dict[str, int]
+    world_size: int | None
+    process_groups: dict[str, tuple[int, ...]]
+
+
+def _from_trace(trace: RankTrace) -> _TraceFields:
+    """The fields of a rank's summary that come straight from its trace (who and what it
+    is, and its place in the job), with or without a window to analyze."""
+    return _TraceFields(
+        rank=trace.rank,
+        source=trace.source,
+        fmt=trace.fmt,
+        device_name=trace.device_name,
+        device_memory_bytes=trace.device_memory_bytes,
+        parallel=dict(trace.parallel),
+        world_size=trace.world_size,
+        process_groups={pg.name: tuple(pg.ranks) for pg in trace.process_groups},
+    )
 
 
 def summarize(trace: RankTrace, selection: StepSelection = _ALL_STEPS) -> RankSummary:
@@ -71,20 +93,13 @@ def summarize(trace: RankTrace, selection: StepSelection = _ALL_STEPS) -> RankSu
     window = select_window(trace, selection, launches)
     if window is None:
         return RankSummary(
-            rank=trace.rank,
-            source=trace.source,
-            fmt=trace.fmt,
-            device_name=trace.device_name,
-            device_memory_bytes=trace.device_memory_bytes,
+            **_from_trace(trace),
             window=(0.0, 0.0),
             steps=(),
             compute=iv.empty(),
             lost=iv.empty(),
             claims={},
             comms=empty_comms(),
-            parallel=dict(trace.parallel),
-            world_size=trace.world_size,
-            process_groups=_process_groups(trace),
             warnings=trace.warnings,
             empty_reason=empty_reason(trace),
             # What a CPU-only run still measured: its steps on the host (None: no step marked).
@@ -116,11 +131,7 @@ def summarize(trace: RankTrace, selection: StepSelection = _ALL_STEPS) -> RankSu
     comms = _comms(trace, lo, hi)
     graph = build_rank_graph(ctx, window.steps, comms, stitched=window.spans is not None)
     return RankSummary(
-        rank=trace.rank,
-        source=trace.source,
-        fmt=trace.fmt,
-        device_name=trace.device_name,
-        device_memory_bytes=trace.device_memory_bytes,
+        **_from_trace(trace),
         window=(lo, hi),
         window_iv=window.spans,
         steps=window.steps,
@@ -128,9 +139,6 @@ def summarize(trace: RankTrace, selection: StepSelection = _ALL_STEPS) -> RankSu
         lost=lost,
         claims=claims,
         comms=comms,
-        parallel=dict(trace.parallel),
-        world_size=trace.world_size,
-        process_groups=_process_groups(trace),
         phases_us=_phases(trace, window),
         facts=facts,
         warnings=warnings,

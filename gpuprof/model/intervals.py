@@ -83,13 +83,17 @@ def complement(iv: Intervals, lo: float, hi: float) -> Intervals:
 
 def intersect(a: Intervals, b: Intervals) -> Intervals:
     """Intersection of two sets; returns a normalized set. O((n + m) log(n + m))."""
-    a_s, a_e = normalize(a)
-    if a_s.size == 0:
-        return empty()
-    b_s, b_e = normalize(b)
-    if b_s.size == 0:
+    (a_s, a_e), (b_s, b_e) = _normalized_operands(a, b)
+    if a_s.size == 0 or b_s.size == 0:
         return empty()
     return _intersect_normalized(a_s, a_e, b_s, b_e)
+
+
+def _normalized_operands(a: Intervals, b: Intervals) -> tuple[Intervals, Intervals]:
+    """``a`` and ``b`` normalized, for :func:`intersect` and :func:`subtract`; ``b`` is left
+    unread (empty) when ``a`` is empty, since neither then needs it."""
+    a_n = normalize(a)
+    return a_n, (normalize(b) if a_n[0].size else empty())
 
 
 def _intersect_normalized(
@@ -119,10 +123,9 @@ def _intersect_normalized(
 
 def subtract(a: Intervals, b: Intervals) -> Intervals:
     """The parts of ``a`` not covered by ``b``; returns a normalized set."""
-    a_s, a_e = normalize(a)
+    (a_s, a_e), (b_s, b_e) = _normalized_operands(a, b)
     if a_s.size == 0:
         return empty()
-    b_s, b_e = normalize(b)
     if b_s.size == 0:
         return a_s, a_e
     lo = float(min(a_s[0], b_s[0]))
