@@ -70,12 +70,15 @@ from gpuprof.job.replay_compile import ReplayPlan
 from gpuprof.job.replay_run import run_program
 from gpuprof.job.replay_types import Group, JobReplay, RankReplay, WhatIf
 
+# The default change: nothing (one instance, as a default argument is evaluated once).
+UNCHANGED = WhatIf()
+
 
 def replay_job(
     graphs: Sequence[RankGraph],
     groups: Sequence[Group] = (),
     offsets_us: Mapping[int, float] | None = None,
-    whatif: WhatIf = WhatIf(),
+    whatif: WhatIf = UNCHANGED,
     plan: ReplayPlan | None = None,
 ) -> JobReplay:
     """Replay every rank's graph, coupled by ``groups`` (see the module docstring).
