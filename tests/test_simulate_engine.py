@@ -11,8 +11,9 @@ import pytest
 
 from gpuprof.model.report import Cause
 from gpuprof.simulate import comm
-from gpuprof.simulate.engine import COMPUTE_STREAM, Job, Program, RankSim, SimulationError, Timing, run_job
+from gpuprof.simulate.engine import COMPUTE_STREAM, Job, Program, SimulationError, Timing, run_job
 from gpuprof.simulate.kineto import KinetoWriter
+from gpuprof.simulate.rank import RankSim
 from gpuprof.simulate.truth import rank_truth
 
 EXACT = Timing(launch_us=5.0, queue_us=3.0, op_us=10.0, jitter=0.0)

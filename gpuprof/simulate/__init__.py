@@ -22,11 +22,11 @@ from typing import Any
 
 from gpuprof.errors import GpuprofError
 from gpuprof.model.report import Cause
-from gpuprof.simulate.engine import RankSim
 from gpuprof.simulate.fixes import ALL, FREE_HOST, NO_VARIATION, WHATIF_HELP, WHATIFS
 from gpuprof.simulate.job import host_pid, null_writer, simulate_job
 from gpuprof.simulate.kineto import KinetoWriter, TraceWriter
 from gpuprof.simulate.platform import PLATFORMS, Platform
+from gpuprof.simulate.rank import RankSim
 from gpuprof.simulate.scenarios import KNOB_HELP, SCENARIOS, Plan
 from gpuprof.simulate.scenarios_parallel import SLOW_WORKER_KNOBS, UNEVEN_DATA_KNOBS
 from gpuprof.simulate.session import write_session

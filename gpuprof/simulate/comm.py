@@ -14,7 +14,8 @@ from collections.abc import Generator, Mapping, Sequence
 from typing import Any
 
 from gpuprof.model.report import Cause
-from gpuprof.simulate.engine import NCCL_STREAM, P2P_STREAM, RankSim, Wait
+from gpuprof.simulate.engine import NCCL_STREAM, P2P_STREAM, Wait
+from gpuprof.simulate.rank import RankSim
 
 
 def collective(

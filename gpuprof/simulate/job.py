@@ -10,10 +10,11 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 
-from gpuprof.simulate.engine import Job, RankSim, run_job
+from gpuprof.simulate.engine import Job, run_job
 from gpuprof.simulate.kineto import TraceWriter
 from gpuprof.simulate.plan import Plan
 from gpuprof.simulate.platform import Platform
+from gpuprof.simulate.rank import RankSim
 
 
 def host_pid(rank: int) -> int:

@@ -42,7 +42,7 @@ from typing import Any
 
 import msgspec
 
-from gpuprof.simulate.engine import RankSim
+from gpuprof.simulate.rank import RankSim
 
 LANES = ("compute", "pp-comm", "tp-comm", "dp-comm", "misc")
 TRIAL = "sim"

@@ -7,7 +7,8 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from gpuprof.model.report import Cause
-from gpuprof.simulate.engine import Program, RankSim, SimulationError, Timing
+from gpuprof.simulate.engine import Program, SimulationError, Timing
+from gpuprof.simulate.rank import RankSim
 
 
 @dataclass(frozen=True)

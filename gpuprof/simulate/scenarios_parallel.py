@@ -15,7 +15,7 @@ from typing import Any
 from gpuprof.model.report import Cause
 from gpuprof.simulate import comm
 from gpuprof.simulate import workload as wl
-from gpuprof.simulate.engine import COMPUTE_STREAM, Program, RankSim, Wait
+from gpuprof.simulate.engine import COMPUTE_STREAM, Program, Wait
 from gpuprof.simulate.fixes import (
     BALANCED_BATCHES,
     BALANCED_STAGES,
@@ -29,6 +29,7 @@ from gpuprof.simulate.fixes import (
     peer_median,
 )
 from gpuprof.simulate.plan import Plan, check
+from gpuprof.simulate.rank import RankSim
 from gpuprof.simulate.schedules import SCHEDULES, stage_order, theoretical_bubble
 from gpuprof.simulate.workload import ALLGATHER_KERNEL, allreduce, dp_step, ring_us, sharded
 

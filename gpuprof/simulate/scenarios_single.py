@@ -9,9 +9,10 @@ from __future__ import annotations
 
 from gpuprof.model.report import Cause
 from gpuprof.simulate import workload as wl
-from gpuprof.simulate.engine import COMPUTE_STREAM, COPY_STREAM, Program, RankSim, Timing
+from gpuprof.simulate.engine import COMPUTE_STREAM, COPY_STREAM, Program, Timing
 from gpuprof.simulate.fixes import FREE_HOST, FREE_LAUNCHES, NO_ALLOCATOR, NO_DATALOADER, NO_SYNC
 from gpuprof.simulate.plan import Plan, check
+from gpuprof.simulate.rank import RankSim
 from gpuprof.simulate.workload import dp_step
 
 

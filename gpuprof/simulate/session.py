@@ -18,8 +18,8 @@ from gpuprof.model import intervals as iv
 from gpuprof.model.report import Cause
 from gpuprof.session.layout import SESSION_SCHEMA, TRACES_DIR
 from gpuprof.session.writer import SessionWriter
-from gpuprof.simulate.engine import RankSim
 from gpuprof.simulate.kineto import BASE_TIME_NS, CLOCK_ORIGIN_US
+from gpuprof.simulate.rank import RankSim
 
 POLL_S = 0.02  # a fast monitor; NVML's own utilization counters average over ~1/6 s
 MEM_TOTAL_BYTES = 85045346304

@@ -73,7 +73,7 @@ import numpy as np
 from gpuprof.accounting.attribution import PRECEDENCE as ATTRIBUTION_PRECEDENCE
 from gpuprof.model import intervals as iv
 from gpuprof.model.report import CAUSES, Cause
-from gpuprof.simulate.engine import RankSim
+from gpuprof.simulate.rank import RankSim
 
 TRUTH_SCHEMA = "gpuprof.simulate.truth/1"
 # In a subfolder: a tool that reads every *.json of a trace folder as a trace (HTA, a

@@ -38,10 +38,10 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable, Sequence
 from typing import Any
 
-from gpuprof.simulate.engine import RankSim
 from gpuprof.simulate.fixes import ALL, JOB_FIXES, NO_VARIATION, WHATIFS
 from gpuprof.simulate.job import job_step_us
 from gpuprof.simulate.plan import Plan
+from gpuprof.simulate.rank import RankSim
 
 
 def applicable(sims: Sequence[RankSim], plan: Plan, already: Iterable[str] = ()) -> list[str]:

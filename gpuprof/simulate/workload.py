@@ -13,7 +13,7 @@ from typing import Any
 
 from gpuprof.model.report import Cause
 from gpuprof.simulate import comm
-from gpuprof.simulate.engine import Program, RankSim, Wait
+from gpuprof.simulate.engine import Program, Wait
 from gpuprof.simulate.kernels import (  # noqa: F401 (the workload's kernels, named here for the scenarios)
     ADAM,
     ADD,
@@ -30,6 +30,7 @@ from gpuprof.simulate.kernels import (  # noqa: F401 (the workload's kernels, na
     REDUCE_SCATTER_KERNEL,
     TINY,
 )
+from gpuprof.simulate.rank import RankSim
 
 # (operator, kernel, share of the layer's forward time)
 FORWARD_OPS: tuple[tuple[str, str, float], ...] = (
