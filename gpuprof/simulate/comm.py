@@ -10,12 +10,33 @@ they also record the Megatron-style timer op of the transfer.
 
 from __future__ import annotations
 
-from collections.abc import Generator, Mapping, Sequence
+from collections.abc import Generator, Iterator, Mapping, Sequence
+from contextlib import contextmanager
 from typing import Any
 
 from gpuprof.model.report import Cause
 from gpuprof.simulate.engine import NCCL_STREAM, P2P_STREAM, Wait
 from gpuprof.simulate.rank import RankSim
+
+# The NCCL kernels' launch attributes, as Kineto records them (before the call's own args).
+_COLLECTIVE_KERNEL: dict[str, Any] = {
+    "registers per thread": 96,
+    "shared memory": 87568,
+    "blocks per SM": 0.1,
+    "warps per SM": 1.2,
+    "grid": [16, 1, 1],
+    "block": [544, 1, 1],
+    "est. achieved occupancy %": 0,
+}
+_SENDRECV_KERNEL: dict[str, Any] = {
+    **_COLLECTIVE_KERNEL,
+    "shared memory": 35856,
+    "blocks per SM": 0.01,
+    "warps per SM": 0.2,
+    "grid": [1, 1, 1],
+    "block": [640, 1, 1],
+}
+SENDRECV_KERNEL_NAME = "ncclDevKernel_SendRecv(ncclDevKernelArgsStorage<4096ul>)"
 
 
 def collective(
@@ -43,72 +64,17 @@ def collective(
     the transfer time): the wait for late ranks is an untimed gap before the op.
     """
     transfer_us = sim.transfer_us(transfer_us, collective=True)
-    pg_args = {
-        "Process Group Name": pg,
-        "Process Group Description": pg_desc,
-        "Process Group Ranks": str(list(ranks)),
-    }
-    coll_args = {
-        "Collective name": coll,
-        "In msg nelems": nelems,
-        "Out msg nelems": nelems,
-        "Group size": len(ranks),
-        "dtype": dtype,
-        "In split size": "[]",
-        "Out split size": "[]",
-    }
+    comm_args = _comm_args(coll, nelems, dtype, ranks, pg, pg_desc)
     full = ("coll", pg) + tuple(key) if isinstance(key, tuple) else ("coll", pg, key)
-    with (
-        sim.op(op_name),
-        sim.op(
-            "record_param_comms",
-            args={**coll_args, **pg_args, "Global rank start": 0, "Global rank stride": 1},
-        ),
-        sim.op(annotation, cat="user_annotation"),
-    ):
-        sim.idle(sim.jit(6.0))
-        # ProcessGroupNCCL makes the NCCL stream wait for the current stream first
-        sim.runtime("cudaEventRecord", 135, sim.jit(2.0), launch=True)
-        sim.runtime("cudaStreamWaitEvent", 147, sim.jit(1.5), launch=True)
-        corr, t0, t1 = sim.runtime("cudaLaunchKernelExC", 430, sim.jit(8.0), launch=True)
-        arrival = max(
-            t1 + sim.jit(sim.timing.queue_us),
-            sim.stream_free[NCCL_STREAM],
-            sim.compute_stream_ready(),
-        )
+    with _ops(sim, op_name, comm_args, annotation):
+        corr, t0, arrival = _launch(sim, NCCL_STREAM, host_us=6.0, launch_us=8.0)
         sim.job.post(full, sim.rank, arrival, len(ranks), transfer_us)
         yield Wait(full)
         xfer_start, end = sim.job.resolved[full]
         sim.stream_free[NCCL_STREAM] = end
-        if sim.writing:
-            sim.emit_device(
-                "kernel",
-                kernel_name,
-                NCCL_STREAM,
-                arrival,
-                end,
-                corr,
-                t0,
-                {
-                    "registers per thread": 96,
-                    "shared memory": 87568,
-                    "blocks per SM": 0.1,
-                    "warps per SM": 1.2,
-                    "grid": [16, 1, 1],
-                    "block": [544, 1, 1],
-                    "est. achieved occupancy %": 0,
-                    **coll_args,
-                    **pg_args,
-                },
-            )
-            sim.w.device_x(
-                "gpu_user_annotation",
-                annotation,
-                sim.pf.stream(NCCL_STREAM),
-                arrival,
-                end,
-                {"External id": sim.ext},
-            )
+        _write_kernel(
+            sim, kernel_name, NCCL_STREAM, arrival, end, corr, t0, annotation, _COLLECTIVE_KERNEL, comm_args
+        )
         sim.claim(sim.wait_cause, arrival, xfer_start)
         sim.claim(Cause.COMMUNICATION, xfer_start, end)
     if timer is not None:
@@ -141,39 +107,10 @@ def p2p(
     # is global rank 3 sending to 5.
     g_src, g_dst = (list(ranks).index(x) if x in ranks else x for x in (src, dst))
     annotation = f"nccl:send {g_src}->{g_dst}" if kind == "send" else f"nccl:recv {g_dst}<-{g_src}"
-    data_key = ("p2p", src, dst) + (tuple(key) if isinstance(key, tuple) else (key,))
-    coll_args = {
-        "Collective name": kind,
-        "In msg nelems": nelems,
-        "Out msg nelems": nelems,
-        "Group size": len(ranks),
-        "dtype": "BFloat16",
-        "In split size": "[]",
-        "Out split size": "[]",
-    }
-    pg_args = {
-        "Process Group Name": pg,
-        "Process Group Description": "default_pg",
-        "Process Group Ranks": str(list(ranks)),
-    }
-    with (
-        sim.op("c10d::send" if kind == "send" else "c10d::recv_"),
-        sim.op(
-            "record_param_comms",
-            args={**coll_args, **pg_args, "Global rank start": 0, "Global rank stride": 1},
-        ),
-        sim.op(annotation, cat="user_annotation"),
-    ):
-        sim.idle(sim.jit(5.0))
-        # ProcessGroupNCCL makes the NCCL stream wait for the current stream first
-        sim.runtime("cudaEventRecord", 135, sim.jit(2.0), launch=True)
-        sim.runtime("cudaStreamWaitEvent", 147, sim.jit(1.5), launch=True)
-        corr, t0, t1 = sim.runtime("cudaLaunchKernelExC", 430, sim.jit(7.0), launch=True)
-        arrival = max(
-            t1 + sim.jit(sim.timing.queue_us),
-            sim.stream_free[P2P_STREAM],
-            sim.compute_stream_ready(),
-        )
+    data_key = _data_key(src, dst, key)
+    comm_args = _comm_args(kind, nelems, "BFloat16", ranks, pg, "default_pg")
+    with _ops(sim, "c10d::send" if kind == "send" else "c10d::recv_", comm_args, annotation):
+        corr, t0, arrival = _launch(sim, P2P_STREAM, host_us=5.0, launch_us=7.0)
         if kind == "send":
             end = arrival + transfer_us
             sim.job.post_data(data_key, end)
@@ -181,35 +118,18 @@ def p2p(
             yield Wait(data_key)
             end = max(sim.job.resolved[data_key][1], arrival + transfer_us)
         sim.stream_free[P2P_STREAM] = end
-        if sim.writing:
-            sim.emit_device(
-                "kernel",
-                "ncclDevKernel_SendRecv(ncclDevKernelArgsStorage<4096ul>)",
-                P2P_STREAM,
-                arrival,
-                end,
-                corr,
-                t0,
-                {
-                    "registers per thread": 96,
-                    "shared memory": 35856,
-                    "blocks per SM": 0.01,
-                    "warps per SM": 0.2,
-                    "grid": [1, 1, 1],
-                    "block": [640, 1, 1],
-                    "est. achieved occupancy %": 0,
-                    **coll_args,
-                    **pg_args,
-                },
-            )
-            sim.w.device_x(
-                "gpu_user_annotation",
-                annotation,
-                sim.pf.stream(P2P_STREAM),
-                arrival,
-                end,
-                {"External id": sim.ext},
-            )
+        _write_kernel(
+            sim,
+            SENDRECV_KERNEL_NAME,
+            P2P_STREAM,
+            arrival,
+            end,
+            corr,
+            t0,
+            annotation,
+            _SENDRECV_KERNEL,
+            comm_args,
+        )
         sim.claim(Cause.PIPELINE_BUBBLE, arrival, end)
     if timer is not None:
         lane, name, args = timer
@@ -235,19 +155,11 @@ def exchange(
     Returns the call's ``(arrival, end)`` on this rank. The two timer ops (send, receive)
     span the transfer on both ranks; the wait for the peer is a gap before them."""
     transfer_us = sim.transfer_us(transfer_us, collective=False)
-    data_send = ("p2p", sim.rank, peer) + (tuple(send_key) if isinstance(send_key, tuple) else (send_key,))
-    data_recv = ("p2p", peer, sim.rank) + (tuple(recv_key) if isinstance(recv_key, tuple) else (recv_key,))
+    data_send = _data_key(sim.rank, peer, send_key)
+    data_recv = _data_key(peer, sim.rank, recv_key)
     key = ("xchg",) + tuple(sorted((data_send, data_recv), key=repr))
     with sim.op("c10d::batch_isend_irecv"):
-        sim.idle(sim.jit(6.0))
-        sim.runtime("cudaEventRecord", 135, sim.jit(2.0), launch=True)
-        sim.runtime("cudaStreamWaitEvent", 147, sim.jit(1.5), launch=True)
-        _, t0, t1 = sim.runtime("cudaLaunchKernelExC", 430, sim.jit(7.0), launch=True)
-        arrival = max(
-            t1 + sim.jit(sim.timing.queue_us),
-            sim.stream_free[P2P_STREAM],
-            sim.compute_stream_ready(),
-        )
+        _, _, arrival = _launch(sim, P2P_STREAM, host_us=6.0, launch_us=7.0)
         sim.job.post(key, sim.rank, arrival, 2, transfer_us)
         yield Wait(key)
         xfer_start, end = sim.job.resolved[key]
@@ -258,3 +170,91 @@ def exchange(
             sim.timer(lane, name, xfer_start, end, transfer=data, **args)
     sim.deps.append((end, Cause.PIPELINE_BUBBLE))
     return arrival, end
+
+
+def _data_key(src: int, dst: int, key: Any) -> tuple[Any, ...]:
+    """The rendezvous key of the data ``src`` sends ``dst`` under ``key``."""
+    return ("p2p", src, dst) + (tuple(key) if isinstance(key, tuple) else (key,))
+
+
+def _comm_args(
+    kind: str, nelems: int, dtype: str, ranks: Sequence[int], pg: str, pg_desc: str
+) -> tuple[dict[str, Any], dict[str, Any]]:
+    """The call's args as ``record_param_comms`` and the NCCL kernel carry them: the
+    collective's, then its process group's."""
+    coll_args = {
+        "Collective name": kind,
+        "In msg nelems": nelems,
+        "Out msg nelems": nelems,
+        "Group size": len(ranks),
+        "dtype": dtype,
+        "In split size": "[]",
+        "Out split size": "[]",
+    }
+    pg_args = {
+        "Process Group Name": pg,
+        "Process Group Description": pg_desc,
+        "Process Group Ranks": str(list(ranks)),
+    }
+    return coll_args, pg_args
+
+
+@contextmanager
+def _ops(
+    sim: RankSim, op_name: str, comm_args: tuple[dict[str, Any], dict[str, Any]], annotation: str
+) -> Iterator[None]:
+    """The host ranges PyTorch records around an NCCL call: the c10d operator, then
+    ``record_param_comms`` with the call's args, then the ``nccl:*`` annotation."""
+    coll_args, pg_args = comm_args
+    with (
+        sim.op(op_name),
+        sim.op(
+            "record_param_comms",
+            args={**coll_args, **pg_args, "Global rank start": 0, "Global rank stride": 1},
+        ),
+        sim.op(annotation, cat="user_annotation"),
+    ):
+        yield
+
+
+def _launch(sim: RankSim, stream: int, *, host_us: float, launch_us: float) -> tuple[int, float, float]:
+    """The host side of an NCCL call: ``host_us`` in the framework, then ProcessGroupNCCL
+    makes the NCCL stream wait for the current stream (an event recorded and waited for)
+    and launches the kernel. Returns the launch's correlation id and start, and when the
+    kernel can start on ``stream``: after the launch, the stream's last op and the compute
+    stream (with what it was made to wait for)."""
+    sim.idle(sim.jit(host_us))
+    sim.runtime("cudaEventRecord", 135, sim.jit(2.0), launch=True)
+    sim.runtime("cudaStreamWaitEvent", 147, sim.jit(1.5), launch=True)
+    corr, t0, t1 = sim.runtime("cudaLaunchKernelExC", 430, sim.jit(launch_us), launch=True)
+    arrival = max(
+        t1 + sim.jit(sim.timing.queue_us),
+        sim.stream_free[stream],
+        sim.compute_stream_ready(),
+    )
+    return corr, t0, arrival
+
+
+def _write_kernel(
+    sim: RankSim,
+    name: str,
+    stream: int,
+    start: float,
+    end: float,
+    corr: int,
+    t_launch: float,
+    annotation: str,
+    launch_args: Mapping[str, Any],
+    comm_args: tuple[dict[str, Any], dict[str, Any]],
+) -> None:
+    """The NCCL kernel on the device, with the call's args, and the ``nccl:*`` annotation
+    over it on the same stream."""
+    if not sim.writing:
+        return
+    coll_args, pg_args = comm_args
+    sim.emit_device(
+        "kernel", name, stream, start, end, corr, t_launch, {**launch_args, **coll_args, **pg_args}
+    )
+    sim.w.device_x(
+        "gpu_user_annotation", annotation, sim.pf.stream(stream), start, end, {"External id": sim.ext}
+    )

@@ -231,67 +231,16 @@ class KinetoWriter:
     def close(self, *, start_us: float, end_us: float, trace_name: str) -> None:
         """Write metadata events and the trailer keys, then move the file into place."""
         meta_ts = _ts(start_us)
-        self.event(
-            {
-                "name": "process_name",
-                "ph": "M",
-                "ts": meta_ts,
-                "pid": self.pid,
-                "tid": 0,
-                "args": {"name": "python3"},
-            }
-        )
-        self.event(
-            {
-                "name": "process_labels",
-                "ph": "M",
-                "ts": meta_ts,
-                "pid": self.pid,
-                "tid": 0,
-                "args": {"labels": "CPU"},
-            }
-        )
-        self.event(
-            {
-                "name": "process_name",
-                "ph": "M",
-                "ts": meta_ts,
-                "pid": self.device,
-                "tid": 0,
-                "args": {"name": "python3"},
-            }
-        )
-        self.event(
-            {
-                "name": "process_labels",
-                "ph": "M",
-                "ts": meta_ts,
-                "pid": self.device,
-                "tid": 0,
-                "args": {"labels": f"GPU {self.device}"},
-            }
-        )
-        for (pid, tid), name in sorted(self._threads.items()):
-            self.event(
-                {
-                    "name": "thread_name",
-                    "ph": "M",
-                    "ts": meta_ts,
-                    "pid": pid,
-                    "tid": tid,
-                    "args": {"name": name},
-                }
-            )
-            self.event(
-                {
-                    "name": "thread_sort_index",
-                    "ph": "M",
-                    "ts": meta_ts,
-                    "pid": pid,
-                    "tid": tid,
-                    "args": {"sort_index": tid},
-                }
-            )
+
+        def meta(name: str, pid: int, tid: int, args: dict[str, Any]) -> None:
+            self.event({"name": name, "ph": "M", "ts": meta_ts, "pid": pid, "tid": tid, "args": args})
+
+        for pid, labels in ((self.pid, "CPU"), (self.device, f"GPU {self.device}")):
+            meta("process_name", pid, 0, {"name": "python3"})
+            meta("process_labels", pid, 0, {"labels": labels})
+        for (pid, tid), thread in sorted(self._threads.items()):
+            meta("thread_name", pid, tid, {"name": thread})
+            meta("thread_sort_index", pid, tid, {"sort_index": tid})
         self.event(
             {
                 "ph": "X",
