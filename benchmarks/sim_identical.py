@@ -14,7 +14,8 @@ SHA-256 of every file (of its decompressed content for ``.gz``) goes into
 ``DIR/hashes.json``, together with the text ``gpuprof simulate --help`` and ``--list``
 print, every scenario's knobs, and the one-line message of each of a set of bad inputs.
 
-``compare`` lists every case whose files, text or message differ and exits 1 if any do:
+``compare`` lists every case whose files, text or message differ and exits 1 if any do
+(after a ``save --only TEXT``, only the cases both saved are compared):
 use it for a change that must leave what the simulator writes alone (a refactor, a speed
 change). A change that means to move the traces shows here which cases it moved.
 """
@@ -184,6 +185,7 @@ def save(dest: Path, only: str | None) -> int:
         hashes[name] = {str(p.relative_to(out)): _digest(p) for p in sorted(out.rglob("*")) if p.is_file()}
         print(f"{name:55s} {len(hashes[name]):3d} files {time.perf_counter() - t0:6.2f} s", flush=True)
     doc = {
+        "only": only,
         "cases": hashes,
         "texts": {k: hashlib.sha256(v.encode()).hexdigest() for k, v in _texts().items()},
         "refusals": _refusals(),
@@ -200,8 +202,11 @@ def compare(before: Path, after: Path) -> int:
     a = json.loads((before / "hashes.json").read_text())
     b = json.loads((after / "hashes.json").read_text())
     bad = 0
+    partial = a.get("only") or b.get("only")
     for section in ("cases", "texts", "refusals"):
         x, y = a.get(section, {}), b.get(section, {})
+        if section == "cases" and partial:  # a save --only: compare the cases both ran
+            x, y = ({k: v for k, v in d.items() if k in x and k in y} for d in (x, y))
         for key in sorted(set(x) | set(y)):
             if key not in y:
                 print(f"{section}/{key}: only before")
@@ -218,10 +223,13 @@ def compare(before: Path, after: Path) -> int:
                     print(f"refusals/{key}:\n   before: {x[key]}\n   after:  {y[key]}")
                 else:
                     print(f"texts/{key} differs (see text-{key}.txt in both folders)")
-    n_files = sum(len(h) for h in a.get("cases", {}).values())
-    total = len(a.get("cases", {})) + len(a.get("texts", {})) + len(a.get("refusals", {}))
+    cases = a.get("cases", {})
+    if partial:
+        cases = {k: v for k, v in cases.items() if k in b.get("cases", {})}
+    n_files = sum(len(h) for h in cases.values())
+    total = len(cases) + len(a.get("texts", {})) + len(a.get("refusals", {}))
     print(
-        f"{total - bad} of {total} identical ({len(a.get('cases', {}))} cases, {n_files} files, "
+        f"{total - bad} of {total} identical ({len(cases)} cases, {n_files} files, "
         f"{len(a.get('texts', {}))} texts, {len(a.get('refusals', {}))} refusals)"
         + (f"; {bad} differ" if bad else "")
     )

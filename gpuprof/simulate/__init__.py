@@ -11,11 +11,28 @@ HIP and RCCL names), ``layout`` (``kineto``, or ``megatron`` for pipeline scenar
 op-level timer timeline of the whole job, :mod:`gpuprof.simulate.megatron`), ``whatif``
 (write the job with one fix of :mod:`gpuprof.simulate.fixes` applied, or ``all``) and
 ``whatifs`` (compute the what-if truth, :mod:`gpuprof.simulate.whatif`).
+
+The modules, by job:
+
+* the scenarios: :mod:`~gpuprof.simulate.scenarios` declares every one (:data:`SCENARIOS`,
+  :data:`KNOB_HELP`) as a :class:`~gpuprof.simulate.scenario.Scenario` (a function of
+  knobs, presets, description, layout; knob parsing and the step loop shared by all);
+  their functions are in ``scenarios_single`` (one rank), ``scenarios_dp`` (data
+  parallel, stragglers, RL) and ``scenarios_pipeline`` (the pipeline's program), with
+  ``pipeline_job`` (the pipeline's ranks, groups, work and what its fixes change) and
+  ``schedules``; each returns a :class:`~gpuprof.simulate.plan.Plan`;
+* the model they are written in: ``workload`` (a transformer's operators and kernels, a
+  training step, DDP), ``comm`` (NCCL collectives and point-to-point transfers), ``kernels``;
+* the simulator: ``engine`` (the event loop and rendezvous), ``host`` (a rank's host
+  thread, its clock and the ground truth's bookkeeping), ``rank`` (its device streams),
+  ``job`` (one run of a plan);
+* what is written: ``kineto`` and ``platform`` (traces, CUDA or ROCm names), ``megatron``
+  (the op-level timeline), ``session`` (a ``gpuprof run`` folder), ``truth`` (the ground
+  truth), ``fixes`` and ``whatif`` (the what-if fixes and their true savings).
 """
 
 from __future__ import annotations
 
-import inspect
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
@@ -27,8 +44,8 @@ from gpuprof.simulate.job import host_pid, null_writer, simulate_job
 from gpuprof.simulate.kineto import KinetoWriter, TraceWriter
 from gpuprof.simulate.platform import PLATFORMS, Platform
 from gpuprof.simulate.rank import RankSim
+from gpuprof.simulate.scenario import Scenario
 from gpuprof.simulate.scenarios import KNOB_HELP, SCENARIOS, Plan
-from gpuprof.simulate.scenarios_parallel import SLOW_WORKER_KNOBS, UNEVEN_DATA_KNOBS
 from gpuprof.simulate.session import write_session
 from gpuprof.simulate.truth import (
     OLD_TRUTH_FILE,
@@ -55,21 +72,14 @@ __all__ = [
     "knobs_of",
     "prepare",
     "read_truth",
-    "truth_path",
     "resolve_knobs",
+    "truth_path",
 ]
 
 LAYOUTS = ("kineto", "megatron")
 
-# Scenarios that are another one with different defaults.
-_VARIANTS: dict[str, tuple[str, dict[str, Any]]] = {
-    "dp_exposed": ("data_parallel", {"link_gbs": 5.0}),
-    "dp_overlapped": ("data_parallel", {"link_gbs": 200.0}),
-    "megatron_slow_worker": ("pipeline", SLOW_WORKER_KNOBS),
-    "megatron_uneven_data": ("pipeline", UNEVEN_DATA_KNOBS),
-}
 # Scenarios written as an op-level timeline unless told otherwise.
-DEFAULT_LAYOUT: dict[str, str] = {"megatron_slow_worker": "megatron", "megatron_uneven_data": "megatron"}
+DEFAULT_LAYOUT: dict[str, str] = {n: s.layout for n, s in SCENARIOS.items() if s.layout != "kineto"}
 
 
 def layout_of(scenario: str, layout: str | None) -> str:
@@ -77,54 +87,21 @@ def layout_of(scenario: str, layout: str | None) -> str:
     return layout or DEFAULT_LAYOUT.get(scenario, "kineto")
 
 
+def _scenario(name: str) -> Scenario:
+    if name not in SCENARIOS:
+        raise GpuprofError(f"unknown scenario {name!r}; known: {', '.join(SCENARIOS)}")
+    return SCENARIOS[name]
+
+
 def knobs_of(scenario: str) -> dict[str, Any]:
     """The knobs of a scenario and their defaults (``seed`` is separate)."""
-    if scenario not in SCENARIOS:
-        raise GpuprofError(f"unknown scenario {scenario!r}; known: {', '.join(SCENARIOS)}")
-    base, overrides = _VARIANTS.get(scenario, (scenario, {}))
-    from gpuprof.simulate import scenarios as sc
-
-    fn = getattr(sc, base)
-    knobs = {
-        n: p.default
-        for n, p in inspect.signature(fn).parameters.items()
-        if p.kind is p.KEYWORD_ONLY and n != "seed"
-    }
-    knobs.update(overrides)
-    return knobs
-
-
-def _coerce(scenario: str, name: str, value: Any, default: Any) -> Any:
-    """Turn a knob value (possibly a command-line string) into the default's type."""
-    try:
-        if isinstance(default, bool):
-            if isinstance(value, str):
-                if value.lower() in ("1", "true", "yes", "on"):
-                    return True
-                if value.lower() in ("0", "false", "no", "off"):
-                    return False
-                raise ValueError(value)
-            return bool(value)
-        if isinstance(default, int):
-            return int(value)
-        if isinstance(default, float):
-            return float(value)
-        return str(value)
-    except (TypeError, ValueError):
-        raise GpuprofError(
-            f"{scenario}: knob {name} expects a {type(default).__name__}, got {value!r}"
-        ) from None
+    return dict(_scenario(scenario).knobs)
 
 
 def resolve_knobs(scenario: str, knobs: Mapping[str, Any]) -> dict[str, Any]:
-    defaults = knobs_of(scenario)
-    unknown = sorted(set(knobs) - set(defaults))
-    if unknown:
-        raise GpuprofError(f"{scenario}: unknown knob(s) {', '.join(unknown)}; known: {', '.join(defaults)}")
-    out = dict(defaults)
-    for k, v in knobs.items():
-        out[k] = _coerce(scenario, k, v, defaults[k])
-    return out
+    """Every knob of ``scenario``: its default, or the value in ``knobs`` read as the
+    default's type. Raises :class:`GpuprofError` for an unknown knob or a bad value."""
+    return _scenario(scenario).resolve(knobs)
 
 
 def prepare(
@@ -151,10 +128,7 @@ def prepare(
             "free_host is simulated only for the what-if truth: a host that costs nothing leaves no host "
             "timeline to write (--whatif all writes every other applicable fix)"
         )
-    call = dict(params)
-    if "seed" in inspect.signature(_base_fn(scenario)).parameters:
-        call["seed"] = seed
-    plan: Plan = SCENARIOS[scenario](**call)
+    plan = SCENARIOS[scenario].plan(params, seed)
     if layout == "megatron" and (plan.parallel is None or plan.session):
         raise GpuprofError(f"{scenario}: the megatron layout is for pipeline scenarios (try: pipeline)")
     if layout != "megatron" and params.get("batched_p2p"):
@@ -307,8 +281,3 @@ def _distributed_info(plan: Plan, rank: int, pf: Platform) -> dict[str, Any] | N
         "nccl_version": "2.22.3" if pf.rocm else "2.21.5",
     }
 
-
-def _base_fn(scenario: str) -> Any:
-    from gpuprof.simulate import scenarios as sc
-
-    return getattr(sc, _VARIANTS.get(scenario, (scenario, {}))[0])

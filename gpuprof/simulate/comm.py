@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from collections.abc import Generator, Iterator, Mapping, Sequence
 from contextlib import contextmanager
-from typing import Any
+from typing import Any, NamedTuple
 
 from gpuprof.model.report import Cause
 from gpuprof.simulate.engine import NCCL_STREAM, P2P_STREAM, Wait
@@ -64,17 +64,16 @@ def collective(
     the transfer time): the wait for late ranks is an untimed gap before the op.
     """
     transfer_us = sim.transfer_us(transfer_us, collective=True)
-    comm_args = _comm_args(coll, nelems, dtype, ranks, pg, pg_desc)
+    call_args = _call_args(coll, nelems, dtype, ranks, pg, pg_desc)
     full = ("coll", pg) + tuple(key) if isinstance(key, tuple) else ("coll", pg, key)
-    with _ops(sim, op_name, comm_args, annotation):
-        corr, t0, arrival = _launch(sim, NCCL_STREAM, host_us=6.0, launch_us=8.0)
+    with _ops(sim, op_name, call_args, annotation):
+        launch = _launch(sim, NCCL_STREAM, host_us=6.0, launch_us=8.0)
+        arrival = launch.arrival
         sim.job.post(full, sim.rank, arrival, len(ranks), transfer_us)
         yield Wait(full)
         xfer_start, end = sim.job.resolved[full]
         sim.stream_free[NCCL_STREAM] = end
-        _write_kernel(
-            sim, kernel_name, NCCL_STREAM, arrival, end, corr, t0, annotation, _COLLECTIVE_KERNEL, comm_args
-        )
+        _write_kernel(sim, launch, end, kernel_name, annotation, {**_COLLECTIVE_KERNEL, **call_args})
         sim.claim(sim.wait_cause, arrival, xfer_start)
         sim.claim(Cause.COMMUNICATION, xfer_start, end)
     if timer is not None:
@@ -108,9 +107,10 @@ def p2p(
     g_src, g_dst = (list(ranks).index(x) if x in ranks else x for x in (src, dst))
     annotation = f"nccl:send {g_src}->{g_dst}" if kind == "send" else f"nccl:recv {g_dst}<-{g_src}"
     data_key = _data_key(src, dst, key)
-    comm_args = _comm_args(kind, nelems, "BFloat16", ranks, pg, "default_pg")
-    with _ops(sim, "c10d::send" if kind == "send" else "c10d::recv_", comm_args, annotation):
-        corr, t0, arrival = _launch(sim, P2P_STREAM, host_us=5.0, launch_us=7.0)
+    call_args = _call_args(kind, nelems, "BFloat16", ranks, pg, "default_pg")
+    with _ops(sim, "c10d::send" if kind == "send" else "c10d::recv_", call_args, annotation):
+        launch = _launch(sim, P2P_STREAM, host_us=5.0, launch_us=7.0)
+        arrival = launch.arrival
         if kind == "send":
             end = arrival + transfer_us
             sim.job.post_data(data_key, end)
@@ -118,18 +118,7 @@ def p2p(
             yield Wait(data_key)
             end = max(sim.job.resolved[data_key][1], arrival + transfer_us)
         sim.stream_free[P2P_STREAM] = end
-        _write_kernel(
-            sim,
-            SENDRECV_KERNEL_NAME,
-            P2P_STREAM,
-            arrival,
-            end,
-            corr,
-            t0,
-            annotation,
-            _SENDRECV_KERNEL,
-            comm_args,
-        )
+        _write_kernel(sim, launch, end, SENDRECV_KERNEL_NAME, annotation, {**_SENDRECV_KERNEL, **call_args})
         sim.claim(Cause.PIPELINE_BUBBLE, arrival, end)
     if timer is not None:
         lane, name, args = timer
@@ -159,7 +148,7 @@ def exchange(
     data_recv = _data_key(peer, sim.rank, recv_key)
     key = ("xchg",) + tuple(sorted((data_send, data_recv), key=repr))
     with sim.op("c10d::batch_isend_irecv"):
-        _, _, arrival = _launch(sim, P2P_STREAM, host_us=6.0, launch_us=7.0)
+        arrival = _launch(sim, P2P_STREAM, host_us=6.0, launch_us=7.0).arrival
         sim.job.post(key, sim.rank, arrival, 2, transfer_us)
         yield Wait(key)
         xfer_start, end = sim.job.resolved[key]
@@ -177,12 +166,12 @@ def _data_key(src: int, dst: int, key: Any) -> tuple[Any, ...]:
     return ("p2p", src, dst) + (tuple(key) if isinstance(key, tuple) else (key,))
 
 
-def _comm_args(
+def _call_args(
     kind: str, nelems: int, dtype: str, ranks: Sequence[int], pg: str, pg_desc: str
-) -> tuple[dict[str, Any], dict[str, Any]]:
+) -> dict[str, Any]:
     """The call's args as ``record_param_comms`` and the NCCL kernel carry them: the
     collective's, then its process group's."""
-    coll_args = {
+    return {
         "Collective name": kind,
         "In msg nelems": nelems,
         "Out msg nelems": nelems,
@@ -190,39 +179,36 @@ def _comm_args(
         "dtype": dtype,
         "In split size": "[]",
         "Out split size": "[]",
-    }
-    pg_args = {
         "Process Group Name": pg,
         "Process Group Description": pg_desc,
         "Process Group Ranks": str(list(ranks)),
     }
-    return coll_args, pg_args
 
 
 @contextmanager
-def _ops(
-    sim: RankSim, op_name: str, comm_args: tuple[dict[str, Any], dict[str, Any]], annotation: str
-) -> Iterator[None]:
+def _ops(sim: RankSim, op_name: str, call_args: Mapping[str, Any], annotation: str) -> Iterator[None]:
     """The host ranges PyTorch records around an NCCL call: the c10d operator, then
     ``record_param_comms`` with the call's args, then the ``nccl:*`` annotation."""
-    coll_args, pg_args = comm_args
     with (
         sim.op(op_name),
-        sim.op(
-            "record_param_comms",
-            args={**coll_args, **pg_args, "Global rank start": 0, "Global rank stride": 1},
-        ),
+        sim.op("record_param_comms", args={**call_args, "Global rank start": 0, "Global rank stride": 1}),
         sim.op(annotation, cat="user_annotation"),
     ):
         yield
 
 
-def _launch(sim: RankSim, stream: int, *, host_us: float, launch_us: float) -> tuple[int, float, float]:
+class _Launch(NamedTuple):
+    stream: int  # the stream the kernel runs on
+    corr: int  # the launch's correlation id
+    t_launch: float  # when the launch call started on the host
+    arrival: float  # when the kernel can start on its stream
+
+
+def _launch(sim: RankSim, stream: int, *, host_us: float, launch_us: float) -> _Launch:
     """The host side of an NCCL call: ``host_us`` in the framework, then ProcessGroupNCCL
     makes the NCCL stream wait for the current stream (an event recorded and waited for)
-    and launches the kernel. Returns the launch's correlation id and start, and when the
-    kernel can start on ``stream``: after the launch, the stream's last op and the compute
-    stream (with what it was made to wait for)."""
+    and launches the kernel, which can start on ``stream`` after the launch, the stream's
+    last op and the compute stream (with what it was made to wait for)."""
     sim.idle(sim.jit(host_us))
     sim.runtime("cudaEventRecord", 135, sim.jit(2.0), launch=True)
     sim.runtime("cudaStreamWaitEvent", 147, sim.jit(1.5), launch=True)
@@ -232,29 +218,16 @@ def _launch(sim: RankSim, stream: int, *, host_us: float, launch_us: float) -> t
         sim.stream_free[stream],
         sim.compute_stream_ready(),
     )
-    return corr, t0, arrival
+    return _Launch(stream, corr, t0, arrival)
 
 
 def _write_kernel(
-    sim: RankSim,
-    name: str,
-    stream: int,
-    start: float,
-    end: float,
-    corr: int,
-    t_launch: float,
-    annotation: str,
-    launch_args: Mapping[str, Any],
-    comm_args: tuple[dict[str, Any], dict[str, Any]],
+    sim: RankSim, launch: _Launch, end: float, name: str, annotation: str, args: Mapping[str, Any]
 ) -> None:
-    """The NCCL kernel on the device, with the call's args, and the ``nccl:*`` annotation
-    over it on the same stream."""
+    """The NCCL kernel of ``launch`` on the device until ``end``, with ``args``, and the
+    ``nccl:*`` annotation over it on the same stream."""
     if not sim.writing:
         return
-    coll_args, pg_args = comm_args
-    sim.emit_device(
-        "kernel", name, stream, start, end, corr, t_launch, {**launch_args, **coll_args, **pg_args}
-    )
-    sim.w.device_x(
-        "gpu_user_annotation", annotation, sim.pf.stream(stream), start, end, {"External id": sim.ext}
-    )
+    start, stream = launch.arrival, launch.stream
+    sim.emit_device("kernel", name, stream, start, end, launch.corr, launch.t_launch, args)
+    sim.w.device_x("gpu_user_annotation", annotation, sim.pf.stream(stream), start, end, {"External id": sim.ext})

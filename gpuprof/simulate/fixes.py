@@ -5,12 +5,12 @@ time with the original's gives the what-if's true saving (:mod:`gpuprof.simulate
 The names are shared with the analyzer's what-if replay, so that each recommendation's
 estimate can be checked against the simulated truth of the same what-if.
 
-Engine-level fixes act in :mod:`gpuprof.simulate.engine` and :mod:`gpuprof.simulate.comm`
-on every scenario; job-level fixes (:data:`JOB_FIXES`) change what a scenario's ranks
-compute and are applied by the scenarios that have such work. A fix never changes how many
-random draws a rank makes (a removed call still draws its jitter), except
-``double_microbatches``, which runs more operations; each rank draws from streams of its
-own per purpose and step, so that even then only that step's draws of that purpose move.
+Engine-level fixes act in :mod:`gpuprof.simulate.host`, :mod:`gpuprof.simulate.rank` and
+:mod:`gpuprof.simulate.comm` on every scenario; job-level fixes (:data:`JOB_FIXES`) change
+what a scenario's ranks compute and are applied by the scenarios that have such work. A fix
+never changes how many random draws a rank makes (a removed call still draws its jitter),
+except ``double_microbatches``, which runs more operations; each rank draws from streams of
+its own per purpose and step, so that even then only that step's draws of that purpose move.
 """
 
 from __future__ import annotations

@@ -1,30 +1,28 @@
-"""The simulated scenarios: one function per kind of waste, taking real knobs.
+"""Every scenario, declared in one place: :data:`SCENARIOS`, and what each knob means.
 
-Each function returns a :class:`~gpuprof.simulate.plan.Plan`: how many ranks, the program
-each rank runs, and what the scenario is built to show (the expected top cause and the
-ranks where it originates). Knobs are keyword arguments with defaults; their units are in
-their names (``_ms``, ``_us``, ``_mb`` for megabytes, ``_gbs`` for gigabytes per second)
-and their meaning in :data:`KNOB_HELP`. Single-rank scenarios live in
-:mod:`~gpuprof.simulate.scenarios_single`, the others in
-:mod:`~gpuprof.simulate.scenarios_parallel`.
+A scenario is a :class:`~gpuprof.simulate.scenario.Scenario`: a function of keyword-only
+knobs that returns a :class:`~gpuprof.simulate.plan.Plan` (how many ranks, the program
+each rank runs, what the scenario is built to show: the expected top cause and the ranks
+where it originates), or such a function with other defaults (a preset), with its
+description and the layout it is written in. Knob units are in their names (``_ms``,
+``_us``, ``_mb`` for megabytes, ``_gbs`` for gigabytes per second) and their meaning in
+:data:`KNOB_HELP`. The functions: single-rank scenarios in
+:mod:`~gpuprof.simulate.scenarios_single`, data-parallel ones in
+:mod:`~gpuprof.simulate.scenarios_dp`, the pipeline in
+:mod:`~gpuprof.simulate.scenarios_pipeline`.
+
+Adding a scenario: write its function (knobs as keyword-only parameters with defaults,
+checked with :func:`~gpuprof.simulate.plan.check`; the program from
+:func:`~gpuprof.simulate.scenario.each_step`), list it below, describe any new knob in
+:data:`KNOB_HELP`.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable
-
 from gpuprof.simulate.plan import Plan
-from gpuprof.simulate.scenarios_parallel import (
-    data_parallel,
-    dp_exposed,
-    dp_overlapped,
-    imbalance,
-    megatron_slow_worker,
-    megatron_uneven_data,
-    pipeline,
-    rl_post_training,
-    straggler,
-)
+from gpuprof.simulate.scenario import Scenario
+from gpuprof.simulate.scenarios_dp import data_parallel, imbalance, rl_post_training, straggler
+from gpuprof.simulate.scenarios_pipeline import pipeline
 from gpuprof.simulate.scenarios_single import (
     alloc_churn,
     healthy,
@@ -35,7 +33,7 @@ from gpuprof.simulate.scenarios_single import (
 )
 from gpuprof.simulate.schedules import SCHEDULES
 
-__all__ = ["KNOB_HELP", "SCENARIOS", "Plan", "data_parallel"]
+__all__ = ["KNOB_HELP", "SCENARIOS", "Plan", "Scenario", "data_parallel"]
 
 KNOB_HELP: dict[str, str] = {
     "ranks": "number of ranks (GPUs), one trace each",
@@ -48,7 +46,6 @@ KNOB_HELP: dict[str, str] = {
     "buckets": "DDP gradient buckets per step",
     "link_gbs": "link bandwidth between ranks, gigabytes per second",
     "stages": "pipeline stages (one rank each)",
-    "dp": "data-parallel replicas of the pipeline (ranks = stages x dp)",
     "microbatches": "microbatches per step",
     "schedule": "pipeline schedule: " + ", ".join(SCHEDULES),
     "chunks": "model chunks per stage (interleaved schedule only)",
@@ -84,19 +81,71 @@ KNOB_HELP: dict[str, str] = {
 }
 
 
-SCENARIOS: dict[str, Callable[..., Plan]] = {
-    "healthy": healthy,
-    "pipeline": pipeline,
-    "dp_exposed": dp_exposed,
-    "dp_overlapped": dp_overlapped,
-    "straggler": straggler,
-    "imbalance": imbalance,
-    "memory_pressure": memory_pressure,
-    "input_bound": input_bound,
-    "sync_heavy": sync_heavy,
-    "launch_bound": launch_bound,
-    "alloc_churn": alloc_churn,
-    "rl_post_training": rl_post_training,
-    "megatron_slow_worker": megatron_slow_worker,
-    "megatron_uneven_data": megatron_uneven_data,
+# The scenarios, in the order `gpuprof simulate --list` shows them.
+SCENARIOS: dict[str, Scenario] = {
+    s.name: s
+    for s in (
+        Scenario(healthy),
+        Scenario(pipeline),
+        Scenario(
+            data_parallel,
+            name="dp_exposed",
+            presets={"link_gbs": 5.0},
+            doc="Data parallel over slow links (5 GB/s): the gradient all-reduce is exposed.",
+        ),
+        Scenario(
+            data_parallel,
+            name="dp_overlapped",
+            presets={"link_gbs": 200.0},
+            doc="Data parallel over NVLink-class links: the all-reduce hides behind backward.",
+        ),
+        Scenario(straggler),
+        Scenario(imbalance),
+        Scenario(memory_pressure),
+        Scenario(input_bound),
+        Scenario(sync_heavy),
+        Scenario(launch_bound),
+        Scenario(alloc_churn),
+        Scenario(rl_post_training),
+        # The two large 3D-parallel jobs of issue 19, as real exports record them.
+        Scenario(
+            pipeline,
+            name="megatron_slow_worker",
+            layout="megatron",
+            presets={
+                "batched_p2p": True,
+                "stages": 4,
+                "dp": 4,
+                "tp": 4,
+                "microbatches": 32,
+                "slow_rank": 0,
+                "slowdown": 2.5,
+                "dist_opt": True,
+                "tied_embeddings": True,
+            },
+            doc="PP 4 x DP 4 x TP 4 (the timeline holds TP rank 0 of each position), 32 microbatches: one "
+            "worker (DP 0, stage 0) computes 2.5x slower; the other replicas finish early and wait, "
+            "untimed, before the end-of-step collectives.",
+        ),
+        Scenario(
+            pipeline,
+            name="megatron_uneven_data",
+            layout="megatron",
+            presets={
+                "batched_p2p": True,
+                "stages": 2,
+                "dp": 32,
+                "microbatches": 8,
+                "steps": 3,
+                "seq_cv": 0.3,
+                "slow_stage": 1,
+                "slowdown": 1.5,
+                "dist_opt": True,
+                "tied_embeddings": True,
+            },
+            doc="PP 2 x DP 32: sequence lengths vary from batch to batch (each microbatch's work, CV 0.3), "
+            "so the slowest replica changes every step, and the last stage (loss, head) has 1.5x the "
+            "work of the first.",
+        ),
+    )
 }

@@ -2,60 +2,39 @@
 launch-bound.
 
 Each function takes the scenario's knobs (units in their names, meanings in
-:data:`gpuprof.simulate.scenarios.KNOB_HELP`) and returns a :class:`Plan`.
+:data:`gpuprof.simulate.scenarios.KNOB_HELP`) and returns a :class:`Plan` whose program
+runs :func:`~gpuprof.simulate.scenario.each_step` of the scenario's work.
 """
 
 from __future__ import annotations
 
+from functools import partial
+
 from gpuprof.model.report import Cause
 from gpuprof.simulate import workload as wl
-from gpuprof.simulate.engine import COMPUTE_STREAM, COPY_STREAM, Program, Timing
+from gpuprof.simulate.engine import COMPUTE_STREAM, COPY_STREAM, Timing
 from gpuprof.simulate.fixes import FREE_HOST, FREE_LAUNCHES, NO_ALLOCATOR, NO_DATALOADER, NO_SYNC
 from gpuprof.simulate.plan import Plan, check
 from gpuprof.simulate.rank import RankSim
-from gpuprof.simulate.workload import dp_step
+from gpuprof.simulate.scenario import each_step
+from gpuprof.simulate.workload import DataParallel
 
 
 def healthy(
-    *,
-    ranks: int = 1,
-    steps: int = 3,
-    layers: int = 8,
-    layer_ms: float = 1.5,
-    link_gbs: float = 200.0,
-    grad_mb: float = 100.0,
-    buckets: int = 4,
-) -> Plan:
+    *, ranks: int = 1, steps: int = 3, layers: int = 8, layer_ms: float = 1.5,
+    link_gbs: float = 200.0, grad_mb: float = 100.0, buckets: int = 4,
+) -> Plan:  # fmt: skip
     """A well-fed, compute-bound run: nothing worth fixing."""
     check(ranks >= 1 and steps >= 1 and layers >= 1, "ranks, steps and layers must be at least 1")
-
-    def program(sim: RankSim) -> Program:
-        for s in range(steps):
-            with sim.step(s + 1):
-                yield from dp_step(
-                    sim,
-                    s,
-                    ranks=ranks,
-                    layers=layers,
-                    layer_us=layer_ms * 1e3,
-                    grad_mb=grad_mb,
-                    buckets=buckets,
-                    link_gbs=link_gbs,
-                )
-
-    return Plan(ranks, program, {"intended": None})  # nothing intended: "all" is its what-if
+    ddp = DataParallel(ranks, layers, layer_ms * 1e3, grad_mb, buckets, link_gbs)
+    # nothing intended: "all" is its what-if
+    return Plan(ranks, each_step(steps, ddp.step), {"intended": None})
 
 
 def memory_pressure(
-    *,
-    steps: int = 3,
-    layers: int = 8,
-    layer_ms: float = 1.0,
-    flush: bool = True,
-    mallocs: int = 12,
-    offload_mb: float = 64.0,
-    pageable_mb: float = 64.0,
-) -> Plan:
+    *, steps: int = 3, layers: int = 8, layer_ms: float = 1.0,
+    flush: bool = True, mallocs: int = 12, offload_mb: float = 64.0, pageable_mb: float = 64.0,
+) -> Plan:  # fmt: skip
     """Memory pressure: allocator flush and retries, activation offload, pageable copies."""
     check(
         mallocs >= 0 and offload_mb >= 0 and pageable_mb >= 0,
@@ -63,144 +42,108 @@ def memory_pressure(
     )
     layer_us = layer_ms * 1e3
 
-    def program(sim: RankSim) -> Program:
-        for s in range(steps):
-            with sim.step(s + 1):
-                if s == 0:
-                    sim.memory(int(70e9), int(76e9))  # weights, grads, optimizer state: a nearly full GPU
-                if flush:
-                    # A cudaMalloc fails (out of memory); the allocator frees its cached blocks
-                    # (cudaFree synchronizes the device) and retries.
-                    with sim.op("aten::empty_strided"):
-                        sim.cuda_malloc(sim.jit(30.0))
-                        for _ in range(4):
-                            sim.cuda_free(sim.jit(600.0))
-                        sim.memory(0, -int(6e9))
-                        sim.cuda_malloc(sim.jit(500.0))
-                for _ in range(mallocs):
-                    with sim.op("aten::empty_strided"):
-                        sim.cuda_malloc(sim.jit(350.0))
-                        sim.memory(0, int(6e9) // max(mallocs, 1))
-                sim.dataloader_next(40.0)
-                if pageable_mb > 0:
-                    with sim.op("aten::copy_"):
-                        sim.memcpy("HtoD", int(pageable_mb * 1e6), pinned=False, bw_gbps=6.0)
-                fetched: list[float] = []
-                for _ in range(layers):
-                    wl.forward_layer(sim, layer_us)
-                    sim.memory(int(400e6))
-                    if offload_mb > 0:
-                        with sim.op("aten::copy_"):  # save_on_cpu / activation offload
-                            sim.memcpy(
-                                "DtoH",
-                                int(offload_mb * 1e6),
-                                pinned=True,
-                                bw_gbps=12.0,
-                                stream=COPY_STREAM,
-                                deps=[(sim.stream_free[COMPUTE_STREAM], Cause.MEMORY)],
-                            )
-                wl.loss(sim)
-                for _ in range(layers):
-                    if offload_mb > 0:
-                        with sim.op("aten::copy_"):
-                            _, end = sim.memcpy(
-                                "HtoD", int(offload_mb * 1e6), pinned=True, bw_gbps=12.0, stream=COPY_STREAM
-                            )
-                        sim.deps.append((end, Cause.MEMORY))
-                        fetched.append(end)
-                    wl.backward_layer(sim, layer_us)
-                    sim.memory(-int(400e6))
-                wl.optimizer_step(sim, layer_us * 0.3 * layers / 4)
-                wl.zero_grad(sim)
-                sim.item()
-        return
-        yield  # a generator with no rendezvous
+    def forward(sim: RankSim) -> None:
+        wl.forward_layer(sim, layer_us)
+        sim.memory(int(400e6))
+        if offload_mb > 0:
+            with sim.op("aten::copy_"):  # save_on_cpu / activation offload
+                sim.memcpy(
+                    "DtoH",
+                    int(offload_mb * 1e6),
+                    pinned=True,
+                    bw_gbps=12.0,
+                    stream=COPY_STREAM,
+                    deps=[(sim.stream_free[COMPUTE_STREAM], Cause.MEMORY)],
+                )
 
-    return Plan(
-        1, program, {"intended": "memory"}, intended_whatifs=(NO_ALLOCATOR,) if flush or mallocs else ()
-    )
+    def backward(sim: RankSim) -> None:
+        if offload_mb > 0:
+            with sim.op("aten::copy_"):
+                _, end = sim.memcpy(
+                    "HtoD", int(offload_mb * 1e6), pinned=True, bw_gbps=12.0, stream=COPY_STREAM
+                )
+            sim.deps.append((end, Cause.MEMORY))
+        wl.backward_layer(sim, layer_us)
+        sim.memory(-int(400e6))
+
+    def work(sim: RankSim, s: int) -> None:
+        if s == 0:
+            sim.memory(int(70e9), int(76e9))  # weights, grads, optimizer state: a nearly full GPU
+        if flush:
+            # A cudaMalloc fails (out of memory); the allocator frees its cached blocks
+            # (cudaFree synchronizes the device) and retries.
+            with sim.op("aten::empty_strided"):
+                sim.cuda_malloc(sim.jit(30.0))
+                for _ in range(4):
+                    sim.cuda_free(sim.jit(600.0))
+                sim.memory(0, -int(6e9))
+                sim.cuda_malloc(sim.jit(500.0))
+        for _ in range(mallocs):
+            with sim.op("aten::empty_strided"):
+                sim.cuda_malloc(sim.jit(350.0))
+                sim.memory(0, int(6e9) // max(mallocs, 1))
+        sim.dataloader_next(40.0)
+        if pageable_mb > 0:
+            with sim.op("aten::copy_"):
+                sim.memcpy("HtoD", int(pageable_mb * 1e6), pinned=False, bw_gbps=6.0)
+        wl.train_step(sim, layers, forward, backward, optimizer_us=layer_us * 0.3 * layers / 4)
+
+    intended = (NO_ALLOCATOR,) if flush or mallocs else ()
+    return Plan(1, each_step(steps, work), {"intended": "memory"}, intended_whatifs=intended)
 
 
 def input_bound(*, steps: int = 4, layers: int = 8, layer_ms: float = 1.0, batch_ms: float = 40.0) -> Plan:
     """The DataLoader cannot keep up: the device waits for each batch."""
     check(batch_ms >= 0, "batch_ms must be >= 0")
-
-    def program(sim: RankSim) -> Program:
-        for s in range(steps):
-            with sim.step(s + 1):
-                yield from dp_step(
-                    sim,
-                    s,
-                    ranks=1,
-                    layers=layers,
-                    layer_us=layer_ms * 1e3,
-                    grad_mb=0.0,
-                    buckets=1,
-                    link_gbs=1.0,
-                    batch_wait_us=batch_ms * 1e3,
-                )
-
-    return Plan(1, program, {"intended": "dataloader"}, intended_whatifs=(NO_DATALOADER,))
+    ddp = DataParallel(1, layers, layer_ms * 1e3, 0.0, 1, 1.0, batch_wait_us=batch_ms * 1e3)
+    return Plan(1, each_step(steps, ddp.step), {"intended": "dataloader"}, intended_whatifs=(NO_DATALOADER,))
 
 
 def sync_heavy(
-    *,
-    steps: int = 3,
-    layers: int = 8,
-    layer_ms: float = 0.5,
-    items_per_layer: int = 4,
-    python_ms: float = 0.12,
-) -> Plan:
+    *, steps: int = 3, layers: int = 8, layer_ms: float = 0.5,
+    items_per_layer: int = 4, python_ms: float = 0.12,
+) -> Plan:  # fmt: skip
     """`.item()` inside the loop: the host waits for the device, then the device waits."""
     check(items_per_layer >= 0 and python_ms >= 0, "items_per_layer and python_ms must be >= 0")
     layer_us = layer_ms * 1e3
 
-    def program(sim: RankSim) -> Program:
-        for s in range(steps):
-            with sim.step(s + 1):
-                wl.input_batch(sim, 8 << 20)
-                for _ in range(layers):
-                    wl.forward_layer(sim, layer_us)
-                    for _ in range(items_per_layer):
-                        sim.aten("aten::max", wl.TINY, 4.0)
-                        sim.item()
-                        sim.idle(sim.jit(python_ms * 1e3))  # Python acting on the value (logging, a branch)
-                wl.loss(sim)
-                for _ in range(layers):
-                    wl.backward_layer(sim, layer_us)
-                wl.optimizer_step(sim, layer_us * 0.3 * layers / 4)
-                wl.zero_grad(sim)
-                sim.item()
-        return
-        yield
+    def forward(sim: RankSim) -> None:
+        wl.forward_layer(sim, layer_us)
+        for _ in range(items_per_layer):
+            sim.aten("aten::max", wl.TINY, 4.0)
+            sim.item()
+            sim.idle(sim.jit(python_ms * 1e3))  # Python acting on the value (logging, a branch)
+
+    def backward(sim: RankSim) -> None:
+        wl.backward_layer(sim, layer_us)
+
+    def work(sim: RankSim, s: int) -> None:
+        wl.input_batch(sim, 8 << 20)
+        wl.train_step(sim, layers, forward, backward, optimizer_us=layer_us * 0.3 * layers / 4)
 
     # With milliseconds of Python after each sync (the issue-10 case "sync, then host work")
     # making that Python free saves even more than removing the syncs: both are intended.
     intended = (NO_SYNC, FREE_HOST) if python_ms >= 1.0 else (NO_SYNC,)
-    return Plan(1, program, {"intended": "sync"}, intended_whatifs=intended)
+    return Plan(1, each_step(steps, work), {"intended": "sync"}, intended_whatifs=intended)
 
 
 def launch_bound(*, steps: int = 3, layers: int = 24, layer_us: float = 60.0, op_us: float = 14.0) -> Plan:
     """A small model on a big GPU: kernels of a few microseconds, the host cannot keep up."""
     check(layer_us > 0 and op_us >= 0, "layer_us must be > 0 and op_us >= 0")
 
-    def program(sim: RankSim) -> Program:
-        for s in range(steps):
-            with sim.step(s + 1):
-                wl.input_batch(sim, 1 << 20)
-                for _ in range(layers):
-                    wl.forward_layer(sim, layer_us)
-                wl.loss(sim, 5.0)
-                for _ in range(layers):
-                    wl.backward_layer(sim, layer_us)
-                wl.optimizer_step(sim, 40.0, groups=8)
-                wl.zero_grad(sim)
-                sim.item()
-        return
-        yield
+    forward = partial(wl.forward_layer, layer_us=layer_us)
+    backward = partial(wl.backward_layer, layer_us=layer_us)
+
+    def work(sim: RankSim, s: int) -> None:
+        wl.input_batch(sim, 1 << 20)
+        wl.train_step(sim, layers, forward, backward, loss_us=5.0, optimizer_us=40.0, groups=8)
 
     return Plan(
-        1, program, {"intended": "host"}, timing=Timing(op_us=op_us), intended_whatifs=(FREE_LAUNCHES,)
+        1,
+        each_step(steps, work),
+        {"intended": "host"},
+        timing=Timing(op_us=op_us),
+        intended_whatifs=(FREE_LAUNCHES,),
     )
 
 
@@ -214,15 +157,9 @@ _BACKWARD_ATEN = {
 
 
 def alloc_churn(
-    *,
-    steps: int = 3,
-    layers: int = 6,
-    layer_us: float = 400.0,
-    op_us: float = 40.0,
-    frees_per_layer: int = 4,
-    free_us: float = 60.0,
-    malloc_us: float = 12.0,
-) -> Plan:
+    *, steps: int = 3, layers: int = 6, layer_us: float = 400.0, op_us: float = 40.0,
+    frees_per_layer: int = 4, free_us: float = 60.0, malloc_us: float = 12.0,
+) -> Plan:  # fmt: skip
     """The caching allocator thrashes (e.g. PYTORCH_NO_HIP_MEMORY_CACHING=1 on ROCm): operators
     call hipMalloc/hipFree inside, every free synchronizes the device, and the host overhead
     of the operators lands in the same gaps."""
@@ -249,24 +186,15 @@ def alloc_churn(
             with sim.op(op), sim.op(node):
                 churned_op(sim, _BACKWARD_ATEN[node], kernel, layer_us * share, i < frees_per_layer)
 
-    def program(sim: RankSim) -> Program:
-        for s in range(steps):
-            with sim.step(s + 1):
-                wl.input_batch(sim, 1 << 20)
-                for _ in range(layers):
-                    churned_layer(sim, backward=False)
-                wl.loss(sim, 20.0)
-                for _ in range(layers):
-                    churned_layer(sim, backward=True)
-                wl.optimizer_step(sim, 60.0)
-                wl.zero_grad(sim)
-                sim.item()
-        return
-        yield
+    forward, backward = partial(churned_layer, backward=False), partial(churned_layer, backward=True)
+
+    def work(sim: RankSim, s: int) -> None:
+        wl.input_batch(sim, 1 << 20)
+        wl.train_step(sim, layers, forward, backward, loss_us=20.0, optimizer_us=60.0)
 
     return Plan(
         1,
-        program,
+        each_step(steps, work),
         {"intended": "memory"},
         timing=Timing(op_us=op_us),
         intended_whatifs=(NO_ALLOCATOR, FREE_LAUNCHES),

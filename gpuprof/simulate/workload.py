@@ -8,7 +8,8 @@ the backward takes twice as long, as for a matmul-dominated layer.
 
 from __future__ import annotations
 
-from collections.abc import Generator, Mapping, Sequence
+from collections.abc import Callable, Generator, Mapping, Sequence
+from dataclasses import dataclass
 from typing import Any
 
 from gpuprof.model.report import Cause
@@ -167,38 +168,74 @@ def sharded(
     )
 
 
-def dp_step(
+def waited(sim: RankSim, call: Generator[Wait, None, tuple[float, float]]) -> Generator[Wait, None, None]:
+    """Run a collective (``yield from`` it), then make the compute stream wait for it
+    (``work.wait()``)."""
+    _, end = yield from call
+    sim.deps.append((end, Cause.COMMUNICATION))
+
+
+def train_step(
     sim: RankSim,
-    step: int,
-    *,
-    ranks: int,
     layers: int,
-    layer_us: float,
-    grad_mb: float,
-    buckets: int,
-    link_gbs: float,
-    batch_wait_us: float = 40.0,
-) -> Program:
-    """One data-parallel training step: input, forward, backward with bucketed all-reduce."""
-    input_batch(sim, 8 << 20, wait_us=batch_wait_us)
-    with sim.op("DistributedDataParallel.forward", cat="user_annotation"):
-        for _ in range(layers):
-            forward_layer(sim, layer_us)
-        loss(sim)
-    ends: list[float] = []
-    per_bucket = max(1, layers // max(buckets, 1))
-    pending = 0
-    with sim.op("autograd::engine::evaluate_function: torch::autograd::AccumulateGrad"):
-        for i in range(layers):
-            backward_layer(sim, layer_us)
-            pending += 1
-            if ranks > 1 and (pending == per_bucket or i == layers - 1):
-                nbytes = grad_mb * 1e6 * pending / layers
-                _, end = yield from allreduce(sim, (step, i), nbytes, ranks, link_gbs)
-                ends.append(end)
-                pending = 0
-    for end in ends:  # DDP waits for every bucket before the optimizer
-        sim.deps.append((end, Cause.COMMUNICATION))
-    optimizer_step(sim, layer_us * 0.3 * layers / 4)
+    forward: Callable[[RankSim], object],
+    backward: Callable[[RankSim], object],
+    *,
+    optimizer_us: float,
+    loss_us: float = 40.0,
+    groups: int = 4,
+) -> None:
+    """One training step of a single-rank model once its batch is in: ``forward`` per
+    layer, the loss, ``backward`` per layer, the optimizer step (``groups`` kernels over
+    ``optimizer_us``), ``zero_grad`` and ``loss.item()``."""
+    for _ in range(layers):
+        forward(sim)
+    loss(sim, loss_us)
+    for _ in range(layers):
+        backward(sim)
+    optimizer_step(sim, optimizer_us, groups)
     zero_grad(sim)
-    sim.item()  # loss.item() for logging
+    sim.item()
+
+
+@dataclass(frozen=True)
+class DataParallel:
+    """A data-parallel (DDP) training step: ``layers`` layers of ``layer_us`` forward time,
+    ``grad_mb`` of gradients all-reduced over ``ranks`` in ``buckets`` buckets during the
+    backward pass over links of ``link_gbs``, after a DataLoader wait of ``batch_wait_us``."""
+
+    ranks: int
+    layers: int
+    layer_us: float
+    grad_mb: float
+    buckets: int
+    link_gbs: float
+    batch_wait_us: float = 40.0
+
+    def step(self, sim: RankSim, step: int, scale: float = 1.0) -> Program:
+        """One step on ``sim`` (``step`` from 0), its compute ``scale`` times as long:
+        input, forward, backward with the bucketed all-reduce, optimizer."""
+        layers = self.layers
+        layer_us = self.layer_us * scale
+        input_batch(sim, 8 << 20, wait_us=self.batch_wait_us)
+        with sim.op("DistributedDataParallel.forward", cat="user_annotation"):
+            for _ in range(layers):
+                forward_layer(sim, layer_us)
+            loss(sim)
+        ends: list[float] = []
+        per_bucket = max(1, layers // max(self.buckets, 1))
+        pending = 0
+        with sim.op("autograd::engine::evaluate_function: torch::autograd::AccumulateGrad"):
+            for i in range(layers):
+                backward_layer(sim, layer_us)
+                pending += 1
+                if self.ranks > 1 and (pending == per_bucket or i == layers - 1):
+                    nbytes = self.grad_mb * 1e6 * pending / layers
+                    _, end = yield from allreduce(sim, (step, i), nbytes, self.ranks, self.link_gbs)
+                    ends.append(end)
+                    pending = 0
+        for end in ends:  # DDP waits for every bucket before the optimizer
+            sim.deps.append((end, Cause.COMMUNICATION))
+        optimizer_step(sim, layer_us * 0.3 * layers / 4)
+        zero_grad(sim)
+        sim.item()  # loss.item() for logging
