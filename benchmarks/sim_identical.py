@@ -239,17 +239,18 @@ def compare(before: Path, after: Path) -> int:
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     sub = ap.add_subparsers(dest="cmd", required=True)
-    s = sub.add_parser("save", help="simulate every case into DIR/cases and hash what is written")
-    s.add_argument("dest", type=Path)
-    s.add_argument("--only", help="cases whose name contains this text")
-    c = sub.add_parser("compare", help="compare two saved sets of hashes")
-    c.add_argument("before", type=Path)
-    c.add_argument("after", type=Path)
+    commands = {
+        "save": ("simulate every case into DIR/cases and hash what is written", ["dest"]),
+        "compare": ("compare two saved sets of hashes", ["before", "after"]),
+    }
+    for name, (text, folders) in commands.items():
+        cmd = sub.add_parser(name, help=text)
+        for folder in folders:
+            cmd.add_argument(folder, type=Path)
+        if name == "save":
+            cmd.add_argument("--only", help="cases whose name contains this text")
     args = ap.parse_args()
-    if args.cmd == "save":
-        return save(args.dest, args.only)
-    return compare(args.before, args.after)
-
+    return save(args.dest, args.only) if args.cmd == "save" else compare(args.before, args.after)
 
 if __name__ == "__main__":
     sys.exit(main())
