@@ -4,6 +4,10 @@
     python benchmarks/sim_identical.py save /tmp/sim-after       # on the new code
     python benchmarks/sim_identical.py compare /tmp/sim-before /tmp/sim-after
 
+The script runs the code of the checkout it sits in (it puts that checkout first on
+``sys.path``, whatever ``PYTHONPATH`` says): to save the old code's output, copy the script
+into a worktree of the old commit and run it there.
+
 ``save`` runs ``gpuprof.simulate.generate`` for every scenario with its defaults and two
 seeds, on both platforms, with ``whatif=all`` and (for the quick scenarios) each what-if
 fix alone, with knob variants that reach each branch of the pipeline scenario (schedules,
