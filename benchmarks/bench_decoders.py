@@ -86,7 +86,7 @@ def candidates() -> dict[str, Callable[[Path, bytes], Callable[[], Any]] | str]:
         import msgspec
 
         if importlib.util.find_spec("gpuprof") is not None:
-            from gpuprof.readers.jsonio import Event
+            from gpuprof.readers.events import Event
 
             doc = msgspec.defstruct("Doc", [("traceEvents", list[Event] | None, None)])
 

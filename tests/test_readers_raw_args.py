@@ -21,7 +21,8 @@ import pytest
 
 from gpuprof.model.dtypes import input_bytes, message_bytes
 from gpuprof.readers import chunks, load_file, textstream
-from gpuprof.readers.jsonio import NO_RAW, Event, decode_trace, raw_value
+from gpuprof.readers.events import NO_RAW, Event, raw_value
+from gpuprof.readers.jsonio import decode_trace
 
 Builder = Callable[..., dict[str, Any]]
 WriteTrace = Callable[..., Path]

@@ -20,7 +20,8 @@ from conftest import SHARED_TRACES
 
 from gpuprof.model.timeline import RankTrace
 from gpuprof.readers import _read, chunks, discover, load_file, textstream
-from gpuprof.readers.jsonio import _PHASES, NO_ARGS, Args, Event, RawTrace, TopLevel
+from gpuprof.readers.events import NO_ARGS, PHASES, Args, Event, TopLevel
+from gpuprof.readers.jsonio import RawTrace
 
 SAMPLES = Path(__file__).resolve().parents[1] / "sample_traces"
 _ARG_KEYS = [(f.name, f.encode_name) for f in msgspec.structs.fields(Args)]
@@ -39,7 +40,7 @@ def _event(d: dict[str, Any]) -> Event:
     args = Args(**{name: a.get(key) for name, key in _ARG_KEYS}) if isinstance(a, dict) else NO_ARGS
     ph = d.get("ph", "")
     return Event(
-        ph=ph if ph in _PHASES else "",
+        ph=ph if ph in PHASES else "",
         cat=str(d.get("cat") or ""),
         name=str(d.get("name") or ""),
         ts=_time(d.get("ts")),

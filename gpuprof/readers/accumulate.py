@@ -22,7 +22,7 @@ from gpuprof.model.dtypes import input_bytes, message_bytes
 from gpuprof.model.table import Cat
 from gpuprof.model.timeline import Category, Kind
 from gpuprof.readers.columns import as_int, int_column, str_column
-from gpuprof.readers.jsonio import Event, raw_value
+from gpuprof.readers.events import Event, raw_value
 from gpuprof.readers.timecheck import TimeChecks
 
 _NAME = attrgetter("name")

@@ -1,34 +1,28 @@
 """Bytes -> decoded trace events, for every Chrome trace-event based format.
 
 Reading is split from interpretation: this module turns a file (plain or gzip, whole or
-cut off mid-write, read as a stream by :mod:`gpuprof.readers.textstream`) into
-:class:`Event` structs, piece by piece (see :mod:`gpuprof.readers.chunks`), plus the few
-top-level keys the readers need. Decoding uses ``msgspec`` into structs that keep only the
-fields we use, so a trace is never turned into per-event Python dicts (the unused
-``args`` such as call stacks are skipped by the decoder, and input shapes are kept as raw
-JSON text until a communication row needs them). Why msgspec
-and not another decoder: see ``benchmarks/README.md`` (measured side by side).
-
-Fields whose type varies between producers (``pid``/``tid`` int or string, ``stream``
-int or ``"0x0"``, integers beyond 64 bits in ``args``) are typed loosely so that no
-valid trace fails validation; readers coerce them column by column. A missing ``ts`` or
-``dur`` is NaN, as is a value that is not a number: readers drop such events and count
-them (see :mod:`gpuprof.readers.timecheck`).
+cut off mid-write, read as a stream by :mod:`gpuprof.readers.textstream`, converted to
+UTF-8 by :mod:`gpuprof.readers.encoding`) into :class:`~gpuprof.readers.events.Event`
+structs, piece by piece (see :mod:`gpuprof.readers.chunks`), plus the few top-level keys
+the readers need. What an event keeps, and how odd types are coerced, is
+:mod:`gpuprof.readers.events`; here is how the text is cut into pieces, and what is
+recovered of a text cut off mid-write, followed by bytes that are not part of it, or
+holding strings that are not valid Unicode.
 """
 
 from __future__ import annotations
 
-import codecs
 import re
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Literal, cast, get_args
 
 import msgspec
 
 from gpuprof.errors import BadTraceError
 from gpuprof.readers import chunks
+from gpuprof.readers.encoding import REPLACED_NOTE, as_utf8, valid_unicode
+from gpuprof.readers.events import DocTuple, Event, TopLevel, decode_doc
 from gpuprof.readers.limits import ReadLimits
 from gpuprof.readers.textstream import text_blocks
 
@@ -38,165 +32,6 @@ _MAX_RECOVERY_TRIES = 32
 
 class NotATraceError(BadTraceError):
     """Valid JSON that is not a trace (a config, a stamp file); a folder scan skips such files."""
-
-
-# A raw ``args`` field the event does not have (``msgspec.Raw | None`` is not a type
-# msgspec decodes into: the empty text stands for "absent").
-NO_RAW = msgspec.Raw()
-
-
-class Args(msgspec.Struct, frozen=True, gc=False):
-    """The ``args`` keys any reader uses; everything else in ``args`` is skipped."""
-
-    correlation: Any = None
-    stream: Any = None
-    nbytes: Any = msgspec.field(default=None, name="bytes")
-    coll_name: Any = msgspec.field(default=None, name="Collective name")
-    pg_name: Any = msgspec.field(default=None, name="Process Group Name")
-    # Message of a collective (record_param_comms, and communication kernels in newer traces).
-    in_nelems: Any = msgspec.field(default=None, name="In msg nelems")
-    out_nelems: Any = msgspec.field(default=None, name="Out msg nelems")
-    dtype: Any = None
-    # Shapes and C++ types of an op's inputs: the size of a collective that records no
-    # nelems (symm_mem ops). Every op of a trace recorded with shapes carries both, as
-    # nested lists; kept as the raw JSON text (validated, not built into Python lists) and
-    # decoded only for the communication rows that read them (see :func:`raw_value`):
-    # building them for every op cost a third of the reading time, and fed the cyclic GC.
-    input_dims: msgspec.Raw = msgspec.field(default=NO_RAW, name="Input Dims")
-    input_type: msgspec.Raw = msgspec.field(default=NO_RAW, name="Input type")
-    name: Any = None  # metadata events: thread_name / process_name
-    step: Any = None  # op-level timelines
-    mb_id: Any = None  # op-level timelines
-    total_allocated: Any = msgspec.field(default=None, name="Total Allocated")
-    total_reserved: Any = msgspec.field(default=None, name="Total Reserved")
-    device_id: Any = msgspec.field(default=None, name="Device Id")
-    # Merged multi-rank files (TraceFusion): the event's rank and its pid before merging.
-    rank: Any = None
-    pid_raw: Any = None
-
-
-NO_ARGS = Args()
-_RAW_FIELDS = ("input_dims", "input_type")
-
-
-def raw_value(value: Any) -> Any:
-    """The value of an ``args`` field kept as raw JSON text (:class:`msgspec.Raw`), decoded
-    (``None`` when absent); any other value (one an :class:`Args` was built with) as it is.
-
-    The text was validated when the event was decoded (nesting too deep for the decoder
-    fails there, as for any field), so decoding it again cannot fail."""
-    if not isinstance(value, msgspec.Raw):
-        return value
-    return msgspec.json.decode(value) if value else None
-
-
-# Every event phase of the Chrome trace-event format. Decoding ``ph`` as one of them hands
-# out the same string object for every event (no string per event, and comparisons by
-# identity); a producer writing another phase makes the piece decode loosely instead.
-Phase = Literal[
-    "B",
-    "E",
-    "X",
-    "i",
-    "I",
-    "C",
-    "b",
-    "n",
-    "e",
-    "S",
-    "T",
-    "p",
-    "F",
-    "s",
-    "t",
-    "f",
-    "P",
-    "N",
-    "O",
-    "D",
-    "M",
-    "V",
-    "v",
-    "R",
-    "c",
-    "(",
-    ")",
-    "",
-]
-
-
-_PHASES: frozenset[str] = frozenset(get_args(Phase))
-
-
-NAN = float("nan")
-INF = float("inf")
-
-
-class Event(msgspec.Struct, gc=False):
-    """One trace event; times are microseconds as in the Chrome trace-event format."""
-
-    ph: Phase = ""
-    cat: str = ""
-    name: str = ""
-    ts: float = NAN  # missing: NaN (never 0, which would read as a time)
-    dur: float = NAN
-    pid: int | str = -1
-    tid: int | str = -1
-    args: Args = NO_ARGS
-
-
-class _LooseEvent(msgspec.Struct):
-    """Fallback when a producer writes odd types (e.g. a float pid or a null name)."""
-
-    ph: Any = ""
-    cat: Any = ""
-    name: Any = ""
-    ts: Any = 0.0
-    dur: Any = 0.0
-    pid: Any = -1
-    tid: Any = -1
-    args: Any = None
-
-
-class _Doc(msgspec.Struct):
-    traceEvents: list[Event] | None = None
-    deviceProperties: Any = None
-    distributedInfo: Any = None
-    schemaVersion: Any = None
-    with_stack: Any = None
-
-
-class _LooseDoc(msgspec.Struct):
-    traceEvents: list[_LooseEvent] | None = None
-    deviceProperties: Any = None
-    distributedInfo: Any = None
-    schemaVersion: Any = None
-    with_stack: Any = None
-
-
-@dataclass
-class TopLevel:
-    """The top-level keys readers use (``None`` when absent).
-
-    With a trace decoded in pieces, keys after the event list are only known once every
-    piece has been read.
-    """
-
-    device_properties: Any = None
-    distributed_info: Any = None
-    schema_version: Any = None
-    with_stack: Any = None  # Kineto writes the profiler's with_stack setting (1 / true)
-
-    def update(self, later: TopLevel) -> None:
-        """Take the keys ``later`` (a later piece) found."""
-        if later.device_properties is not None:
-            self.device_properties = later.device_properties
-        if later.distributed_info is not None:
-            self.distributed_info = later.distributed_info
-        if later.schema_version is not None:
-            self.schema_version = later.schema_version
-        if later.with_stack is not None:
-            self.with_stack = later.with_stack
 
 
 @dataclass
@@ -475,9 +310,6 @@ def decode_text(data: bytes | bytearray, path: Path, warnings: list[str] | None 
     return RawTrace(events, iter(()), top, is_object, warns, cut, note)
 
 
-_DocTuple = tuple[list[Event] | None, TopLevel]
-
-
 # Deeper nesting than this inside one event is refused: msgspec decodes nested values
 # recursively, and Python's recursion limit (1000 by default) ends it before.
 _NESTING_NOTE = "nested deeper than the decoder's recursion limit allows (no trace event nests that deep)"
@@ -485,20 +317,20 @@ _NESTING_NOTE = "nested deeper than the decoder's recursion limit allows (no tra
 
 def _decode(
     data: bytes | bytearray | memoryview, is_object: bool, path: Path, notes: list[str] | None = None
-) -> _DocTuple:
+) -> DocTuple:
     """Decode JSON text; text that fails only for strings that are not valid Unicode (a byte
     that is not UTF-8, a lone ``\\ud800``) is decoded with them replaced by U+FFFD, and
     ``notes`` gets one line saying so (once per file)."""
     try:
         try:
-            return _decode_doc(data, is_object)
+            return decode_doc(data, is_object)
         except msgspec.DecodeError:
-            repaired = _valid_unicode(data)
+            repaired = valid_unicode(data)
             if repaired is None:
                 raise
-            doc = _decode_doc(repaired, is_object)  # raises the text's other problems
-            if notes is not None and _REPLACED_NOTE not in notes:
-                notes.append(_REPLACED_NOTE)
+            doc = decode_doc(repaired, is_object)  # raises the text's other problems
+            if notes is not None and REPLACED_NOTE not in notes:
+                notes.append(REPLACED_NOTE)
             return doc
     except RecursionError:
         raise BadTraceError(f"JSON {_NESTING_NOTE}", path) from None
@@ -507,7 +339,7 @@ def _decode(
 _TRAILING = re.compile(r"trailing characters \(byte (\d+)\)")
 
 
-def _decode_whole(data: bytes | bytearray | memoryview, is_object: bool, path: Path, notes: list[str]) -> _DocTuple:
+def _decode_whole(data: bytes | bytearray | memoryview, is_object: bool, path: Path, notes: list[str]) -> DocTuple:
     """:func:`_decode` for a text that ends the file: what follows a complete JSON text
     (bytes a writer appended, a second document) is left out with a warning, never
     taken silently nor read as a cut-off trace."""
@@ -523,154 +355,7 @@ def _decode_whole(data: bytes | bytearray | memoryview, is_object: bool, path: P
         return doc
 
 
-_REPLACED_NOTE = (
-    "some strings in the trace are not valid Unicode (bytes that are not UTF-8, or lone surrogates "
-    "such as \\ud800): they are read with U+FFFD in their place"
-)
-_HIGH = rb"\\u[dD][89abAB][0-9a-fA-F]{2}"
-_LOW = rb"\\u[dD][c-fC-F][0-9a-fA-F]{2}"
-_LONE_SURROGATE = re.compile(rb"(?:" + _HIGH + rb"(?!" + _LOW + rb"))|(?:(?<!" + _HIGH + rb")" + _LOW + rb")")
-
-
-def _valid_unicode(data: bytes | bytearray | memoryview) -> bytes | None:
-    """``data`` with invalid UTF-8 and lone surrogate escapes replaced by U+FFFD, or
-    ``None`` when it holds neither (its decode error is another one)."""
-    raw = bytes(data)
-    fixed = raw
-    try:
-        raw.decode("utf-8")
-    except UnicodeDecodeError:
-        fixed = raw.decode("utf-8", errors="replace").encode("utf-8")
-    fixed = _LONE_SURROGATE.sub(rb"\\ufffd", fixed)
-    return None if fixed == raw else fixed
-
-
-# --- encodings: what a JSON text may be written in besides UTF-8 ----------------------------
-
-_BOMS = (
-    (b"\x00\x00\xfe\xff", "utf-32-be"),
-    (b"\xff\xfe\x00\x00", "utf-32-le"),
-    (b"\xef\xbb\xbf", "utf-8"),
-    (b"\xfe\xff", "utf-16-be"),
-    (b"\xff\xfe", "utf-16-le"),
-)
-
-
-def _encoding_of(head: bytes) -> tuple[str, int]:
-    """The encoding of a JSON text from its first bytes, and the length of its byte-order
-    mark: a BOM, else the pattern of zero bytes around the first ASCII character (RFC 8259
-    JSON starts with one)."""
-    for bom, name in _BOMS:
-        if head.startswith(bom):
-            return name, len(bom)
-    if len(head) >= 4:
-        if head[:3] == b"\x00\x00\x00" and head[3]:
-            return "utf-32-be", 0
-        if head[0] and head[1:4] == b"\x00\x00\x00":
-            return "utf-32-le", 0
-    if len(head) >= 2:
-        if head[0] == 0 and head[1]:
-            return "utf-16-be", 0
-        if head[0] and head[1] == 0:
-            return "utf-16-le", 0
-    return "utf-8", 0
-
-
-def as_utf8(blocks: Iterator[bytes], warnings: list[str]) -> Iterator[bytes]:
-    """The blocks of a JSON text as UTF-8: a UTF-8 byte-order mark is dropped, UTF-16 and
-    UTF-32 text (with or without one) is converted, with one warning; what does not decode
-    becomes U+FFFD."""
-    first = b""
-    for block in blocks:
-        first += block
-        if len(first) >= 4:
-            break
-    else:
-        if not first:
-            return
-    encoding, bom = _encoding_of(first[:4])
-    if encoding == "utf-8":
-        yield first[bom:] if bom else first
-        yield from blocks
-        return
-    warnings.append(f"the trace is written in {encoding.upper()}, not UTF-8: read after converting it")
-    decoder = codecs.getincrementaldecoder(encoding)(errors="replace")
-    yield decoder.decode(first[bom:]).encode("utf-8")
-    for block in blocks:
-        yield decoder.decode(block).encode("utf-8")
-    yield decoder.decode(b"", final=True).encode("utf-8")
-
-
-def _decode_doc(data: bytes | bytearray | memoryview, is_object: bool) -> _DocTuple:
-    try:
-        if is_object:
-            doc = msgspec.json.decode(data, type=_Doc)
-            top = TopLevel(doc.deviceProperties, doc.distributedInfo, doc.schemaVersion, doc.with_stack)
-            return doc.traceEvents, top
-        return msgspec.json.decode(data, type=list[Event]), TopLevel()
-    except msgspec.ValidationError:
-        pass
-    # Rare: odd types somewhere. Decode loosely and coerce; raises ValidationError when the
-    # JSON is not a list of objects at all.
-    if is_object:
-        loose = msgspec.json.decode(data, type=_LooseDoc)
-        evs = None if loose.traceEvents is None else [_coerce(e) for e in loose.traceEvents]
-        top = TopLevel(loose.deviceProperties, loose.distributedInfo, loose.schemaVersion, loose.with_stack)
-        return evs, top
-    return [_coerce(e) for e in msgspec.json.decode(data, type=list[_LooseEvent])], TopLevel()
-
-
-def _num(v: Any) -> float:
-    """A time from a loosely typed value: a number or numeric string as it is, ``None``
-    (``null``) as missing (NaN), anything else (``"abc"``, ``"NaN"``, ``true``) as not a
-    number (infinity), so that readers can tell the two apart."""
-    if v is None:
-        return NAN
-    if isinstance(v, bool) or not isinstance(v, (int, float, str)):
-        return INF
-    try:
-        f = float(v)
-    except (ValueError, OverflowError):
-        return INF
-    return INF if f != f else f
-
-
-def _coerce(e: _LooseEvent) -> Event:
-    args = NO_ARGS
-    if isinstance(e.args, dict):
-        given = dict(e.args)
-        # Raw fields cannot be converted from Python values: set as their JSON text.
-        raws = {
-            f.name: msgspec.Raw(msgspec.json.encode(given.pop(f.encode_name)))
-            for f in msgspec.structs.fields(Args)
-            if f.name in _RAW_FIELDS and f.encode_name in given
-        }
-        try:
-            args = msgspec.convert(given, type=Args, strict=False)
-        except msgspec.ValidationError:
-            args = NO_ARGS
-        else:
-            if raws:
-                args = msgspec.structs.replace(args, **raws)
-
-    def ident(v: Any) -> int | str:
-        if isinstance(v, bool) or not isinstance(v, (int, str)):
-            return int(v) if isinstance(v, float) else str(v)
-        return v
-
-    return Event(
-        ph=cast(Phase, e.ph) if isinstance(e.ph, str) and e.ph in _PHASES else "",  # unknown: no row
-        cat=str(e.cat or ""),
-        name=str(e.name or ""),
-        ts=_num(e.ts),
-        dur=_num(e.dur),
-        pid=ident(e.pid),
-        tid=ident(e.tid),
-        args=args,
-    )
-
-
-def _recover_cut(data: bytes | bytearray, is_object: bool) -> tuple[_DocTuple, int] | None:
+def _recover_cut(data: bytes | bytearray, is_object: bool) -> tuple[DocTuple, int] | None:
     """Decode the longest prefix of a cut-off trace that ends after a complete event.
 
     Candidate cut points are closing braces followed by a comma or ``]`` (the end of one
@@ -694,7 +379,7 @@ def _recover_cut(data: bytes | bytearray, is_object: bool) -> tuple[_DocTuple, i
         prefix = data[: pos + 1]
         for closer in closers:
             try:
-                doc = _decode_doc(prefix + closer, is_object)
+                doc = decode_doc(prefix + closer, is_object)
             except (msgspec.DecodeError, msgspec.ValidationError, RecursionError):
                 continue
             if doc[0]:

@@ -41,7 +41,8 @@ from gpuprof.model.timeline import (
 )
 from gpuprof.readers.accumulate import DeviceColumns, HostColumns
 from gpuprof.readers.columns import as_int
-from gpuprof.readers.jsonio import Event, RawTrace
+from gpuprof.readers.events import Event
+from gpuprof.readers.jsonio import RawTrace
 from gpuprof.readers.launch import resolve_comm_kernels
 from gpuprof.readers.stepmarkers import find_steps, marker_note
 from gpuprof.readers.timecheck import TimeChecks

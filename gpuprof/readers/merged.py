@@ -53,7 +53,8 @@ from gpuprof.model import classify as cl
 from gpuprof.model.table import Table
 from gpuprof.model.timeline import Category, Kind
 from gpuprof.readers.columns import as_int
-from gpuprof.readers.jsonio import Event, RawTrace, TopLevel
+from gpuprof.readers.events import Event, TopLevel
+from gpuprof.readers.jsonio import RawTrace
 
 TRACEFUSION = "tracefusion"
 LABELLED_PIDS = "rank-labelled pids"

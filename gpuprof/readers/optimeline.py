@@ -54,7 +54,8 @@ from gpuprof.model.timeline import DEVICE_COLUMNS, Kind, RankTrace, build_table,
 from gpuprof.readers import timersteps as ts
 from gpuprof.readers.accumulate import Coder, timed, values
 from gpuprof.readers.columns import as_int, int_column
-from gpuprof.readers.jsonio import NO_ARGS, NO_RAW, Args, Event, RawTrace
+from gpuprof.readers.events import NO_ARGS, NO_RAW, Args, Event
+from gpuprof.readers.jsonio import RawTrace
 from gpuprof.readers.timecheck import TimeChecks
 from gpuprof.readers.timersteps import OpSpans
 

@@ -16,7 +16,7 @@ What is usable:
   collective hung until NCCL's timeout stays under an hour), so a longer duration can only
   be a broken clock or a corrupted file.
 
-A missing value is NaN (see :mod:`gpuprof.readers.jsonio`); a value that is not a number
+A missing value is NaN (see :mod:`gpuprof.readers.events`); a value that is not a number
 (``"abc"``, ``"NaN"``) is infinite there, so the two are told apart here.
 """
 
