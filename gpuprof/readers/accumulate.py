@@ -10,7 +10,7 @@ ever built.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from operator import attrgetter
 from typing import Any
 
@@ -29,6 +29,7 @@ _NAME = attrgetter("name")
 _CAT = attrgetter("cat")
 _ARGS = attrgetter("args")
 
+I8 = npt.NDArray[np.int8]
 I32 = npt.NDArray[np.int32]
 _COMM = (Category.COLLECTIVE, Category.P2P)
 _RUNTIME = int(Kind.RUNTIME)
@@ -57,6 +58,19 @@ def timed(
         return evs, start, dur
     rows = np.flatnonzero(keep)
     return [evs[i] for i in rows.tolist()], start[rows], dur[rows]
+
+
+def timed_piece(
+    evs: list[Event], checks: TimeChecks
+) -> tuple[list[Event], npt.NDArray[np.float64], npt.NDArray[np.float64], list[Any]] | None:
+    """:func:`timed` for a piece of events, with their ``args``; ``None`` when no event of
+    the piece is usable (then there is nothing to add)."""
+    if not evs:
+        return None
+    evs, start, dur = timed(evs, checks)
+    if not evs:
+        return None
+    return evs, start, dur, list(map(_ARGS, evs))
 
 
 def message_sizes(args: Sequence[Any]) -> npt.NDArray[np.int64]:
@@ -125,7 +139,7 @@ def tid_values(codes: I32, coder: Coder) -> npt.NDArray[np.int64]:
     return table[codes] if len(codes) else np.zeros(0, np.int64)
 
 
-class _Parts:
+class Parts:
     """Lists of per-piece arrays, one list per column."""
 
     def __init__(self, columns: Sequence[str]) -> None:
@@ -140,7 +154,68 @@ class _Parts:
         return np.concatenate(parts) if parts else np.zeros(0, dtype)
 
 
-class HostColumns:
+class _EventColumns:
+    """What host and device columns share: the pieces' arrays, names coded with each new
+    name classified once (communication or not, by ``is_comm``), and the collective name,
+    process group and message size read for the communication rows alone."""
+
+    def __init__(
+        self, kind_codes: dict[str, int], checks: TimeChecks, is_comm: Callable[[str], bool], columns: Sequence[str]
+    ) -> None:
+        self.kind_codes = kind_codes
+        self.checks = checks
+        self.names, self.colls, self.pgs = Coder(), Coder(), Coder()
+        self.colls.index[None] = 0  # code 0: no collective name
+        self.pgs.index[None] = 0
+        self._is_comm = is_comm
+        self._comm_name: list[bool] = []  # per name code: a communication op / kernel?
+        self._p = Parts(columns)
+
+    def add(self, evs: list[Event]) -> None:
+        """Add a piece of events: the columns every event has (start, end, kind, name)
+        here, the others by :meth:`_add_more`, for the events with a usable time."""
+        piece = timed_piece(evs, self.checks)
+        if piece is None:
+            return
+        evs, start, dur, args = piece
+        kind = np.fromiter(map(self.kind_codes.__getitem__, map(_CAT, evs)), np.int8, len(evs))
+        name = self.names.encode(list(map(_NAME, evs)))
+        labels = self.names.labels() if len(self._comm_name) < len(self.names.index) else []
+        for label in labels[len(self._comm_name) :]:
+            self._comm_name.append(self._is_comm(label))
+        self._p.add(start=start, end=start + dur, kind=kind, name=name)
+        self._add_more(evs, args, kind, name)
+
+    def _add_more(self, evs: list[Event], args: list[Any], kind: I8, name: I32) -> None:
+        """The columns of a piece beyond the shared ones (``args``: the events' ``args``)."""
+        raise NotImplementedError
+
+    def _comm_name_rows(self, name: I32) -> npt.NDArray[np.bool_]:
+        """Per row: its name is a communication op's / kernel's."""
+        return np.array(self._comm_name, bool)[name]
+
+    def _comm_columns(self, args: list[Any], comm: npt.NDArray[np.intp], nbytes: npt.NDArray[np.int64]) -> tuple[I32, I32]:
+        """Collective name and process group codes of the rows ``comm`` (0 elsewhere); their
+        message sizes go into ``nbytes``."""
+        coll = np.zeros(len(args), np.int32)
+        pg = np.zeros(len(args), np.int32)
+        if comm.size:
+            comm_args = [args[i] for i in comm.tolist()]
+            coll[comm] = self.colls.encode(values(comm_args, "coll_name"))
+            pg[comm] = self.pgs.encode(values(comm_args, "pg_name"))
+            nbytes[comm] = message_sizes(comm_args)
+        return coll, pg
+
+
+def _host_comm(label: str) -> bool:
+    return cl.classify_host(Kind.OP, label) in _COMM
+
+
+def _kernel_comm(label: str) -> bool:
+    return cl.classify(Kind.KERNEL, label) in _COMM
+
+
+class HostColumns(_EventColumns):
     """Host events (ops, runtime/driver calls, annotations, frames) of all pieces.
 
     Only runtime/driver calls carry a correlation id and only communication ops (as
@@ -151,51 +226,19 @@ class HostColumns:
     """
 
     def __init__(self, kind_codes: dict[str, int], checks: TimeChecks) -> None:
-        self.kind_codes = kind_codes
-        self.checks = checks
-        self.names, self.tids, self.colls, self.pgs = Coder(), Coder(), Coder(), Coder()
-        self.colls.index[None] = 0  # code 0: no collective name
-        self.pgs.index[None] = 0
-        self._comm_name: list[bool] = []  # per name code: a communication op?
-        self._p = _Parts(("start", "end", "kind", "name", "tid", "corr", "coll", "pg", "bytes"))
+        columns = ("start", "end", "kind", "name", "tid", "corr", "coll", "pg", "bytes")
+        super().__init__(kind_codes, checks, _host_comm, columns)
+        self.tids = Coder()
 
-    def add(self, evs: list[Event]) -> None:
-        if not evs:
-            return
-        evs, start, dur = timed(evs, self.checks)
-        if not evs:
-            return
+    def _add_more(self, evs: list[Event], args: list[Any], kind: I8, name: I32) -> None:
         n = len(evs)
-        args = list(map(_ARGS, evs))
-        kind = np.fromiter(map(self.kind_codes.__getitem__, map(_CAT, evs)), np.int8, n)
-        name = self.names.encode(list(map(_NAME, evs)))
-        labels = self.names.labels() if len(self._comm_name) < len(self.names.index) else []
-        for label in labels[len(self._comm_name) :]:
-            self._comm_name.append(cl.classify_host(Kind.OP, label) in _COMM)
         corr = np.full(n, -1, np.int64)
         launches = np.flatnonzero((kind == _RUNTIME) | (kind == _DRIVER))
         if launches.size:
             corr[launches] = int_column([args[i].correlation for i in launches.tolist()])
-        coll = np.zeros(n, np.int32)
-        pg = np.zeros(n, np.int32)
         nbytes = np.full(n, -1, np.int64)
-        comm = np.flatnonzero(np.array(self._comm_name, bool)[name])
-        if comm.size:
-            comm_args = [args[i] for i in comm.tolist()]
-            coll[comm] = self.colls.encode(values(comm_args, "coll_name"))
-            pg[comm] = self.pgs.encode(values(comm_args, "pg_name"))
-            nbytes[comm] = message_sizes(comm_args)
-        self._p.add(
-            start=start,
-            end=start + dur,
-            kind=kind,
-            name=name,
-            tid=self.tids.encode(values(evs, "tid")),
-            corr=corr,
-            coll=coll,
-            pg=pg,
-            bytes=nbytes,
-        )
+        coll, pg = self._comm_columns(args, np.flatnonzero(self._comm_name_rows(name)), nbytes)
+        self._p.add(tid=self.tids.encode(values(evs, "tid")), corr=corr, coll=coll, pg=pg, bytes=nbytes)
 
     def finish(self) -> dict[str, Any]:
         """Columns for :func:`make_table` (``category`` still to be filled)."""
@@ -213,7 +256,7 @@ class HostColumns:
         }
 
 
-class DeviceColumns:
+class DeviceColumns(_EventColumns):
     """Device events (kernels, copies, memsets) of all pieces, with their GPU (``pid``).
 
     As for host events, ``args`` read by few rows are read for those rows alone: byte
@@ -223,29 +266,13 @@ class DeviceColumns:
     """
 
     def __init__(self, kind_codes: dict[str, int], checks: TimeChecks) -> None:
-        self.kind_codes = kind_codes
-        self.checks = checks
-        self.names, self.pids, self.tids, self.colls, self.pgs = Coder(), Coder(), Coder(), Coder(), Coder()
-        for coder in (self.tids, self.colls, self.pgs):
-            coder.index[None] = 0  # code 0: not read / not given
-        self._comm_name: list[bool] = []  # per name code: a communication kernel?
-        self._p = _Parts(
-            ("start", "end", "kind", "name", "pid", "tid", "stream", "corr", "bytes", "coll", "pg")
-        )
+        columns = ("start", "end", "kind", "name", "pid", "tid", "stream", "corr", "bytes", "coll", "pg")
+        super().__init__(kind_codes, checks, _kernel_comm, columns)
+        self.pids, self.tids = Coder(), Coder()
+        self.tids.index[None] = 0  # code 0: not read
 
-    def add(self, evs: list[Event]) -> None:
-        if not evs:
-            return
-        evs, start, dur = timed(evs, self.checks)
-        if not evs:
-            return
+    def _add_more(self, evs: list[Event], args: list[Any], kind: I8, name: I32) -> None:
         n = len(evs)
-        args = list(map(_ARGS, evs))
-        kind = np.fromiter(map(self.kind_codes.__getitem__, map(_CAT, evs)), np.int8, n)
-        name = self.names.encode(list(map(_NAME, evs)))
-        labels = self.names.labels() if len(self._comm_name) < len(self.names.index) else []
-        for label in labels[len(self._comm_name) :]:
-            self._comm_name.append(cl.classify(Kind.KERNEL, label) in _COMM)
         stream = int_column(values(args, "stream"))
         tid = np.zeros(n, np.int32)
         no_stream = np.flatnonzero(stream < 0)
@@ -255,27 +282,10 @@ class DeviceColumns:
         transfers = np.flatnonzero(kind != _KERNEL)
         if transfers.size:
             nbytes[transfers] = int_column([args[i].nbytes for i in transfers.tolist()])
-        coll = np.zeros(n, np.int32)
-        pg = np.zeros(n, np.int32)
-        comm = np.flatnonzero((kind == _KERNEL) & np.array(self._comm_name, bool)[name])
-        if comm.size:
-            comm_args = [args[i] for i in comm.tolist()]
-            coll[comm] = self.colls.encode(values(comm_args, "coll_name"))
-            pg[comm] = self.pgs.encode(values(comm_args, "pg_name"))
-            nbytes[comm] = message_sizes(comm_args)
-        self._p.add(
-            start=start,
-            end=start + dur,
-            kind=kind,
-            name=name,
-            pid=self.pids.encode(values(evs, "pid")),
-            tid=tid,
-            stream=stream,
-            corr=int_column(values(args, "correlation")),
-            bytes=nbytes,
-            coll=coll,
-            pg=pg,
-        )
+        coll, pg = self._comm_columns(args, np.flatnonzero((kind == _KERNEL) & self._comm_name_rows(name)), nbytes)
+        pid = self.pids.encode(values(evs, "pid"))
+        corr = int_column(values(args, "correlation"))
+        self._p.add(pid=pid, tid=tid, stream=stream, corr=corr, bytes=nbytes, coll=coll, pg=pg)
 
     def pid_counts(self) -> dict[Any, int]:
         """Device events per GPU ``pid``."""

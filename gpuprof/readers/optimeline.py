@@ -52,7 +52,7 @@ from gpuprof.model import classify as cl
 from gpuprof.model.table import Cat, Table
 from gpuprof.model.timeline import DEVICE_COLUMNS, Kind, RankTrace, build_table, empty_host
 from gpuprof.readers import timersteps as ts
-from gpuprof.readers.accumulate import Coder, timed, values
+from gpuprof.readers.accumulate import Coder, Parts, timed_piece, values
 from gpuprof.readers.columns import as_int, int_column
 from gpuprof.readers.events import NO_ARGS, NO_RAW, Args, Event
 from gpuprof.readers.jsonio import RawTrace
@@ -64,7 +64,6 @@ _DP_IN_PROCESS = re.compile(r"DP\s*rank\s*\[?\s*(\d+)", re.IGNORECASE)
 _META_LINE = re.compile(r"^\s*([A-Za-z_][A-Za-z0-9_]*)\s*:\s*(-?\d+)\s*(?:#.*)?$")
 _META_MAX_BYTES = 1 << 16
 _NAME = attrgetter("name")
-_ARGS = attrgetter("args")
 _FIRST = itemgetter(0)
 
 
@@ -182,29 +181,25 @@ class _Ops:
     def __init__(self, checks: TimeChecks) -> None:
         self.checks = checks
         self.names, self.pids, self.tids = Coder(), Coder(), Coder()
-        self.parts: dict[str, list[np.ndarray]] = {
-            k: [] for k in ("start", "end", "name", "pid", "tid", "step", "mb")
-        }
+        self._p = Parts(("start", "end", "name", "pid", "tid", "step", "mb"))
 
     def add(self, ops: list[Event]) -> None:
-        if not ops:
+        piece = timed_piece(ops, self.checks)
+        if piece is None:
             return
-        ops, start, dur = timed(ops, self.checks)
-        if not ops:
-            return
-        args = list(map(_ARGS, ops))
-        p = self.parts
-        p["start"].append(start)
-        p["end"].append(start + dur)
-        p["name"].append(self.names.encode(list(map(_NAME, ops))))
-        p["pid"].append(self.pids.encode(values(ops, "pid")))
-        p["tid"].append(self.tids.encode(values(ops, "tid")))
-        p["step"].append(int_column(values(args, "step")))
-        p["mb"].append(int_column(values(args, "mb_id")))
+        ops, start, dur, args = piece
+        self._p.add(
+            start=start,
+            end=start + dur,
+            name=self.names.encode(list(map(_NAME, ops))),
+            pid=self.pids.encode(values(ops, "pid")),
+            tid=self.tids.encode(values(ops, "tid")),
+            step=int_column(values(args, "step")),
+            mb=int_column(values(args, "mb_id")),
+        )
 
     def column(self, key: str, dtype: Any) -> np.ndarray:
-        parts = self.parts[key]
-        return np.concatenate(parts) if parts else np.zeros(0, dtype)
+        return self._p.joined(key, dtype)
 
     def lanes(self) -> tuple[list[tuple[Any, Any]], np.ndarray]:
         """The distinct (pid, tid) threads and, per op, the index of its thread."""
