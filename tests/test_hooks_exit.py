@@ -28,6 +28,14 @@ def _gh() -> Any:
     return gpuprof_torch_hooks
 
 
+def _files() -> Any:
+    """The hooks' file writing (the hook log, the trace's name), imported as the hooks do."""
+    _gh()
+    import gpuprof_hook_files
+
+    return gpuprof_hook_files
+
+
 def _records(session: Path) -> list[dict[str, Any]]:
     return [json.loads(line) for f in sorted((session / "hooks").glob("*.jsonl")) for line in f.read_text().splitlines()]
 
@@ -36,9 +44,9 @@ def _records(session: Path) -> list[dict[str, Any]]:
 
 def test_hook_log_keeps_lines_while_the_disk_is_full_and_writes_them_intact_later(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    gh = _gh()
+    files = _files()
     free: list[int | None] = [None]
-    real = gh._os_write
+    real = files.os_write
 
     def disk(fd: int, data: bytes) -> int:
         if free[0] is None:
@@ -49,8 +57,8 @@ def test_hook_log_keeps_lines_while_the_disk_is_full_and_writes_them_intact_late
         free[0] -= n
         return n
 
-    monkeypatch.setattr(gh, "_os_write", disk)
-    log = gh._HookLog(lambda: str(tmp_path / "h.jsonl"))
+    monkeypatch.setattr(files, "os_write", disk)
+    log = files.HookLog(lambda: str(tmp_path / "h.jsonl"))
     log.write('{"step":1}\n')
     assert log.flush()
     free[0] = 5
@@ -71,7 +79,7 @@ def test_hook_lines_never_written_are_counted_and_said_at_exit(tmp_path: Path, m
     def no_space(fd: int, data: bytes) -> int:
         raise OSError(errno.ENOSPC, "No space left on device")
 
-    monkeypatch.setattr(gh, "_os_write", no_space)
+    monkeypatch.setattr(_files(), "os_write", no_space)
     monkeypatch.delenv("RANK", raising=False)
     h = gh._Hooks(str(tmp_path), (0, 0, 0))
     h.torch = type("T", (), {"cuda": type("C", (), {"is_available": staticmethod(lambda: False),
@@ -146,12 +154,12 @@ def test_trace_names_rank_when_known_else_process_id(monkeypatch: pytest.MonkeyP
 
 
 def test_claimed_trace_names_never_overwrite_each_other(tmp_path: Path) -> None:
-    gh = _gh()
+    files = _files()
     names = ["rank0.pt.trace.json.gz", "unranked-pid7.pt.trace.json.gz"]
     (tmp_path / "a.tmp").write_text("first")
     (tmp_path / "b.tmp").write_text("second")
-    assert gh._claim_name(str(tmp_path / "a.tmp"), str(tmp_path), names) == names[0]
-    assert gh._claim_name(str(tmp_path / "b.tmp"), str(tmp_path), names) == names[1]
+    assert files.claim_name(str(tmp_path / "a.tmp"), str(tmp_path), names) == names[0]
+    assert files.claim_name(str(tmp_path / "b.tmp"), str(tmp_path), names) == names[1]
     assert (tmp_path / names[0]).read_text() == "first" and (tmp_path / names[1]).read_text() == "second"
     assert sorted(os.listdir(tmp_path)) == sorted(names)  # the temporary names are gone
 
@@ -300,7 +308,9 @@ def test_kineto_is_quiet_for_gpuprofs_profiler_only(tmp_path: Path, monkeypatch:
     h.torch = _fake_torch(prof)
     h._start_profiler()
     h._stop_profiler()
-    assert prof.level_at_start == [gh._KINETO_QUIET_LEVEL]
+    import gpuprof_hook_profiler
+
+    assert prof.level_at_start == [gpuprof_hook_profiler._KINETO_QUIET_LEVEL]
     assert "KINETO_LOG_LEVEL" not in os.environ  # unset again once the window closed
     monkeypatch.setenv("KINETO_LOG_LEVEL", "1")  # the user's own choice wins
     h = gh._Hooks(str(tmp_path), (1, 1, 1))

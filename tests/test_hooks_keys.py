@@ -1,18 +1,46 @@
-"""The torch hooks run inside the user's interpreter without importing gpuprof, so they
-carry their own copy of the memory-stat columns: it must match the session format."""
+"""The torch hooks run inside the user's interpreter without gpuprof: the modules of their
+folder load from that folder alone, with the standard library only, and they carry their
+own copy of the memory-stat columns, which must match the session format."""
 
 from __future__ import annotations
 
-import importlib.util
+import json
+import subprocess
+import sys
 from pathlib import Path
 
 from gpuprof.session.layout import MEMORY_STAT_KEYS
 
+HOOKS = Path(__file__).resolve().parents[1] / "gpuprof" / "record" / "hooks"
+
+# Run with -I -S: no site-packages, no PYTHONPATH, no current folder on sys.path; only the
+# standard library and the hooks' folder can be imported.
+_PROBE = """
+import json, os, sys
+sys.path.insert(0, sys.argv[1])
+import gpuprof_torch_hooks
+hooks = {m: os.path.dirname(os.path.abspath(f)) for m, mod in sys.modules.items()
+         if m.startswith("gpuprof") and (f := getattr(mod, "__file__", None))}
+print(json.dumps({"keys": gpuprof_torch_hooks._MEMORY_STAT_KEYS, "hooks": hooks}))
+"""
+
+
+def _load_alone() -> dict[str, object]:
+    p = subprocess.run([sys.executable, "-I", "-S", "-c", _PROBE, str(HOOKS)],
+                       capture_output=True, text=True, timeout=60, check=False)
+    assert p.returncode == 0, p.stderr
+    doc = json.loads(p.stdout)
+    assert isinstance(doc, dict)
+    return doc
+
+
+def test_the_hooks_load_from_their_folder_alone_with_the_standard_library() -> None:
+    loaded = _load_alone()["hooks"]
+    assert isinstance(loaded, dict)
+    # Every module of the hooks came from their folder; gpuprof itself was never imported.
+    assert set(loaded) == {"gpuprof_torch_hooks", "gpuprof_hook_profiler", "gpuprof_hook_files"}
+    assert set(loaded.values()) == {str(HOOKS)}
+
 
 def test_hook_memory_stat_keys_match_the_session_layout() -> None:
-    path = Path(__file__).resolve().parents[1] / "gpuprof" / "record" / "hooks" / "gpuprof_torch_hooks.py"
-    spec = importlib.util.spec_from_file_location("hooks_copy_under_test", path)
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    assert module._MEMORY_STAT_KEYS == MEMORY_STAT_KEYS
+    assert _load_alone()["keys"] == MEMORY_STAT_KEYS

@@ -4,29 +4,23 @@
 torch is loaded it registers one global optimizer-step post hook. That hook is the step
 clock: it counts steps of the first optimizer that steps (a second optimizer in the same
 job does not double-count), logs the step boundary, reads ``torch.cuda.memory_stats()``
-when CUDA is in use, and drives a ``torch.profiler`` schedule (wait, warm-up, active) whose
-trace is written to ``<session>/traces/rank<R>.pt.trace.json.gz`` (``unranked-pid<P>...``
-when the process's rank is unknown, see :meth:`_Hooks._trace_names`).
+when CUDA is in use, and drives the ``torch.profiler`` window of a few steps whose trace
+the session analyzes.
 
-A job that runs its own profiler keeps it (:meth:`_Hooks._watch_profilers`): gpuprof's
-steps aside, and the traces the job writes are recorded for the session to analyze.
+The hooks are three modules of this folder, imported by their own names (``sitecustomize``
+puts the folder on ``sys.path``): this one, the step clock and its records;
+:mod:`gpuprof_hook_profiler`, the profiler window, its trace, SIGTERM inside it and the
+job's own profiler; :mod:`gpuprof_hook_files`, the hook log and the trace's name, written
+so that a full disk loses no record silently.
 
 Outside the profiler's active window a step costs a counter increment, one clock read
 and one buffered line. Any error in here is logged to the session's hook log and the
 failing part switches itself off; the user's job never sees an exception from gpuprof.
-A full disk loses no step record silently: unwritten lines are kept (up to a bound) and
-retried, and what is finally lost is said in one stderr line when the process exits.
-
-While the profiler window is open, SIGTERM (a scheduler's kill) first flushes what the
-profiler holds into the trace, as Ctrl-C does through ``KeyboardInterrupt``, then ends the
-process by SIGTERM as before -- unless the job installed its own SIGTERM handler. Kineto's
-own log lines (``USDT: ... profiler_start``) are silenced for gpuprof's profiler through
-``KINETO_LOG_LEVEL``, unless the user set that variable.
 
 Configuration (set by ``gpuprof run``): ``GPUPROF_SESSION_DIR``, ``GPUPROF_HOOKS``
 (``0`` = off), ``GPUPROF_PROFILE`` (``wait,warmup,active`` in steps; active ``0`` = no
-profiler). Standard library and a lazily imported torch only: this file must load in any
-interpreter the user runs.
+profiler). Standard library and a lazily imported torch only: these files must load in
+any interpreter the user runs.
 """
 
 from __future__ import annotations
@@ -35,11 +29,13 @@ import atexit
 import json
 import math
 import os
-import signal
 import sys
 import time
 import traceback
-from typing import Any, Callable
+from typing import Any
+
+from gpuprof_hook_files import HookLog
+from gpuprof_hook_profiler import _ProfilerWindow
 
 # torch.cuda.memory_stats() key -> session column (kept in sync with gpuprof.session.layout).
 _MEMORY_STAT_KEYS = {
@@ -58,11 +54,6 @@ _FLUSH_INTERVAL_S = 1.0
 # (the retry / OOM counters are cumulative, so a sparser reading loses none of them).
 _MEMORY_BUDGET = 0.002
 _DEFAULT_SCHEDULE = (5, 2, 3)
-# Lines kept in memory while the disk refuses them; beyond, they are counted as lost.
-_MAX_BACKLOG_BYTES = 4 << 20
-# Kineto's log levels run from 0 (verbose) to 5 (USDT, the profiler_start/stop lines);
-# a minimum above the highest silences them all, for the profiler gpuprof starts itself.
-_KINETO_QUIET_LEVEL = "6"
 
 
 def _env_rank() -> int | None:
@@ -86,10 +77,11 @@ def _parse_schedule(text: str | None) -> tuple[int, int, int]:
     return wait, warmup, active
 
 
-class _Hooks:
-    """All hook state of one process."""
+class _Hooks(_ProfilerWindow):
+    """All hook state of one process (the profiler window's in :class:`_ProfilerWindow`)."""
 
     def __init__(self, session_dir: str, schedule: tuple[int, int, int]) -> None:
+        super().__init__(schedule)
         self.session_dir = session_dir
         self.schedule = schedule
         self.rank = _env_rank()  # None: unknown (no RANK); torch.distributed may know later
@@ -97,9 +89,6 @@ class _Hooks:
         self.step = 0
         self.clock_opt_id: int | None = None
         self.torch: Any = None
-        self.prof: Any = None
-        self.profile_end_step = 0
-        self.profiler_done = schedule[2] == 0
         self.cuda_checked = False
         self.memory_on = False
         self.memory_every = 1  # read memory_stats() every this many steps
@@ -109,18 +98,7 @@ class _Hooks:
         self.last_flush = time.time()  # wall clock: the hot path reads only one clock
         self.disabled = False
         self.forked = False
-        self.trace_error: str | None = None  # why the trace could not be written, if so
-        self._exporting = False
-        self._term_pending = False
-        self._term_installed = False
-        self._kineto_env_set = False
         self._step_line = self._step_line_for()
-        # The job's own profiler (see _watch_profilers): while gpuprof calls into its own,
-        # ``_own_call`` is set, so that only the job's calls count as the job's.
-        self._own_call = False
-        self._export_depth = 0
-        self.job_profiler = False
-        self._discard_trace = False
 
     # -- the log ------------------------------------------------------------------------
     def _log_path(self) -> str:
@@ -130,7 +108,7 @@ class _Hooks:
         return os.path.join(hooks_dir, name)
 
     def _open_log(self) -> None:
-        self.log = _HookLog(self._log_path)
+        self.log = HookLog(self._log_path)
 
     def _step_line_for(self) -> str:
         # The hot path formats step lines by hand: json.dumps per step costs more than the step.
@@ -148,21 +126,11 @@ class _Hooks:
         """A forked child (a DataLoader worker, a Hogwild trainer) gets its own, lazily created log."""
         self.pid = os.getpid()
         self._step_line = self._step_line_for()
-        self.log = _HookLog(self._log_path)
-        self.prof = None
-        self.profiler_done = True  # the profiler session belongs to the parent
+        self.log = HookLog(self._log_path)
+        self._forget_window_in_child()
         self.clock_opt_id = None
         self.step = 0
         self.forked = True
-        if self._term_installed:  # the window's SIGTERM handler belongs to the parent too
-            self._term_installed = False
-            try:
-                signal.signal(signal.SIGTERM, signal.SIG_DFL)
-            except (ValueError, OSError):
-                pass
-        if self._kineto_env_set:
-            os.environ.pop("KINETO_LOG_LEVEL", None)
-            self._kineto_env_set = False
 
     def record(self, kind: str, **fields: Any) -> None:
         if self.log is None:
@@ -213,84 +181,6 @@ class _Hooks:
         atexit.register(self.at_exit)
         if hasattr(os, "register_at_fork"):
             os.register_at_fork(before=self.before_fork, after_in_child=self.after_fork_in_child)
-
-    # -- the job's own profiler ------------------------------------------------------------
-    def _watch_profilers(self, torch: Any) -> None:
-        """Notice a profiler the job starts itself, and the traces it writes.
-
-        Kineto allows one profiler per thread: a job that runs ``torch.profiler`` (or the
-        autograd profiler, or ``emit_nvtx``) while gpuprof's window is open died with
-        "Profiler is already enabled on this thread", then SIGSEGV. Every one of them
-        prepares or enables Kineto through ``torch.autograd.profiler``'s
-        ``_prepare_profiler`` / ``_enable_profiler``: wrapped here, the first call that is
-        not gpuprof's own stops gpuprof's profiler (its trace is dropped) and gpuprof steps
-        aside for the rest of the process, saying so in the session (a ``note``). The job's
-        ``export_chrome_trace`` calls are recorded (``job_trace``, the file's path), so that
-        the job's own traces are analyzed as the run's.
-        """
-        ap = torch.autograd.profiler
-        for name in ("_prepare_profiler", "_enable_profiler"):
-            original = getattr(ap, name, None)
-            if original is None or getattr(original, "_gpuprof_watched", False):
-                continue
-
-            def watched(*args: Any, __original: Any = original, **kwargs: Any) -> Any:
-                if not self._own_call:
-                    self._job_profiler_starts()
-                return __original(*args, **kwargs)
-
-            watched._gpuprof_watched = True  # type: ignore[attr-defined]
-            setattr(ap, name, watched)
-        classes = [ap.profile]
-        kineto = getattr(getattr(getattr(torch, "profiler", None), "profiler", None), "_KinetoProfile", None)
-        if kineto is not None:
-            classes.append(kineto)
-        for cls in classes:
-            original = cls.__dict__.get("export_chrome_trace")
-            if original is None or getattr(original, "_gpuprof_watched", False):
-                continue
-
-            def export(prof: Any, path: Any, *args: Any, __original: Any = original, **kwargs: Any) -> Any:
-                self._export_depth += 1  # torch.profiler's export calls the autograd one inside
-                try:
-                    result = __original(prof, path, *args, **kwargs)
-                finally:
-                    self._export_depth -= 1
-                if self._export_depth == 0 and not self._own_call:
-                    self._job_trace_written(path)
-                return result
-
-            export._gpuprof_watched = True  # type: ignore[attr-defined]
-            cls.export_chrome_trace = export
-
-    def _job_profiler_starts(self) -> None:
-        if self.job_profiler or self.forked:
-            return
-        try:
-            self.job_profiler = True
-            if self.profiler_done and self.prof is None:
-                return  # gpuprof's window is over (or never opened): nothing to step aside from
-            if self.prof is not None:
-                self._discard_trace = True  # the job's profiler records these steps; ours would be half
-                self._own_call = True
-                try:
-                    self._stop_profiler()
-                finally:
-                    self._own_call = False
-            self.profiler_done = True
-            self.record("note", job_profiler=True, step=self.step,
-                        message="the job runs its own torch.profiler: gpuprof stepped aside (no trace of its "
-                        "own) and analyzes the traces the job's profiler writes")
-            self.flush()
-        except Exception as exc:
-            self.error("job profiler", exc)
-
-    def _job_trace_written(self, path: Any) -> None:
-        try:
-            self.record("job_trace", path=os.path.abspath(os.fspath(path)), step=self.step)
-            self.flush()
-        except Exception as exc:
-            self.error("job trace", exc)
 
     # -- the per-step hook --------------------------------------------------------------
     def post_step(self, optimizer: Any, args: Any, kwargs: Any) -> None:
@@ -347,177 +237,6 @@ class _Hooks:
             cost_s = time.perf_counter() - t0
             self.memory_every = max(1, min(1000, math.ceil(cost_s / (_MEMORY_BUDGET * self.step_dt_s))))
 
-    def _profiler_step(self) -> None:
-        self._own_call = True
-        try:
-            if self.prof is None:
-                self._start_profiler()
-                return
-            self.prof.step()
-            if self.step >= self.profile_end_step:
-                self._stop_profiler()
-        except Exception as exc:
-            self.profiler_done = True
-            self.prof = None
-            self.error("profiler", exc)
-        finally:
-            self._own_call = False
-
-    def _start_profiler(self) -> None:
-        enabled = getattr(getattr(self.torch._C, "_autograd", None), "_profiler_enabled", None)
-        if enabled is not None and enabled():
-            # The job runs its own profiler: two Kineto sessions would spoil each other's traces.
-            self.profiler_done = True
-            self.record("note", message="the job's own torch.profiler is active; gpuprof records no trace")
-            return
-        profiler = self.torch.profiler
-        wait, warmup, active = self.schedule
-        activities = [profiler.ProfilerActivity.CPU]
-        if self.torch.cuda.is_available():
-            activities.append(profiler.ProfilerActivity.CUDA)
-        if "KINETO_LOG_LEVEL" not in os.environ:
-            # Kineto reads it once, when it first starts in this process; it is unset again
-            # when the window closes, so that child processes the job starts later are untouched.
-            os.environ["KINETO_LOG_LEVEL"] = _KINETO_QUIET_LEVEL
-            self._kineto_env_set = True
-        import warnings
-
-        with warnings.catch_warnings():
-            # torch warns about a schedule without warm-up; the user chose it (--profile-warmup
-            # 0), and a warning pointing into gpuprof's hooks would only puzzle them.
-            warnings.simplefilter("ignore", UserWarning)
-            schedule = profiler.schedule(wait=wait, warmup=warmup, active=active, repeat=1)
-        self.prof = profiler.profile(activities=activities, schedule=schedule, on_trace_ready=self._trace_ready)
-        self._install_sigterm()
-        self.prof.start()
-        # prof.step() is called at the end of each later step: ProfilerStep#k spans one
-        # optimizer step to the next. One extra step lets the schedule hand the trace over.
-        self.profile_end_step = self.step + wait + warmup + active + 1
-        self.record("profiler_start", step=self.step)
-
-    def _stop_profiler(self) -> None:
-        prof, self.prof = self.prof, None
-        self.profiler_done = True
-        try:
-            if prof is not None:
-                prof.stop()
-        finally:
-            self._uninstall_sigterm()
-            if self._kineto_env_set:
-                os.environ.pop("KINETO_LOG_LEVEL", None)
-                self._kineto_env_set = False
-
-    # -- SIGTERM inside the profiler window ---------------------------------------------
-    def _install_sigterm(self) -> None:
-        """Catch SIGTERM while the window is open, unless the job handles SIGTERM itself."""
-        import threading
-
-        if threading.current_thread() is not threading.main_thread():
-            return  # only the main thread may set handlers; the default action stays
-        try:
-            if signal.getsignal(signal.SIGTERM) is not signal.SIG_DFL:
-                return  # the job's own handler decides (and its normal exit flushes the trace)
-            signal.signal(signal.SIGTERM, self._on_sigterm)
-            self._term_installed = True
-        except (ValueError, OSError):
-            pass
-
-    def _uninstall_sigterm(self) -> None:
-        if not self._term_installed:
-            return
-        self._term_installed = False
-        try:
-            if signal.getsignal(signal.SIGTERM) == self._on_sigterm:
-                signal.signal(signal.SIGTERM, signal.SIG_DFL)
-        except (ValueError, OSError):
-            pass
-
-    def _on_sigterm(self, signum: int, frame: Any) -> None:
-        """Write the trace recorded so far, then die of SIGTERM as the job would have."""
-        if self._exporting:
-            self._term_pending = True  # finish writing the trace first, then go
-            return
-        try:
-            if self.prof is not None:
-                self._own_call = True
-                try:
-                    self._stop_profiler()  # RECORD -> stop: the schedule hands the trace over
-                finally:
-                    self._own_call = False
-            self.record("exit", steps=self.step, signal=int(signum))
-            self.flush()
-            self._report_write_problem()
-        except Exception as exc:
-            self.error("SIGTERM", exc)
-        self._die_of_sigterm()
-
-    def _die_of_sigterm(self) -> None:
-        try:
-            signal.signal(signal.SIGTERM, signal.SIG_DFL)
-        except (ValueError, OSError):
-            pass
-        os.kill(os.getpid(), signal.SIGTERM)
-
-    def _trace_names(self) -> list[str]:
-        """Names to try for this process's trace, best first; the first free one is taken.
-
-        The rank comes from torch.distributed, else ``RANK``. Without either, a process that
-        multiprocessing did not start is the job's only trainer as far as anyone can tell
-        (``python train.py``): rank 0, unless another process already holds that name. A
-        process started by multiprocessing (``torch.multiprocessing.spawn`` trainers without
-        torch.distributed) has no rank anyone knows: its trace is named by process id
-        (``unranked-pid<P>``, which sorts after every ``rank<R>`` name, so that ``analyze``
-        numbers such traces after the ranked ones).
-        """
-        rank = None
-        dist = getattr(self.torch, "distributed", None)
-        try:
-            if dist is not None and dist.is_available() and dist.is_initialized():
-                rank = int(dist.get_rank())
-        except Exception:
-            rank = None
-        if rank is None:
-            rank = self.rank
-        if rank is not None:
-            return [f"rank{rank}.pt.trace.json.gz", f"rank{rank}-{self.pid}.pt.trace.json.gz"]
-        unranked = f"unranked-pid{self.pid}.pt.trace.json.gz"
-        try:
-            import multiprocessing
-
-            spawned = multiprocessing.parent_process() is not None
-        except Exception:
-            spawned = False
-        return [unranked] if spawned else ["rank0.pt.trace.json.gz", unranked]
-
-    def _trace_ready(self, prof: Any) -> None:
-        if self._discard_trace:
-            return  # the job's own profiler took over: these steps are in its traces
-        tmp = None
-        self._exporting = True
-        try:
-            traces = os.path.join(self.session_dir, "traces")
-            os.makedirs(traces, exist_ok=True)
-            tmp = os.path.join(traces, f".{self.pid}.tmp.pt.trace.json.gz")
-            prof.export_chrome_trace(tmp)
-            name = _claim_name(tmp, traces, self._trace_names())  # readers never see half a trace
-            tmp = None
-            self.record("trace", path=os.path.join("traces", name), step=self.step)
-            self.flush()
-        except Exception as exc:
-            why = getattr(exc, "strerror", None) or str(exc) or type(exc).__name__
-            self.trace_error = f"trace not written to {tmp or self.session_dir}: {why}"
-            self.error("trace export", exc)
-            if tmp is not None:
-                try:
-                    os.unlink(tmp)  # a cut-off gzip is of no use, and it holds disk space
-                except OSError:
-                    pass
-        finally:
-            self._exporting = False
-        if self._term_pending:
-            self._term_pending = False
-            self._on_sigterm(signal.SIGTERM, None)
-
     def _report_write_problem(self) -> None:
         problem = self.write_problem()
         if problem:
@@ -532,12 +251,7 @@ class _Hooks:
         if self.forked and self.step == 0:
             return  # a forked helper process that never trained: leave no file behind
         try:
-            if self.prof is not None:
-                self._own_call = True
-                try:
-                    self._stop_profiler()
-                finally:
-                    self._own_call = False
+            self._stop_own_profiler()
             self.record("exit", steps=self.step)
             if self.log is not None:
                 self.log.close()
@@ -545,94 +259,6 @@ class _Hooks:
             self.error("exit", exc)
         self._report_write_problem()
 
-
-def _claim_name(tmp: str, folder: str, names: list[str]) -> str:
-    """Give ``tmp`` the first of ``names`` not yet taken in ``folder``, atomically.
-
-    ``os.link`` fails when the name exists, so two processes never take the same name
-    (``os.replace`` would silently overwrite). Where hard links are not supported, the
-    first name that does not exist is taken by ``os.replace``.
-    """
-    for name in names:
-        dest = os.path.join(folder, name)
-        try:
-            os.link(tmp, dest)
-        except FileExistsError:
-            continue
-        except OSError:
-            if os.path.exists(dest):
-                continue
-            os.replace(tmp, dest)
-            return name
-        os.unlink(tmp)
-        return name
-    name = names[-1]
-    os.replace(tmp, os.path.join(folder, name))  # every name taken: the last one is per-process
-    return name
-
-
-def _os_write(fd: int, data: bytes) -> int:
-    """Where hook records reach the disk (a seam: tests inject a full disk here)."""
-    return os.write(fd, data)
-
-
-class _HookLog:
-    """The process's hook log: lines buffered in memory, written with ``os.write`` on flush.
-
-    Opened on the first flush (a forked helper that never logs leaves no file). A write the
-    disk refuses keeps the unwritten bytes -- a torn line's tail included, so a retry
-    completes it -- and is retried at the next flush; beyond :data:`_MAX_BACKLOG_BYTES`
-    new lines are counted as lost. Never raises.
-    """
-
-    def __init__(self, path: Callable[[], str]) -> None:
-        self._path = path
-        self.path: str | None = None
-        self._fd: int | None = None
-        self._pending: list[str] = []
-        self._backlog = b""
-        self.error: str | None = None
-        self.lines_lost = 0
-
-    def write(self, text: str) -> None:
-        self._pending.append(text)  # the hot path: one list append
-
-    def flush(self) -> bool:
-        if not self._pending and not self._backlog:
-            return True
-        data = self._backlog + "".join(self._pending).encode("utf-8")
-        self._pending = []
-        done = 0
-        try:
-            if self._fd is None:
-                self.path = self._path()
-                self._fd = os.open(self.path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
-            while done < len(data):
-                done += _os_write(self._fd, data[done:])
-        except OSError as exc:
-            if self.error is None:
-                self.error = exc.strerror or str(exc)
-            rest = data[done:]
-            if len(rest) > _MAX_BACKLOG_BYTES:
-                cut = rest.find(b"\n", len(rest) - _MAX_BACKLOG_BYTES)  # keep whole lines at the end
-                self.lines_lost += rest[: cut + 1].count(b"\n") if cut >= 0 else 0
-                rest = rest[cut + 1 :] if cut >= 0 else rest
-            self._backlog = rest
-            return False
-        self._backlog = b""
-        return True
-
-    def close(self) -> None:
-        self.flush()
-        if self._backlog:
-            self.lines_lost += self._backlog.count(b"\n")
-            self._backlog = b""
-        if self._fd is not None:
-            try:
-                os.close(self._fd)
-            except OSError:
-                pass
-            self._fd = None
 
 
 _HOOKS: _Hooks | None = None
