@@ -12,7 +12,8 @@ from reportfactory import XSS, rank, rec, report
 from gpuprof.model.report import report_from_dict, report_to_dict
 from gpuprof.render import render
 from gpuprof.render.charts import nice_ticks, timeline_chart
-from gpuprof.render.findings import fmt_value, job_blocks
+from gpuprof.render.findings import job_blocks
+from gpuprof.render.jsontables import fmt_value
 
 SAMPLES = Path(__file__).resolve().parents[1] / "sample_traces"
 

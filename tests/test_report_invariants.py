@@ -26,8 +26,9 @@ import pytest
 from conftest import SHARED_TRACES
 
 from gpuprof.job.whatifs import WHATIFS
-from gpuprof.model.report import Report
 from gpuprof.model import figures as fg
+from gpuprof.model import sample_figures as sf
+from gpuprof.model.report import Report
 from gpuprof.render import render
 from gpuprof.render.findings import findings_context, job_blocks
 from gpuprof.render.text import render_text
@@ -150,7 +151,7 @@ def test_nothing_is_wrapped_off_a_terminal(folder: Path) -> None:
     cpu = fg.cpu_only_summary(r)
     expected += len(cpu.lines) if cpu else 0
     sentences = [x for b in job_blocks(r.extra.get("job"), findings_context(r)) for x in b.sentences]
-    expected += len(sentences) + len(fg.sample_notes(r))
+    expected += len(sentences) + len(sf.sample_notes(r))
     assert len(bullets) == expected
 
 

@@ -16,6 +16,7 @@ from rich.text import Text
 
 from gpuprof.ci.diff import RankDiff, ReportDiff, ShareChange, diff_to_dict
 from gpuprof.model import figures as fg
+from gpuprof.model.palette import CAUSE_COLORS
 from gpuprof.render.markdown import md_escape
 from gpuprof.util import phrases
 
@@ -185,7 +186,7 @@ def diff_html(d: ReportDiff, base_inputs: tuple[str, ...] = (), current_inputs: 
     scale = max((abs(s.delta_pp) for s in d.shares if s.delta_pp is not None), default=0.0)
     rows = []
     for s in d.shares:
-        swatch = f'<i style="display:inline-block;width:10px;height:10px;margin-right:4px;background:{ch.fg.CAUSE_COLORS[s.name]}"></i>'
+        swatch = f'<i style="display:inline-block;width:10px;height:10px;margin-right:4px;background:{CAUSE_COLORS[s.name]}"></i>'
         verdict = f'<b style="color:{_VERDICT_COLORS[s.verdict]}">{e(s.verdict)}</b>' if s.verdict in _VERDICT_COLORS else e(s.verdict)
         rows.append(
             f"<tr><td>{swatch}{e(s.name)}</td><td>{e(_pct(s.base_pct))}</td><td>{e(_pct(s.current_pct))}</td>"

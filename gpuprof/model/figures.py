@@ -3,6 +3,10 @@
 All inputs are :class:`~gpuprof.model.report.Report` objects; nothing here formats for one
 medium. Shares are percentages of the analysis window (0-100); times are microseconds unless
 the name says ``_ms``. Unknown values are ``None`` and render as "N/A", never as 0.
+
+These are the figures of the analysis (steps, shares, savings, what the report covers);
+those of the NVML samples are :mod:`gpuprof.model.sample_figures`, the charts' colours
+:mod:`gpuprof.model.palette`.
 """
 
 from __future__ import annotations
@@ -30,29 +34,6 @@ CAUSE_SHORT: Mapping[Cause, str] = {
     Cause.OTHER: "other",
 }
 
-# One colour per kind of time for charts (compute first): the Okabe-Ito palette, chosen to
-# stay apart for the common colour-vision deficiencies (compute blue and straggler
-# vermillion stay far apart under deuteranopia and protanopia; tests/test_render_palette.py
-# checks every pair), plus a light grey for time no rule explains.
-CAUSE_COLORS: Mapping[str, str] = {
-    "compute": "#0072B2",  # blue
-    Cause.PIPELINE_BUBBLE.value: "#CC79A7",  # reddish purple
-    Cause.COMMUNICATION.value: "#56B4E9",  # sky blue
-    Cause.STRAGGLER.value: "#D55E00",  # vermillion
-    Cause.MEMORY.value: "#E69F00",  # orange
-    Cause.DATALOADER.value: "#F0E442",  # yellow
-    Cause.SYNC.value: "#009E73",  # bluish green
-    Cause.HOST.value: "#000000",  # black
-    Cause.OTHER.value: "#C8C8C8",  # light grey: unexplained
-}
-
-
-def text_color_on(background: str) -> str:
-    """Black or white, whichever reads better on ``background`` (``#rrggbb``)."""
-    r, g, b = (int(background[i : i + 2], 16) for i in (1, 3, 5))
-    return "#000000" if (0.299 * r + 0.587 * g + 0.114 * b) > 140 else "#ffffff"
-
-
 # Above this many ranks, tables summarize (lowest and highest compute share) instead of
 # printing one row per rank.
 MANY_RANKS = 16
@@ -78,6 +59,15 @@ def fmt_duration(value_us: float | None) -> str:
     """A duration with its unit, in the one style every report uses (:func:`gpuprof.util.phrases.duration`):
     ``850 µs``, ``12.3 ms``, ``4.20 s``."""
     return phrases.duration(value_us)
+
+
+def number(value: Any) -> float | None:
+    """A value read from the report's ``extra`` (JSON owned elsewhere) as a finite number;
+    ``None`` for anything else (a string, a bool, NaN, infinity, a missing key)."""
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        return None
+    v = float(value)
+    return v if math.isfinite(v) else None
 
 
 def has_data(rank: RankReport) -> bool:
@@ -256,17 +246,17 @@ class CpuOnly:
 
 
 def _host_line(rank: RankReport, h: Mapping[str, Any]) -> str | None:
-    steps, step = h.get("profiled_steps"), _num(h.get("step_us"))
+    steps, step = h.get("profiled_steps"), number(h.get("step_us"))
     if not isinstance(steps, int) or steps <= 0 or step is None or step <= 0:
         return None
     text = f"rank {rank.rank}, {phrases.count(steps, 'profiled step')}: {STEP_STAT} {phrases.duration(step)} on the host"
-    op = _num(h.get("op_us"))
+    op = number(h.get("op_us"))
     if op:
         text += (
             f"; {phrases.duration(op)} of it ({phrases.pct(100.0 * op / step, 0)}) inside torch operators, "
             "the rest in Python and framework code between them"
         )
-    coll = _num(h.get("collective_us"))
+    coll = number(h.get("collective_us"))
     if coll:
         backend = h.get("collective_backend")
         what = f"{backend} collectives" if isinstance(backend, str) and backend else "collectives"
@@ -291,7 +281,7 @@ def cpu_only_summary(report: Report) -> CpuOnly | None:
         text = phrases.count(steps, "optimizer step")
         # The job's own clock counts every optimizer step, the profiler's pauses (warm-up,
         # writing the trace) among them: the median, not the mean, says what a step takes.
-        median = _num(run.get("step_time_median_us"))
+        median = number(run.get("step_time_median_us"))
         if median is not None:
             text += f", median {phrases.duration(median)} apart by the job's own clock"
         lines.append(text)
@@ -343,9 +333,9 @@ def combined_line(report: Report) -> str | None:
     1, 2 and 4 replayed together: step 2.21 s -> 1.47 s, 33.5% saved, more than the 31.4%
     they save one by one: these fixes reinforce each other.``"""
     job = report.extra.get("job") if isinstance(report.extra.get("job"), dict) else None
-    combined = _num((job or {}).get("combined_savings_pct"))
+    combined = number((job or {}).get("combined_savings_pct"))
     whatif = (job or {}).get("whatif") if isinstance((job or {}).get("whatif"), dict) else None
-    step = _num((whatif or {}).get("measured_step_us"))
+    step = number((whatif or {}).get("measured_step_us"))
     replayed = [(i, r) for i, r in enumerate(report.recommendations, 1) if r.whatif]
     if combined is None or step is None or len(replayed) < 2:
         return None
@@ -437,179 +427,3 @@ def top_causes(rank: RankReport, n: int = 2) -> list[tuple[Cause, float]]:
     out = [(c, lost_pct(rank, c) or 0.0) for c in CAUSES]
     out = [x for x in out if x[1] > 0.05]
     return sorted(out, key=lambda x: -x[1])[:n]
-
-
-@dataclass(frozen=True)
-class UtilPoint:
-    """One NVML sample or bin of samples: start time in seconds since the session start, GPU
-    index, utilization %, and where the bin ends (``None``: a sample at one instant)."""
-
-    t_s: float
-    gpu: str
-    util_pct: float | None
-    end_s: float | None = None
-
-
-def _num(value: Any) -> float | None:
-    if isinstance(value, bool) or not isinstance(value, (int, float)):
-        return None
-    v = float(value)
-    return v if math.isfinite(v) else None
-
-
-def utilization_points(report: Report) -> list[UtilPoint]:
-    """Per-time GPU utilization points from ``extra["samples"]``, read defensively.
-
-    The sample findings' layout is owned elsewhere and may grow; any list of mappings with a
-    time (``t_s``) and a GPU utilization (``gpu_util_pct`` or ``util_pct``) is used. Rows
-    without a time are skipped; a missing utilization stays ``None`` (shown as N/A).
-    """
-    samples = report.extra.get("samples")
-    if not isinstance(samples, Mapping):
-        return []
-    rows: Sequence[Any] = ()
-    for key in ("timeline", "utilization", "points"):
-        cand = samples.get(key)
-        if isinstance(cand, list):
-            rows = cand
-            break
-    out: list[UtilPoint] = []
-    for row in rows:
-        if not isinstance(row, Mapping):
-            continue
-        t = _num(row.get("t_s"))
-        if t is None:
-            continue
-        util = _num(row.get("gpu_util_pct", row.get("util_pct")))
-        gpu = row.get("gpu", row.get("index", 0))
-        out.append(UtilPoint(t_s=t, gpu=str(gpu), util_pct=util, end_s=_num(row.get("end_s"))))
-    return out
-
-
-@dataclass(frozen=True)
-class GpuRow:
-    """One GPU's NVML figures; every value ``None`` (N/A) when the samples do not say."""
-
-    gpu: str
-    samples: int
-    mean_pct: float | None
-    p90_pct: float | None
-    min_pct: float | None
-    max_pct: float | None
-    mem_peak_pct: float | None
-    energy_j: float | None
-    lost_at_s: float | None
-
-
-def gpu_rows(report: Report) -> list[GpuRow]:
-    """Per-GPU utilization, every statistic from the same samples: the sample analysis's own
-    per-GPU summary (``samples["gpus"]``: mean, p90, min, max over every poll) where it has
-    one; otherwise all of them from the timeline points. Never a mix: the timeline holds bin
-    means, whose max can be below the p90 of the polls behind them."""
-    by_gpu: dict[str, list[UtilPoint]] = {}
-    for p in utilization_points(report):
-        by_gpu.setdefault(p.gpu, []).append(p)
-    summaries: dict[str, Mapping[str, Any]] = {}
-    samples = report.extra.get("samples")
-    if isinstance(samples, Mapping) and isinstance(samples.get("gpus"), list):
-        for g in samples["gpus"]:
-            if isinstance(g, Mapping) and g.get("gpu") is not None:
-                summaries[str(g.get("gpu"))] = g
-    out = []
-    for gpu in sorted(set(by_gpu) | set(summaries), key=lambda g: (len(g), g)):
-        g = summaries.get(gpu)
-        if g is not None:
-            count = g.get("samples")
-            mean, p90 = _num(g.get("mean_util_pct")), _num(g.get("p90_util_pct"))
-            lo, hi = _num(g.get("min_util_pct")), _num(g.get("max_util_pct"))
-            n = int(count) if isinstance(count, int) else 0
-        else:
-            vals = sorted(p.util_pct for p in by_gpu.get(gpu, []) if p.util_pct is not None)
-            mean = statistics.fmean(vals) if vals else None
-            p90 = _quantile(vals, 0.9)
-            lo, hi = (vals[0], vals[-1]) if vals else (None, None)
-            n = len(by_gpu.get(gpu, []))
-        g = g or {}
-        out.append(
-            GpuRow(
-                gpu=gpu,
-                samples=n,
-                mean_pct=mean,
-                p90_pct=p90,
-                min_pct=lo,
-                max_pct=hi,
-                mem_peak_pct=_num(g.get("mem_peak_pct")),
-                energy_j=_num(g.get("energy_j")),
-                lost_at_s=_num(g.get("lost_at_s")),
-            )
-        )
-    return out
-
-
-def _quantile(sorted_vals: Sequence[float], q: float) -> float | None:
-    """Linear-interpolated quantile (as pandas' default) of sorted values; ``None`` if empty."""
-    if not sorted_vals:
-        return None
-    pos = q * (len(sorted_vals) - 1)
-    i = int(math.floor(pos))
-    j = min(i + 1, len(sorted_vals) - 1)
-    return sorted_vals[i] + (sorted_vals[j] - sorted_vals[i]) * (pos - i)
-
-
-def sample_notes(report: Report) -> list[str]:
-    """Run-level NVML findings as sentences (idle share, throttling, memory pressure, lost GPUs)."""
-    samples = report.extra.get("samples")
-    if not isinstance(samples, Mapping):
-        return []
-    notes: list[str] = []
-    duration = _num(samples.get("duration_s"))
-    idle = _num(samples.get("idle_pct"))
-    if duration is not None:
-        notes.append(f"sampled for {duration:,.1f} s; GPUs idle {fmt_pct(idle)} of the run")
-    periodic = samples.get("periodic_idle")
-    if isinstance(periodic, Mapping) and _num(periodic.get("period_s")) is not None:
-        notes.append(
-            f"idle every {_num(periodic.get('period_s')):.1f} s for {fmt_pct(_num(periodic.get('duty_cycle_pct')))} "
-            "of each period (checkpointing, evaluation or logging?)"
-        )
-    for t in samples.get("throttling") or []:
-        if isinstance(t, Mapping):
-            gpus = ", ".join(str(g) for g in t.get("gpus") or [])
-            notes.append(
-                f"throttled ({t.get('reason')}) on GPU {gpus} in {fmt_pct(_num(t.get('busy_samples_pct')))} of busy samples, "
-                f"SM clock {fmt_pct(_num(t.get('clock_loss_pct')))} lower"
-            )
-    for m in samples.get("memory_pressure") or []:
-        if isinstance(m, Mapping):
-            notes.append(
-                f"GPU {m.get('gpu')} memory peaked at {fmt_pct(_num(m.get('peak_pct')))}, near capacity "
-                f"{fmt_pct(_num(m.get('time_near_capacity_pct')))} of the time"
-            )
-    lost = samples.get("lost_gpus")
-    if isinstance(lost, list) and lost:
-        notes.append("GPU(s) lost during the run: " + ", ".join(str(g) for g in lost))
-    return notes
-
-
-def scalar_findings(report: Report, limit: int = 12) -> list[tuple[str, str]]:
-    """Job-level findings (``extra["job"]``) that are plain values, as (key, text) pairs.
-
-    Nested findings are left to the JSON and HTML reports; this keeps terminals readable.
-    """
-    job = report.extra.get("job")
-    if not isinstance(job, Mapping):
-        return []
-    out: list[tuple[str, str]] = []
-    for key, value in job.items():
-        if isinstance(value, bool) or value is None:
-            text = NA if value is None else str(value).lower()
-        elif isinstance(value, float):
-            text = f"{value:.4g}"
-        elif isinstance(value, (int, str)):
-            text = str(value)
-        else:
-            continue
-        out.append((str(key), text))
-        if len(out) >= limit:
-            break
-    return out

@@ -18,8 +18,10 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from gpuprof.model.report import CAUSES, RankReport
 from gpuprof.model import figures as fg
+from gpuprof.model import sample_figures as sf
+from gpuprof.model.palette import CAUSE_COLORS, text_color_on
+from gpuprof.model.report import CAUSES, RankReport
 
 KINDS: tuple[str, ...] = ("compute",) + tuple(c.value for c in CAUSES)
 CRITICAL_COLOR = "#000000"
@@ -60,7 +62,7 @@ def tick_duration(us: float) -> str:
 
 def legend(kinds: Sequence[str], extra: Sequence[tuple[str, str]] = ()) -> str:
     """Colour keys for ``kinds``, plus ``(css class, label)`` keys for markers."""
-    items = [f'<span><i style="background:{fg.CAUSE_COLORS[k]}"></i>{e(k)}</span>' for k in kinds]
+    items = [f'<span><i style="background:{CAUSE_COLORS[k]}"></i>{e(k)}</span>' for k in kinds]
     items += [f'<span><i class="{cls}"></i>{e(label)}</span>' for cls, label in extra]
     return '<div class="legend">' + "".join(items) + "</div>"
 
@@ -114,7 +116,7 @@ def read_timeline(data: Any) -> tuple[list[Lane], dict[str, Any]] | None:
         given = raw_names if isinstance(raw_names, list) else []
         segs, names = [], []
         for i, s in enumerate(row.get("segments") or []):
-            if isinstance(s, (list, tuple)) and len(s) == 3 and s[0] in fg.CAUSE_COLORS:
+            if isinstance(s, (list, tuple)) and len(s) == 3 and s[0] in CAUSE_COLORS:
                 a, b = _f(s[1]), _f(s[2])
                 if a is not None and b is not None and b > a:
                     segs.append((str(s[0]), a, b))
@@ -182,7 +184,7 @@ def timeline_chart(data: Any, slowest_rank: int | None = None, step_label: str |
             name = lane.names[i] if i < len(lane.names) else None
             tip = segment_title(lane.rank, kind, a - lo, b - lo, name)
             parts.append(
-                f'<rect x="{_p(x)}" width="{_p(w)}" y="7" height="14" fill="{fg.CAUSE_COLORS[kind]}"><title>{e(tip)}</title></rect>'
+                f'<rect x="{_p(x)}" width="{_p(w)}" y="7" height="14" fill="{CAUSE_COLORS[kind]}"><title>{e(tip)}</title></rect>'
             )
         for a, b in crit_by_rank.get(lane.rank, []):
             # A black line with a white edge along the middle of the lane where the critical
@@ -262,7 +264,7 @@ def rank_bars(ranks: Sequence[RankReport], absolute: bool) -> str:
             w = full * us / r.window_us
             amount = fg.fmt_duration(total * us / r.window_us if absolute else us)
             tip = f"rank {r.rank} · {kind}: {amount}{' per step' if absolute and r.steps > 0 else ''} ({fg.fmt_pct(fg.pct(us, r.window_us))})"
-            parts.append(f'<rect x="{_p(x)}" width="{_p(w)}" y="2" height="14" fill="{fg.CAUSE_COLORS[kind]}"><title>{e(tip)}</title></rect>')
+            parts.append(f'<rect x="{_p(x)}" width="{_p(w)}" y="2" height="14" fill="{CAUSE_COLORS[kind]}"><title>{e(tip)}</title></rect>')
             x += w
         value = fg.fmt_duration(total) if absolute else f"{fg.fmt_pct(fg.compute_pct(r))} compute"
         rows.append(
@@ -287,12 +289,12 @@ def job_bar(lost_pct: Mapping[str, float | None], lost_us: Mapping[str, float]) 
         pct = lost_pct.get(kind) or 0.0
         if pct <= 0:
             continue
-        color = fg.CAUSE_COLORS[kind]
+        color = CAUSE_COLORS[kind]
         tip = f"{kind}: {fg.fmt_pct(pct)}" + (f" ({fg.fmt_duration(lost_us[kind])} over all ranks)" if kind in lost_us else "")
         parts.append(f'<rect x="{_p(x)}" width="{_p(pct)}" y="0" height="26" fill="{color}"><title>{e(tip)}</title></rect>')
         if pct >= 9:
             parts.append(
-                f'<text x="{_p(x + pct / 2)}" y="17" text-anchor="middle" style="fill:{fg.text_color_on(color)}">'
+                f'<text x="{_p(x + pct / 2)}" y="17" text-anchor="middle" style="fill:{text_color_on(color)}">'
                 f"{e(kind)} {pct:.0f}%</text>"
             )
         x += pct
@@ -404,13 +406,13 @@ def step_times_chart(ranks: Sequence[RankReport], critical_by_index: Mapping[int
 GPU_COLORS = ("#0072B2", "#D55E00", "#009E73", "#CC79A7", "#E69F00", "#56B4E9", "#000000", "#F0E442")
 
 
-def utilization_chart(points: Sequence[fg.UtilPoint]) -> str:
+def utilization_chart(points: Sequence[sf.UtilPoint]) -> str:
     """GPU utilization over the run, one step line per GPU (each sample holds its value until
     the next, or over its own bin); gaps where a sample had no value. A single point in time
     is a sentence, not a chart."""
     if not points:
         return ""
-    by_gpu: dict[str, list[fg.UtilPoint]] = {}
+    by_gpu: dict[str, list[sf.UtilPoint]] = {}
     for p in points:
         by_gpu.setdefault(p.gpu, []).append(p)
     ends: dict[tuple[str, int], float] = {}

@@ -2,25 +2,21 @@
 
 The findings are nested JSON owned by the analysis, and they grow: the known ones get a
 sentence that says what they mean; every finding, known or not, becomes tables of plain
-values (a mapping of values: a two-column table; a list of records or a mapping of
-records: one row per record). Nothing is ever shown as a raw JSON dump. Values are
-formatted by the unit their key names (``_us``, ``_pct``, ``_bytes``, ``_gbps``,
-``fraction``). Everything here returns plain strings; renderers escape them.
+values (:mod:`gpuprof.render.jsontables`). Everything here returns plain strings;
+renderers escape them.
 """
 
 from __future__ import annotations
 
-import math
-from collections.abc import Mapping, Sequence
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from gpuprof.model.report import Report
 from gpuprof.model import figures as fg
+from gpuprof.model.figures import number
+from gpuprof.model.report import Report
+from gpuprof.render.jsontables import MAX_ROWS, Table, caption_for, fmt_value, humanize, tables_of
 from gpuprof.util import phrases
-
-MAX_ROWS = 64  # rows per table; the JSON report has them all
-MAX_LIST_ITEMS = 6  # items of a list shown inside one cell
 
 # Titles of the findings the analysis writes today; unknown keys get their key, humanized.
 TITLES: Mapping[str, str] = {
@@ -35,51 +31,9 @@ TITLES: Mapping[str, str] = {
 }
 
 
-# Captions of the tables of known findings, by the key the table comes from: what the
-# numbers are, in words (an unknown key's caption is the key, humanized).
-CAPTIONS: Mapping[str, str] = {
-    "stragglers": "Ranks that arrive last at collectives, and what the others wait for them",
-    "critical_rank_per_step": "Per step: the rank that waited least, and how long it and the others waited",
-    "clock_offsets_us": "Clock offset of each rank, removed before comparing times",
-    "arrivals": "Arrival order at collectives",
-    "last_counts": "Collectives each rank reached last",
-    "early_starters": "Ranks that reach collectives early and wait for the others",
-    "incomplete_groups": "Process groups with ranks missing from the input",
-    "across_ranks": "Compute per step across ranks",
-    "across_stages": "Compute per microbatch across pipeline stages",
-    "per_stage": "Per pipeline stage",
-    "wait_us_per_step": "Wait at the barriers per step, per rank",
-    "last_arrivals": "Barriers each rank reached last",
-    "last_activity": "What the last rank to arrive ran just before each barrier",
-    "late_comm": "Communication the late ranks run between their last compute and the barrier",
-    "slow": "Collective calls well below the link's speed",
-    "savings_pct": "What each what-if saves on its own",
-    "step_us": "The job's step with each what-if",
-    "pipeline": "The schedule's figures",
-    "straggler_analysis": "How collectives were matched across ranks",
-    "barrier_waits": "Barriers and who waits at them",
-    "whatif": "The replay of the unchanged job",
-    "collective_bandwidth": "Each rank's collectives: bytes, time and bandwidth",
-    "compute_imbalance": "Compute per step and per microbatch",
-}
 # Job-level figures another part of the report already states (the combined replay's line
 # under the recommendations, the what-if sentence): not repeated in the "Job" table.
 SAID_ELSEWHERE = frozenset({"combined_savings_pct", "model_error_pct"})
-# Keys whose values are positions in a sequence (0 = the first): shown counted from 1, as
-# the report's sentences count them ("barriers 1, 2 of 32").
-POSITION_KEYS = frozenset({"outlier_barriers"})
-
-
-def caption_for(key: str) -> str:
-    return CAPTIONS.get(key) or humanize(key).capitalize()
-
-
-@dataclass(frozen=True)
-class Table:
-    columns: tuple[str, ...]
-    rows: tuple[tuple[str, ...], ...]
-    note: str | None = None  # e.g. rows left out
-    caption: str | None = None  # what a nested table is part of
 
 
 @dataclass(frozen=True)
@@ -92,152 +46,19 @@ class Block:
     tables: tuple[Table, ...] = field(default=())
 
 
-_UNIT_WORDS = ("us", "pct", "bytes", "gbps", "s", "j")
-
-
-def humanize(key: str) -> str:
-    """``caused_wait_us_per_step`` -> ``caused wait per step`` (the unit goes to the value;
-    a leading unit word stays: ``bytes_per_step`` -> ``bytes per step``)."""
-    words = str(key).split("_")
-    kept = [w for i, w in enumerate(words) if i == 0 or w not in _UNIT_WORDS]
-    return " ".join(w for w in kept if w) or str(key)
-
-
-def _has_unit(key: str) -> bool:
-    """Whether a key names its unit, so that its value can be formatted by it."""
-    k = str(key)
-    return k.endswith(("_us", "_s", "_pct", "_bytes", "_gbps")) or "fraction" in k or "_us_" in k or "_pct_" in k
-
-
-def _ids(m: Mapping[str, Any]) -> bool:
-    """Keys that are identifiers (rank numbers), not names: values take the parent's unit."""
-    return all(str(k).lstrip("-").isdigit() for k in m)
-
-
-def _num(v: Any) -> float | None:
-    if isinstance(v, bool) or not isinstance(v, (int, float)):
-        return None
-    f = float(v)
-    return f if math.isfinite(f) else None
-
-
-def fmt_bytes(n: float) -> str:
-    for unit, size in (("GB", 1e9), ("MB", 1e6), ("kB", 1e3)):
-        if abs(n) >= size:
-            return f"{n / size:,.1f} {unit}"
-    return f"{n:,.0f} B"
-
-
-def fmt_value(key: str, value: Any) -> str:
-    """A value as text, in the unit its key names."""
-    if value is None:
-        return fg.NA
-    if isinstance(value, bool):
-        return "yes" if value else "no"
-    k = str(key)
-    if isinstance(value, str):
-        # A what-if is named in words, as everywhere in the prose ("no variation").
-        return humanize(value) if k == "whatif" and "_" in value else value
-    n = _num(value)
-    if n is not None:
-        if k.endswith("_us") or "_us_" in k:
-            return fg.fmt_duration(n)
-        if k.endswith("_s"):
-            return f"{n:,.2f} s"
-        if k.endswith("_pct") or "_pct_" in k:
-            return f"{n:.1f}%"
-        if "fraction" in k or k.endswith("_share_of_peak"):
-            return f"{100.0 * n:.1f}%"
-        if k.endswith("_bytes") or "bytes_" in k:
-            return fmt_bytes(n)
-        if k.endswith("_gbps"):
-            return f"{n:,.1f} GB/s"
-        if k.endswith("ratio") or k.endswith("over_median"):
-            return f"{n:.2f}×"
-        if isinstance(value, int):
-            return f"{value:,}"
-        return f"{n:,.4g}" if abs(n) < 1e6 else f"{n:,.0f}"
-    if isinstance(value, Sequence):
-        if k in POSITION_KEYS:
-            value = [x + 1 if isinstance(x, int) and not isinstance(x, bool) else x for x in value]
-        items = [fmt_value(k, x) for x in list(value)[:MAX_LIST_ITEMS]]
-        more = len(value) - MAX_LIST_ITEMS
-        return ", ".join(items) + (f" (+{more} more)" if more > 0 else "") if items else "none"
-    if isinstance(value, Mapping):
-        parts = [f"{humanize(str(a))} {fmt_value(str(a), b)}" for a, b in list(value.items())[:MAX_LIST_ITEMS]]
-        more = len(value) - MAX_LIST_ITEMS
-        return "; ".join(parts) + (f" (+{more} more)" if more > 0 else "")
-    return str(value)
-
-
-def _is_record(v: Any) -> bool:
-    return isinstance(v, Mapping) and bool(v)
-
-
-def _records_table(records: Sequence[tuple[str | None, Mapping[str, Any]]], first: str | None) -> Table:
-    """Rows of records; columns are the union of their keys, in first-seen order."""
-    cols: list[str] = []
-    for _, rec in records:
-        for k in rec:
-            if k not in cols:
-                cols.append(str(k))
-    rows = []
-    for label, rec in records[:MAX_ROWS]:
-        cells = [fmt_value(c, rec.get(c)) if c in rec else "" for c in cols]
-        rows.append(tuple(([label or ""] if first else []) + cells))
-    note = f"{len(records) - MAX_ROWS} more rows in the JSON report" if len(records) > MAX_ROWS else None
-    head = ([first] if first else []) + [humanize(c) for c in cols]
-    return Table(tuple(head), tuple(rows), note)
-
-
-def tables_of(value: Any, name: str = "", depth: int = 0) -> list[Table]:
-    """Any JSON value as tables of plain values (nested records become their own tables)."""
-    if isinstance(value, Mapping):
-        if value and all(_is_record(v) for v in value.values()):
-            first = "rank" if _ids(value) else " "
-            return [_records_table([(humanize(str(k)), v) for k, v in value.items()], first)]
-        flat = [(k, v) for k, v in value.items() if not _is_record(v) and not _is_record_list(v)]
-        nested = [(k, v) for k, v in value.items() if _is_record(v) or _is_record_list(v)]
-        out: list[Table] = []
-        if flat and name and _has_unit(name) and not any(_has_unit(str(k)) for k, _ in flat) and not _ids(value):
-            # {"no_dataloader": 0.11} under savings_pct: named rows in the parent's unit.
-            out.append(Table(("", humanize(name)), tuple((humanize(str(k)), fmt_value(name, v)) for k, v in flat)))
-        elif flat and value and _ids(value) and name:
-            # {"0": 1.5, "1": 2.0} under clock_offsets_us: one row per rank, in the parent's unit.
-            rows = tuple((str(k), fmt_value(name, v)) for k, v in flat[:MAX_ROWS])
-            more = f"{len(flat) - MAX_ROWS} more rows in the JSON report" if len(flat) > MAX_ROWS else None
-            out.append(Table(("rank", humanize(name)), rows, more))
-        elif flat:
-            out.append(Table(("", ""), tuple((humanize(str(k)), fmt_value(str(k), v)) for k, v in flat)))
-        for k, v in nested:
-            if depth >= 3:
-                out.append(Table(("", ""), ((humanize(str(k)), fmt_value(str(k), v)),)))
-                continue
-            for t in tables_of(v, str(k), depth + 1):
-                out.append(t if t.caption else Table(t.columns, t.rows, t.note, caption_for(str(k))))
-        return out
-    if _is_record_list(value):
-        return [_records_table([(None, v) for v in value], None)]
-    return [Table(("", ""), ((humanize(name) or "value", fmt_value(name, value)),))]
-
-
-def _is_record_list(v: Any) -> bool:
-    return isinstance(v, list) and bool(v) and all(_is_record(x) for x in v)
-
-
 # --- sentences for the findings the analysis writes today --------------------------------
 
 
 def _stragglers(v: Any) -> list[str]:
     out = []
     for s in v if isinstance(v, list) else []:
-        if not isinstance(s, Mapping) or _num(s.get("rank")) is None:
+        if not isinstance(s, Mapping) or number(s.get("rank")) is None:
             continue
         text = f"Rank {s['rank']} arrived last at {s.get('last_arrivals', '?')} of {s.get('collectives', '?')} collectives"
-        wait = _num(s.get("caused_wait_us_per_step"))
+        wait = number(s.get("caused_wait_us_per_step"))
         if wait is not None:
             text += f"; the other ranks waited {fg.fmt_duration(wait)} per step for it"
-        ratio = _num(s.get("phase_ratio"))
+        ratio = number(s.get("phase_ratio"))
         if s.get("phase") and ratio is not None:
             text += f"; its {s['phase']} takes {ratio:.2f}× the others' median"
         out.append(text + ".")
@@ -250,12 +71,12 @@ def _arrivals(v: Any) -> list[str]:
     if not isinstance(v, Mapping):
         return []
     out = []
-    n = _num(v.get("collectives_matched"))
+    n = number(v.get("collectives_matched"))
     if n is not None:
         out.append(f"{int(n)} collective calls were matched across ranks.")
     offsets = v.get("clock_offsets_us")
     if isinstance(offsets, Mapping):
-        vals = [abs(x) for x in (_num(o) for o in offsets.values()) if x is not None]
+        vals = [abs(x) for x in (number(o) for o in offsets.values()) if x is not None]
         if vals and max(vals) > 0:
             out.append(f"Rank clocks differed by up to {fg.fmt_duration(max(vals))}; times were aligned before comparing.")
     arr = v.get("arrivals")
@@ -265,7 +86,7 @@ def _arrivals(v: Any) -> list[str]:
 
 
 def _critical(v: Any) -> list[str]:
-    rows = [r for r in v if isinstance(r, Mapping) and _num(r.get("rank")) is not None] if isinstance(v, list) else []
+    rows = [r for r in v if isinstance(r, Mapping) and number(r.get("rank")) is not None] if isinstance(v, list) else []
     if not rows:
         return []
     counts: dict[int, int] = {}
@@ -285,19 +106,19 @@ def _imbalance(v: Any) -> list[str]:
         return []
     out = []
     ar = v.get("across_ranks")
-    if isinstance(ar, Mapping) and _num(ar.get("max_over_median")) is not None:
-        busiest, median = phrases.duration_pair(_num(ar.get("max_compute_us_per_step")), _num(ar.get("median_compute_us_per_step")))
+    if isinstance(ar, Mapping) and number(ar.get("max_over_median")) is not None:
+        busiest, median = phrases.duration_pair(number(ar.get("max_compute_us_per_step")), number(ar.get("median_compute_us_per_step")))
         if busiest == median:
             out.append(f"Every rank computes about the same per step ({median}).")
         else:
             out.append(
-                f"The busiest rank ({ar.get('max_rank')}) computes {_num(ar.get('max_over_median')):.2f}× the median rank "
+                f"The busiest rank ({ar.get('max_rank')}) computes {number(ar.get('max_over_median')):.2f}× the median rank "
                 f"per step ({busiest} against {median})."
             )
     st = v.get("across_stages")
-    if isinstance(st, Mapping) and _num(st.get("max_over_median")) is not None:
+    if isinstance(st, Mapping) and number(st.get("max_over_median")) is not None:
         out.append(
-            f"The slowest pipeline stage ({st.get('max_stage')}) computes {_num(st.get('max_over_median')):.2f}× the "
+            f"The slowest pipeline stage ({st.get('max_stage')}) computes {number(st.get('max_over_median')):.2f}× the "
             f"median stage per microbatch."
         )
     return out
@@ -314,8 +135,8 @@ def _pipeline(v: Any) -> list[str]:
     if v.get("schedule"):
         parts.append(f"{v.get('schedule')} schedule")
     text = ", ".join(parts)
-    stages = [r for r in v.get("per_stage") or [] if isinstance(r, Mapping) and _num(r.get("bubble_fraction")) is not None]
-    theory = _num(v.get("theoretical_bubble_fraction"))
+    stages = [r for r in v.get("per_stage") or [] if isinstance(r, Mapping) and number(r.get("bubble_fraction")) is not None]
+    theory = number(v.get("theoretical_bubble_fraction"))
     if stages:
         worst = max(stages, key=lambda r: float(r["bubble_fraction"]))
         text += f": stages idle in the bubble up to {100 * float(worst['bubble_fraction']):.1f}% of the step (stage {worst.get('stage')})"
@@ -328,21 +149,21 @@ def _bandwidth(v: Any) -> list[str]:
     rows = [r for r in v.values() if isinstance(r, Mapping)] if isinstance(v, Mapping) else []
     notes = sorted({str(r["bandwidth_note"]) for r in rows if r.get("bandwidth_note")})
     # Bandwidth of messages under a megabyte says more about latency than about the link.
-    big = [r for r in rows if (_num(r.get("bytes_per_step")) or 0.0) >= 1e6]
-    bus = sorted(x for x in (_num(r.get("busbw_gbps")) for r in big) if x)
+    big = [r for r in rows if (number(r.get("bytes_per_step")) or 0.0) >= 1e6]
+    bus = sorted(x for x in (number(r.get("busbw_gbps")) for r in big) if x)
     if not bus:
         # The notes say why in full ("not measurable: the other members ..."): not twice.
         return [f"Bus bandwidth {n}." if n.startswith("not measurable") else f"Bus bandwidth not measurable: {n}."
                 for n in notes[:2]]
     med = bus[len(bus) // 2]
     text = f"Collectives moved data at {med:,.1f} GB/s bus bandwidth (median over {len(bus)} ranks)"
-    peaks = [x for x in (_num(r.get("peak_gbps")) for r in big) if x]
+    peaks = [x for x in (number(r.get("peak_gbps")) for r in big) if x]
     if peaks:
         text += f", {100 * med / max(peaks):.1f}% of the {max(peaks):,.0f} GB/s link peak"
-    slow = sum(int(_num(r.get("slow_calls")) or 0) for r in rows)
+    slow = sum(int(number(r.get("slow_calls")) or 0) for r in rows)
     if slow:
         text += f"; {slow} calls ran well below the link's speed"
-    exposed = [x for x in (_num(r.get("exposed_us_per_step")) for r in rows) if x is not None]
+    exposed = [x for x in (number(r.get("exposed_us_per_step")) for r in rows) if x is not None]
     if exposed:
         text += f"; up to {fg.fmt_duration(max(exposed))} per step of it was exposed (nothing computing beside it)"
     return [text + "."]
@@ -392,8 +213,8 @@ def _whatif(v: Any, ctx: Context | None = None) -> list[str]:
         return []
     ctx = ctx or Context()
     out = []
-    measured, replayed = _num(v.get("measured_step_us")), _num(v.get("replayed_step_us"))
-    err = _num(v.get("model_error_pct"))
+    measured, replayed = number(v.get("measured_step_us")), number(v.get("replayed_step_us"))
+    err = number(v.get("model_error_pct"))
     if measured is not None and replayed is not None:
         got, was = fg.fmt_duration(replayed), fg.fmt_duration(measured)
         if got == was:
@@ -403,7 +224,7 @@ def _whatif(v: Any, ctx: Context | None = None) -> list[str]:
         out.append(text + (f" (model error {phrases.signed_pct(err)})." if err is not None else "."))
     savings = v.get("savings_pct")
     if isinstance(savings, Mapping):
-        ranked = sorted(((k, x) for k, x in ((str(k), _num(x)) for k, x in savings.items()) if x and x >= 0.5), key=lambda kv: -kv[1])
+        ranked = sorted(((k, x) for k, x in ((str(k), number(x)) for k, x in savings.items()) if x and x >= 0.5), key=lambda kv: -kv[1])
         carried = [(k, x) for k, x in ranked if k in ctx.carried]
         others = [(k, x) for k, x in ranked if k not in ctx.carried]
         if carried:
@@ -436,7 +257,7 @@ def _whatif_tables(v: Any) -> list[Table] | None:
     if not isinstance(steps, Mapping) or not isinstance(savings, Mapping):
         return None
     names = list(dict.fromkeys([*savings, *steps]))
-    names.sort(key=lambda k: -(_num(savings.get(k)) or 0.0))
+    names.sort(key=lambda k: -(number(savings.get(k)) or 0.0))
     rows = tuple((humanize(str(k)), fmt_value("step_us", steps.get(k)), fmt_value("savings_pct", savings.get(k))) for k in names)
     rest = {k: x for k, x in v.items() if k not in ("step_us", "savings_pct")}
     return tables_of(rest, "whatif") + [
@@ -445,9 +266,9 @@ def _whatif_tables(v: Any) -> list[Table] | None:
 
 
 def _barriers(v: Any) -> list[str]:
-    if not isinstance(v, Mapping) or _num(v.get("barriers")) is None:
+    if not isinstance(v, Mapping) or number(v.get("barriers")) is None:
         return []
-    n = int(_num(v.get("barriers")) or 0)
+    n = int(number(v.get("barriers")) or 0)
     late = [int(r) for r in v.get("waited_for_ranks") or [] if isinstance(r, int) and not isinstance(r, bool)]
     text = f"{phrases.count(n, 'barrier')} (ops that start at the same instant on every rank)"
     if late:

@@ -15,10 +15,13 @@ import html
 import json
 from collections.abc import Mapping, Sequence
 
+from gpuprof.model import figures as fg
+from gpuprof.model import sample_figures as sf
+from gpuprof.model.palette import CAUSE_COLORS, text_color_on
 from gpuprof.model.report import CAUSES, Cause, Report, report_to_dict
 from gpuprof.render import charts as ch
-from gpuprof.model import figures as fg
-from gpuprof.render.findings import Table, findings_context, job_blocks
+from gpuprof.render.findings import findings_context, job_blocks
+from gpuprof.render.jsontables import Table
 from gpuprof.render.registry import register
 
 MAX_WARNINGS = 200
@@ -107,7 +110,7 @@ def _where_time_went(report: Report) -> str:
     us = {"compute": s.compute_us, **{c.value: s.lost_us[c] for c in CAUSES}}
     parts = sorted(((k, v) for k, v in pct.items() if v and v >= 0.05), key=lambda kv: -(kv[1] or 0.0))
     words = " · ".join(
-        f'<span><i style="background:{fg.CAUSE_COLORS[k]}"></i>{e(k)} <b>{e(fg.fmt_pct(v))}</b></span>' for k, v in parts
+        f'<span><i style="background:{CAUSE_COLORS[k]}"></i>{e(k)} <b>{e(fg.fmt_pct(v))}</b></span>' for k, v in parts
     )
     return (
         "<h2>Where the time went</h2>"
@@ -121,7 +124,7 @@ def _recommendations(report: Report, view: fg.View = fg.FULL) -> str:
         return f"<h2>What to change</h2><p class=\"muted\">{html.escape(fg.no_recommendation(report))}</p>"
     items = []
     for i, rec in enumerate(view.shown(report)):
-        color = fg.CAUSE_COLORS[rec.category.value]
+        color = CAUSE_COLORS[rec.category.value]
         ranks = fg.ranks_phrase(rec.ranks)
         ev = "".join(f"<li>{e(x)}</li>" for x in rec.evidence)
         act = "".join(f"<li>{e(x)}</li>" for x in rec.actions)
@@ -135,7 +138,7 @@ def _recommendations(report: Report, view: fg.View = fg.FULL) -> str:
             )
         items.append(
             f"<li><strong>{e(rec.title)}</strong>"
-            f'<span class="badge" style="background:{color};color:{fg.text_color_on(color)}">{e(rec.category.value)}</span> '
+            f'<span class="badge" style="background:{color};color:{text_color_on(color)}">{e(rec.category.value)}</span> '
             f'<span class="save">{e(fg.saving_phrase(rec, report))}</span> '
             f'<span class="muted">{e(ranks)}</span>{details}</li>'
         )
@@ -241,9 +244,9 @@ def _rank_table(report: Report) -> str:
 
 def _samples_section(report: Report) -> str:
     """Utilization over time, the per-GPU table and run-level notes; empty without samples."""
-    rows = fg.gpu_rows(report)
-    notes = fg.sample_notes(report)
-    util = ch.utilization_chart(fg.utilization_points(report))
+    rows = sf.gpu_rows(report)
+    notes = sf.sample_notes(report)
+    util = ch.utilization_chart(sf.utilization_points(report))
     if not rows and not notes and not util:
         return ""
     parts = ["<h2>GPUs over the run (NVML samples)</h2>"]

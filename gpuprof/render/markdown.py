@@ -9,8 +9,9 @@ from __future__ import annotations
 
 import html
 
-from gpuprof.model.report import CAUSES, Report
 from gpuprof.model import figures as fg
+from gpuprof.model import sample_figures as sf
+from gpuprof.model.report import CAUSES, Report
 from gpuprof.render.findings import findings_context, job_blocks
 from gpuprof.render.registry import register
 
@@ -92,8 +93,8 @@ def _findings(report: Report) -> list[str]:
 
 
 def _samples(report: Report) -> list[str]:
-    rows = fg.gpu_rows(report)
-    notes = fg.sample_notes(report)
+    rows = sf.gpu_rows(report)
+    notes = sf.sample_notes(report)
     if not rows and not notes:
         return []
     out = ["#### GPUs over the run (NVML samples)", ""]

@@ -18,8 +18,9 @@ from rich.padding import Padding
 from rich.table import Table
 from rich.text import Text
 
-from gpuprof.model.report import CAUSES, Report
 from gpuprof.model import figures as fg
+from gpuprof.model import sample_figures as sf
+from gpuprof.model.report import CAUSES, Report
 from gpuprof.render.findings import findings_context, job_blocks
 from gpuprof.render.registry import register
 
@@ -110,8 +111,8 @@ def _totals_table(report: Report) -> Table:
 
 
 def _samples(report: Report, wrap: bool = True) -> list[RenderableType]:
-    rows = fg.gpu_rows(report)
-    notes = fg.sample_notes(report)
+    rows = sf.gpu_rows(report)
+    notes = sf.sample_notes(report)
     if not rows and not notes:
         return []
     out: list[RenderableType] = [Text("GPUs over the run (NVML samples)", style="bold underline")]
