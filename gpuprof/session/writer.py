@@ -36,6 +36,7 @@ from gpuprof.session.layout import (
     SAMPLES_FILE,
     TRACES_DIR,
 )
+from gpuprof.util.atomic import remove_quietly
 
 RESERVE_BYTES = 256 * 1024
 """Disk held back during a run so that the final metadata and the records still in memory
@@ -91,10 +92,7 @@ def write_json_atomic(path: Path, data: Mapping[str, Any]) -> None:
         os.chmod(tmp, 0o644)
         os.replace(tmp, path)
     except BaseException:
-        try:
-            os.unlink(tmp)
-        except OSError:
-            pass
+        remove_quietly(tmp)
         raise
 
 
@@ -225,6 +223,14 @@ class SessionDirTaken(GpuprofError):
     """The folder asked for is another run's session, or holds other files."""
 
 
+def _raise_if_bad_path(exc: OSError, cannot: str, root: Path) -> None:
+    """A :class:`GpuprofError` (exit 2 before the job runs) for an ``OSError`` that says
+    the session path itself is wrong (:data:`BAD_PATH_ERRNOS`); any other one is left to
+    the caller to raise as it is."""
+    if exc.errno in BAD_PATH_ERRNOS:
+        raise GpuprofError(f"{cannot}: {describe_os_error(exc)}", root) from None
+
+
 def claim_session_dir(root: Path) -> None:
     """Make ``root`` this run's session folder, exclusively, or raise :class:`GpuprofError`.
 
@@ -239,9 +245,8 @@ def claim_session_dir(root: Path) -> None:
     except FileExistsError:
         raise GpuprofError("is a file, not a folder; give a new or empty folder for the session", root) from None
     except OSError as exc:
-        if exc.errno not in BAD_PATH_ERRNOS:
-            raise
-        raise GpuprofError(f"cannot create session folder: {describe_os_error(exc)}", root) from None
+        _raise_if_bad_path(exc, "cannot create session folder", root)
+        raise
     if (root / META_FILE).exists():
         raise SessionDirTaken("session folder already exists: it holds another gpuprof run's session", root)
     try:
@@ -255,9 +260,8 @@ def claim_session_dir(root: Path) -> None:
     except FileExistsError:
         raise SessionDirTaken("session folder was just claimed by another gpuprof run", root) from None
     except OSError as exc:
-        if exc.errno not in BAD_PATH_ERRNOS:
-            raise
-        raise GpuprofError(f"cannot write in session folder: {describe_os_error(exc)}", root) from None
+        _raise_if_bad_path(exc, "cannot write in session folder", root)
+        raise
     os.close(fd)
 
 
@@ -310,20 +314,14 @@ class SessionWriter:
                 os.write(fd, b"\0" * size)  # a filesystem without fallocate: write real blocks
             self.reserve = path
         except OSError:
-            try:
-                os.unlink(path)
-            except OSError:
-                pass
+            remove_quietly(path)
         finally:
             os.close(fd)
 
     def release_reserve(self) -> None:
         """Give the held-back disk space to the session's last writes."""
         if self.reserve is not None:
-            try:
-                os.unlink(self.reserve)
-            except OSError:
-                pass
+            remove_quietly(self.reserve)
             self.reserve = None
 
     def write_meta(self, meta: Mapping[str, Any]) -> bool:

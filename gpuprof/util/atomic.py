@@ -52,6 +52,26 @@ def _compressed(raw: IO[bytes], gz: bool) -> IO[bytes]:
     return cast(IO[bytes], gzip.GzipFile(fileobj=raw, mode="wb", compresslevel=6, mtime=0)) if gz else raw
 
 
+def _write_pieces(raw: IO[bytes], pieces: Iterable[bytes], gz: bool) -> None:
+    """Write ``pieces`` into ``raw`` (gzip-compressed when ``gz``) and flush it."""
+    out = _compressed(raw, gz)
+    for piece in pieces:
+        out.write(piece)
+    if out is not raw:
+        out.close()
+    raw.flush()
+
+
+def remove_quietly(path: str | os.PathLike[str]) -> None:
+    """Remove a file gpuprof made for itself (a temporary file, a disk reserve) if it can;
+    one already gone, or that cannot be removed, is no error: the caller has its own to
+    report, or none."""
+    try:
+        os.unlink(path)
+    except OSError:
+        pass
+
+
 def _target(dest: Path) -> tuple[Path, os.stat_result | None]:
     """Where writing ``dest`` goes (symbolic links followed) and what is there now."""
     target = Path(os.path.realpath(dest)) if dest.is_symlink() else dest
@@ -102,12 +122,7 @@ def _replace(dest: Path, target: Path, old: os.stat_result | None, pieces: Itera
     try:
         try:  # closing flushes too, so it is inside: a full disk may only show there
             with os.fdopen(fd, "wb") as raw:
-                out = _compressed(raw, gz)
-                for piece in pieces:
-                    out.write(piece)
-                if out is not raw:
-                    out.close()
-                raw.flush()
+                _write_pieces(raw, pieces, gz)
                 if fsync:
                     os.fsync(raw.fileno())
         except OSError as exc:
@@ -122,10 +137,7 @@ def _replace(dest: Path, target: Path, old: os.stat_result | None, pieces: Itera
         except OSError as exc:
             raise _cannot_write(dest, exc) from None
     except BaseException:
-        try:
-            os.unlink(tmp)
-        except OSError:
-            pass
+        remove_quietly(tmp)
         raise
 
 
@@ -169,12 +181,7 @@ def _write_into(dest: Path, target: Path, pieces: Iterable[bytes], gz: bool) -> 
         raise _cannot_write(dest, exc) from None
     try:
         with os.fdopen(fd, "wb") as raw:
-            out = _compressed(raw, gz)
-            for piece in pieces:
-                out.write(piece)
-            if out is not raw:
-                out.close()
-            raw.flush()
+            _write_pieces(raw, pieces, gz)
     except OSError as exc:
         raise _cannot_write(dest, exc) from None
 
@@ -232,11 +239,6 @@ def _write_stdout(pieces: Iterable[bytes], gz: bool) -> None:
                 stream.write(piece.decode("utf-8", errors="replace"))
             stream.flush()
             return
-        out = _compressed(buffer, gz)
-        for piece in pieces:
-            out.write(piece)
-        if out is not buffer:
-            out.close()
-        buffer.flush()
+        _write_pieces(buffer, pieces, gz)
     except (OSError, ValueError) as exc:
         raise stdout_error(exc, stream, "the output") from None
