@@ -29,32 +29,18 @@ import argparse
 import gzip
 import importlib.util
 import json
-import resource
 import sys
 import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from measure import best_cpu
+
 HERE = Path(__file__).resolve().parent
 REAL = HERE.parent.parent / "shared" / "traces"
 GEN = HERE / "out" / "traces" / "gen-1r-50MB"
 MB = 1_000_000
-
-
-def cpu_s() -> float:
-    r = resource.getrusage(resource.RUSAGE_SELF)
-    return r.ru_utime + r.ru_stime
-
-
-def best_cpu(fn: Callable[[], Any], repeat: int) -> float:
-    best = float("inf")
-    for _ in range(repeat):
-        t0 = cpu_s()
-        out = fn()
-        best = min(best, cpu_s() - t0)
-        del out
-    return best
 
 
 def text_of(path: Path) -> bytes:

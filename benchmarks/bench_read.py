@@ -22,32 +22,16 @@ from __future__ import annotations
 import argparse
 import gzip
 import os
-import resource
 import sys
-from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+
+from measure import best_cpu
 
 HERE = Path(__file__).resolve().parent
 REPO = HERE.parent
 REAL = REPO.parent / "shared" / "traces"
 MB = 1_000_000
 sys.path.insert(0, str(REPO))
-
-
-def cpu_s() -> float:
-    r = resource.getrusage(resource.RUSAGE_SELF)
-    return r.ru_utime + r.ru_stime
-
-
-def best_cpu(fn: Callable[[], Any], repeat: int) -> float:
-    best = float("inf")
-    for _ in range(repeat):
-        t0 = cpu_s()
-        out = fn()
-        best = min(best, cpu_s() - t0)
-        del out
-    return best
 
 
 def json_bytes(path: Path) -> int:

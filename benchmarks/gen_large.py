@@ -53,6 +53,9 @@ LN_BWD = "void at::native::(anonymous namespace)::layer_norm_grad_input_kernel<f
 ALLREDUCE = "ncclKernel_AllReduce_RING_LL_Sum_float(ncclDevComm*, unsigned long, ncclWork*)"
 ADAM = "void at::native::(anonymous namespace)::multi_tensor_apply_kernel<at::native::(anonymous namespace)::TensorListMetadata<4>, at::native::(anonymous namespace)::FusedAdamMathFunctor<float, 4, (at::native::ADAM_MODE)0, false>, float*, double, double, double, double, double, double, bool, float*, float*>(at::native::(anonymous namespace)::TensorListMetadata<4>, at::native::(anonymous namespace)::FusedAdamMathFunctor<float, 4, (at::native::ADAM_MODE)0, false>, float*, double, double, double, double, double, double, bool, float*, float*)"
 
+FWD_KERNEL_ARGS = ', "registers per thread": 128, "shared memory": 16384, "grid": [1024, 1, 1], "block": [256, 1, 1]'
+BWD_KERNEL_ARGS = ', "registers per thread": 128, "shared memory": 32768, "grid": [2048, 1, 1], "block": [256, 1, 1]'
+
 
 @dataclass(frozen=True)
 class Shape:
@@ -174,6 +177,14 @@ class RankWriter:
             f'{{"ph": "f", "id": {c}, "pid": {self.device}, "tid": {stream}, "ts": {start:.3f}, '
             f'"cat": "ac2g", "name": "ac2g", "bp": "e"}}'
         )
+
+    def compute_kernel(self, tid: int, ts: float, ext: int, name: str, dur: float, free_at: float, gpu_args: str) -> float:
+        """A kernel launched from ``tid`` at ``ts`` onto the compute stream: it starts once the
+        stream is free (``free_at``) and the launch has landed; returns when the stream is
+        free again."""
+        start = max(free_at, ts + self.shape.launch_latency_us)
+        self.launch(tid, ts, ext, "kernel", name, COMPUTE_STREAM, start, dur, gpu_args=gpu_args)
+        return start + dur
 
     # -- the file ---------------------------------------------------------------------
     def header(self) -> None:
@@ -317,21 +328,8 @@ def write_step(w: RankWriter, step: int, t0: float, fs: list[float], ds: list[fl
             hd = sh.host_op_us * f * rng.uniform(0.8, 1.2)
             w.cpu_op(outer, main, host, hd + sh.launch_us + 2.0, ext)
             w.cpu_op(inner, main, host + 1.0, hd + sh.launch_us, w.next_ext())
-            ts = host + 1.0 + hd
             dur = kus * f * rng.uniform(0.95, 1.05)
-            start = max(gpu, ts + sh.launch_latency_us)
-            w.launch(
-                main,
-                ts,
-                ext,
-                "kernel",
-                kname,
-                COMPUTE_STREAM,
-                start,
-                dur,
-                gpu_args=', "registers per thread": 128, "shared memory": 16384, "grid": [1024, 1, 1], "block": [256, 1, 1]',
-            )
-            gpu = start + dur
+            gpu = w.compute_kernel(main, host + 1.0 + hd, ext, kname, dur, gpu, FWD_KERNEL_ARGS)
             host += hd + sh.launch_us + 4.0
     # backward on the autograd thread; DDP all-reduces each bucket as it becomes ready
     ext = w.next_ext()
@@ -359,21 +357,8 @@ def write_step(w: RankWriter, step: int, t0: float, fs: list[float], ds: list[fl
             )
             w.cpu_op(fn, bwd, host + 1.0, hd + sh.launch_us + 4.0, w.next_ext())
             w.cpu_op(op, bwd, host + 2.0, hd + sh.launch_us, w.next_ext())
-            ts = host + 2.0 + hd
             dur = kus * f * rng.uniform(0.95, 1.05)
-            start = max(gpu, ts + sh.launch_latency_us)
-            w.launch(
-                bwd,
-                ts,
-                ext,
-                "kernel",
-                kname,
-                COMPUTE_STREAM,
-                start,
-                dur,
-                gpu_args=', "registers per thread": 128, "shared memory": 32768, "grid": [2048, 1, 1], "block": [256, 1, 1]',
-            )
-            gpu = start + dur
+            gpu = w.compute_kernel(bwd, host + 2.0 + hd, ext, kname, dur, gpu, BWD_KERNEL_ARGS)
             host += hd + sh.launch_us + 8.0
         b = (layer + 1) // layers_per_bucket - 1
         if (layer + 1) % layers_per_bucket == 0 and b < sh.buckets:
