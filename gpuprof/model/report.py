@@ -51,6 +51,9 @@ def _doc(text: str, **more: Any) -> Any:
 
 @dataclass(frozen=True)
 class Recommendation:
+    """One ranked recommendation: the cause it fixes, what to change, what it would save,
+    the evidence and actions as prose, and the measured facts behind them as numbers."""
+
     id: str = _doc("stable rule id, the same for the same finding in every report")
     category: Cause = _doc("the cause this recommendation fixes")
     title: str = _doc("one line a user can act on")
@@ -86,6 +89,15 @@ class Recommendation:
         default=(),
         metadata={"doc": "what qualifies the saving, said beside it (a partial trace, a single profiled step, "
                   "a profiler that inflates host time)"},
+    )
+    # The measured numbers the evidence is written from, by name (units in the names),
+    # so that a notebook reads the straggler's margin without parsing the prose.
+    facts: Mapping[str, float | int | str | None] = field(
+        default_factory=dict,
+        hash=False,
+        metadata={"doc": "the measured facts behind the evidence as named values, units in the names (_us, "
+                  "_bytes, _pct; _per_step: per step of the job); null: not measured. Absent in reports of "
+                  "older versions"},
     )
 
 
@@ -323,6 +335,7 @@ def report_to_dict(report: Report) -> dict[str, Any]:
                 "savings_high_pct": None if rec.savings_high_pct is None else round(rec.savings_high_pct, 2),
                 "savings_bound": rec.savings_bound,
                 "caveats": list(rec.caveats),
+                "facts": {k: round(v, 3) if isinstance(v, float) else v for k, v in rec.facts.items()},
             }
         )
     out["warnings"] = list(report.warnings)
@@ -388,6 +401,7 @@ def report_from_dict(data: Any) -> Report:
             savings_high_pct=_opt_float(x.get("savings_high_pct")),
             savings_bound=x.get("savings_bound"),
             caveats=tuple(x.get("caveats", ())),
+            facts=dict(x.get("facts") or {}),
         )
         for x in data["recommendations"]
     ]

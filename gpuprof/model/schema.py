@@ -126,13 +126,15 @@ def _type_schema(tp: Any, defs: dict[str, Any]) -> dict[str, Any]:
         return {"$ref": "#/$defs/cause"}
     if origin in (typing.Union, types.UnionType):
         rest = [a for a in args if a is not type(None)]
-        if len(rest) == 1 and rest[0] in _SIMPLE and len(args) == 2:
-            return {"type": [_SIMPLE[rest[0]], "null"]}
+        if rest and all(a in _SIMPLE for a in rest):  # simple values, maybe null: one list of types
+            return {"type": [_SIMPLE[a] for a in rest] + (["null"] if len(rest) < len(args) else [])}
         return {"anyOf": [_type_schema(a, defs) for a in args]}
     if origin is tuple and len(args) == 2 and args[1] is Ellipsis:
         return {"type": "array", "items": _type_schema(args[0], defs)}
     if origin in (Mapping, dict) and args == (Cause, float):
         return {"$ref": "#/$defs/lost_us"}
+    if origin in (Mapping, dict) and len(args) == 2 and args[0] is str:
+        return {"type": "object", "additionalProperties": _type_schema(args[1], defs)}
     if dataclasses.is_dataclass(tp) and isinstance(tp, type) and tp in _DEF_NAMES:
         name = _DEF_NAMES[tp]
         if name not in defs:
