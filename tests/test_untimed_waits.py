@@ -258,7 +258,7 @@ def test_a_slow_worker_is_named_when_only_other_groups_are_incomplete(
     input is named even when some process group is incomplete; with one of its peers
     removed from the input it is not."""
     from gpuprof.advice import AdviceContext
-    from gpuprof.advice.distributed import _slow_rank_advice
+    from gpuprof.advice.distributed import slow_rank_advice as _slow_rank_advice
 
     out = generate("megatron_slow_worker", tmp_path / "full", seed=0, microbatches=4, steps=2, whatifs=False)
     a = run_analysis([out])

@@ -1,9 +1,14 @@
 """Recommendations: measured findings turned into ranked, actionable advice.
 
-Each advisor is a function ``(AdviceContext) -> list[Recommendation]`` registered in
-:data:`ADVISORS` (in the order modules are listed in :data:`_ADVISOR_MODULES`). Advisors are
-pure. :func:`advise` runs them all, holds back what the trace cannot support (below) and
-ranks the rest by estimated savings.
+Summaries, attributions and the job result in (:class:`AdviceContext`), ranked
+:class:`~gpuprof.model.report.Recommendation` s out. Each advisor measures: it is a pure
+function ``(AdviceContext) -> list[Finding]`` (:mod:`gpuprof.advice.finding`: the id,
+cause, ranks, what-if, saving and its bounds, and the measured facts as named numbers),
+registered with ``@advisor`` in :data:`ADVISORS` (in the order modules are listed in
+:data:`_ADVISOR_MODULES`). The phrasebook (:mod:`gpuprof.advice.phrasebook`) is the one
+place that words findings: titles, evidence and actions, each recommendation carrying its
+facts beside the prose. :func:`advise` runs the advisors, holds back what the trace cannot
+support (below) and ranks the rest by estimated savings.
 
 Evidence
 --------
@@ -39,6 +44,8 @@ from gpuprof.advice.context import (
     advisor,
     rank_spans,
 )
+from gpuprof.advice.finding import Finding, Said, said
+from gpuprof.advice.phrasebook import recommendation, sentence
 from gpuprof.model.report import Recommendation, sort_recommendations
 
 __all__ = [
@@ -49,13 +56,16 @@ __all__ = [
     "Advice",
     "AdviceContext",
     "Advisor",
+    "Finding",
     "HeldBack",
+    "Said",
     "advise",
     "advise_all",
     "advisor",
     "hold_back",
     "needs_of",
     "rank_spans",
+    "recommendation",
 ]
 
 
@@ -88,12 +98,8 @@ class HeldBack:
     @property
     def line(self) -> str:
         """The report's line: what was held back and why."""
-        parts = []
-        for ev, ranks in self.missing.items():
-            who = f"rank {ranks[0]}" if len(ranks) == 1 else f"ranks {rank_spans(ranks)}"
-            parts.append(f"{Evidence(ev).label} ({who}: {self.why[ev]})")
-        rec = self.recommendation
-        return f"held back '{rec.title}': it needs " + "; ".join(parts)
+        missing = tuple((Evidence(ev).label, ranks, self.why[ev]) for ev, ranks in self.missing.items())
+        return sentence(said("held_back", title=self.recommendation.title, missing=missing))
 
     def to_dict(self) -> dict[str, Any]:
         rec = self.recommendation

@@ -2,18 +2,26 @@
 recommendation needs from the trace, and how a set of ranks is written.
 
 The advisors (``local``, ``distributed``, ``pipeline``, ``samples``) and the final passes
-(``general``, ``wording``) import this module; :mod:`gpuprof.advice` runs them.
+(``general``, ``wording``) import this module; :mod:`gpuprof.advice` runs them. An advisor
+is written as a function of the context that returns :class:`~gpuprof.advice.finding.Finding`
+records; :func:`advisor` registers it worded: called, it gives the recommendations the
+phrasebook (:mod:`gpuprof.advice.phrasebook`) writes from them (its ``find`` gives the
+findings themselves).
 """
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, overload
 
 from gpuprof.accounting.evidence import Evidence
 from gpuprof.accounting.summary import RankSummary
+from gpuprof.advice.finding import Finding
+from gpuprof.advice.phrasebook import recommendation
 from gpuprof.model.report import Cause, RankReport, Recommendation
+from gpuprof.util.phrases import spans as rank_spans
 
 
 @dataclass(frozen=True)
@@ -31,6 +39,21 @@ class AdviceContext:
 
 
 Advisor = Callable[[AdviceContext], list[Recommendation]]
+# What an advisor is written as: the findings it measures (a recommendation passes as it is).
+Finder = Callable[[AdviceContext], Sequence["Finding | Recommendation"]]
+
+
+class Worded:
+    """An advisor: its finding function ``find``, worded by the phrasebook when called."""
+
+    def __init__(self, find: Finder) -> None:
+        self.find = find
+        functools.update_wrapper(self, find)
+
+    def __call__(self, ctx: AdviceContext) -> list[Recommendation]:
+        return [f if isinstance(f, Recommendation) else recommendation(f) for f in self.find(ctx)]
+
+
 ADVISORS: list[Advisor] = []
 # What every recommendation of an advisor needs (``@advisor(needs=...)``).
 _ADVISOR_NEEDS: dict[Advisor, frozenset[Evidence]] = {}
@@ -83,35 +106,36 @@ _JOB_LEVEL = (Cause.STRAGGLER, Cause.COMMUNICATION, Cause.PIPELINE_BUBBLE)
 
 
 @overload
-def advisor(fn: Advisor) -> Advisor: ...
+def advisor(fn: Finder) -> Worded: ...
 @overload
-def advisor(*, needs: Iterable[Evidence]) -> Callable[[Advisor], Advisor]: ...
+def advisor(*, needs: Iterable[Evidence]) -> Callable[[Finder], Worded]: ...
 
 
-def advisor(fn: Advisor | None = None, *, needs: Iterable[Evidence] = ()) -> Any:
-    """Decorator: register an advisor (``@advisor``, or ``@advisor(needs=...)`` to declare
-    what every recommendation it makes needs from the trace)."""
+def advisor(fn: Finder | None = None, *, needs: Iterable[Evidence] = ()) -> Any:
+    """Decorator: register a finding function as an advisor, worded (``@advisor``, or
+    ``@advisor(needs=...)`` to declare what every recommendation it makes needs from the
+    trace)."""
 
-    def register(f: Advisor) -> Advisor:
-        ADVISORS.append(f)
+    def register(f: Finder) -> Worded:
+        worded = Worded(f)
+        ADVISORS.append(worded)
         wanted = frozenset(needs)
         if wanted:
-            _ADVISOR_NEEDS[f] = wanted
-        return f
+            _ADVISOR_NEEDS[worded] = wanted
+        return worded
 
     return register(fn) if fn is not None else register
 
 
-def rank_spans(ranks: Sequence[int]) -> str:
-    """``0-3, 6`` (sorted, runs of consecutive ranks joined): how every report names a set
-    of ranks."""
-    nums = sorted(set(ranks))
-    parts: list[str] = []
-    start = prev = nums[0]
-    for n in nums[1:]:
-        if n != prev + 1:
-            parts.append(str(start) if start == prev else f"{start}-{prev}")
-            start = n
-        prev = n
-    parts.append(str(start) if start == prev else f"{start}-{prev}")
-    return ", ".join(parts)
+__all__ = [
+    "ADVISORS",
+    "CATEGORY_NEEDS",
+    "MIN_SAVINGS_PCT",
+    "NEEDS",
+    "AdviceContext",
+    "Advisor",
+    "Finder",
+    "Worded",
+    "advisor",
+    "rank_spans",
+]

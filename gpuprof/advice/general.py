@@ -19,9 +19,12 @@ largest share of a step any rank loses.
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, replace
+from dataclasses import replace
 
 from gpuprof.advice.context import AdviceContext
+from gpuprof.advice.finding import Fact, Finding, Said, said
+from gpuprof.advice.phrasebook import recommendation, sentence
+from gpuprof.advice.phrasebook.general import AGREE_MARK
 from gpuprof.advice.replayed import replayed, results
 from gpuprof.advice.savings import MIN_WINDOW_US, cause_savings_pct
 from gpuprof.model.report import CAUSES, Cause, Recommendation
@@ -31,90 +34,23 @@ NEVER_SILENT_PCT = 5.0
 # A recommendation whose saving differs from its cause's lost share by more than this
 # factor says why (``Saving vs lost share:``).
 AGREE_FACTOR = 3.0
-AGREE_MARK = "Saving vs lost share:"
+# Most of the rank's kernels from Inductor (this share or more): the model is compiled.
+COMPILED_KERNEL_SHARE = 0.5
+# Unexplained idle time during which the next kernel was already launched for at least
+# this share of it waited on work the trace does not show.
+QUEUED_SHARE = 0.5
 
 
-@dataclass(frozen=True)
-class _General:
-    title: str
-    whatifs: tuple[str, ...]
-    actions: tuple[str, ...]
-    missing: str
-
-
-_GENERAL: Mapping[Cause, _General] = {
-    Cause.PIPELINE_BUBBLE: _General(
-        "Pipeline stages sit idle waiting for their neighbours: shrink the bubble",
-        ("double_microbatches", "balanced_stages"),
-        (
-            "Use more microbatches per step (at least 4x the number of stages) at the same global batch.",
-            "Use an interleaved or zero-bubble schedule (virtual pipeline stages).",
-            "Balance the layers across stages so that no stage computes longer per microbatch than the others.",
-        ),
-        "the pipeline's schedule could not be worked out from the trace (microbatch count or stage times unknown)",
-    ),
-    Cause.COMMUNICATION: _General(
-        "Collectives run with no compute beside them: overlap them or make them cheaper",
-        ("overlap_collectives", "double_bandwidth"),
-        (
-            "Overlap gradient collectives with backward (DDP buckets, FSDP prefetch, Megatron --overlap-grad-reduce).",
-            "Check the transport with NCCL_DEBUG=INFO and send less (larger buckets, reduce-scatter, compression).",
-        ),
-        "no specific communication finding stood out (message sizes or the other ranks are missing)",
-    ),
-    Cause.STRAGGLER: _General(
-        "Ranks wait in collectives for slower ranks: find what makes those ranks late",
-        ("peer_median_compute",),
-        (
-            "Profile every rank and compare the slowest one's GPU (clocks, throttling), node and data with the others.",
-            "Balance the work per rank (length bucketing, sequence packing, balanced sharding).",
-        ),
-        "no single rank could be named as the one the others wait for",
-    ),
-    Cause.MEMORY: _General(
-        "The GPU waits on memory management and transfers: overlap copies, pin memory, stop allocator churn",
-        ("hidden_copies", "no_allocator", "pinned_copies"),
-        (
-            "Pin host buffers and copy with non_blocking=True on a side stream, one step ahead.",
-            "Set PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True and keep shapes stable.",
-        ),
-        "no single kind of memory operation stood out",
-    ),
-    Cause.DATALOADER: _General(
-        "The GPU waits for input data: speed up the input pipeline",
-        ("no_dataloader",),
-        ("Raise DataLoader num_workers, use pin_memory=True and persistent_workers=True.",),
-        "the DataLoader calls are not in the trace",
-    ),
-    Cause.SYNC: _General(
-        "The host blocks on the GPU inside the loop: remove the syncs",
-        ("no_sync",),
-        (
-            "Remove .item() / .cpu() / print(loss) from the step; read metrics every N steps.",
-            "Find hidden syncs with torch.cuda.set_sync_debug_mode('warn').",
-        ),
-        "the blocking calls could not be tied to the device's idle time",
-    ),
-    Cause.HOST: _General(
-        "The host issues GPU work too slowly: cut framework and Python overhead",
-        ("free_host",),
-        (
-            "torch.compile the model (mode='reduce-overhead' also captures CUDA graphs).",
-            "Profile the host side (py-spy, the profiler's CPU view) and move Python work out of the step.",
-        ),
-        "the trace does not show which host work delays the launches (no launch calls or host ops)",
-    ),
-    Cause.OTHER: _General(
-        "Idle GPU time that no rule explains: profile with more detail",
-        (),
-        (
-            "Record the trace with the host side (activities CPU and CUDA, record_shapes=True) and without "
-            "filters, so that every idle gap can be tied to what the host or another stream was doing.",
-            "Look at the gaps in Perfetto: gpuprof annotate TRACE -o annotated.json marks each one.",
-        ),
-        "nothing in the trace explains this idle time (waits on other streams, device scheduling, or events "
-        "the trace left out)",
-    ),
+# The what-ifs whose replay gives a cause's general saving, the first replayed that saves.
+_WHATIFS: Mapping[Cause, tuple[str, ...]] = {
+    Cause.PIPELINE_BUBBLE: ("double_microbatches", "balanced_stages"),
+    Cause.COMMUNICATION: ("overlap_collectives", "double_bandwidth"),
+    Cause.STRAGGLER: ("peer_median_compute",),
+    Cause.MEMORY: ("hidden_copies", "no_allocator", "pinned_copies"),
+    Cause.DATALOADER: ("no_dataloader",),
+    Cause.SYNC: ("no_sync",),
+    Cause.HOST: ("free_host",),
+    Cause.OTHER: (),
 }
 
 
@@ -136,93 +72,67 @@ def _shares(ctx: AdviceContext) -> dict[Cause, tuple[float, list[int]]]:
     return out
 
 
-def _actions(ctx: AdviceContext, cause: Cause, actions: tuple[str, ...]) -> tuple[str, ...]:
-    """The general actions, fitted to the trace: a model already compiled (most of its
-    kernels Inductor's) is not told to compile itself."""
-    if cause is Cause.HOST and any(
-        (s.facts.get("compiled_kernel_share") or 0.0) >= 0.5 for s in ctx.summaries if s.empty_reason is None
-    ):
-        return tuple(
-            "The model is already compiled: capture CUDA graphs too (torch.compile(mode='reduce-overhead')) and "
-            "look for graph breaks (TORCH_LOGS=graph_breaks)."
-            if a.startswith("torch.compile")
-            else a
-            for a in actions
-        )
-    return actions
+def _compiled(ctx: AdviceContext) -> bool:
+    """Some rank's kernels are mostly Inductor's: the model is already compiled."""
+    return any(
+        (s.facts.get("compiled_kernel_share") or 0.0) >= COMPILED_KERNEL_SHARE for s in ctx.summaries if s.empty_reason is None
+    )
 
 
-def _queued_text(ctx: AdviceContext, ranks: Sequence[int]) -> list[str]:
+def _queued(ctx: AdviceContext, ranks: Sequence[int]) -> list[Said]:
     """What the unexplained idle time of ``ranks`` is made of, where the trace says: the
     share during which the next kernel had already been launched (the GPU waited on
     something the trace does not show: an event of work it left out, a filtered export)."""
     by = {s.rank: s for s in ctx.summaries}
     rep = {r.rank: r for r in ctx.reports}
-    out = []
     for r in ranks:
         s, rp = by.get(r), rep.get(r)
         if s is None or rp is None:
             continue
         other = float(rp.lost_us.get(Cause.OTHER, 0.0))
         queued = float(s.facts.get("queued_gap_us") or 0.0)
-        if other > 0 and queued >= 0.5 * other:
-            out.append(
-                f"on rank {r} the next kernel had already been launched during most of the lost time that no rule "
-                "explains, and nothing recorded ran on the GPU meanwhile: it waited on work the trace does not "
-                "show (a filtered or sampled export, or an event of a stream the profiler left out)"
-            )
-            break
+        if other > 0 and queued >= QUEUED_SHARE * other:
+            return [said("general.queued", rank=r)]
+    return []
+
+
+def general_findings(ctx: AdviceContext, recs: Sequence[Recommendation]) -> list[Finding]:
+    """A general finding for every cause with at least :data:`NEVER_SILENT_PCT` of a
+    rank's step that no recommendation of ``recs`` covers."""
+    covered = {r.category for r in recs}
+    out: list[Finding] = []
+    for cause, (top, ranks) in _shares(ctx).items():
+        if top < NEVER_SILENT_PCT or cause in covered:
+            continue
+        got = next((x for x in (replayed(ctx, n) for n in _WHATIFS[cause]) if x is not None and x.pct > 0), None)
+        evidence = [said("general.share", cause=cause.value, top_pct=top, ranks=tuple(ranks))]
+        if cause is Cause.OTHER:
+            # Time no rule explains has no fix to replay: its share is shown, no saving is claimed.
+            pct = 0.0
+            evidence.append(said("general.no_saving"))
+            evidence.extend(_queued(ctx, ranks))
+        elif all(r.window_us < MIN_WINDOW_US for r in ctx.reports):
+            pct = 0.0
+            evidence.append(said("window.too_short_clause", min_window_ms=MIN_WINDOW_US / 1000))
+        elif got is not None:
+            pct = got.pct
+            evidence.append(got.said)
+        else:
+            pct = cause_savings_pct(ctx.reports, cause)
+            evidence.append(said("general.closed_form"))
+        evidence.append(said("general.why", cause=cause.value))
+        facts: dict[str, Fact] = {"lost_pct": top, "ranks_affected": len(ranks), **(got.facts if got is not None else {})}
+        out.append(Finding(
+            f"{cause.value.replace('_', '-')}-general", cause, pct, said("title.general", cause=cause.value),
+            tuple(evidence), (said("general.actions", cause=cause.value, compiled=_compiled(ctx)),), ranks=tuple(ranks),
+            whatif=got.name if got is not None else None, facts=facts,
+        ))
     return out
 
 
 def general_advice(ctx: AdviceContext, recs: Sequence[Recommendation]) -> list[Recommendation]:
-    """A general recommendation for every cause with at least :data:`NEVER_SILENT_PCT` of
-    a rank's step that no recommendation of ``recs`` covers."""
-    covered = {r.category for r in recs}
-    out: list[Recommendation] = []
-    for cause, (top, ranks) in _shares(ctx).items():
-        if top < NEVER_SILENT_PCT or cause in covered:
-            continue
-        g = _GENERAL[cause]
-        got = next((x for x in (replayed(ctx, n) for n in g.whatifs) if x is not None and x.pct > 0), None)
-        evidence = [
-            f"{cause.value} holds {top:.1f}% of the step on rank{'s' if len(ranks) > 1 else ''} "
-            + ", ".join(str(r) for r in ranks)
-        ]
-        if cause is Cause.OTHER:
-            # Time no rule explains has no fix to replay: its share is shown, no saving is claimed.
-            pct = 0.0
-            evidence.append("no saving is estimated: nothing says what would remove this idle time")
-            evidence.extend(_queued_text(ctx, ranks))
-        elif all(r.window_us < MIN_WINDOW_US for r in ctx.reports):
-            pct = 0.0
-            evidence.append(
-                f"the analysed window is under {MIN_WINDOW_US / 1000:.0f} ms: too little to estimate a saving "
-                "(profile a few full steps)"
-            )
-        elif got is not None:
-            pct = got.pct
-            evidence.append(got.line)
-        else:
-            pct = cause_savings_pct(ctx.reports, cause)
-            evidence.append(
-                "estimate: this idle time vanishing on every rank, with the job's step set by its slowest rank "
-                "(an upper bound: no replay of this fix was possible)"
-            )
-        evidence.append(f"general advice: {g.missing}, so no more specific fix can be named")
-        out.append(
-            Recommendation(
-                id=f"{cause.value.replace('_', '-')}-general",
-                category=cause,
-                title=g.title,
-                estimated_savings_pct=pct,
-                ranks=tuple(ranks),
-                evidence=tuple(evidence),
-                actions=_actions(ctx, cause, g.actions),
-                whatif=got.name if got is not None else None,
-            )
-        )
-    return out
+    """:func:`general_findings`, worded."""
+    return [recommendation(f) for f in general_findings(ctx, recs)]
 
 
 def explain_disagreement(ctx: AdviceContext, recs: Sequence[Recommendation]) -> list[Recommendation]:
@@ -243,20 +153,13 @@ def explain_disagreement(ctx: AdviceContext, recs: Sequence[Recommendation]) -> 
             out.append(rec)
             continue
         if est * AGREE_FACTOR < share:
-            line = (
-                f"{AGREE_MARK} its {est:.1f}% is less than the {share:.1f}% of a step that {rec.category.value} holds: once that idle time is gone the job still waits on other work of its critical path "
-                "(other ranks, collectives, other causes), which the estimate follows"
-            )
+            line = said("agree.less", est_pct=est, share_pct=share, cause=rec.category.value)
         elif est > AGREE_FACTOR * share:
-            line = (
-                f"{AGREE_MARK} its {est:.1f}% is more than the {share:.1f}% of a step that {rec.category.value} holds: "
-                "removing it also removes idle time it sets off that is counted under other causes (a drained "
-                "queue refilled by late launches, waits of the ranks that waited for it)"
-            )
+            line = said("agree.more", est_pct=est, share_pct=share, cause=rec.category.value)
         else:
             out.append(rec)
             continue
-        out.append(replace(rec, evidence=(*rec.evidence, line)))
+        out.append(replace(rec, evidence=(*rec.evidence, sentence(line))))
     return out
 
 
@@ -287,4 +190,5 @@ __all__ = [
     "combined_savings_pct",
     "explain_disagreement",
     "general_advice",
+    "general_findings",
 ]

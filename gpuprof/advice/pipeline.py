@@ -1,7 +1,7 @@
 """Advice for pipeline-parallel jobs: a slow stage, and the schedule's own bubble.
 
-Registered through :mod:`gpuprof.advice.distributed` (which imports this module). Savings
-follow :mod:`gpuprof.advice.savings`: a shorter pipeline span shortens every rank's step.
+Savings follow :mod:`gpuprof.advice.savings`: a shorter pipeline span shortens every rank's
+step. The findings are worded by :mod:`gpuprof.advice.phrasebook.pipeline`.
 
 ``pipeline-imbalance``  one stage computes much longer per microbatch than the others
 ``pipeline-bubble``     few microbatches for the number of stages (fill and drain)
@@ -15,10 +15,10 @@ from typing import Any
 import numpy as np
 
 from gpuprof.advice.context import AdviceContext, advisor
+from gpuprof.advice.finding import Fact, Finding, said
 from gpuprof.advice.replayed import replayed
 from gpuprof.advice.savings import savings_pct
-from gpuprof.model.report import Cause, RankReport, Recommendation
-from gpuprof.util.phrases import duration, pct_range
+from gpuprof.model.report import Cause, RankReport
 
 # Below this share of the job step time a finding is not worth a recommendation.
 MIN_SAVINGS_PCT = 1.0
@@ -28,122 +28,116 @@ IMBALANCE_RATIO = 1.15
 MIN_THEORETICAL_BUBBLE = 0.1
 
 
-def _ms(us: float) -> str:
-    return duration(us)  # the one duration formatter of every report (gpuprof.util.phrases)
-
-
 def _pipeline_removed(reports: Sequence[RankReport], saved_us_per_step: float) -> dict[int, float]:
     return {r.rank: saved_us_per_step * max(r.steps, 1) for r in reports}
 
 
-@advisor
-def pipeline_advice(ctx: AdviceContext) -> list[Recommendation]:
-    pipe: Mapping[str, Any] | None = ctx.cross.get("pipeline")
+def _imbalance(ctx: AdviceContext, pipe: Mapping[str, Any], rows: list[Mapping[str, Any]]) -> Finding | None:
+    """One stage computes much longer per microbatch than the others: the balanced-stages
+    replay, else the bottleneck model of the span."""
     reports = list(ctx.reports)
-    if not pipe or not reports:
-        return []
-    out: list[Recommendation] = []
+    span = pipe.get("span_us")
+    ratio = pipe.get("slowest_stage_ratio")
+    if not rows or ratio is None or float(ratio) < IMBALANCE_RATIO or not span:
+        return None
+    slow = int(pipe["slowest_stage"])
+    slow_row = next(r for r in rows if r["stage"] == slow)
+    others = [r for r in rows if r["stage"] != slow]
+    modelled = float(pipe["modelled_span_us"])
+    balanced = float(pipe["modelled_balanced_span_us"])
+    saved = float(span) * (1.0 - balanced / modelled) if modelled > 0 else 0.0
+    got = replayed(ctx, "balanced_stages")
+    pct = got.pct if got is not None else savings_pct(reports, _pipeline_removed(reports, saved))
+    if pct < MIN_SAVINGS_PCT:
+        return None
+    theory = pipe.get("theoretical_bubble_fraction")
+    o_f = float(np.median([r["forward_per_microbatch_us"] for r in others]))
+    o_b = float(np.median([r["backward_per_microbatch_us"] for r in others]))
+    o_bubble = [float(r["bubble_fraction"]) for r in others]
+    idle = (100 * min(o_bubble), 100 * max(o_bubble))
+    compute_us = float(slow_row["compute_per_microbatch_us"])
+    forward_us = float(slow_row["forward_per_microbatch_us"])
+    backward_us = float(slow_row["backward_per_microbatch_us"])
+    evidence = [
+        said("pipeline.slow_stage", stage=slow, ratio=float(ratio), compute_us=compute_us, forward_us=forward_us,
+             backward_us=backward_us, others_forward_us=o_f, others_backward_us=o_b),
+        said("pipeline.others_idle", idle_pct=idle)
+        if theory is None
+        else said("pipeline.others_idle_theory", idle_pct=idle, theory_pct=100 * float(theory),
+                  schedule=pipe.get("schedule", "unknown"), stages=int(pipe.get("stages") or 0),
+                  microbatches=pipe.get("microbatches"), stage=slow,
+                  stage_idle_pct=100 * float(slow_row["bubble_fraction"])),
+        got.said if got is not None else said("pipeline.balanced_span", span_us=float(span), after_us=float(span) - saved),
+    ]
+    facts: dict[str, Fact] = {
+        "slow_stage": slow,
+        "stage_ratio": float(ratio),
+        "compute_per_microbatch_us": compute_us,
+        "forward_per_microbatch_us": forward_us,
+        "backward_per_microbatch_us": backward_us,
+        "others_forward_per_microbatch_us": o_f,
+        "others_backward_per_microbatch_us": o_b,
+        "others_min_idle_pct": idle[0],
+        "others_max_idle_pct": idle[1],
+        "span_us": float(span),
+        "balanced_span_us": float(span) - saved,
+        **(got.facts if got is not None else {}),
+    }
+    return Finding("pipeline-imbalance", Cause.PIPELINE_BUBBLE, pct, said("title.pipeline-imbalance", stage=slow,
+                   ratio=float(ratio)), tuple(evidence), (said("pipeline.imbalance_actions", stage=slow),),
+                   ranks=tuple(int(r) for r in pipe.get("slowest_stage_ranks", ())),
+                   whatif=got.name if got is not None else None, facts=facts)
+
+
+def _bubble(ctx: AdviceContext, pipe: Mapping[str, Any], rows: list[Mapping[str, Any]]) -> Finding | None:
+    """Few microbatches for the stages: doubling the microbatches (half the size) or
+    interleaving 2 chunks halves the fill and drain."""
+    reports = list(ctx.reports)
     p = int(pipe.get("stages") or 0)
     m = pipe.get("microbatches")
     theory = pipe.get("theoretical_bubble_fraction")
-    rows = [r for r in pipe.get("per_stage", []) if "compute_per_microbatch_us" in r]
-    span = pipe.get("span_us")
+    if theory is None or not m or p <= 1 or not rows:
+        return None
+    t_mb = float(np.median([float(r["compute_per_microbatch_us"]) for r in rows]))
+    chunks = int(pipe.get("chunks") or 1)
+    # The span shrinks by (p-1) * t_mb / 2 (t_mb: per-microbatch compute).
+    saved = (p - 1) * t_mb / (2.0 * chunks)
+    got = replayed(ctx, "double_microbatches")
+    pct = got.pct if got is not None else savings_pct(reports, _pipeline_removed(reports, saved))
+    if pct < MIN_SAVINGS_PCT or float(theory) < MIN_THEORETICAL_BUBBLE:
+        return None
+    source = pipe.get("microbatches_source")
     schedule = pipe.get("schedule", "unknown")
-    ratio = pipe.get("slowest_stage_ratio")
-    if rows and ratio is not None and float(ratio) >= IMBALANCE_RATIO and span:
-        slow = int(pipe["slowest_stage"])
-        slow_row = next(r for r in rows if r["stage"] == slow)
-        others = [r for r in rows if r["stage"] != slow]
-        modelled = float(pipe["modelled_span_us"])
-        balanced = float(pipe["modelled_balanced_span_us"])
-        saved = float(span) * (1.0 - balanced / modelled) if modelled > 0 else 0.0
-        got = replayed(ctx, "balanced_stages")
-        pct = got.pct if got is not None else savings_pct(reports, _pipeline_removed(reports, saved))
-        if pct >= MIN_SAVINGS_PCT:
-            o_f = float(np.median([r["forward_per_microbatch_us"] for r in others]))
-            o_b = float(np.median([r["backward_per_microbatch_us"] for r in others]))
-            o_bubble = [float(r["bubble_fraction"]) for r in others]
-            evidence = [
-                (
-                    f"stage {slow}'s compute per microbatch is {_ms(float(slow_row['compute_per_microbatch_us']))}, "
-                    f"{float(ratio):.2f}x the median of the other stages (forward {_ms(float(slow_row['forward_per_microbatch_us']))} "
-                    f"vs {_ms(o_f)}, backward {_ms(float(slow_row['backward_per_microbatch_us']))} vs {_ms(o_b)})"
-                ),
-                f"the other stages sit idle {pct_range(100 * min(o_bubble), 100 * max(o_bubble))} of the pipeline span "
-                f"waiting for it, against {100 * float(theory):.0f}% that a balanced {schedule} schedule with "
-                f"p={p}, m={m} leaves; stage {slow} itself idles {100 * float(slow_row['bubble_fraction']):.0f}%"
-                if theory is not None
-                else f"the other stages sit idle {pct_range(100 * min(o_bubble), 100 * max(o_bubble))} of the pipeline span",
-                got.line
-                if got is not None
-                else (
-                    f"with the same total compute spread evenly the pipeline span would drop from about {_ms(float(span))} "
-                    f"to {_ms(float(span) - saved)} per step (bottleneck model sum(t) + (m-1) max(t))"
-                ),
-            ]
-            out.append(
-                Recommendation(
-                    id="pipeline-imbalance",
-                    category=Cause.PIPELINE_BUBBLE,
-                    title=f"Pipeline stage {slow} is {float(ratio):.1f}x slower than the others: move layers off it",
-                    estimated_savings_pct=pct,
-                    ranks=tuple(int(r) for r in pipe.get("slowest_stage_ranks", ())),
-                    evidence=tuple(evidence),
-                    actions=(
-                        (
-                            f"Rebalance layers across stages: give stage {slow} fewer transformer layers to pay for what "
-                            "only it runs (embedding, output head, loss) -- e.g. Megatron's "
-                            "--decoder-first-pipeline-num-layers / --decoder-last-pipeline-num-layers, or an uneven "
-                            "split_spec in torch.distributed.pipelining."
-                        ),
-                        "Re-profile after the change: the stages' compute per microbatch should be within ~10% of each other.",
-                    ),
-                    whatif=got.name if got is not None else None,
-                )
-            )
-    if theory is not None and m and p > 1 and rows:
-        t_mb = float(np.median([float(r["compute_per_microbatch_us"]) for r in rows]))
-        chunks = int(pipe.get("chunks") or 1)
-        # Doubling the microbatches (half the size) or interleaving 2 chunks halves the
-        # fill/drain: the span shrinks by (p-1) * t_mb / 2 (t_mb: per-microbatch compute).
-        saved = (p - 1) * t_mb / (2.0 * chunks)
-        got_mb = replayed(ctx, "double_microbatches")
-        pct = got_mb.pct if got_mb is not None else savings_pct(reports, _pipeline_removed(reports, saved))
-        source = pipe.get("microbatches_source")
-        if pct >= MIN_SAVINGS_PCT and float(theory) >= MIN_THEORETICAL_BUBBLE:
-            out.append(
-                Recommendation(
-                    id="pipeline-bubble",
-                    category=Cause.PIPELINE_BUBBLE,
-                    title=f"Only {m} microbatches for {p} pipeline stages: use more microbatches or an interleaved schedule",
-                    estimated_savings_pct=pct,
-                    ranks=tuple(sorted(int(r) for row in pipe.get("per_stage", []) for r in row["ranks"])),
-                    evidence=(
-                        f"{schedule} schedule with p={p} stages, m={m} microbatches"
-                        + (f", v={chunks} chunks" if chunks > 1 else "")
-                        + f": even with balanced stages {100 * float(theory):.0f}% of the pipeline span is fill and drain",
-                        "measured bubble per stage: "
-                        + ", ".join(
-                            f"stage {r['stage']} {100 * float(r['bubble_fraction']):.0f}%"
-                            for r in pipe["per_stage"]
-                        ),
-                        got_mb.line
-                        if got_mb is not None
-                        else f"halving the bubble saves about {_ms(saved)} per step ({p - 1} x {_ms(t_mb)} / 2)",
-                        *((f"microbatches counted from the {source}",) if source else ()),
-                    ),
-                    actions=(
-                        (
-                            f"Raise the number of microbatches to at least {4 * p} (smaller micro-batch size or more "
-                            "gradient-accumulation steps at the same global batch)."
-                        ),
-                        (
-                            "Use an interleaved schedule (virtual pipeline stages: Megatron "
-                            "--num-layers-per-virtual-pipeline-stage, torch.distributed.pipelining "
-                            "ScheduleInterleaved1F1B) or a zero-bubble schedule (ScheduleInterleavedZeroBubble)."
-                        ),
-                    ),
-                    whatif=got_mb.name if got_mb is not None else None,
-                )
-            )
-    return out
+    bubbles = tuple((r["stage"], 100 * float(r["bubble_fraction"])) for r in pipe["per_stage"])
+    theory_pct = 100 * float(theory)
+    evidence = (
+        said("pipeline.schedule_chunks", schedule=schedule, stages=p, microbatches=m, chunks=chunks, theory_pct=theory_pct)
+        if chunks > 1
+        else said("pipeline.schedule", schedule=schedule, stages=p, microbatches=m, theory_pct=theory_pct),
+        said("pipeline.bubbles", bubbles=bubbles),
+        got.said if got is not None else said("pipeline.halved", saved_us=saved, stages_less_one=p - 1, microbatch_us=t_mb),
+        *((said("pipeline.counted_from", source=source),) if source else ()),
+    )
+    facts: dict[str, Fact] = {
+        "stages": p,
+        "microbatches": m,
+        "chunks": chunks,
+        "schedule": schedule,
+        "theoretical_bubble_pct": theory_pct,
+        "max_bubble_pct": max(b for _, b in bubbles) if bubbles else None,
+        "compute_per_microbatch_us": t_mb,
+        **(got.facts if got is not None else {}),
+    }
+    return Finding("pipeline-bubble", Cause.PIPELINE_BUBBLE, pct, said("title.pipeline-bubble", microbatches=m, stages=p),
+                   evidence, (said("pipeline.bubble_actions", min_microbatches=4 * p),),
+                   ranks=tuple(sorted(int(r) for row in pipe.get("per_stage", []) for r in row["ranks"])),
+                   whatif=got.name if got is not None else None, facts=facts)
+
+
+@advisor
+def pipeline_advice(ctx: AdviceContext) -> list[Finding]:
+    pipe: Mapping[str, Any] | None = ctx.cross.get("pipeline")
+    if not pipe or not ctx.reports:
+        return []
+    rows = [r for r in pipe.get("per_stage", []) if "compute_per_microbatch_us" in r]
+    return [f for f in (_imbalance(ctx, pipe, rows), _bubble(ctx, pipe, rows)) if f is not None]

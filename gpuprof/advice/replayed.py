@@ -2,9 +2,10 @@
 
 Every advisor names the what-if its fix corresponds to; the estimate is what that
 what-if's replay saves on the job's step (its slowest rank's), and the evidence says so in
-one line with the replayed step times and the model's error. Where no replay exists (no
-launches in the trace, an op-level timeline without the events a what-if removes), the
-advisor's closed-form estimate stands and the recommendation has no ``whatif``.
+one line with the replayed step times and the model's error (phrase ``replay.saved``).
+Where no replay exists (no launches in the trace, an op-level timeline without the events
+a what-if removes), the advisor's closed-form estimate stands and the recommendation has no
+``whatif``.
 """
 
 from __future__ import annotations
@@ -13,10 +14,9 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from gpuprof.advice.context import AdviceContext
+from gpuprof.advice.finding import Fact, Said, said
 from gpuprof.advice.savings import MIN_WINDOW_US
-from gpuprof.job.whatifs import WHATIFS, WhatIfResults
-from gpuprof.util import phrases
-from gpuprof.util.phrases import duration
+from gpuprof.job.whatifs import WhatIfResults
 
 # Above this model error (percent of the measured step) estimates are called rough.
 ROUGH_MODEL_ERROR_PCT = 5.0
@@ -27,17 +27,20 @@ def results(ctx: AdviceContext) -> WhatIfResults | None:
     return w if isinstance(w, WhatIfResults) else None
 
 
-def _ms(us: float) -> str:
-    return duration(us)  # the one duration formatter of every report (gpuprof.util.phrases)
-
-
 @dataclass(frozen=True)
 class Replayed:
-    """A what-if's saving and the evidence line that states it."""
+    """A what-if's saving: the job's step before and after the fix, and the record of the
+    evidence line that states it."""
 
     name: str
     pct: float
-    line: str
+    step_us: float
+    step_after_us: float
+    said: Said
+
+    @property
+    def facts(self) -> dict[str, Fact]:
+        return {"step_us": self.step_us, "step_after_us": self.step_after_us}
 
 
 def replayed(ctx: AdviceContext, name: str) -> Replayed | None:
@@ -56,23 +59,15 @@ def replayed(ctx: AdviceContext, name: str) -> Replayed | None:
     err = w.model_error_pct
     # The model's error is said once for the report (its what-if finding); here only when
     # it makes this estimate rough.
-    rough = (
-        f", rough: the model misses the measured step by {phrases.signed_pct(err)}" if abs(err) > ROUGH_MODEL_ERROR_PCT else ""
-    )
-    how = (
-        "a model of the pipeline schedule with the measured stage times"
-        if name == "double_microbatches"
-        else f"a replay of the job's dependency graph{rough}"
-    )
+    rough = err if abs(err) > ROUGH_MODEL_ERROR_PCT else None
+    floor: float | None = None
     if name in ("pinned_copies", "hidden_copies"):
-        floor = w.model.copy_floor_us()
-        if floor > 0 and after <= floor * 1.001:
-            how += f"; no shorter than the {_ms(floor)} per step its busiest copy direction keeps the copy engine busy"
-    line = (
-        f"The job replayed with this fix ({WHATIFS[name]}): its step {_ms(measured)} -> {_ms(after)}, "
-        f"{pct:.1f}% saved ({how})."
-    )
-    return Replayed(name, pct, line)
+        busiest = w.model.copy_floor_us()
+        if busiest > 0 and after <= busiest * 1.001:
+            floor = busiest  # the copies' own time bounds the step from below
+    line = said("replay.saved", whatif=name, step_us=measured, after_us=after, pct=pct, rough_error_pct=rough,
+                copy_floor_us=floor)
+    return Replayed(name, pct, measured, after, line)
 
 
 def best(ctx: AdviceContext, names: Sequence[str]) -> Replayed | None:

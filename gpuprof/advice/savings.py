@@ -16,7 +16,7 @@ a few kernels say nothing about a job (the summary warns about such a window).
 
 from __future__ import annotations
 
-from typing import Collection, Mapping, Sequence
+from collections.abc import Collection, Mapping, Sequence
 
 from gpuprof.model.report import Cause, RankReport
 

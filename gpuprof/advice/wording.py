@@ -1,5 +1,6 @@
 """The last pass over the recommendations: each qualifier beside the saving it qualifies,
-and one word for the unit of time the report measures.
+and one word for the unit of time the report measures (the words themselves are the
+phrasebook's, :mod:`gpuprof.advice.phrasebook.general`).
 
 Advisors write their evidence as they find it; this pass, run once on the ranked
 recommendations (:func:`finalize`, from :func:`gpuprof.advice.advise_all`), applies the
@@ -24,11 +25,13 @@ the renderers under the headline, never in each recommendation.
 
 from __future__ import annotations
 
-import re
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
 
 from gpuprof.advice.context import AdviceContext
+from gpuprof.advice.finding import said
+from gpuprof.advice.phrasebook import sentence
+from gpuprof.advice.phrasebook.general import SLOW_HOST_WARNING, window_words
 from gpuprof.model.report import Cause, Recommendation
 
 # Causes whose saving is host time: the profiler's own slowing of the host inflates them.
@@ -65,36 +68,14 @@ def _host_caveats(ctx: AdviceContext) -> dict[int, tuple[str, str]]:
         f = s.facts
         warnings = trust_warnings(f)
         if f.get("python_stacks") and warnings:
-            out[s.rank] = ("host time may be inflated: the trace recorded Python stacks (with_stack=True)", warnings[0])
+            out[s.rank] = (sentence(said("caveat.python_stacks")), warnings[0])
         else:
             empty = f.get("empty_op_median_us")
             if empty is not None and empty > SLOW_EMPTY_US:
-                text = next((w for w in warnings if w.startswith("host ops run slow")), None)
+                text = next((w for w in warnings if w.startswith(SLOW_HOST_WARNING)), None)
                 if text is not None:
-                    caveat = (
-                        f"host time may be inflated by the profiler: host ops run slow (median aten::empty "
-                        f"{empty:.0f} µs, normally a few µs)"
-                    )
-                    out[s.rank] = (caveat, text)
+                    out[s.rank] = (sentence(said("caveat.slow_host", empty_op_median_us=empty)), text)
     return out
-
-
-# Without step markers: the window is the unit (see the module docstring).
-_WINDOW_WORDS = (
-    (re.compile(r"\bjob step\b"), "the window"),
-    (re.compile(r"\bits step (?=[\d.,]+ (?:µs|ms|s) ->)"), "the window "),
-    (re.compile(r"\bper step\b"), "in the window"),
-    (re.compile(r"/step\b"), " in the window"),
-    (re.compile(r"\bof (?:its|their|the|a) step\b"), "of the window"),
-    (re.compile(r"\bof step time\b"), "of the window"),
-)
-
-
-def window_words(text: str) -> str:
-    """``text`` with the step as the unit replaced by the window (no step markers)."""
-    for pattern, words in _WINDOW_WORDS:
-        text = pattern.sub(words, text)
-    return text
 
 
 def finalize(ctx: AdviceContext, recs: Sequence[Recommendation]) -> Qualified:
@@ -106,13 +87,13 @@ def finalize(ctx: AdviceContext, recs: Sequence[Recommendation]) -> Qualified:
     no_steps = bool(ctx.reports) and not any(r.steps > 0 for r in ctx.reports if r.window_us > 0)
     absorbed: list[str] = []
     out: list[Recommendation] = []
-    said: set[str] = set()  # evidence already given by a recommendation ranked higher
+    given: set[str] = set()  # evidence already given by a recommendation ranked higher
     for rec in recs:
         caveats = list(rec.caveats)
         bound = rec.savings_bound
         if partial and rec.estimated_savings_pct > 0:
             bound = "upper"
-            caveats.append(f"upper bound: {len(present)} of {world} ranks profiled")
+            caveats.append(sentence(said("caveat.partial_job", present=len(present), world=world)))
         if rec.category in HOST_SIDE:
             on = [r for r in (rec.ranks or present) if r in host]
             if on:
@@ -121,8 +102,8 @@ def finalize(ctx: AdviceContext, recs: Sequence[Recommendation]) -> Qualified:
                 absorbed.append(warning)
         # Said once: a line a higher-ranked recommendation already gave (the share its cause
         # holds, a note both rest on) is not repeated.
-        evidence = tuple(x for x in rec.evidence if x not in said)
-        said.update(evidence)
+        evidence = tuple(x for x in rec.evidence if x not in given)
+        given.update(evidence)
         title, actions = rec.title, rec.actions
         if no_steps:
             evidence = tuple(window_words(x) for x in evidence)

@@ -55,8 +55,6 @@ what they share (``hits``); each returns findings, which the phrasebook words
 from __future__ import annotations
 
 from gpuprof.advice.local.hits import MIN_SHARE
-from gpuprof.advice.local.inputs import dataloader_starvation, sync_host_blocking
-from gpuprof.advice.local.memory import COLD_START_SHARE, memory_allocator, memory_exposed_copies, memory_pageable_copies
 from gpuprof.advice.local.host import (
     LAUNCH_BOUND_CALL_SHARE,
     LAUNCH_BOUND_RATE_PER_MS,
@@ -64,6 +62,13 @@ from gpuprof.advice.local.host import (
     LOADER_CONTENTION_SHARE,
     host_ddp_buffer_sync,
     host_launch,
+)
+from gpuprof.advice.local.inputs import dataloader_starvation, sync_host_blocking
+from gpuprof.advice.local.memory import (
+    COLD_START_SHARE,
+    memory_allocator,
+    memory_exposed_copies,
+    memory_pageable_copies,
 )
 
 __all__ = [

@@ -1,0 +1,104 @@
+"""Local findings of memory: copies from pageable memory (``memory-pageable-copies``),
+copies and memsets nothing overlaps (``memory-exposed-copies``), and the device allocator
+(``memory-allocator``, or ``memory-cold-start`` when the trace opens with set-up)."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+
+from gpuprof.advice.context import AdviceContext, advisor
+from gpuprof.advice.finding import Fact, Finding, said
+from gpuprof.advice.local.hits import Hit, idle, inference, kept, pairs, recommend, rule_share, worst
+from gpuprof.model.report import Cause
+
+# Memory peaking at this share of the GPU's capacity or more is near it.
+NEAR_CAPACITY_SHARE = 0.9
+# Without step markers, this share of the allocator time before the first compute kernel
+# marks a cold start (the process's set-up) rather than allocator churn.
+COLD_START_SHARE = 0.6
+
+
+@advisor
+def memory_pageable_copies(ctx: AdviceContext) -> list[Finding]:
+    found = kept([
+        Hit(s, r, min(float(s.facts.get("pageable_exposed_copy_us") or 0.0), rule_share(s, r, Cause.MEMORY, ["exposed_copies"])))
+        for s, r in pairs(ctx)
+    ])
+    if not found:
+        return []
+    w = worst(found)
+    evidence = [idle(found, "memory-pageable-copies")]
+    n, nbytes = w.fact.get("pageable_copies"), w.fact.get("pageable_copy_bytes")
+    if n and nbytes is not None:
+        evidence.append(said("memory.pageable_copies_sized", rank=w.rank, copies=n, size_mib=nbytes / 2**20))
+    elif n:
+        evidence.append(said("memory.pageable_copies", rank=w.rank, copies=n))
+    return recommend(
+        ctx, found, "memory-pageable-copies", Cause.MEMORY, evidence, [said("memory.pageable_actions")],
+        whatif="pinned_copies", facts={"pageable_copies": n, "pageable_copy_bytes": nbytes},
+    )
+
+
+@advisor
+def memory_exposed_copies(ctx: AdviceContext) -> list[Finding]:
+    found = kept([
+        Hit(s, r, max(0.0, rule_share(s, r, Cause.MEMORY, ["exposed_copies"]) - float(s.facts.get("pageable_exposed_copy_us") or 0.0)))
+        for s, r in pairs(ctx)
+    ])
+    if not found:
+        return []
+    w = worst(found)
+    evidence = [idle(found, "memory-exposed-copies")]
+    by_kind: Mapping[str, float] = w.fact.get("exposed_copy_us_by_kind", {})
+    per = max(w.report.steps, 1)
+    kinds = [(k, v / per) for k, v in sorted(by_kind.items(), key=lambda kv: -kv[1]) if v > 0]
+    if w.fact.get("exposed_memset_us"):
+        kinds.append(("memset", float(w.fact["exposed_memset_us"]) / per))
+    if kinds:
+        stepped = w.report.steps > 0
+        evidence.append(said("memory.exposed_by_kind" if stepped else "memory.exposed_by_kind_window", rank=w.rank,
+                             kinds=tuple(kinds)))
+    unit = "_us_per_step" if w.report.steps > 0 else "_us"
+    return recommend(
+        ctx, found, "memory-exposed-copies", Cause.MEMORY, evidence, [said("memory.exposed_actions")],
+        whatif="hidden_copies", facts={f"exposed_{k.lower()}{unit}": v for k, v in kinds},
+    )
+
+
+@advisor
+def memory_allocator(ctx: AdviceContext) -> list[Finding]:
+    found = kept([Hit(s, r, rule_share(s, r, Cause.MEMORY, ["allocator"])) for s, r in pairs(ctx)])
+    if not found:
+        return []
+    w = worst(found)
+    evidence = [idle(found, "memory-allocator")]
+    calls: Mapping[str, int] = w.fact.get("alloc_calls_by_name", {})
+    alloc_us = float(w.fact.get("alloc_time_us") or 0.0)
+    if calls:
+        top = tuple(sorted(calls.items(), key=lambda kv: -kv[1])[:4])
+        evidence.append(said("memory.allocator_calls", rank=w.rank, calls=top, total_us=alloc_us))
+    share = w.fact.get("mem_peak_share")
+    near = share is not None and float(share) >= NEAR_CAPACITY_SHARE
+    peak = w.fact.get("mem_peak_reserved_bytes") or w.fact.get("mem_peak_allocated_bytes") or 0
+    cap = w.fact.get("mem_capacity_bytes") or 0
+    if near and share is not None:
+        evidence.append(said("memory.peak", peak_gib=peak / 2**30, capacity_gib=cap / 2**30, share_pct=100 * float(share)))
+    facts: dict[str, Fact] = {
+        "alloc_time_us": alloc_us,
+        "alloc_calls": sum(int(n) for n in calls.values()) if calls else None,
+        "mem_peak_pct": None if share is None else 100.0 * float(share),
+        "mem_peak_bytes": peak or None,
+        "mem_capacity_bytes": cap or None,
+    }
+    early = w.fact.get("alloc_before_first_compute_share")
+    if w.report.steps == 0 and early is not None and float(early) >= COLD_START_SHARE:
+        # No step markers, and the allocation happens before the first kernel: the trace
+        # opens with the process's set-up, not with a training loop that churns memory.
+        evidence.append(said("memory.cold_start", share_pct=100 * float(early)))
+        facts["before_first_compute_pct"] = 100.0 * float(early)
+        return recommend(ctx, found, "memory-cold-start", Cause.MEMORY, evidence, [said("memory.cold_start_actions")],
+                         whatif="no_allocator", facts=facts)
+    actions = [said("memory.allocator_actions")]
+    if near:
+        actions.append(said("memory.lower_peak_inference" if inference(found) else "memory.lower_peak"))
+    return recommend(ctx, found, "memory-allocator", Cause.MEMORY, evidence, actions, whatif="no_allocator", facts=facts)

@@ -1,0 +1,163 @@
+"""The phrasebook's index: every phrase by name, and the one function that says a record.
+
+A phrase is a template (or a group of templates: actions that always go together) filled
+from a :class:`~gpuprof.advice.finding.Said` record's values, or, where the words depend on
+the values in more ways than a template says, a function of them. Family modules register
+theirs with :func:`templates` and :func:`phrase`; :func:`words` looks a record up and writes
+it.
+
+A template is ``str.format`` text whose fields name the record's values, every value used
+(a value no template of the phrase says is an error, so a record and its phrase cannot
+drift apart). Besides the usual format specs (``{pct:.1f}``), a field may be written as:
+
+====================  ===============================================================
+``{x:dur}``           a duration in microseconds, as every report writes one (``12.3 ms``)
+``{x:durs}``          several, joined by commas
+``{x:list}``          values joined by commas (``0, 3, 5``)
+``{x:spans}``         numbers with runs joined (``0-3, 6``)
+``{x:ranks}``         ``rank 3``, ``ranks 0-3, 6``
+``{x:s}``             ``s`` unless ``x`` (a count, or a sequence's length) is one
+``{x:v}``             a verb's ``s`` when ``x`` is one (``rank 3 begins``, ``ranks begin``)
+``{x:them}``          ``it`` or ``them``; ``{x:their}``: ``its`` or ``their``
+``{x:span}``          one duration, or two joined by a dash (``1.2 ms-3.4 ms``)
+``{x:pct_range}``     two shares as a range (``33-69%``, one value when they round alike)
+====================  ===============================================================
+
+A family may add its own (:func:`specs`): a table it looks a value up in, a list it joins.
+"""
+
+from __future__ import annotations
+
+import string
+from collections.abc import Callable, Iterable, Mapping
+from typing import Any, TypeVar
+
+from gpuprof.advice.finding import Said
+from gpuprof.util import phrases
+
+Phrase = Callable[..., "str | tuple[str, ...]"]
+PHRASES: dict[str, Phrase] = {}
+TEMPLATES: dict[str, str | tuple[str, ...]] = {}
+_P = TypeVar("_P", bound=Phrase)
+
+
+def _one(value: Any) -> bool:
+    return (len(value) if isinstance(value, (list, tuple)) else value) == 1
+
+
+def listed(values: Iterable[Any]) -> str:
+    """``0, 3, 5``: values joined by commas, as the advice names ranks and stages."""
+    return ", ".join(str(v) for v in values)
+
+
+_SPECS: dict[str, Callable[[Any], str]] = {
+    "dur": phrases.duration,
+    "durs": lambda v: ", ".join(phrases.duration(x) for x in v),
+    "list": listed,
+    "spans": phrases.spans,
+    "ranks": phrases.ranks,
+    "s": lambda v: "" if _one(v) else "s",
+    "v": lambda v: "s" if _one(v) else "",
+    "them": lambda v: "it" if _one(v) else "them",
+    "their": lambda v: "its" if _one(v) else "their",
+    "span": lambda v: "-".join(phrases.duration(x) for x in v),
+    "pct_range": lambda v: phrases.pct_range(*v),
+}
+
+
+def specs(table: Mapping[str, Callable[[Any], str]]) -> None:
+    """Register a family's own ways of writing a field (``{x:name}``), by name (unique)."""
+    for name, fn in table.items():
+        if name in _SPECS:
+            raise ValueError(f"field spec {name!r} is registered twice")
+        _SPECS[name] = fn
+
+
+class _Fill(string.Formatter):
+    def format_field(self, value: Any, format_spec: str) -> str:
+        special = _SPECS.get(format_spec)
+        return special(value) if special is not None else format(value, format_spec)
+
+
+_FILL = _Fill()
+
+
+def fill(template: str, values: Mapping[str, Any]) -> str:
+    """``template`` with its fields written from ``values`` (see the module docstring)."""
+    return _FILL.vformat(template, (), values)
+
+
+def fields(template: str) -> set[str]:
+    """The names of the values ``template`` says."""
+    return {name.split(".")[0].split("[")[0] for _, name, _, _ in _FILL.parse(template) if name}
+
+
+def _claim(name: str) -> None:
+    if name in PHRASES or name in TEMPLATES:
+        raise ValueError(f"phrase {name!r} is registered twice")
+
+
+def templates(table: Mapping[str, str | tuple[str, ...]]) -> None:
+    """Register phrases written as templates, by name (unique)."""
+    for name, text in table.items():
+        _claim(name)
+        TEMPLATES[name] = text
+
+
+def phrase(name: str) -> Callable[[_P], _P]:
+    """Decorator: register a phrase written as a function of the record's values."""
+
+    def register(fn: _P) -> _P:
+        _claim(name)
+        PHRASES[name] = fn
+        return fn
+
+    return register
+
+
+def words(s: Said) -> tuple[str, ...]:
+    """The sentences of one record."""
+    fn = PHRASES.get(s.phrase)
+    if fn is not None:
+        out = fn(**s.values)
+        return (out,) if isinstance(out, str) else tuple(out)
+    text = TEMPLATES.get(s.phrase)
+    if text is None:
+        raise KeyError(f"no phrase {s.phrase!r} in the phrasebook")
+    group = (text,) if isinstance(text, str) else text
+    unsaid = sorted(set(s.values) - {f for t in group for f in fields(t)})
+    if unsaid:
+        raise ValueError(f"phrase {s.phrase!r} does not say {', '.join(unsaid)}")
+    try:
+        return tuple(fill(t, s.values) for t in group)
+    except KeyError as exc:
+        raise ValueError(f"phrase {s.phrase!r} needs {exc}") from None
+
+
+def sentence(s: Said) -> str:
+    """The one sentence of a record that gives exactly one (a title, a line)."""
+    out = words(s)
+    if len(out) != 1:
+        raise ValueError(f"phrase {s.phrase!r} gave {len(out)} sentences where one was wanted")
+    return out[0]
+
+
+def lines(records: Iterable[Said]) -> tuple[str, ...]:
+    """The sentences of records in order."""
+    return tuple(x for s in records for x in words(s))
+
+
+__all__ = [
+    "PHRASES",
+    "TEMPLATES",
+    "Phrase",
+    "fields",
+    "fill",
+    "lines",
+    "listed",
+    "phrase",
+    "sentence",
+    "specs",
+    "templates",
+    "words",
+]

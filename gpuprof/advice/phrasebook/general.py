@@ -1,0 +1,167 @@
+"""Phrases of what :func:`gpuprof.advice.advise_all` adds and qualifies last: the general
+advice for a cause no finding spoke for, the line where a saving and its cause's share
+disagree, the caveats beside a saving, the window as the unit without step markers, and
+the line for advice held back."""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Mapping, Sequence
+
+from gpuprof.advice.phrasebook.book import phrase, templates
+from gpuprof.util.phrases import spans
+
+# The line that explains a saving far from its cause's lost share starts so.
+AGREE_MARK = "Saving vs lost share:"
+# The start of the accounting's warning that host ops run slow under the profiler.
+SLOW_HOST_WARNING = "host ops run slow"
+
+
+# --- general advice, by cause ---------------------------------------------------------------
+
+_TITLES: Mapping[str, str] = {
+    "pipeline_bubble": "Pipeline stages sit idle waiting for their neighbours: shrink the bubble",
+    "communication": "Collectives run with no compute beside them: overlap them or make them cheaper",
+    "straggler": "Ranks wait in collectives for slower ranks: find what makes those ranks late",
+    "memory": "The GPU waits on memory management and transfers: overlap copies, pin memory, stop allocator churn",
+    "dataloader": "The GPU waits for input data: speed up the input pipeline",
+    "sync": "The host blocks on the GPU inside the loop: remove the syncs",
+    "host": "The host issues GPU work too slowly: cut framework and Python overhead",
+    "other": "Idle GPU time that no rule explains: profile with more detail",
+}
+_ACTIONS: Mapping[str, tuple[str, ...]] = {
+    "pipeline_bubble": (
+        "Use more microbatches per step (at least 4x the number of stages) at the same global batch.",
+        "Use an interleaved or zero-bubble schedule (virtual pipeline stages).",
+        "Balance the layers across stages so that no stage computes longer per microbatch than the others.",
+    ),
+    "communication": (
+        "Overlap gradient collectives with backward (DDP buckets, FSDP prefetch, Megatron --overlap-grad-reduce).",
+        "Check the transport with NCCL_DEBUG=INFO and send less (larger buckets, reduce-scatter, compression).",
+    ),
+    "straggler": (
+        "Profile every rank and compare the slowest one's GPU (clocks, throttling), node and data with the others.",
+        "Balance the work per rank (length bucketing, sequence packing, balanced sharding).",
+    ),
+    "memory": (
+        "Pin host buffers and copy with non_blocking=True on a side stream, one step ahead.",
+        "Set PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True and keep shapes stable.",
+    ),
+    "dataloader": ("Raise DataLoader num_workers, use pin_memory=True and persistent_workers=True.",),
+    "sync": (
+        "Remove .item() / .cpu() / print(loss) from the step; read metrics every N steps.",
+        "Find hidden syncs with torch.cuda.set_sync_debug_mode('warn').",
+    ),
+    "host": (
+        "torch.compile the model (mode='reduce-overhead' also captures CUDA graphs).",
+        "Profile the host side (py-spy, the profiler's CPU view) and move Python work out of the step.",
+    ),
+    "other": (
+        (
+            "Record the trace with the host side (activities CPU and CUDA, record_shapes=True) and without "
+            "filters, so that every idle gap can be tied to what the host or another stream was doing."
+        ),
+        "Look at the gaps in Perfetto: gpuprof annotate TRACE -o annotated.json marks each one.",
+    ),
+}
+# What was missing to name a more specific fix.
+_MISSING: Mapping[str, str] = {
+    "pipeline_bubble": "the pipeline's schedule could not be worked out from the trace (microbatch count or stage "
+    "times unknown)",
+    "communication": "no specific communication finding stood out (message sizes or the other ranks are missing)",
+    "straggler": "no single rank could be named as the one the others wait for",
+    "memory": "no single kind of memory operation stood out",
+    "dataloader": "the DataLoader calls are not in the trace",
+    "sync": "the blocking calls could not be tied to the device's idle time",
+    "host": "the trace does not show which host work delays the launches (no launch calls or host ops)",
+    "other": "nothing in the trace explains this idle time (waits on other streams, device scheduling, or events "
+    "the trace left out)",
+}
+_COMPILED = (
+    "The model is already compiled: capture CUDA graphs too (torch.compile(mode='reduce-overhead')) and "
+    "look for graph breaks (TORCH_LOGS=graph_breaks)."
+)
+
+
+@phrase("title.general")
+def general_title(cause: str) -> str:
+    return _TITLES[cause]
+
+
+@phrase("general.why")
+def why_general(cause: str) -> str:
+    return f"general advice: {_MISSING[cause]}, so no more specific fix can be named"
+
+
+@phrase("general.actions")
+def general_actions(cause: str, compiled: bool) -> tuple[str, ...]:
+    """The general actions, fitted to the trace: a model already compiled (most of its
+    kernels Inductor's) is not told to compile itself."""
+    actions = _ACTIONS[cause]
+    if cause == "host" and compiled:
+        return tuple(_COMPILED if a.startswith("torch.compile") else a for a in actions)
+    return actions
+
+
+@phrase("held_back")
+def held_back(title: str, missing: Sequence[tuple[str, Sequence[int], str]]) -> str:
+    """``missing``: per evidence lacking, its label, the ranks that lack it and why."""
+    parts = [f"{label} ({'rank' if len(ranks) == 1 else 'ranks'} {spans(ranks)}: {why})" for label, ranks, why in missing]
+    return f"held back '{title}': it needs " + "; ".join(parts)
+
+
+_SHARE = "{est_pct:.1f}% is {than} the {share_pct:.1f}% of a step that {cause} holds: "
+templates({
+    "general.share": "{cause} holds {top_pct:.1f}% of the step on rank{ranks:s} {ranks:list}",
+    "general.no_saving": "no saving is estimated: nothing says what would remove this idle time",
+    "general.queued": (
+        "on rank {rank} the next kernel had already been launched during most of the lost time that no rule "
+        "explains, and nothing recorded ran on the GPU meanwhile: it waited on work the trace does not "
+        "show (a filtered or sampled export, or an event of a stream the profiler left out)"
+    ),
+    "general.closed_form": (
+        "estimate: this idle time vanishing on every rank, with the job's step set by its slowest rank "
+        "(an upper bound: no replay of this fix was possible)"
+    ),
+    # a saving far from its cause's share
+    "agree.less": (
+        AGREE_MARK + " its " + _SHARE.replace("{than}", "less than") + "once that idle time is gone the job still "
+        "waits on other work of its critical path (other ranks, collectives, other causes), which the estimate follows"
+    ),
+    "agree.more": (
+        AGREE_MARK + " its " + _SHARE.replace("{than}", "more than") + "removing it also removes idle time it sets "
+        "off that is counted under other causes (a drained queue refilled by late launches, waits of the ranks "
+        "that waited for it)"
+    ),
+    # caveats beside a saving
+    "caveat.partial_job": "upper bound: {present} of {world} ranks profiled",
+    "caveat.python_stacks": "host time may be inflated: the trace recorded Python stacks (with_stack=True)",
+    "caveat.slow_host": (
+        "host time may be inflated by the profiler: host ops run slow (median aten::empty "
+        "{empty_op_median_us:.0f} µs, normally a few µs)"
+    ),
+})
+
+
+# --- the window as the unit ----------------------------------------------------------------------
+
+# Without step markers the analysis window is the unit: "per step", "of the step" and
+# "job step" read "in the window", "of the window" and "the window".
+_WINDOW_WORDS = (
+    (re.compile(r"\bjob step\b"), "the window"),
+    (re.compile(r"\bits step (?=[\d.,]+ (?:µs|ms|s) ->)"), "the window "),
+    (re.compile(r"\bper step\b"), "in the window"),
+    (re.compile(r"/step\b"), " in the window"),
+    (re.compile(r"\bof (?:its|their|the|a) step\b"), "of the window"),
+    (re.compile(r"\bof step time\b"), "of the window"),
+)
+
+
+def window_words(text: str) -> str:
+    """``text`` with the step as the unit replaced by the window (no step markers)."""
+    for pattern, words in _WINDOW_WORDS:
+        text = pattern.sub(words, text)
+    return text
+
+
+__all__ = ["AGREE_MARK", "SLOW_HOST_WARNING", "window_words"]
