@@ -10,6 +10,10 @@ process (as ``gpuprof analyze FOLDER --format json`` does) and writes one report
 folder, plus the CPU seconds each took (``timings.json``). ``compare`` lists every value
 that differs: numbers by more than ``--rel`` relative (and ``--abs`` absolute), anything
 else at all. It exits 1 when something differs, so a script can rely on it.
+``--ignore KEY`` (repeatable) leaves out every value under a key of that name, so that a
+change that only adds a key (a recommendation's ``facts``) can show that nothing else moved:
+
+    python benchmarks/same_answers.py compare /tmp/before /tmp/after --ignore facts
 """
 
 from __future__ import annotations
@@ -62,18 +66,18 @@ def save(dest: Path, only: str | None) -> int:
     return 0
 
 
-def _walk(a: Any, b: Any, path: str, rel: float, abs_: float) -> Iterator[str]:
+def _walk(a: Any, b: Any, path: str, rel: float, abs_: float, ignore: frozenset[str] = frozenset()) -> Iterator[str]:
     if isinstance(a, dict) and isinstance(b, dict):
-        for k in sorted(set(a) | set(b)):
+        for k in sorted((set(a) | set(b)) - ignore):
             if k not in a or k not in b:
                 yield f"{path}/{k}: only in {'before' if k in a else 'after'}"
             else:
-                yield from _walk(a[k], b[k], f"{path}/{k}", rel, abs_)
+                yield from _walk(a[k], b[k], f"{path}/{k}", rel, abs_, ignore)
     elif isinstance(a, list) and isinstance(b, list):
         if len(a) != len(b):
             yield f"{path}: {len(a)} items before, {len(b)} after"
         for i, (x, y) in enumerate(zip(a, b)):
-            yield from _walk(x, y, f"{path}[{i}]", rel, abs_)
+            yield from _walk(x, y, f"{path}[{i}]", rel, abs_, ignore)
     elif isinstance(a, (int, float)) and isinstance(b, (int, float)) and not isinstance(a, bool):
         fa, fb = float(a), float(b)
         if math.isnan(fa) and math.isnan(fb):
@@ -84,7 +88,7 @@ def _walk(a: Any, b: Any, path: str, rel: float, abs_: float) -> Iterator[str]:
         yield f"{path}: {a!r} before, {b!r} after"
 
 
-def compare(before: Path, after: Path, rel: float, abs_: float) -> int:
+def compare(before: Path, after: Path, rel: float, abs_: float, ignore: frozenset[str] = frozenset()) -> int:
     names = sorted(p.name for p in before.glob("*.json") if p.name != "timings.json")
     bad = 0
     for n in names:
@@ -93,7 +97,7 @@ def compare(before: Path, after: Path, rel: float, abs_: float) -> int:
             print(f"{n}: missing after")
             bad += 1
             continue
-        diffs = list(_walk(json.loads((before / n).read_text()), json.loads(other.read_text()), "", rel, abs_))
+        diffs = list(_walk(json.loads((before / n).read_text()), json.loads(other.read_text()), "", rel, abs_, ignore))
         if diffs:
             bad += 1
             print(f"{n}: {len(diffs)} difference(s)")
@@ -106,7 +110,8 @@ def compare(before: Path, after: Path, rel: float, abs_: float) -> int:
     t1 = json.loads((after / "timings.json").read_text()) if (after / "timings.json").is_file() else {}
     if t0 and t1:
         print(f"CPU: {sum(t0.values()):.2f} s before, {sum(t1.values()):.2f} s after")
-    print(f"{len(names) - bad} of {len(names)} reports the same" + ("" if not bad else f"; {bad} differ"))
+    left_out = f" (leaving out {', '.join(sorted(ignore))})" if ignore else ""
+    print(f"{len(names) - bad} of {len(names)} reports the same{left_out}" + ("" if not bad else f"; {bad} differ"))
     return 1 if bad or extra else 0
 
 
@@ -121,10 +126,12 @@ def main() -> int:
     c.add_argument("after", type=Path)
     c.add_argument("--rel", type=float, default=1e-6, help="relative tolerance on numbers [1e-6]")
     c.add_argument("--abs", type=float, default=1e-6, help="absolute tolerance on numbers [1e-6]")
+    c.add_argument("--ignore", action="append", default=[], metavar="KEY",
+                   help="leave out the values under every key of this name (repeatable)")
     args = ap.parse_args()
     if args.cmd == "save":
         return save(args.dest, args.only)
-    return compare(args.before, args.after, args.rel, args.abs)
+    return compare(args.before, args.after, args.rel, args.abs, frozenset(args.ignore))
 
 
 if __name__ == "__main__":
