@@ -39,8 +39,8 @@ class AdviceContext:
 
 
 Advisor = Callable[[AdviceContext], list[Recommendation]]
-# What an advisor is written as: the findings it measures (a recommendation passes as it is).
-Finder = Callable[[AdviceContext], Sequence["Finding | Recommendation"]]
+# What an advisor is written as: the findings it measures, never words.
+Finder = Callable[[AdviceContext], Sequence[Finding]]
 
 
 class Worded:
@@ -51,7 +51,7 @@ class Worded:
         functools.update_wrapper(self, find)
 
     def __call__(self, ctx: AdviceContext) -> list[Recommendation]:
-        return [f if isinstance(f, Recommendation) else recommendation(f) for f in self.find(ctx)]
+        return [recommendation(f) for f in self.find(ctx)]
 
 
 ADVISORS: list[Advisor] = []

@@ -48,7 +48,7 @@ def _work_or_hardware(ctx: AdviceContext, rank: int, peers: Sequence[int]) -> tu
         return float(n) / max(len(s.steps), 1) if n else None
 
     mine, theirs = per_step(me), [x for x in (per_step(by[q]) for q in others) if x]
-    what = "kernels" if me.facts.get("kernels") else "compute ops"
+    what = "kernels" if me.facts.get("kernels") else "compute_ops"
     if mine and theirs and mine >= MORE_WORK_RATIO * float(np.median(theirs)):
         return "work", [said("slowrank.more_work", rank=rank, mine=mine, median=float(np.median(theirs)), what=what)]
     table = w.model.compute_by_step

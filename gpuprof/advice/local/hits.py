@@ -4,7 +4,8 @@ facts every local finding carries."""
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+import functools
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -68,11 +69,31 @@ def kept(found: Sequence[Hit]) -> list[Hit]:
     return [h for h in found if h.share >= MIN_SHARE]
 
 
-def hits(ctx: AdviceContext, cause: Cause, rules: Sequence[str] | None = None) -> list[Hit]:
-    return kept([
-        Hit(s, r, float(r.lost_us.get(cause, 0.0)) if rules is None else rule_share(s, r, cause, rules))
-        for s, r in pairs(ctx)
-    ])
+# What a local finding costs one rank, in microseconds of its window (None: it has none).
+Measure = Callable[[RankSummary, RankReport], float | None]
+LocalFinder = Callable[[AdviceContext, list[Hit]], list[Finding]]
+
+
+def _lost_to(cause: Cause) -> Measure:
+    return lambda s, r: float(r.lost_us.get(cause, 0.0))
+
+
+def local(measure: Cause | Measure) -> Callable[[LocalFinder], Callable[[AdviceContext], list[Finding]]]:
+    """Decorator: a local advisor written as a function of its hits, called only when there
+    is one: the ranks where ``measure`` (a cause's lost time, or a function of a rank's
+    summary and report) costs at least :data:`MIN_SHARE` of the window."""
+
+    of = _lost_to(measure) if isinstance(measure, Cause) else measure
+
+    def wrap(fn: LocalFinder) -> Callable[[AdviceContext], list[Finding]]:
+        @functools.wraps(fn)
+        def find(ctx: AdviceContext) -> list[Finding]:
+            found = kept([Hit(s, r, us) for s, r in pairs(ctx) if (us := of(s, r)) is not None])
+            return fn(ctx, found) if found else []
+
+        return find
+
+    return wrap
 
 
 def worst(found: Sequence[Hit]) -> Hit:
@@ -117,16 +138,18 @@ def recommend(
     replay_note: Said | None = None,
     upper: tuple[str, ...] = (),
     facts: Mapping[str, Fact] | None = None,
+    idle_as: str | None = None,
 ) -> list[Finding]:
     """One finding whose saving is the replay of ``whatif`` on the whole job (the
     closed-form removal of the hits' lost time where the job could not be replayed);
     ``lower``: a what-if whose saving is the lower end of the range. ``upper``: what-ifs
     that, replayed together with ``whatif``, bound the fix from above (it changes more than
     the trace can show); the estimate is then the middle of the two, and the evidence says
-    so. Its title is the phrase ``title.<rec_id>``."""
+    so. Its title is the phrase ``title.<rec_id>``; its evidence opens with the idle line
+    (:func:`idle`, of ``idle_as``: the advisor's name where it gives more than one id)."""
     removed = {h.rank: h.lost_us for h in found}
     estimate = savings_pct(ctx.reports, removed)
-    lines = list(evidence)
+    lines = [idle(found, idle_as or rec_id), *evidence]
     known: dict[str, Fact] = {**idle_facts(found), **(facts or {})}
     used: str | None = None
     span: tuple[float, float] | None = None  # the range the saving lies in, when one is known
@@ -173,11 +196,11 @@ def recommend(
 __all__ = [
     "MIN_SHARE",
     "Hit",
-    "hits",
     "idle",
     "idle_facts",
     "inference",
     "kept",
+    "local",
     "ops",
     "pairs",
     "recommend",

@@ -6,23 +6,13 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
+from gpuprof.accounting.summary import RankSummary
 from gpuprof.advice.context import AdviceContext, advisor
 from gpuprof.advice.finding import Fact, Finding, Said, said
-from gpuprof.advice.local.hits import (
-    Hit,
-    hits,
-    idle,
-    inference,
-    kept,
-    ops,
-    pairs,
-    recommend,
-    top_op_facts,
-    worst,
-)
+from gpuprof.advice.local.hits import Hit, inference, local, ops, recommend, top_op_facts, worst
 from gpuprof.advice.replayed import replayed
 from gpuprof.advice.savings import savings_pct
-from gpuprof.model.report import Cause
+from gpuprof.model.report import Cause, RankReport
 
 # ``host-launch-bound`` rather than ``host-overhead``: at least this share of kernels runs
 # shorter than its launch call, at a rate of at least this many launches per millisecond.
@@ -71,14 +61,12 @@ def _actions(w: Hit, launch_bound: bool, inference: bool) -> list[Said]:
 
 
 @advisor
-def host_launch(ctx: AdviceContext) -> list[Finding]:
-    found = hits(ctx, Cause.HOST)
-    if not found:
-        return []
+@local(Cause.HOST)
+def host_launch(ctx: AdviceContext, found: list[Hit]) -> list[Finding]:
     w = worst(found)
     tiny = w.fact.get("kernels_shorter_than_launch_share")
     in_launch = w.fact.get("host_wait_in_launch_share")
-    evidence = [idle(found, "host-launch")]
+    evidence: list[Said] = []
     if in_launch is not None:
         evidence.append(said("host.in_launch", rank=w.rank, share_pct=100 * float(in_launch)))
     kmed, lmed = w.fact.get("kernel_median_us"), w.fact.get("launch_median_us")
@@ -126,9 +114,10 @@ def host_launch(ctx: AdviceContext) -> list[Finding]:
         upper = graphs.pct if graphs is not None else savings_pct(ctx.reports, {h.rank: h.lost_us for h in found})
         evidence.append(said("host.loader_in_process", upper_pct=upper))
         facts["free_launches_pct"] = upper
-        return recommend(ctx, found, rec_id, Cause.HOST, evidence, actions, whatif="free_launch_calls", facts=facts)
+        return recommend(ctx, found, rec_id, Cause.HOST, evidence, actions, whatif="free_launch_calls", facts=facts,
+                         idle_as="host-launch")
     return recommend(ctx, found, rec_id, Cause.HOST, evidence, actions, whatif="free_launches",
-                     lower="free_launch_calls", facts=facts)
+                     lower="free_launch_calls", facts=facts, idle_as="host-launch")
 
 
 def _loader_in_process(found: Sequence[Hit]) -> bool:
@@ -145,21 +134,22 @@ def _loader_in_process(found: Sequence[Hit]) -> bool:
     return False
 
 
+def _ddp_buffers_us(s: RankSummary, r: RankReport) -> float | None:
+    """The GPU's idle time under DDP's buffer broadcast, within the rank's lost time."""
+    ddp = s.facts.get("ddp_buffer_sync")
+    if not ddp:
+        return None
+    return min(float(ddp.get("lost_us") or 0.0), sum(float(v) for v in r.lost_us.values()))
+
+
 @advisor
-def host_ddp_buffer_sync(ctx: AdviceContext) -> list[Finding]:
-    found = kept([
-        Hit(s, r, min(float(s.facts["ddp_buffer_sync"].get("lost_us") or 0.0), sum(float(v) for v in r.lost_us.values())))
-        for s, r in pairs(ctx)
-        if s.facts.get("ddp_buffer_sync")
-    ])
-    if not found:
-        return []
+@local(_ddp_buffers_us)
+def host_ddp_buffer_sync(ctx: AdviceContext, found: list[Hit]) -> list[Finding]:
     w = worst(found)
     ddp = w.fact["ddp_buffer_sync"]
     stepped = ddp.get("host_us_per_step") is not None
     host_us = float(ddp["host_us_per_step"] if stepped else ddp["host_us"])
     evidence = [
-        idle(found, "host-ddp-buffer-sync"),
         said("host.ddp_broadcasts" if w.report.steps > 0 else "host.ddp_broadcasts_window", rank=w.rank,
              broadcasts=ddp["broadcasts"], host_us=host_us),
     ]

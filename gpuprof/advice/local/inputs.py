@@ -6,18 +6,16 @@ from __future__ import annotations
 from collections.abc import Mapping
 
 from gpuprof.advice.context import AdviceContext, advisor
-from gpuprof.advice.finding import Finding, said
-from gpuprof.advice.local.hits import hits, idle, ops, recommend, top_op_facts, worst
+from gpuprof.advice.finding import Finding, Said, said
+from gpuprof.advice.local.hits import Hit, local, ops, recommend, top_op_facts, worst
 from gpuprof.model.report import Cause
 
 
 @advisor
-def dataloader_starvation(ctx: AdviceContext) -> list[Finding]:
-    found = hits(ctx, Cause.DATALOADER)
-    if not found:
-        return []
+@local(Cause.DATALOADER)
+def dataloader_starvation(ctx: AdviceContext, found: list[Hit]) -> list[Finding]:
     w = worst(found)
-    evidence = [idle(found, "dataloader-starvation")]
+    evidence: list[Said] = []
     mean, calls = w.fact.get("dataloader_call_mean_us"), w.fact.get("dataloader_calls")
     if mean is not None and calls:
         evidence.append(said("dataloader.calls", rank=w.rank, mean_us=float(mean), calls=calls))
@@ -36,12 +34,10 @@ def dataloader_starvation(ctx: AdviceContext) -> list[Finding]:
 
 
 @advisor
-def sync_host_blocking(ctx: AdviceContext) -> list[Finding]:
-    found = hits(ctx, Cause.SYNC)
-    if not found:
-        return []
+@local(Cause.SYNC)
+def sync_host_blocking(ctx: AdviceContext, found: list[Hit]) -> list[Finding]:
     w = worst(found)
-    evidence = [idle(found, "sync-host-blocking")]
+    evidence: list[Said] = []
     by_name: Mapping[str, int] = w.fact.get("sync_calls_by_name", {})
     steps = w.report.steps
     top = sorted(by_name.items(), key=lambda kv: -kv[1])[:4]

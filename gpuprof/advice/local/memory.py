@@ -6,10 +6,11 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 
+from gpuprof.accounting.summary import RankSummary
 from gpuprof.advice.context import AdviceContext, advisor
-from gpuprof.advice.finding import Fact, Finding, said
-from gpuprof.advice.local.hits import Hit, idle, inference, kept, pairs, recommend, rule_share, worst
-from gpuprof.model.report import Cause
+from gpuprof.advice.finding import Fact, Finding, Said, said
+from gpuprof.advice.local.hits import Hit, inference, local, recommend, rule_share, worst
+from gpuprof.model.report import Cause, RankReport
 
 # Memory peaking at this share of the GPU's capacity or more is near it.
 NEAR_CAPACITY_SHARE = 0.9
@@ -18,16 +19,25 @@ NEAR_CAPACITY_SHARE = 0.9
 COLD_START_SHARE = 0.6
 
 
+def _pageable_us(s: RankSummary, r: RankReport) -> float:
+    """Exposed copies from or to pageable memory, within what the copies rule kept."""
+    return min(float(s.facts.get("pageable_exposed_copy_us") or 0.0), rule_share(s, r, Cause.MEMORY, ["exposed_copies"]))
+
+
+def _other_copies_us(s: RankSummary, r: RankReport) -> float:
+    """The copies rule's time less the pageable copies'."""
+    return max(0.0, rule_share(s, r, Cause.MEMORY, ["exposed_copies"]) - float(s.facts.get("pageable_exposed_copy_us") or 0.0))
+
+
+def _allocator_us(s: RankSummary, r: RankReport) -> float:
+    return rule_share(s, r, Cause.MEMORY, ["allocator"])
+
+
 @advisor
-def memory_pageable_copies(ctx: AdviceContext) -> list[Finding]:
-    found = kept([
-        Hit(s, r, min(float(s.facts.get("pageable_exposed_copy_us") or 0.0), rule_share(s, r, Cause.MEMORY, ["exposed_copies"])))
-        for s, r in pairs(ctx)
-    ])
-    if not found:
-        return []
+@local(_pageable_us)
+def memory_pageable_copies(ctx: AdviceContext, found: list[Hit]) -> list[Finding]:
     w = worst(found)
-    evidence = [idle(found, "memory-pageable-copies")]
+    evidence: list[Said] = []
     n, nbytes = w.fact.get("pageable_copies"), w.fact.get("pageable_copy_bytes")
     if n and nbytes is not None:
         evidence.append(said("memory.pageable_copies_sized", rank=w.rank, copies=n, size_mib=nbytes / 2**20))
@@ -40,25 +50,18 @@ def memory_pageable_copies(ctx: AdviceContext) -> list[Finding]:
 
 
 @advisor
-def memory_exposed_copies(ctx: AdviceContext) -> list[Finding]:
-    found = kept([
-        Hit(s, r, max(0.0, rule_share(s, r, Cause.MEMORY, ["exposed_copies"]) - float(s.facts.get("pageable_exposed_copy_us") or 0.0)))
-        for s, r in pairs(ctx)
-    ])
-    if not found:
-        return []
+@local(_other_copies_us)
+def memory_exposed_copies(ctx: AdviceContext, found: list[Hit]) -> list[Finding]:
     w = worst(found)
-    evidence = [idle(found, "memory-exposed-copies")]
-    by_kind: Mapping[str, float] = w.fact.get("exposed_copy_us_by_kind", {})
     per = max(w.report.steps, 1)
+    by_kind: Mapping[str, float] = w.fact.get("exposed_copy_us_by_kind", {})
     kinds = [(k, v / per) for k, v in sorted(by_kind.items(), key=lambda kv: -kv[1]) if v > 0]
     if w.fact.get("exposed_memset_us"):
         kinds.append(("memset", float(w.fact["exposed_memset_us"]) / per))
-    if kinds:
-        stepped = w.report.steps > 0
-        evidence.append(said("memory.exposed_by_kind" if stepped else "memory.exposed_by_kind_window", rank=w.rank,
-                             kinds=tuple(kinds)))
-    unit = "_us_per_step" if w.report.steps > 0 else "_us"
+    stepped = w.report.steps > 0
+    line = "memory.exposed_by_kind" if stepped else "memory.exposed_by_kind_window"
+    evidence = [said(line, rank=w.rank, kinds=tuple(kinds))] if kinds else []
+    unit = "_us_per_step" if stepped else "_us"
     return recommend(
         ctx, found, "memory-exposed-copies", Cause.MEMORY, evidence, [said("memory.exposed_actions")],
         whatif="hidden_copies", facts={f"exposed_{k.lower()}{unit}": v for k, v in kinds},
@@ -66,12 +69,10 @@ def memory_exposed_copies(ctx: AdviceContext) -> list[Finding]:
 
 
 @advisor
-def memory_allocator(ctx: AdviceContext) -> list[Finding]:
-    found = kept([Hit(s, r, rule_share(s, r, Cause.MEMORY, ["allocator"])) for s, r in pairs(ctx)])
-    if not found:
-        return []
+@local(_allocator_us)
+def memory_allocator(ctx: AdviceContext, found: list[Hit]) -> list[Finding]:
     w = worst(found)
-    evidence = [idle(found, "memory-allocator")]
+    evidence: list[Said] = []
     calls: Mapping[str, int] = w.fact.get("alloc_calls_by_name", {})
     alloc_us = float(w.fact.get("alloc_time_us") or 0.0)
     if calls:
@@ -97,7 +98,7 @@ def memory_allocator(ctx: AdviceContext) -> list[Finding]:
         evidence.append(said("memory.cold_start", share_pct=100 * float(early)))
         facts["before_first_compute_pct"] = 100.0 * float(early)
         return recommend(ctx, found, "memory-cold-start", Cause.MEMORY, evidence, [said("memory.cold_start_actions")],
-                         whatif="no_allocator", facts=facts)
+                         whatif="no_allocator", facts=facts, idle_as="memory-allocator")
     actions = [said("memory.allocator_actions")]
     if near:
         actions.append(said("memory.lower_peak_inference" if inference(found) else "memory.lower_peak"))

@@ -21,6 +21,7 @@ drift apart). Besides the usual format specs (``{pct:.1f}``), a field may be wri
 ``{x:them}``          ``it`` or ``them``; ``{x:their}``: ``its`` or ``their``
 ``{x:span}``          one duration, or two joined by a dash (``1.2 ms-3.4 ms``)
 ``{x:pct_range}``     two shares as a range (``33-69%``, one value when they round alike)
+``{x:words}``         a name as words (``compute_ops``: ``compute ops``)
 ====================  ===============================================================
 
 A family may add its own (:func:`specs`): a table it looks a value up in, a list it joins.
@@ -62,6 +63,7 @@ _SPECS: dict[str, Callable[[Any], str]] = {
     "their": lambda v: "its" if _one(v) else "their",
     "span": lambda v: "-".join(phrases.duration(x) for x in v),
     "pct_range": lambda v: phrases.pct_range(*v),
+    "words": lambda v: str(v).replace("_", " "),
 }
 
 

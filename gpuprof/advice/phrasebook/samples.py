@@ -13,7 +13,7 @@ def _gpus(gpus: Sequence[int]) -> str:
 
 
 _CLOCK = "SM clock {loss} lower while the reason was set than in unthrottled busy samples"
-specs({"gpus": _gpus, "words": lambda v: str(v).replace("_", " ")})
+specs({"gpus": _gpus})
 templates({
     "title.samples-periodic-idle": (
         "GPUs idle {idle_pct:.0f}% of the run in periodic phases of ~{mean_idle_s:.0f} s "

@@ -230,7 +230,7 @@ templates({
         "rank {rank}'s {phase} takes {ratio:.2f}x the median of the others ({excess_us_per_step:dur} more per step)"
     ),
     "slowrank.more_work": (
-        "rank {rank} runs {mine:,.0f} {what} per step against a median of {median:,.0f} on "
+        "rank {rank} runs {mine:,.0f} {what:words} per step against a median of {median:,.0f} on "
         "the ranks doing the same work: it has more work, not a slower GPU"
     ),
     "slowrank.follows_data": (
@@ -239,7 +239,7 @@ templates({
     ),
     "slowrank.slower_every_step": (
         "rank {rank} is the slowest of the ranks doing the same work in every step ({low:.2f}-{high:.2f}x their "
-        "median) on the same number of {what}: the same work runs slower there"
+        "median) on the same number of {what:words}: the same work runs slower there"
     ),
     "slowrank.stage_elsewhere_normal": (
         "the same stage runs at normal speed on the other data-parallel replicas: the layers are not too many "
