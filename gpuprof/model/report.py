@@ -335,7 +335,9 @@ def report_to_dict(report: Report) -> dict[str, Any]:
                 "savings_high_pct": None if rec.savings_high_pct is None else round(rec.savings_high_pct, 2),
                 "savings_bound": rec.savings_bound,
                 "caveats": list(rec.caveats),
-                "facts": {k: round(v, 3) if isinstance(v, float) else v for k, v in rec.facts.items()},
+                # as measured, not rounded: a script compares them with its own thresholds, and
+                # a rounded share can read differently from the evidence written from it
+                "facts": dict(rec.facts),
             }
         )
     out["warnings"] = list(report.warnings)
