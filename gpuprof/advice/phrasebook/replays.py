@@ -34,13 +34,13 @@ def replay_saved(
     )
 
 
-_TOO_SHORT = "nalysed window is under {min_window_ms:.0f} ms: too little to estimate a saving (profile a few full steps)"
+_TOO_SHORT = "analysed window is under {min_window_ms:.0f} ms: too little to estimate a saving (profile a few full steps)"
 templates({
     "replay.none": (
         "No replay of this job was possible (launches not in the trace): the estimate assumes this idle "
         "time vanishes on those ranks, with the job's step set by its slowest rank."
     ),
     # a window too short to estimate from: a sentence of a local finding, a clause of the general advice
-    "window.too_short": "The a" + _TOO_SHORT + ".",
-    "window.too_short_clause": "the a" + _TOO_SHORT,
+    "window.too_short": "The " + _TOO_SHORT + ".",
+    "window.too_short_clause": "the " + _TOO_SHORT,
 })
