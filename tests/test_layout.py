@@ -8,7 +8,6 @@ cannot hide a circle or an arrow that points back up the flow.
 from __future__ import annotations
 
 import ast
-from collections import defaultdict
 from collections.abc import Iterable, Mapping
 from pathlib import Path
 

@@ -13,8 +13,8 @@ import pytest
 from clirun import run_cli
 from reportfactory import rank, report
 
-from gpuprof.model.report import Report
 from gpuprof.model import figures as fg
+from gpuprof.model.report import Report
 from gpuprof.render.text import render_text
 from gpuprof.util import phrases
 

@@ -11,8 +11,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from gpuprof.model.report import CAUSES, Cause, RankReport, Report
 from gpuprof.model import figures as fg
+from gpuprof.model.report import CAUSES, Cause, RankReport, Report
 
 DIFF_SCHEMA = "gpuprof.ci.diff/1"
 NOISE_PP = 0.5

@@ -19,8 +19,8 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 
-from gpuprof.model.report import CAUSES, Cause, Report
 from gpuprof.model import figures as fg
+from gpuprof.model.report import CAUSES, Cause, Report
 from gpuprof.util import phrases
 
 DEFAULT_TOLERANCE_PP = 5.0

@@ -126,9 +126,9 @@ def check(
     strict: bool = strict_option(),
 ) -> None:
     from gpuprof.ci import gate
-    from gpuprof.render import format_for_path, render
     from gpuprof.ci.gate_output import checks_junit, checks_markdown, checks_text
     from gpuprof.model.figures import saving_phrase
+    from gpuprof.render import format_for_path, render
 
     # Options are validated exactly as [tool.gpuprof.check] is, then override it.
     settings = settings_from_options(
