@@ -206,6 +206,26 @@ def test_architecture_doc_names_every_stage() -> None:
     assert missing == []
 
 
+# A module does one job; past this many lines it has taken on a second (docs/architecture.md,
+# "Where code goes"). Generated or data-only files would be listed here with their reason;
+# none is today.
+MAX_MODULE_LINES = 500
+LONG_MODULES: dict[str, str] = {}
+
+
+def long_modules(root: Path = PACKAGE, limit: int = MAX_MODULE_LINES) -> list[str]:
+    out = []
+    for name, path in sorted(module_names(root).items()):
+        n = len(path.read_text(encoding="utf-8").splitlines())
+        if n > limit and name not in LONG_MODULES:
+            out.append(f"{name}: {n} lines")
+    return out
+
+
+def test_every_module_does_one_job() -> None:
+    assert long_modules() == [], f"split these by job (limit {MAX_MODULE_LINES} lines)"
+
+
 # The checks themselves must be able to fail: a small package with one circle and one arrow
 # pointing up the flow.
 
@@ -240,3 +260,10 @@ def test_the_checks_find_a_circle_and_an_upward_arrow(tmp_path: Path) -> None:
         ("gpuprof.model.report", "gpuprof.render.text"),
     ]
     assert upward_imports(g) == ["gpuprof.model.report -> gpuprof.render.text"]
+
+
+def test_the_size_check_finds_a_long_module(tmp_path: Path) -> None:
+    root = tmp_path / "gpuprof"
+    _write(root, {"__init__.py": "", "job/__init__.py": "", "job/big.py": "x = 1\n" * 11})
+    assert long_modules(root, limit=10) == ["gpuprof.job.big: 11 lines"]
+    assert long_modules(root, limit=11) == []
