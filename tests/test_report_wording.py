@@ -15,6 +15,7 @@ from reportfactory import rank, report
 
 from gpuprof.model import figures as fg
 from gpuprof.model.report import Report
+from gpuprof.pipeline import run_analysis
 from gpuprof.render.text import render_text
 from gpuprof.util import phrases
 
@@ -139,6 +140,18 @@ def test_a_range_of_one_value_is_one_value(shared) -> None:  # type: ignore[no-u
     text = _text(shared("megatron-pp4-timeline"))
     assert "58-58%" not in text and "the other stages sit idle 58% of the pipeline span" in text
     assert phrases.pct_range(58.2, 57.9) == "58%" and phrases.pct_range(33.7, 68.6) == "34-69%"
+
+
+def test_a_range_of_equal_ends_is_said_once() -> None:
+    """Calls all of one size and one duration read '50.0 MB take 15.0 ms', and a factor
+    below the peak '180x', never '15.0 ms-15.0 ms' or '180-180x' (sample dp-exposed)."""
+    text = "\n".join(
+        e for r in run_analysis([SAMPLES / "dp-exposed"]).report.recommendations for e in r.evidence
+    )
+    assert "calls of 50.0 MB take 15.0 ms" in text and "180x below" in text
+    assert not re.search(r"(\b[\d.]+ ?\w*)-\1\b", text), "a range whose two ends read the same"
+    assert phrases.value_range(15.0e3, 15.04e3, phrases.duration) == "15.0 ms"
+    assert phrases.value_range(1.2e3, 3.4e3, phrases.duration) == "1.2 ms-3.4 ms"
 
 
 def test_ranks_are_rank_n_or_every_rank() -> None:

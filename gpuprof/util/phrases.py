@@ -17,7 +17,7 @@ Pure functions of plain values; nothing here knows a report.
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 
 NA = "N/A"
 
@@ -70,6 +70,13 @@ def pct(value: float | None, digits: int = 1) -> str:
     if value is None or not math.isfinite(value):
         return NA
     return f"{_clean(value, digits):.{digits}f}%"
+
+
+def value_range(lo: float, hi: float, fmt: Callable[[float], str]) -> str:
+    """``1.2 ms-3.4 ms``: both ends as ``fmt`` writes them; one when they read the same
+    (``15.0 ms``, never ``15.0 ms-15.0 ms``)."""
+    a, b = fmt(lo), fmt(hi)
+    return a if a == b else f"{a}-{b}"
 
 
 def pct_range(lo: float, hi: float, digits: int = 0) -> str:

@@ -19,7 +19,7 @@ drift apart). Besides the usual format specs (``{pct:.1f}``), a field may be wri
 ``{x:s}``             ``s`` unless ``x`` (a count, or a sequence's length) is one
 ``{x:v}``             a verb's ``s`` when ``x`` is one (``rank 3 begins``, ``ranks begin``)
 ``{x:them}``          ``it`` or ``them``; ``{x:their}``: ``its`` or ``their``
-``{x:span}``          one duration, or two joined by a dash (``1.2 ms-3.4 ms``)
+``{x:span}``          one duration, or two joined by a dash (``1.2 ms-3.4 ms``; one when alike)
 ``{x:pct_range}``     two shares as a range (``33-69%``, one value when they round alike)
 ``{x:words}``         a name as words (``compute_ops``: ``compute ops``)
 ====================  ===============================================================
@@ -61,7 +61,7 @@ _SPECS: dict[str, Callable[[Any], str]] = {
     "v": lambda v: "s" if _one(v) else "",
     "them": lambda v: "it" if _one(v) else "them",
     "their": lambda v: "its" if _one(v) else "their",
-    "span": lambda v: "-".join(phrases.duration(x) for x in v),
+    "span": lambda v: phrases.value_range(v[0], v[-1], phrases.duration),
     "pct_range": lambda v: phrases.pct_range(*v),
     "words": lambda v: str(v).replace("_", " "),
 }

@@ -3,10 +3,10 @@ collectives and their bandwidth, exposed collectives, the collectives of an infe
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 
 from gpuprof.advice.phrasebook.book import phrase, templates
-from gpuprof.util.phrases import duration
+from gpuprof.util.phrases import duration, value_range
 
 
 def _gb(gbps: float) -> str:
@@ -19,9 +19,8 @@ def _size(nbytes: float) -> str:
     return f"{nbytes / 1e3:.0f} KB" if nbytes >= 1e3 else f"{nbytes:.0f} B"
 
 
-def _range(lo: float, hi: float, fmt: Callable[[float], str]) -> str:
-    """Both ends unless they read the same."""
-    return fmt(lo) if fmt(lo) == fmt(hi) else f"{fmt(lo)}-{fmt(hi)}"
+def _times(factor: float) -> str:
+    return f"{factor:.0f}x"
 
 
 @phrase("collectives.slow_calls")
@@ -41,12 +40,12 @@ def slow_calls(
     how far below the peak, or why that is not measurable."""
     what = (
         f"rank {rank}: {calls} {'/'.join(names) or 'collective'} calls of "
-        f"{_range(*sizes_bytes, _size)} take {_range(*duration_us, duration)}"
+        f"{value_range(*sizes_bytes, _size)} take {value_range(*duration_us, duration)}"
     )
     peak = f"the ~{_gb(peak_gbps)} link peak of {device or 'this GPU'}"
     if busbw_gbps is None or below is None:  # the transfer part is not known or too short to time
         return f"{what}, over 10x what their bytes need at {peak}; bandwidth " + str(note or "not measurable")
-    return f"{what}: {_range(*busbw_gbps, _gb)} achieved bus bandwidth, {below[0]:.0f}-{below[1]:.0f}x below {peak}"
+    return f"{what}: {value_range(*busbw_gbps, _gb)} achieved bus bandwidth, {value_range(*below, _times)} below {peak}"
 
 
 @phrase("collectives.bandwidth")
@@ -64,11 +63,10 @@ def bandwidth(
     note: str | None,
 ) -> str:
     """A rank's collectives: the median bandwidth they reach, against the link's peak."""
-    lo, hi = sizes_bytes
-    d_lo, d_hi = duration_us
-    sizes = _size(lo) if lo == hi else f"{_size(lo)}-{_size(hi)}"
-    durs = duration(d_lo) if d_lo == d_hi else f"{duration(d_lo)}-{duration(d_hi)}"
-    what = f"rank {rank}: {calls} {'/'.join(names)} calls of {sizes} take {durs}"
+    what = (
+        f"rank {rank}: {calls} {'/'.join(names)} calls of "
+        f"{value_range(*sizes_bytes, _size)} take {value_range(*duration_us, duration)}"
+    )
     if gbps is None:  # no call's transfer part could be timed (see gpuprof.job.linkspeed)
         return f"{what}: bandwidth " + str(note or "not measurable")
     text = f"{what}: median {kind} bandwidth {_gb(gbps)}"
