@@ -272,6 +272,10 @@ def test_dataframes_answer_the_usual_questions(straggler: gpuprof.Report) -> Non
     assert list(recs["title"]) == [r.title for r in straggler.recommendations]
     assert recs.loc[1, "saved_us_per_step"] == pytest.approx(top.saved_us_per_step)
     assert top.saved_us_per_step == pytest.approx(row["step_before_us"] * top.estimated_savings_pct / 100, rel=1e-3)
+    # The named numbers beside the prose: a dict per row, spread into columns on request.
+    assert recs.loc[1, "facts"] == top.facts and top.facts
+    spread = pd.json_normalize(list(recs["facts"]))
+    assert spread.loc[0, "step_after_us"] == pytest.approx(row["step_after_us"], rel=1e-3)
     with pytest.raises(gpuprof.GpuprofError, match="did you mean 'kernels'"):
         straggler.to_dataframe("kernel")
 

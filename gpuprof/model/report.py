@@ -245,7 +245,9 @@ class Report:
           ``step_after_us``, ``savings_pct`` and the ``recommendation`` that carries it;
         - ``"recommendations"``: ranked, with ``estimated_savings_pct``,
           ``saved_us_per_step``, ``savings_low_pct``/``savings_high_pct``,
-          ``savings_bound``, ``whatif``, ``ranks`` and ``caveats`` as columns.
+          ``savings_bound``, ``whatif``, ``ranks``, ``caveats`` and ``facts`` (the
+          recommendation's named numbers, a dict per row: ``pd.json_normalize`` spreads
+          them into columns) as columns.
 
         An unknown ``kind`` is a :class:`~gpuprof.GpuprofError` (with "did you mean").
         """

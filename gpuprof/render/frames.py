@@ -195,10 +195,11 @@ def recommendations_frame(report: Report) -> pd.DataFrame:
                 "whatif": r.whatif,
                 "ranks": list(r.ranks),
                 "caveats": list(r.caveats),
+                "facts": dict(r.facts),
             }
         )
     columns = ["rank_order", "id", "category", "title", "estimated_savings_pct", "saved_us_per_step", "savings_low_pct",
-               "savings_high_pct", "savings_bound", "whatif", "ranks", "caveats"]  # fmt: skip
+               "savings_high_pct", "savings_bound", "whatif", "ranks", "caveats", "facts"]  # fmt: skip
     return _frame(rows, columns, "rank_order")
 
 
