@@ -11,7 +11,7 @@ ever built.
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
-from operator import attrgetter
+from operator import attrgetter, itemgetter
 from typing import Any
 
 import numpy as np
@@ -27,7 +27,12 @@ from gpuprof.readers.timecheck import TimeChecks
 
 _NAME = attrgetter("name")
 _CAT = attrgetter("cat")
+_TID = attrgetter("tid")
+_PID = attrgetter("pid")
 _ARGS = attrgetter("args")
+_CORRELATION = attrgetter("args.correlation")
+_STREAM = attrgetter("args.stream")
+_NBYTES = attrgetter("args.nbytes")
 
 I8 = npt.NDArray[np.int8]
 I32 = npt.NDArray[np.int32]
@@ -44,6 +49,14 @@ def values(items: Sequence[Any], field: str) -> list[Any]:
 
 def floats(items: Sequence[Any], field: str) -> npt.NDArray[np.float64]:
     return np.fromiter(map(attrgetter(field), items), np.float64, len(items))
+
+
+def pick(items: Sequence[Any], rows: npt.NDArray[np.intp]) -> Sequence[Any]:
+    """The items at ``rows`` (one ``itemgetter`` call: C speed, no per-row bytecode)."""
+    idx = rows.tolist()
+    if len(idx) > 1:
+        return itemgetter(*idx)(items)  # type: ignore[no-any-return]
+    return [items[i] for i in idx]
 
 
 def timed(
@@ -108,6 +121,15 @@ class Coder:
             return np.fromiter(map(self.index.__getitem__, vals), np.int32, len(vals))
         except TypeError:  # an unhashable value (a list where a name belongs)
             return self.encode(str_column(vals))
+
+    def encode_attr(self, items: Sequence[Any], get: Callable[[Any], Any]) -> I32:
+        """:meth:`encode` of ``map(get, items)``, in one pass when every value is hashable
+        (no list of the values is built: each pass over a piece's events costs ~40 ns an
+        event)."""
+        try:
+            return np.fromiter(map(self.index.__getitem__, map(get, items)), np.int32, len(items))
+        except TypeError:
+            return self.encode(list(map(get, items)))
 
     def labels(self) -> list[Any]:
         return list(self.index)
@@ -174,33 +196,35 @@ class _EventColumns:
     def add(self, evs: list[Event]) -> None:
         """Add a piece of events: the columns every event has (start, end, kind, name)
         here, the others by :meth:`_add_more`, for the events with a usable time."""
-        piece = timed_piece(evs, self.checks)
-        if piece is None:
+        if not evs:
             return
-        evs, start, dur, args = piece
+        evs, start, dur = timed(evs, self.checks)
+        if not evs:
+            return
         kind = np.fromiter(map(self.kind_codes.__getitem__, map(_CAT, evs)), np.int8, len(evs))
-        name = self.names.encode(list(map(_NAME, evs)))
+        name = self.names.encode_attr(evs, _NAME)
         labels = self.names.labels() if len(self._comm_name) < len(self.names.index) else []
         for label in labels[len(self._comm_name) :]:
             self._comm_name.append(self._is_comm(label))
         self._p.add(start=start, end=start + dur, kind=kind, name=name)
-        self._add_more(evs, args, kind, name)
+        self._add_more(evs, kind, name)
 
-    def _add_more(self, evs: list[Event], args: list[Any], kind: I8, name: I32) -> None:
-        """The columns of a piece beyond the shared ones (``args``: the events' ``args``)."""
+    def _add_more(self, evs: list[Event], kind: I8, name: I32) -> None:
+        """The columns of a piece beyond the shared ones; ``args`` are read only for the
+        rows that use them."""
         raise NotImplementedError
 
     def _comm_name_rows(self, name: I32) -> npt.NDArray[np.bool_]:
         """Per row: its name is a communication op's / kernel's."""
         return np.array(self._comm_name, bool)[name]
 
-    def _comm_columns(self, args: list[Any], comm: npt.NDArray[np.intp], nbytes: npt.NDArray[np.int64]) -> tuple[I32, I32]:
+    def _comm_columns(self, evs: list[Event], comm: npt.NDArray[np.intp], nbytes: npt.NDArray[np.int64]) -> tuple[I32, I32]:
         """Collective name and process group codes of the rows ``comm`` (0 elsewhere); their
         message sizes go into ``nbytes``."""
-        coll = np.zeros(len(args), np.int32)
-        pg = np.zeros(len(args), np.int32)
+        coll = np.zeros(len(evs), np.int32)
+        pg = np.zeros(len(evs), np.int32)
         if comm.size:
-            comm_args = [args[i] for i in comm.tolist()]
+            comm_args = list(map(_ARGS, pick(evs, comm)))
             coll[comm] = self.colls.encode(values(comm_args, "coll_name"))
             pg[comm] = self.pgs.encode(values(comm_args, "pg_name"))
             nbytes[comm] = message_sizes(comm_args)
@@ -230,15 +254,15 @@ class HostColumns(_EventColumns):
         super().__init__(kind_codes, checks, _host_comm, columns)
         self.tids = Coder()
 
-    def _add_more(self, evs: list[Event], args: list[Any], kind: I8, name: I32) -> None:
+    def _add_more(self, evs: list[Event], kind: I8, name: I32) -> None:
         n = len(evs)
         corr = np.full(n, -1, np.int64)
         launches = np.flatnonzero((kind == _RUNTIME) | (kind == _DRIVER))
         if launches.size:
-            corr[launches] = int_column([args[i].correlation for i in launches.tolist()])
+            corr[launches] = int_column(list(map(_CORRELATION, pick(evs, launches))))
         nbytes = np.full(n, -1, np.int64)
-        coll, pg = self._comm_columns(args, np.flatnonzero(self._comm_name_rows(name)), nbytes)
-        self._p.add(tid=self.tids.encode(values(evs, "tid")), corr=corr, coll=coll, pg=pg, bytes=nbytes)
+        coll, pg = self._comm_columns(evs, np.flatnonzero(self._comm_name_rows(name)), nbytes)
+        self._p.add(tid=self.tids.encode_attr(evs, _TID), corr=corr, coll=coll, pg=pg, bytes=nbytes)
 
     def finish(self) -> dict[str, Any]:
         """Columns for :func:`make_table` (``category`` still to be filled)."""
@@ -271,20 +295,20 @@ class DeviceColumns(_EventColumns):
         self.pids, self.tids = Coder(), Coder()
         self.tids.index[None] = 0  # code 0: not read
 
-    def _add_more(self, evs: list[Event], args: list[Any], kind: I8, name: I32) -> None:
+    def _add_more(self, evs: list[Event], kind: I8, name: I32) -> None:
         n = len(evs)
-        stream = int_column(values(args, "stream"))
+        stream = int_column(list(map(_STREAM, evs)))
         tid = np.zeros(n, np.int32)
         no_stream = np.flatnonzero(stream < 0)
         if no_stream.size:
-            tid[no_stream] = self.tids.encode([evs[i].tid for i in no_stream.tolist()])
+            tid[no_stream] = self.tids.encode_attr(pick(evs, no_stream), _TID)
         nbytes = np.full(n, -1, np.int64)
         transfers = np.flatnonzero(kind != _KERNEL)
         if transfers.size:
-            nbytes[transfers] = int_column([args[i].nbytes for i in transfers.tolist()])
-        coll, pg = self._comm_columns(args, np.flatnonzero((kind == _KERNEL) & self._comm_name_rows(name)), nbytes)
-        pid = self.pids.encode(values(evs, "pid"))
-        corr = int_column(values(args, "correlation"))
+            nbytes[transfers] = int_column(list(map(_NBYTES, pick(evs, transfers))))
+        coll, pg = self._comm_columns(evs, np.flatnonzero((kind == _KERNEL) & self._comm_name_rows(name)), nbytes)
+        pid = self.pids.encode_attr(evs, _PID)
+        corr = int_column(list(map(_CORRELATION, evs)))
         self._p.add(pid=pid, tid=tid, stream=stream, corr=corr, bytes=nbytes, coll=coll, pg=pg)
 
     def pid_counts(self) -> dict[Any, int]:

@@ -10,11 +10,14 @@ import numpy.typing as npt
 
 _INT64_MIN = -(2**63)
 _INT64_MAX = 2**63 - 1
+_JUST_INT = frozenset((int,))  # bool is its own type here: True is not an id
 
 
 def int_column(values: Sequence[Any]) -> npt.NDArray[np.int64]:
     """int64 column; ``None``, strings, floats and integers beyond 64 bits become -1."""
     try:
+        if set(map(type, values)) <= _JUST_INT:  # the common case: ids, all integers
+            return np.array(values, np.int64)
         return np.array([v if v.__class__ is int else -1 for v in values], np.int64)
     except OverflowError:
         # Some producers write ids beyond a C long (see edge-large-integer); they are not

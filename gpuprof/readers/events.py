@@ -117,13 +117,15 @@ INF = float("inf")
 class Event(msgspec.Struct, gc=False):
     """One trace event; times are microseconds as in the Chrome trace-event format."""
 
+    # In the order Kineto writes the keys: the decoder looks for each key's field from the
+    # one after the last key's, so a key in that order is found at the first comparison.
     ph: Phase = ""
     cat: str = ""
     name: str = ""
-    ts: float = NAN  # missing: NaN (never 0, which would read as a time)
-    dur: float = NAN
     pid: int | str = -1
     tid: int | str = -1
+    ts: float = NAN  # missing: NaN (never 0, which would read as a time)
+    dur: float = NAN
     args: Args = NO_ARGS
 
 

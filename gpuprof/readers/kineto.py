@@ -279,10 +279,18 @@ def _host_table(cols: dict[str, Any]) -> Table:
     n = len(kind)
     category = np.full(n, int(Category.OTHER), np.int8)
     if n:
-        # Classify each unique (kind, name) pair once.
-        upairs, inverse = np.unique(codes.astype(np.int64) * 32 + kind, return_inverse=True)
-        cats = np.array([int(cl.classify(Kind(int(p % 32)), uniq[int(p // 32)])) for p in upairs], np.int8)
-        category = cats[inverse]
+        # Classify each (kind, name) pair present once: through a table indexed by the
+        # pair when names are few next to rows (no sort of the rows), else np.unique.
+        pairs = codes.astype(np.intp) * 32 + kind
+        if len(uniq) * 32 <= 4 * n:
+            present = np.flatnonzero(np.bincount(pairs, minlength=len(uniq) * 32))
+            table = np.zeros(len(uniq) * 32, np.int8)
+            table[present] = [int(cl.classify(Kind(p % 32), uniq[p // 32])) for p in present.tolist()]
+            category = table[pairs]
+        else:
+            upairs, inverse = np.unique(pairs, return_inverse=True)
+            cats = np.array([int(cl.classify(Kind(p % 32), uniq[p // 32])) for p in upairs.tolist()], np.int8)
+            category = cats[inverse]
     # record_param_comms wraps both collectives and send/recv: its args decide.
     coll: Cat = cols["coll_name"]
     coll_codes = np.asarray(coll.codes)
