@@ -34,9 +34,31 @@ def _trace(path: Path, names: list[str], repeat: int) -> None:
         for i, name in enumerate(names):
             cat = "cuda_runtime" if name.startswith("cuda") else "cpu_op"
             args = {"correlation": int(t) + 1} if cat == "cuda_runtime" else {}
-            events.append({"ph": "X", "cat": cat, "name": name, "pid": 1, "tid": 1 + i % 2, "ts": t, "dur": 1.0, "args": args})
+            events.append(
+                {
+                    "ph": "X",
+                    "cat": cat,
+                    "name": name,
+                    "pid": 1,
+                    "tid": 1 + i % 2,
+                    "ts": t,
+                    "dur": 1.0,
+                    "args": args,
+                }
+            )
             t += 2.0
-    events.append({"ph": "X", "cat": "kernel", "name": "k", "pid": 0, "tid": 7, "ts": 1.0, "dur": 1.0, "args": {"stream": 7, "correlation": 1}})
+    events.append(
+        {
+            "ph": "X",
+            "cat": "kernel",
+            "name": "k",
+            "pid": 0,
+            "tid": 7,
+            "ts": 1.0,
+            "dur": 1.0,
+            "args": {"stream": 7, "correlation": 1},
+        }
+    )
     path.write_text(json.dumps({"traceEvents": events}))
 
 
@@ -49,7 +71,15 @@ def _check_categories(path: Path) -> None:
     assert int(Category.OTHER) not in set(want) or len(set(want)) > 1
 
 
-NAMES = ["aten::mm", "cudaLaunchKernel", "cudaDeviceSynchronize", "aten::copy_", "cudaMemcpyAsync", "enumerate(DataLoader)#_SingleProcessDataLoaderIter.__next__", "Optimizer.step#SGD.step"]
+NAMES = [
+    "aten::mm",
+    "cudaLaunchKernel",
+    "cudaDeviceSynchronize",
+    "aten::copy_",
+    "cudaMemcpyAsync",
+    "enumerate(DataLoader)#_SingleProcessDataLoaderIter.__next__",
+    "Optimizer.step#SGD.step",
+]
 
 
 def test_host_categories_with_few_names_many_rows(tmp_path: Path) -> None:
@@ -62,3 +92,32 @@ def test_host_categories_with_many_names_few_rows(tmp_path: Path) -> None:
     path = tmp_path / "many.json"
     _trace(path, [f"{n}_{i}" for i in range(3) for n in NAMES], 1)  # one row a name: np.unique
     _check_categories(path)
+
+
+def test_row_strings_make_the_categorical_of_their_strings() -> None:
+    from gpuprof.model.table import Cat
+    from gpuprof.readers.accumulate import RowStrings
+
+    labels = ["", "allreduce", "", "broadcast", "unused"]  # two codes give ""
+    codes = np.array([0, 1, 2, 3, 3, 0, 1], np.int32)
+    rows = RowStrings(codes, labels)
+    assert [rows[i] for i in range(len(rows))] == [
+        "",
+        "allreduce",
+        "",
+        "broadcast",
+        "broadcast",
+        "",
+        "allreduce",
+    ]
+    rows[3] = "all_gather"  # "broadcast" is still used by row 4
+    rows[1] = "reduce_scatter"
+    rows[6] = "reduce_scatter"  # "allreduce" is used by no row any more
+    strings = [rows[i] for i in range(len(rows))]
+    got, want = rows.to_cat(), Cat.from_values(strings)
+    assert list(got.categories) == list(want.categories) == ["", "all_gather", "broadcast", "reduce_scatter"]
+    assert got.codes.tolist() == want.codes.tolist()
+    assert got.codes.dtype == want.codes.dtype
+    empty = RowStrings(np.zeros(0, np.int32), [""])
+    assert list(empty.to_cat().categories) == list(Cat.from_values([]).categories)
+    assert len(empty.to_cat()) == 0

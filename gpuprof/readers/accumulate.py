@@ -322,8 +322,8 @@ class DeviceColumns(_EventColumns):
     def finish(self, keep_pid: Any = None) -> dict[str, Any]:
         """Columns of the events of GPU ``keep_pid`` (all when ``None``).
 
-        ``coll_name``/``pg`` are plain lists of strings here: the launch-context
-        resolution fills them in for communication kernels before the table is made.
+        ``coll_name``/``pg`` are :class:`RowStrings` here: the launch-context resolution
+        fills them in for communication kernels before the table is made.
         """
         p = self._p
         cols: dict[str, Any] = {
@@ -347,8 +347,43 @@ class DeviceColumns(_EventColumns):
             # Old traces and some ROCm events carry the stream only as the row (tid).
             cols["stream"] = np.where(stream < 0, tid_values(tid, self.tids), stream)
         cols["name"] = name_categorical(name, self.names).remove_unused()
-        coll_labels = str_column(self.colls.labels())
-        pg_labels = str_column(self.pgs.labels())
-        cols["coll_name"] = [coll_labels[c] for c in coll.tolist()]
-        cols["pg"] = [pg_labels[c] for c in pg.tolist()]
+        cols["coll_name"] = RowStrings(coll, str_column(self.colls.labels()))
+        cols["pg"] = RowStrings(pg, str_column(self.pgs.labels()))
         return cols
+
+
+class RowStrings:
+    """A string per row, kept as codes into labels, read and written by row like a list;
+    :meth:`to_cat` gives what :meth:`Cat.from_values` of every row's string gives, without
+    making a string per row (the launch-context resolution changes a few rows)."""
+
+    def __init__(self, codes: I32, labels: list[str]) -> None:
+        self.codes = codes
+        self.labels = labels
+        self.changed: dict[int, str] = {}
+
+    def __len__(self) -> int:
+        return len(self.codes)
+
+    def __getitem__(self, row: int) -> str:
+        got = self.changed.get(row)
+        return self.labels[self.codes[row]] if got is None else got
+
+    def __setitem__(self, row: int, value: str) -> None:
+        self.changed[row] = value
+
+    def to_cat(self) -> Cat:
+        rows = list(self.changed)
+        codes = self.codes
+        if rows:
+            kept = np.ones(len(codes), bool)
+            kept[rows] = False
+            codes = codes[kept]
+        distinct = {self.labels[c] for c in np.unique(codes).tolist()} | set(self.changed.values())
+        uniq = sorted(distinct)  # as from_values sorts them
+        index = {v: i for i, v in enumerate(uniq)}
+        remap = np.array([index.get(v, -1) for v in self.labels] or [-1], np.int64)
+        out = remap[self.codes] if len(self.codes) else np.zeros(0, np.int64)
+        if rows:
+            out[rows] = [index[v] for v in self.changed.values()]
+        return Cat(out, uniq)

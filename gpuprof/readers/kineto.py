@@ -39,7 +39,7 @@ from gpuprof.model.timeline import (
     Step,
     build_table,
 )
-from gpuprof.readers.accumulate import DeviceColumns, HostColumns
+from gpuprof.readers.accumulate import DeviceColumns, HostColumns, RowStrings
 from gpuprof.readers.columns import as_int
 from gpuprof.readers.events import Event
 from gpuprof.readers.jsonio import RawTrace
@@ -338,8 +338,8 @@ def _device_table(cols: dict[str, Any], host_table: Table) -> Table:
         is_copy, copy_kind_by_code[codes] if n else copy_kind_by_code[:0], int(CopyKind.NONE)
     ).astype(np.int8)
     pageable = is_copy & (pageable_by_code[codes] if n else pageable_by_code[:0])
-    coll: list[str] = cols["coll_name"]
-    pg: list[str] = cols["pg"]
+    coll: RowStrings = cols["coll_name"]
+    pg: RowStrings = cols["pg"]
     comm = np.flatnonzero((category == int(Category.COLLECTIVE)) | (category == int(Category.P2P)))
     if comm.size:
         names = {r: uniq[c] for r, c in zip(comm.tolist(), codes[comm].tolist())}
@@ -348,8 +348,8 @@ def _device_table(cols: dict[str, Any], host_table: Table) -> Table:
         category=category,
         copy_kind=copy_kind,
         pageable=pageable,
-        coll_name=Cat.from_values(coll),
-        pg=Cat.from_values(pg),
+        coll_name=coll.to_cat(),
+        pg=pg.to_cat(),
     )
     _sort_by_start(cols)
     return build_table(cols, DEVICE_COLUMNS)

@@ -31,6 +31,7 @@ import numpy.typing as npt
 from gpuprof.model import classify as cl
 from gpuprof.model.table import Table
 from gpuprof.model.timeline import Category, Kind
+from gpuprof.readers.accumulate import RowStrings
 
 # How far back (in host ops of the same thread) to look for enclosing ops. Comm ops sit a
 # few levels above the launch; the bound keeps a pathological trace from going quadratic.
@@ -43,13 +44,13 @@ def resolve_comm_kernels(
     names: Mapping[int, str],
     correlation: npt.NDArray[np.int64],
     category: npt.NDArray[np.int8],
-    coll: list[str],
-    pg: list[str],
+    coll: RowStrings,
+    pg: RowStrings,
     nbytes: npt.NDArray[np.int64],
     host: Table,
 ) -> None:
-    """Refine ``category`` and fill ``coll``/``pg``/``nbytes`` (-1: unknown) of the
-    communication kernels in place.
+    """Refine ``category`` and fill ``coll``/``pg`` (strings by row) and ``nbytes`` (-1:
+    unknown) of the communication kernels in place.
 
     ``names`` maps each row of ``comm_rows`` to its kernel name. The arrays and lists are
     the reader's own, not yet wrapped in a table.
