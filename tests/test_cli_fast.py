@@ -196,6 +196,16 @@ def test_a_plain_analyze_imports_neither_typer_nor_rich() -> None:
     assert any(m.startswith("typer") for m in slow["modules"])
 
 
+def test_a_json_file_report_imports_no_other_renderer(tmp_path: Path) -> None:
+    """``-o x.json`` tells the format from the name without loading every renderer: no rich."""
+    out = tmp_path / "r.json"
+    got = _probe(["analyze", TRACE, "-o", str(out)])
+    assert got["code"] == 0 and out.read_text(encoding="utf-8").startswith("{")
+    assert got["modules"] == []
+    page = tmp_path / "r.md"
+    assert _probe(["analyze", TRACE, "-o", str(page)])["code"] == 0 and page.read_text(encoding="utf-8").startswith("#")
+
+
 def test_one_blas_thread_for_analyze_unless_the_user_chose(monkeypatch: pytest.MonkeyPatch) -> None:
     for name in BLAS_THREAD_VARIABLES:
         monkeypatch.delenv(name, raising=False)
@@ -224,9 +234,10 @@ def test_each_format_module_registers_that_format() -> None:
     from gpuprof.render import registry as render
 
     render.names()  # loads every format
-    assert set(render.RENDERERS) == set(render._MODULES)
+    assert set(render.RENDERERS) == set(render._MODULES) == set(render._EXTENSIONS)
     for name, renderer in render.RENDERERS.items():
         assert renderer.render.__module__ == render._MODULES[name]
+        assert renderer.extensions == render._EXTENSIONS[name]
     assert render.get("MD").name == "markdown" and render.get("htm").name == "html"
 
 

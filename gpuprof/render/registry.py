@@ -33,14 +33,21 @@ def register(name: str, extensions: tuple[str, ...]) -> Callable[[Callable[[Repo
     return deco
 
 
-# Each format's module (it registers the renderer of that name): a format is imported when
-# it is asked for, so that a JSON report never loads rich (the text renderer) or the charts
-# (HTML). Listing the formats or telling one from a file name loads them all.
+# Each format's module (it registers the renderer of that name) and the file name endings it
+# registers: a format is imported when it is asked for, by name or by a ``-o`` file name, so
+# that a JSON report never loads rich (the text renderer) or the charts (HTML). Listing the
+# formats loads them all. tests/test_cli_fast.py checks the table against the registrations.
 _MODULES = {
     "json": "gpuprof.render.json",
     "text": "gpuprof.render.text",
     "markdown": "gpuprof.render.markdown",
     "html": "gpuprof.render.html",
+}
+_EXTENSIONS = {
+    "json": (".json",),
+    "text": (".txt",),
+    "markdown": (".md", ".markdown"),
+    "html": (".html", ".htm"),
 }
 _ALIASES = {"md": "markdown", "txt": "text", "htm": "html"}
 
@@ -65,12 +72,16 @@ def get(name: str) -> Renderer:
 
 
 def format_for_path(path: str) -> str | None:
-    """The renderer whose extension the file name ends with, or None."""
-    _load()
+    """The renderer whose extension the file name ends with, or None. Only that format's
+    module is imported (a renderer registered from elsewhere is found once it is loaded)."""
     lower = path.lower()
     for r in RENDERERS.values():
         if any(lower.endswith(ext) for ext in r.extensions):
             return r.name
+    for name, extensions in _EXTENSIONS.items():
+        if any(lower.endswith(ext) for ext in extensions):
+            importlib.import_module(_MODULES[name])
+            return name
     return None
 
 
