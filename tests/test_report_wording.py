@@ -152,6 +152,12 @@ def test_a_range_of_equal_ends_is_said_once() -> None:
     assert not re.search(r"(\b[\d.]+ ?\w*)-\1\b", text), "a range whose two ends read the same"
     assert phrases.value_range(15.0e3, 15.04e3, phrases.duration) == "15.0 ms"
     assert phrases.value_range(1.2e3, 3.4e3, phrases.duration) == "1.2 ms-3.4 ms"
+    # The spread of a local finding over its ranks, when every rank loses the same share.
+    from gpuprof.advice.phrasebook.inputs import idle
+
+    same = idle("dataloader-starvation", 2, 0, 39e3, True, 60.9, 60.91, 60.94)
+    assert "; 60.9% across those ranks" in same, same
+    assert "; 60.1-60.9% across" in idle("dataloader-starvation", 2, 0, 39e3, True, 60.9, 60.1, 60.9)
 
 
 def test_ranks_are_rank_n_or_every_rank() -> None:

@@ -7,7 +7,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from gpuprof.advice.phrasebook.book import phrase, specs, templates
-from gpuprof.util.phrases import duration
+from gpuprof.util.phrases import duration, pct_range
 
 # What the GPU idled for, by finding (the idle line's end).
 _IDLE_WHAT = {
@@ -50,7 +50,7 @@ def idle(
     """How long the GPU idled on the worst rank, and the spread over the ranks."""
     where = f"rank {worst_rank}" if ranks == 1 else f"{ranks} ranks (worst: rank {worst_rank})"
     unit, of = ("per step", "step") if stepped else ("in the window", "window")
-    spread = f"; {low_pct:.1f}-{high_pct:.1f}% across those ranks" if ranks > 1 else ""
+    spread = f"; {pct_range(low_pct, high_pct, 1)} across those ranks" if ranks > 1 else ""
     return f"On {where} the GPU idled {duration(per_step_us)} {unit} ({share_pct:.1f}% of the {of}) {_IDLE_WHAT[finding]}{spread}."
 
 

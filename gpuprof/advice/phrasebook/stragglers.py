@@ -8,7 +8,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from gpuprof.advice.phrasebook.book import listed, phrase, specs, templates
-from gpuprof.util.phrases import duration
+from gpuprof.util.phrases import duration, value_range
 
 _SAME_WORK = (
     "Give the slow rank the same work as the others: for data-dependent work use length "
@@ -131,7 +131,7 @@ def late_comm(ops: Sequence[Mapping[str, Any]], barriers: int, ranks: Sequence[i
         if op["outliers"]:
             lo, hi = op["outlier_us"]
             at = op["outlier_barriers"]
-            text += f"; {op['outliers']} outlier calls of {duration(lo)}-{duration(hi)} at barrier"
+            text += f"; {op['outliers']} outlier calls of {value_range(lo, hi, duration)} at barrier"
             text += f"{'s' if len(at) > 1 else ''} {listed(at)} of {barriers}"
         out.append(text)
     return f"between their last compute and each barrier, {_who(ranks, stages)} run communication only: " + "; ".join(out)
