@@ -367,6 +367,6 @@ def page(title: str, body: Sequence[str], data: object, data_id: str) -> str:
     )
 
 
-@register("html", (".html", ".htm"))
+@register("html")
 def _render(report: Report, width: int = 100) -> str:
     return render_html(report, width)

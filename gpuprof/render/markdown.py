@@ -148,6 +148,6 @@ def render_markdown(report: Report, width: int = 100, view: fg.View = fg.FULL) -
     return "\n".join(lines).rstrip() + "\n"
 
 
-@register("markdown", (".md", ".markdown"))
+@register("markdown")
 def _render(report: Report, width: int = 100) -> str:
     return render_markdown(report, width)

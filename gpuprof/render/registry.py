@@ -25,18 +25,10 @@ class Renderer:
 RENDERERS: dict[str, Renderer] = {}
 
 
-def register(name: str, extensions: tuple[str, ...]) -> Callable[[Callable[[Report, int], str]], Callable[[Report, int], str]]:
-    def deco(fn: Callable[[Report, int], str]) -> Callable[[Report, int], str]:
-        RENDERERS[name] = Renderer(name, extensions, fn)
-        return fn
-
-    return deco
-
-
 # Each format's module (it registers the renderer of that name) and the file name endings it
 # registers: a format is imported when it is asked for, by name or by a ``-o`` file name, so
 # that a JSON report never loads rich (the text renderer) or the charts (HTML). Listing the
-# formats loads them all. tests/test_cli_fast.py checks the table against the registrations.
+# formats loads them all. A built-in module registers with its name alone (:func:`register`).
 _MODULES = {
     "json": "gpuprof.render.json",
     "text": "gpuprof.render.text",
@@ -49,6 +41,22 @@ _EXTENSIONS = {
     "markdown": (".md", ".markdown"),
     "html": (".html", ".htm"),
 }
+
+
+def register(
+    name: str, extensions: tuple[str, ...] | None = None
+) -> Callable[[Callable[[Report, int], str]], Callable[[Report, int], str]]:
+    """Register a renderer by name; a built-in format's file endings come from the table
+    above, so that they are written once."""
+    endings = extensions if extensions is not None else _EXTENSIONS[name]
+
+    def deco(fn: Callable[[Report, int], str]) -> Callable[[Report, int], str]:
+        RENDERERS[name] = Renderer(name, endings, fn)
+        return fn
+
+    return deco
+
+
 _ALIASES = {"md": "markdown", "txt": "text", "htm": "html"}
 
 

@@ -230,7 +230,7 @@ def render_text(
     return "\n".join(line.rstrip() for line in buf.getvalue().splitlines()) + "\n"
 
 
-@register("text", (".txt",))
+@register("text")
 def render_text_plain(report: Report, width: int = 100) -> str:
     """The text report for a file, a log or ``str(report)``: no colour, no sentence broken
     over lines (only a terminal wraps; the command line asks for that itself)."""
