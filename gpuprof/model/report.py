@@ -255,9 +255,12 @@ class Report:
 
 
 class ReportViews(Protocol):
-    """What turns a report into text, files and tables: :mod:`gpuprof.render` installs it
-    when it is imported (the command line and the Python API import it), so that the model
-    never imports its renderers."""
+    """What turns a report into text, files and tables. The model never imports its
+    renderers (they sit below it in the flow); it finds them by module name on first use,
+    the way pandas finds its plotting backend: :data:`VIEWS_MODULE` names the module and its
+    ``VIEWS`` attribute is the object. Nothing has to be imported beforehand, so a report
+    prints, saves and tabulates in a fresh interpreter, after unpickling on a Dask worker,
+    or when it was built by :meth:`Report.from_dict` alone."""
 
     def render(self, report: Report, fmt: str, width: int) -> str: ...
 
@@ -266,20 +269,16 @@ class ReportViews(Protocol):
     def frame(self, report: Report, kind: str) -> pd.DataFrame: ...
 
 
-_VIEWS: list[ReportViews] = []
-
-
-def install_views(views: ReportViews) -> None:
-    """Give the report its views (called by :mod:`gpuprof.render`)."""
-    _VIEWS[:] = [views]
+#: The module whose ``VIEWS`` attribute renders reports (the one late binding of the model;
+#: ``tests/test_layout.py`` checks that it names the renderers' package and nothing else).
+VIEWS_MODULE = "gpuprof.render"
 
 
 def _views() -> ReportViews:
-    if not _VIEWS:
-        raise RuntimeError(
-            "a report's views are not loaded: import gpuprof.render first (gpuprof.analyze and gpuprof.load_report do)"
-        )
-    return _VIEWS[0]
+    import importlib
+
+    views: ReportViews = importlib.import_module(VIEWS_MODULE).VIEWS
+    return views
 
 
 def _canonical(report: Report) -> str:

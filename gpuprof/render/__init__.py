@@ -3,9 +3,10 @@
 
 Each renderer registers by name and file extension (:mod:`gpuprof.render.registry`):
 ``render(report, "json")`` returns the document as a string; ``format_for_path("x.html")``
-finds the renderer a ``-o`` file name asks for. Importing this package gives
-:class:`~gpuprof.model.report.Report` its views (``str(report)``, ``to_html``, ``save``,
-``to_dataframe``): the model never imports its renderers.
+finds the renderer a ``-o`` file name asks for. ``VIEWS`` is what
+:class:`~gpuprof.model.report.Report` calls for ``str(report)``, ``to_html``, ``save`` and
+``to_dataframe``: the model finds it by this package's name on first use and never imports
+its renderers (``model.report.VIEWS_MODULE``); importing this package changes nothing else.
 """
 
 from __future__ import annotations
@@ -13,10 +14,10 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from gpuprof.model.report import Report, install_views
+from gpuprof.model.report import Report, ReportViews
 from gpuprof.render.registry import RENDERERS, Renderer, format_for_path, get, names, register, render
 
-__all__ = ["RENDERERS", "Renderer", "format_for_path", "get", "names", "register", "render"]
+__all__ = ["VIEWS", "RENDERERS", "Renderer", "format_for_path", "get", "names", "register", "render"]
 
 
 class _Views:
@@ -34,4 +35,4 @@ class _Views:
         return frame(report, kind)
 
 
-install_views(_Views())
+VIEWS: ReportViews = _Views()
