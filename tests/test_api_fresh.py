@@ -18,7 +18,7 @@ SAMPLES = Path(__file__).resolve().parents[1] / "sample_traces"
 def _fresh(code: str, tmp_path: Path) -> dict[str, object]:
     """Run ``code`` alone in a new interpreter; it prints one JSON object as its last line."""
     proc = subprocess.run(
-        [sys.executable, "-c", textwrap.dedent(code)], capture_output=True, text=True, cwd=tmp_path, timeout=300
+        [sys.executable, "-c", textwrap.dedent(code)], capture_output=True, text=True, cwd=tmp_path, timeout=300, check=False
     )
     assert proc.returncode == 0, proc.stderr[-3000:]
     return json.loads(proc.stdout.strip().splitlines()[-1])

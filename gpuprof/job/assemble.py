@@ -20,6 +20,7 @@ import numpy.typing as npt
 
 from gpuprof.accounting.graph import EV_COLLECTIVE, EV_COMPUTE, RankGraph
 from gpuprof.accounting.summary import RankSummary
+from gpuprof.job import opdag
 from gpuprof.job.coupling import barrier_groups, collective_groups, p2p_groups
 from gpuprof.job.replay_types import Group
 from gpuprof.job.schedule import pipeline_shape
@@ -45,7 +46,9 @@ def build_job_model(
     offsets = dict(offsets_us or {})
     stages = dict(stage_of or {})
     groups = collective_groups(active, matched, offsets)
-    groups += p2p_groups(active, offsets, stages)
+    by_time = p2p_groups(active, offsets, stages)
+    dag = opdag.build_opdag(active, offsets, groups, by_time) if opdag.applies(active) else None
+    groups += by_time
     taken = {m for grp in groups for m in grp.members}
     groups += barrier_groups(active, barrier_points_us, offsets, taken)
     graphs = {s.rank: s.graph for s in active if s.graph is not None}
@@ -65,6 +68,7 @@ def build_job_model(
         segment_of_event=segments,
         compute_by_segment={r: _compute_by_index(graphs[r], idx) for r, idx in segments.items()},
         late_start_us=_late_starts(active, offsets),
+        dag=dag,
     )
 
 

@@ -77,6 +77,7 @@ from gpuprof.job.assemble import build_job_model
 from gpuprof.job.barriers import barrier_findings, barrier_waits
 from gpuprof.job.collectives import match_collectives, own_pipeline_claims, rank_totals, wait_claims
 from gpuprof.job.linkspeed import job_bandwidth
+from gpuprof.job.opdag import wait_claims as opdag_wait_claims
 from gpuprof.job.pipeline_parallel import PipelineResult, analyze_pipeline
 from gpuprof.job.stragglers import name_stragglers
 from gpuprof.job.whatifs import WhatIfResults, run_whatifs
@@ -249,6 +250,15 @@ def analyze_job(summaries: Sequence[RankSummary]) -> CrossRankResult:
         barriers.points_us if barriers is not None else (),
         pipe.bubble_us_per_step if pipe is not None else None,
     )
+    if model is not None and model.dag is not None:
+        # The untimed waits before ops that are not communication (op-level timelines).
+        for rank, by_cause in opdag_wait_claims(model.dag, active, matched.offsets_us).items():
+            mine = claims.setdefault(rank, {})
+            for cause, got in by_cause.items():
+                prior = mine.get(cause)
+                mine[cause] = got if prior is None else iv.union(
+                    np.concatenate((prior[0], got[0])), np.concatenate((prior[1], got[1]))
+                )
     whatifs = run_whatifs(model) if model is not None else None
     findings["whatif"] = whatifs.to_dict() if whatifs is not None else None
     return CrossRankResult(claims=claims, findings=findings, whatifs=whatifs)

@@ -82,13 +82,11 @@ class _Run:
                 else:
                     r = r1.item(i) + s[kb] + lat
                     rr = r2.item(i) + s[kf]
-                    if rr > r:
-                        r = rr
+                    r = max(r, rr)
                 acc = acc + (gap + d)
                 x = (r + d) - acc
-                if x > xm:
-                    xm = x
-                end = acc + (xm if xm >= carry else carry)
+                xm = max(xm, x)
+                end = acc + (max(xm, carry))
                 new_end[i] = end
                 new_start[i] = end - d
             return
@@ -119,8 +117,7 @@ class _Run:
             s = self.shifts
             r = self.r1.item(i) + s[kb] + lat
             rr = self.r2.item(i) + s[kf]
-            if rr > r:
-                r = rr
+            r = max(r, rr)
         if j >= 0:
             r = max(r, ne.item(j) + lag)
         last = ne.item(prev) if prev >= 0 else carry
@@ -241,8 +238,7 @@ def run_program(plan: ReplayPlan, program: Program, w: WhatIf) -> JobReplay:
                     end = last_new + m[5] * scale
                 else:
                     end = new_arr + rn.dur.item(i) * scale
-                if new_arr > end:
-                    end = new_arr
+                end = max(end, new_arr)
                 rn.new_start[i] = new_arr + m[2]
                 rn.new_end[i] = end + m[2]
         elif kind == BARRIER:

@@ -44,7 +44,9 @@ class WhatIf:
     :data:`gpuprof.accounting.graph.BLOCK_SYNC`), which are deleted from host time too when
     listed in ``removed``; ``scale[rank]``: per-event duration factors of that rank's
     graph; ``transfer_scale`` / ``p2p_scale``: factors on the transfer part of collectives
-    and of point-to-point transfers."""
+    and of point-to-point transfers; ``no_delays``: op-level timelines only, the launch
+    delays and latencies the model keeps as measured are removed too (the published
+    what-if simulator's "ideal" runs without them)."""
 
     name: str = "baseline"
     removed: Mapping[int, Intervals] = field(default_factory=dict)
@@ -52,6 +54,7 @@ class WhatIf:
     scale: Mapping[int, FloatArray] = field(default_factory=dict)
     transfer_scale: float = 1.0
     p2p_scale: float = 1.0
+    no_delays: bool = False
 
     def comm_scale(self, kind: int) -> float:
         """The factor on the transfer of a communication event of graph kind ``kind``."""

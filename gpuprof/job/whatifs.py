@@ -58,8 +58,12 @@ model's error cancels as far as it is the same in both replays. The what-ifs
 ``no_variation``        op-level timelines: the job without stragglers, the bound the fixes
                         are measured against -- every compute op at the mean of its type over
                         ranks, stages and steps, every communication op's transfer at the
-                        median of its type (the definition of the published what-if
-                        simulator's "ideal" timeline).
+                        median of its type, and no launch delay (the definition of the
+                        published what-if simulator's "ideal" timeline).
+
+Op-level timelines replay on their own dependency model (:mod:`gpuprof.job.opdag`: program
+order, send/receive pairs, collectives and the untimed waits before any op), kernel-level
+traces on the graphs of :mod:`gpuprof.accounting.graph` (:mod:`gpuprof.job.replay`).
 
 A what-if that does not apply to the job (nothing to remove, no peers, no pipeline) is not
 replayed. Here: the names (:data:`WHATIFS`), what each changes (:meth:`JobModel.whatif`),
@@ -86,6 +90,8 @@ from gpuprof.accounting.graph import (
     RankGraph,
 )
 from gpuprof.job import samework
+from gpuprof.job.opdag_compile import OpDag
+from gpuprof.job.opdag_run import run_opdag
 from gpuprof.job.replay import Group, JobReplay, ReplayPlan, WhatIf, replay_job
 from gpuprof.job.schedule import PipelineShape, microbatch_saving_us, schedule_span_us
 from gpuprof.model import intervals as iv
@@ -155,6 +161,9 @@ class JobModel:
     # Per rank that begins its steps later than the median rank (aligned clocks): by how
     # much, microseconds (ranks whose host launches its work only).
     late_start_us: Mapping[int, float] = field(default_factory=dict)
+    # Op-level timelines: the dependency model of their ops (gpuprof.job.opdag), which
+    # every replay of such a job runs on instead of the kernel-level graphs.
+    dag: OpDag | None = None
     # What every replay of this job shares, built at the first replay.
     _plan: list[ReplayPlan] = field(default_factory=list, compare=False, repr=False)
     # Derived tables that several what-ifs read (the peer factors), built at first use.
@@ -345,6 +354,7 @@ class JobModel:
             scale=scale,
             transfer_scale=transfer,
             p2p_scale=p2p,
+            no_delays="no_variation" in names,
         )
 
     def on_time_pct(self, ranks: Iterable[int], baseline_step_us: float) -> float | None:
@@ -357,6 +367,8 @@ class JobModel:
         return min(100.0, max(0.0, 100.0 * (baseline_step_us - got.step_us) / self.measured_step_us))
 
     def replay(self, names: Iterable[str] = ()) -> JobReplay:
+        if self.dag is not None:
+            return run_opdag(self.dag, self.whatif(names))
         if not self._plan:
             self._plan.append(ReplayPlan(self.graphs, self.groups, self.offsets_us))
         return replay_job(self.graphs, self.groups, self.offsets_us, self.whatif(names), plan=self._plan[0])
