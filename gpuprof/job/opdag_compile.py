@@ -115,12 +115,15 @@ def compile_dag(
     group_lat = np.zeros(len(members))
     transfer = np.zeros(n)
     lead = np.zeros(n)
-    for g, ms in enumerate(members):
-        idx = np.asarray(ms, dtype=np.int64)
-        t0 = float(np.max(start[idx]))
-        group_lat[g] = max(0.0, t0 - float(np.max(pre[idx])))
-        transfer[idx] = np.clip(end[idx] - t0, 0.0, None)
-        lead[idx] = t0 - start[idx]
+    if members:
+        flat = np.fromiter((m for ms in members for m in ms), dtype=np.int64)
+        sizes = np.fromiter((len(ms) for ms in members), dtype=np.int64, count=len(members))
+        cuts = np.concatenate(([0], np.cumsum(sizes)[:-1]))
+        t0 = np.maximum.reduceat(start[flat], cuts)
+        group_lat = np.clip(t0 - np.maximum.reduceat(pre[flat], cuts), 0.0, None)
+        t0_each = np.repeat(t0, sizes)
+        transfer[flat] = np.clip(end[flat] - t0_each, 0.0, None)
+        lead[flat] = t0_each - start[flat]
     dep_ptr = np.zeros(n + 1, dtype=np.int64)
     dep_ptr[1:] = np.cumsum([len(d) for d in deps])
     dep_idx = np.fromiter((u for d in deps for u in d), dtype=np.int64, count=int(dep_ptr[-1]))
@@ -179,58 +182,68 @@ def _order(
     src_rows: Sequence[tuple[int, ...]],
 ) -> tuple[list[int], int]:
     """Items in a topological order (node ``v`` as ``v``, group ``g`` as ``-g - 1``) and how
-    many had to be placed out of order."""
+    many had to be placed out of order. Every edge points forward in measured time, so the
+    items by measured start (a group at its earliest member) are nearly always in order:
+    that is checked on every edge at once, and Kahn's algorithm runs only when it fails."""
     n = start.size
-    grp = group.tolist()
+    n_items = n + len(members)
+    # Item index: node v -> v (nodes in groups are not items), group g -> n + g.
+    item = np.where(group >= 0, n + group, np.arange(n))
+    t_item = np.full(n_items, np.inf)
+    np.minimum.at(t_item, item, start)
+    is_item = np.isfinite(t_item)
+    dcount = np.fromiter((len(d) for d in deps), dtype=np.int64, count=n)
+    dflat = np.fromiter((u for d in deps for u in d), dtype=np.int64, count=int(dcount.sum()))
+    dptr = np.concatenate(([0], np.cumsum(dcount)))
+    srcs = [(v, w) for v in range(n) for w in src_rows[v]]
+    e_src = [dflat]
+    e_dst = [np.repeat(np.arange(n, dtype=np.int64), dcount)]
+    if srcs:
+        sv = np.asarray(srcs, dtype=np.int64)
+        cnt = dcount[sv[:, 1]]
+        starts = np.repeat(dptr[sv[:, 1]], cnt) + (np.arange(int(cnt.sum())) - np.repeat(np.cumsum(cnt) - cnt, cnt))
+        e_src.append(dflat[starts])
+        e_dst.append(np.repeat(sv[:, 0], cnt))
+    a, b = item[np.concatenate(e_src)], item[np.concatenate(e_dst)]
+    keep = a != b
+    a, b = a[keep], b[keep]
+    ranked = np.flatnonzero(is_item)
+    ranked = ranked[np.lexsort((ranked, t_item[ranked]))]
+    pos = np.empty(n_items, dtype=np.int64)
+    pos[ranked] = np.arange(ranked.size)
 
-    def item_of(v: int) -> int:
-        g = grp[v]
-        return v if g < 0 else -g - 1
+    def label(it: int) -> int:
+        return it if it < n else -(it - n) - 1
 
-    items: list[int] = [v for v in range(n) if grp[v] < 0] + [-g - 1 for g in range(len(members))]
-    needs: dict[int, set[int]] = {}
-    for it in items:
-        nodes = (it,) if it >= 0 else members[-it - 1]
-        got: set[int] = set()
-        for m in nodes:
-            for u in deps[m]:
-                got.add(item_of(u))
-            for src in src_rows[m]:
-                for u in deps[src]:
-                    got.add(item_of(u))
-        got.discard(it)
-        needs[it] = got
+    if not a.size or bool(np.all(pos[a] < pos[b])):
+        return [label(int(it)) for it in ranked.tolist()], 0
+    # Kahn's algorithm, earliest measured start first among the items ready.
     users: dict[int, list[int]] = {}
-    indeg: dict[int, int] = {}
-    for it, got in needs.items():
-        indeg[it] = len(got)
-        for u in got:
-            users.setdefault(u, []).append(it)
-    st = start.tolist()
-
-    def t0(it: int) -> float:
-        return st[it] if it >= 0 else min(st[m] for m in members[-it - 1])
-
-    heap = [(t0(it), it) for it in items if indeg[it] == 0]
+    indeg = np.zeros(n_items, dtype=np.int64)
+    pairs = np.unique(np.stack((a, b), axis=1), axis=0)
+    for x, y in pairs.tolist():
+        users.setdefault(x, []).append(y)
+        indeg[y] += 1
+    heap = [(float(t_item[it]), int(it)) for it in ranked.tolist() if indeg[it] == 0]
     heapq.heapify(heap)
     out: list[int] = []
-    placed: set[int] = set()
+    placed = np.zeros(n_items, dtype=bool)
     unreached = 0
-    while len(out) < len(items):
+    while len(out) < ranked.size:
         if not heap:
             # A cycle: place the earliest remaining item and go on.
-            rest = min((t0(it), it) for it in items if it not in placed)
-            heap.append(rest)
+            rest = ranked[~placed[ranked]]
+            heap.append((float(t_item[rest[0]]), int(rest[0])))
             unreached += 1
         _, it = heapq.heappop(heap)
-        if it in placed:
+        if placed[it]:
             continue
-        placed.add(it)
-        out.append(it)
+        placed[it] = True
+        out.append(label(it))
         for u in users.get(it, ()):
             indeg[u] -= 1
-            if indeg[u] == 0 and u not in placed:
-                heapq.heappush(heap, (t0(u), u))
+            if indeg[u] == 0 and not placed[u]:
+                heapq.heappush(heap, (float(t_item[u]), u))
     return out, unreached
 
 

@@ -24,6 +24,7 @@ import numpy.typing as npt
 
 from gpuprof.accounting.graph import EV_COLLECTIVE, EV_P2P
 from gpuprof.job.opdag_compile import OpDag
+from gpuprof.job.opdag_levels import compile_levels, run_levels, wide
 from gpuprof.job.replay_types import JobReplay, RankReplay, WhatIf
 
 FloatArray = npt.NDArray[np.float64]
@@ -50,6 +51,7 @@ class _Lists:
         self.shift = (dag.start - dag.end).tolist()  # measured start - end
         self.end = dag.end.tolist()
         self.lead = dag.lead.tolist()
+        self.levels = compile_levels(dag) if dag.n >= 2000 else None
 
 
 _CACHE: dict[int, _Lists] = {}
@@ -83,6 +85,19 @@ def run_opdag(dag: OpDag, whatif: WhatIf) -> JobReplay:
     ``no_delays``; an op-level timeline has no host time to remove)."""
     L = _lists(dag)
     f, cs = node_factors(dag, whatif)
+    if wide(dag, L.levels):
+        assert L.levels is not None
+        z = np.zeros(dag.n)
+        st_a, en_a = run_levels(
+            dag,
+            L.levels,
+            (dag.end - dag.start) * f * cs,
+            dag.transfer * f * cs,
+            z if whatif.no_delays else dag.delay,
+            z if whatif.no_delays else dag.wait_lat,
+            np.zeros(len(dag.group_members)) if whatif.no_delays else dag.group_lat,
+        )
+        return _rank_steps(dag, st_a, en_a)
     dur = ((dag.end - dag.start) * f * cs).tolist()
     trans = (dag.transfer * f * cs).tolist()
     if whatif.no_delays:
