@@ -8,7 +8,9 @@ rules that hold for all of them, so that no advisor has to remember them:
 
 - A saving estimated from part of a job (fewer ranks in the input than the job has) is an
   upper bound on the job's saving: the ranks that are missing may hold the step. It gets
-  ``savings_bound="upper"`` and the caveat ``upper bound: 1 of 8 ranks profiled``.
+  ``savings_bound="upper"`` and the caveat ``upper bound: 1 of 8 ranks profiled``. A timeline
+  that keeps one tensor-parallel rank per position is the whole job
+  (:func:`expected_ranks`).
 - A host-side saving (host, dataloader, sync) on a rank whose trace says the profiler slowed
   its host (Python stacks recorded, host ops running slow) gets that as a caveat; the
   matching warning is then said beside the saving rather than at the bottom of the report
@@ -59,6 +61,23 @@ def world_size(ctx: AdviceContext) -> int | None:
     return max(sizes) if sizes else None
 
 
+def expected_ranks(ctx: AdviceContext) -> int | None:
+    """How many ranks the input should hold to be the whole job: the world size, except
+    for an op-level timeline that keeps one tensor-parallel rank per (data-parallel,
+    pipeline) position (as Megatron's timer exports do): its tensor-, sequence- or
+    context-parallel peers run the same ops at the same times and are not missing, so the
+    job is whole with one worker per position."""
+    world = world_size(ctx)
+    active = [s for s in ctx.summaries if s.empty_reason is None and s.window_us > 0]
+    if world is None or not active or not all(s.fmt == "timeline" and "pp_rank" in s.parallel for s in active):
+        return world
+    if len({s.parallel.get("tp_rank") for s in active}) != 1:
+        return world
+    dp = max(int(s.parallel.get("dp_size", 1)) for s in active)
+    pp = max(int(s.parallel.get("pp_size", 1)) for s in active)
+    return min(world, max(dp * pp, 1))
+
+
 def _host_caveats(ctx: AdviceContext) -> dict[int, tuple[str, str]]:
     """Per rank: (caveat beside a host-side saving, the warning it stands for)."""
     from gpuprof.accounting.hostfacts import SLOW_EMPTY_US, trust_warnings
@@ -81,7 +100,7 @@ def _host_caveats(ctx: AdviceContext) -> dict[int, tuple[str, str]]:
 def finalize(ctx: AdviceContext, recs: Sequence[Recommendation]) -> Qualified:
     """Apply the module's rules to the ranked recommendations (order kept)."""
     present = _ranks_with_data(ctx)
-    world = world_size(ctx)
+    world = expected_ranks(ctx)
     partial = world is not None and 0 < len(present) < world
     host = _host_caveats(ctx)
     no_steps = bool(ctx.reports) and not any(r.steps > 0 for r in ctx.reports if r.window_us > 0)
@@ -121,4 +140,4 @@ def finalize(ctx: AdviceContext, recs: Sequence[Recommendation]) -> Qualified:
     return Qualified(tuple(out), tuple(dict.fromkeys(absorbed)))
 
 
-__all__ = ["HOST_SIDE", "Qualified", "finalize", "window_words", "world_size"]
+__all__ = ["HOST_SIDE", "Qualified", "expected_ranks", "finalize", "window_words", "world_size"]

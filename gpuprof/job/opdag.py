@@ -453,30 +453,48 @@ def is_comm(kind: npt.NDArray[np.int8]) -> npt.NDArray[np.bool_]:
 def wait_claims(
     dag: OpDag, summaries: Sequence[RankSummary], offsets_us: Mapping[int, float]
 ) -> dict[int, dict[Cause, Intervals]]:
-    """The untimed waits before ops that are not communication, as claims on each rank's
-    own clock: from the op's arrival until the last worker it waited for arrived. Waiting for another stage of the op's
-    own pipeline replica (the releaser, the last of those it waited for to arrive, is on
-    the same replica) is the pipeline's drain, ``pipeline_bubble``; waiting for another
-    replica is ``straggler``. (Waits before collectives are claimed where the collectives
-    are matched, :mod:`gpuprof.job.collectives`.)"""
+    """The untimed waits the model found, as claims on each rank's own clock: before an
+    op with an untimed wait, and before a collective's transfer, from the worker's arrival
+    until the last worker it waited for arrived (the latency after that is the barrier's
+    own, as for the worker that arrived last). Waiting for another stage of the worker's
+    own pipeline replica that came straight from its pipeline work (its last dependency a
+    compute op or a send/receive) is the pipeline's drain, ``pipeline_bubble``; any other
+    wait is for a slower worker, ``straggler``. Send/receive pairs are left to the
+    pipeline's own rule (:mod:`gpuprof.job.pipeline_parallel`)."""
     replica = {s.rank: s.parallel.get("dp_rank") for s in summaries}
     parts: dict[tuple[int, Cause], tuple[list[float], list[float]]] = {}
-    has_wait = np.flatnonzero((np.diff(dag.wait_ptr) > 0) & (dag.group < 0))
-    for v in has_wait.tolist():
-        src = dag.wait_src[dag.wait_ptr[v] : dag.wait_ptr[v + 1]]
-        u = int(src[np.argmax(dag.ready[src])])
-        # Waiting lasts until the last of them arrived (the latency after that is the
-        # barrier's own, as for the worker that arrived last).
-        until = min(float(dag.start[v]), float(dag.ready[u]))
-        if until <= dag.ready[v]:
-            continue
+    ready = dag.ready
+
+    def from_pipeline(u: int) -> bool:
+        d = dag.dep_idx[dag.dep_ptr[u] : dag.dep_ptr[u + 1]]
+        if d.size == 0:
+            return True
+        last = int(d[np.argmax(dag.end[d])])
+        return int(dag.kind[last]) in (EV_COMPUTE, EV_P2P)
+
+    def claim(v: int, u: int) -> None:
+        until = min(float(dag.start[v]), float(ready[u]))
+        if until <= ready[v]:
+            return
         r, ru = dag.ranks[int(dag.rank_pos[v])], dag.ranks[int(dag.rank_pos[u])]
-        same = replica.get(r) is not None and replica.get(r) == replica.get(ru)
-        cause = Cause.PIPELINE_BUBBLE if same else Cause.STRAGGLER
+        same = r != ru and replica.get(r) is not None and replica.get(r) == replica.get(ru)
+        cause = Cause.PIPELINE_BUBBLE if same and from_pipeline(u) else Cause.STRAGGLER
         off = offsets_us.get(r, 0.0)
         lo, hi = parts.setdefault((r, cause), ([], []))
-        lo.append(float(dag.ready[v]) + off)
+        lo.append(float(ready[v]) + off)
         hi.append(until + off)
+
+    for v in np.flatnonzero((np.diff(dag.wait_ptr) > 0) & (dag.group < 0)).tolist():
+        src = dag.wait_src[dag.wait_ptr[v] : dag.wait_ptr[v + 1]]
+        claim(v, int(src[np.argmax(ready[src])]))
+    for ms in dag.group_members:
+        idx = np.asarray(ms, dtype=np.int64)
+        if len(ms) < 2 or bool(np.all(dag.kind[idx] == EV_P2P)):
+            continue
+        order = idx[np.argsort(ready[idx], kind="stable")]
+        last, second = int(order[-1]), int(order[-2])
+        for v in ms:
+            claim(v, second if v == last else last)
     out: dict[int, dict[Cause, Intervals]] = {}
     for (r, cause), (lo, hi) in parts.items():
         out.setdefault(r, {})[cause] = iv.union(np.asarray(lo), np.asarray(hi))
