@@ -120,7 +120,15 @@ def general_findings(ctx: AdviceContext, recs: Sequence[Recommendation]) -> list
         else:
             pct = cause_savings_pct(ctx.reports, cause)
             evidence.append(said("general.closed_form"))
-        evidence.append(said("general.why", cause=cause.value))
+        pipe = ctx.cross.get("pipeline") if cause is Cause.PIPELINE_BUBBLE else None
+        if isinstance(pipe, Mapping) and pipe.get("microbatches") and pipe.get("theoretical_bubble_fraction") is not None:
+            # The schedule is known and its own fill and drain are small: the measured
+            # bubble is stages waiting for a slower one (a straggler's replica, varying work).
+            evidence.append(said("general.why_pipeline_known", schedule=str(pipe.get("schedule", "unknown")),
+                                 stages=int(pipe.get("stages") or 0), microbatches=int(pipe["microbatches"]),
+                                 theory_pct=100 * float(pipe["theoretical_bubble_fraction"])))
+        else:
+            evidence.append(said("general.why", cause=cause.value))
         facts: dict[str, Fact] = {"lost_pct": top, "ranks_affected": len(ranks), **(got.facts if got is not None else {})}
         out.append(Finding(
             f"{cause.value.replace('_', '-')}-general", cause, pct, said("title.general", cause=cause.value),

@@ -128,8 +128,15 @@ def _bubble(ctx: AdviceContext, pipe: Mapping[str, Any], rows: list[Mapping[str,
         "compute_per_microbatch_us": t_mb,
         **(got.facts if got is not None else {}),
     }
-    return Finding("pipeline-bubble", Cause.PIPELINE_BUBBLE, pct, said("title.pipeline-bubble", microbatches=m, stages=p),
-                   evidence, (said("pipeline.bubble_actions", min_microbatches=4 * p),),
+    # Fewer than 4 microbatches per stage is few; with more, the advice is to double them.
+    few = int(m) < 4 * p
+    title = said("title.pipeline-bubble" if few else "title.pipeline-bubble-enough", microbatches=m, stages=p)
+    actions = (
+        said("pipeline.bubble_actions", min_microbatches=4 * p)
+        if few
+        else said("pipeline.bubble_actions_more", microbatches=m, min_microbatches=2 * int(m))
+    )
+    return Finding("pipeline-bubble", Cause.PIPELINE_BUBBLE, pct, title, evidence, (actions,),
                    ranks=tuple(sorted(int(r) for row in pipe.get("per_stage", []) for r in row["ranks"])),
                    whatif=got.name if got is not None else None, facts=facts)
 

@@ -48,7 +48,9 @@ Findings (all JSON-serializable), keys of :attr:`CrossRankResult.findings`:
 ``critical_rank_per_step`` list of ``{step, rank, waited_us}``: the rank that waited least
                        (in collectives and pipeline bubbles) in that step, i.e. set the pace.
 ``compute_imbalance``  ``{across_ranks: {...}, across_stages: {...}}``: max over median of
-                       compute per step (per microbatch for stages) and who is the max.
+                       compute per step (per microbatch for stages) and who is the max; for
+                       stages also ``max_over_others_median`` (over the other stages' median,
+                       the pipeline's ``slowest_stage_ratio``).
 ``barrier_waits``      op-level timelines only: waits at barriers (ops that start at the same
                        instant on every worker): ``barriers``, ``wait_us_per_step`` (measured,
                        before precedence), ``last_arrivals``, ``waited_for_ranks``,
@@ -148,8 +150,12 @@ def _imbalance(summaries: Sequence[RankSummary], pipe: PipelineResult | None) ->
             vals = [float(r["compute_per_microbatch_us"]) for r in rows]
             med = float(np.median(vals))
             top = rows[int(np.argmax(vals))]
+            # Against the other stages, as the pipeline's slowest_stage_ratio (one number
+            # for one stage in every part of the report).
+            others = float(np.median([x for i, x in enumerate(vals) if i != int(np.argmax(vals))]))
             out["across_stages"] = {
                 "max_over_median": round(max(vals) / med, 4) if med > 0 else None,
+                "max_over_others_median": round(max(vals) / others, 4) if others > 0 else None,
                 "max_stage": top["stage"],
                 "max_compute_per_microbatch_us": round(max(vals), 3),
                 "median_compute_per_microbatch_us": round(med, 3),

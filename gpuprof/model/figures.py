@@ -404,19 +404,11 @@ def scope_phrase(report: Report) -> str:
 
 
 def rank_list(ranks: Sequence[int], max_parts: int = 8) -> str:
-    """Ranks as compact ranges ("0-7, 12, 14-15"), at most ``max_parts`` parts; "all" when empty."""
+    """Ranks as compact ranges ("0-7, 12, 14-15", "4, 8, ..., 60"), at most ``max_parts`` parts;
+    "all" when empty."""
     if not ranks:
         return "all"
-    nums = sorted(set(ranks))
-    parts: list[str] = []
-    start = prev = nums[0]
-    for n in nums[1:] + [None]:  # type: ignore[list-item]
-        if n is not None and n == prev + 1:
-            prev = n
-            continue
-        parts.append(str(start) if start == prev else f"{start}-{prev}")
-        if n is not None:
-            start = prev = n
+    parts = phrases.span_parts(ranks)
     if len(parts) > max_parts:
         return ", ".join(parts[:max_parts]) + f" (+{len(parts) - max_parts} more)"
     return ", ".join(parts)

@@ -116,7 +116,13 @@ def _imbalance(v: Any) -> list[str]:
                 f"per step ({busiest} against {median})."
             )
     st = v.get("across_stages")
-    if isinstance(st, Mapping) and number(st.get("max_over_median")) is not None:
+    others = number(st.get("max_over_others_median")) if isinstance(st, Mapping) else None
+    if isinstance(st, Mapping) and others is not None:
+        out.append(
+            f"The slowest pipeline stage ({st.get('max_stage')}) computes {others:.2f}× the median of the other "
+            f"stages per microbatch."
+        )
+    elif isinstance(st, Mapping) and number(st.get("max_over_median")) is not None:  # a report saved before
         out.append(
             f"The slowest pipeline stage ({st.get('max_stage')}) computes {number(st.get('max_over_median')):.2f}× the "
             f"median stage per microbatch."

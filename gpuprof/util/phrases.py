@@ -106,20 +106,36 @@ def count(n: int, singular: str, plural: str | None = None) -> str:
     return f"{n:,} {singular if n == 1 else (plural or singular + 's')}"
 
 
-def spans(nums: Sequence[int]) -> str:
-    """``0-3, 6``: sorted, runs of consecutive numbers joined."""
+def span_parts(nums: Sequence[int]) -> list[str]:
+    """Sorted numbers as compact parts: runs of consecutive numbers as ``0-3``, and a run of
+    four or more at a fixed stride as ``4, 8, ..., 60`` (one tensor-parallel rank per
+    position: every fourth rank); anything else one by one."""
     values = sorted(set(nums))
-    if not values:
-        return ""
     parts: list[str] = []
-    start = prev = values[0]
-    for n in values[1:]:
-        if n != prev + 1:
-            parts.append(str(start) if start == prev else f"{start}-{prev}")
-            start = n
-        prev = n
-    parts.append(str(start) if start == prev else f"{start}-{prev}")
-    return ", ".join(parts)
+    i = 0
+    while i < len(values):
+        j = i
+        if i + 1 < len(values):
+            d = values[i + 1] - values[i]
+            while j + 1 < len(values) and values[j + 1] - values[j] == d:
+                j += 1
+            if d == 1:
+                parts.append(f"{values[i]}-{values[j]}")
+                i = j + 1
+                continue
+            if j - i + 1 >= 4:
+                parts.append(f"{values[i]}, {values[i + 1]}, ..., {values[j]}")
+                i = j + 1
+                continue
+        parts.append(str(values[i]))
+        i += 1
+    return parts
+
+
+def spans(nums: Sequence[int]) -> str:
+    """``0-3, 6``: sorted, runs of consecutive numbers joined (and runs at a fixed stride,
+    :func:`span_parts`)."""
+    return ", ".join(span_parts(nums))
 
 
 def ranks(nums: Sequence[int], every: str = "every rank") -> str:

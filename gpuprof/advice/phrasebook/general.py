@@ -113,6 +113,11 @@ def held_back(title: str, missing: Sequence[tuple[str, Sequence[int], str]]) -> 
 _SHARE = "{est_pct:.1f}% is {than} the {share_pct:.1f}% of a step that {cause} holds: "
 templates({
     "general.share": "{cause} holds {top_pct:.1f}% of the step on rank{ranks:s} {ranks:list}",
+    "general.why_pipeline_known": (
+        "the {schedule} schedule with p={stages} stages and m={microbatches} microbatches leaves only "
+        "{theory_pct:.0f}% of the pipeline span to fill and drain: the rest of this idle time is stages waiting for a "
+        "slower rank or stage, or for work that varies (see the recommendations above)"
+    ),
     "general.no_saving": "no saving is estimated: nothing says what would remove this idle time",
     "general.queued": (
         "on rank {rank} the next kernel had already been launched during most of the lost time that no rule "

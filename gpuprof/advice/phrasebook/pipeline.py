@@ -11,7 +11,9 @@ _BUBBLE = ": even with balanced stages {theory_pct:.0f}% of the pipeline span is
 
 specs({"stage_pcts": lambda v: ", ".join(f"stage {s} {pct:.0f}%" for s, pct in v)})
 templates({
-    "title.pipeline-imbalance": "Pipeline stage {stage} is {ratio:.1f}x slower than the others: move layers off it",
+    "title.pipeline-imbalance": (
+        "Pipeline stage {stage} computes {ratio:.2f}x the other stages per microbatch: move layers off it"
+    ),
     "pipeline.slow_stage": (
         "stage {stage}'s compute per microbatch is {compute_us:dur}, {ratio:.2f}x the median of the other stages "
         "(forward {forward_us:dur} vs {others_forward_us:dur}, backward {backward_us:dur} vs {others_backward_us:dur})"
@@ -37,6 +39,10 @@ templates({
     "title.pipeline-bubble": (
         "Only {microbatches} microbatches for {stages} pipeline stages: use more microbatches or an interleaved schedule"
     ),
+    "title.pipeline-bubble-enough": (
+        "Fill and drain of {stages} pipeline stages with {microbatches} microbatches: use more microbatches or an "
+        "interleaved schedule"
+    ),
     "pipeline.schedule": _SCHEDULE + _BUBBLE,
     "pipeline.schedule_chunks": _SCHEDULE + ", v={chunks} chunks" + _BUBBLE,
     "pipeline.bubbles": "measured bubble per stage: {bubbles:stage_pcts}",
@@ -44,6 +50,17 @@ templates({
         "halving the bubble saves about {saved_us:dur} per step ({stages_less_one} x {microbatch_us:dur} / 2)"
     ),
     "pipeline.counted_from": "microbatches counted from the {source}",
+    "pipeline.bubble_actions_more": (
+        (
+            "Raise the number of microbatches from {microbatches} to {min_microbatches} (smaller micro-batch size or "
+            "more gradient-accumulation steps at the same global batch): the fill and drain shrink with it."
+        ),
+        (
+            "Use an interleaved schedule (virtual pipeline stages: Megatron "
+            "--num-layers-per-virtual-pipeline-stage, torch.distributed.pipelining "
+            "ScheduleInterleaved1F1B) or a zero-bubble schedule (ScheduleInterleavedZeroBubble)."
+        ),
+    ),
     "pipeline.bubble_actions": (
         (
             "Raise the number of microbatches to at least {min_microbatches} (smaller micro-batch size or more "
