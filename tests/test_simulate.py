@@ -38,6 +38,11 @@ SMALL: dict[str, dict[str, Any]] = {
     "rl_post_training": {"steps": 2, "layers": 2, "tokens_min": 32, "tokens_max": 320, "reward_ms": 4.0},
     "megatron_slow_worker": {"microbatches": 4, "stage_ms": 0.5, "steps": 1},
     "megatron_uneven_data": {"dp": 4, "microbatches": 4, "stage_ms": 0.5, "steps": 2},
+    "slow_host": {"steps": 2, "layers": 3, "ranks": 3, "slow_host_rank": 2},
+    "dataloader_contention": {"steps": 3, "layers": 3},
+    "megatron_slow_stage": {"dp": 2, "microbatches": 4, "steps": 1},
+    "megatron_slow_link": {"dp": 2, "microbatches": 4, "steps": 1},
+    "megatron_slow_dp_group": {"dp": 2, "microbatches": 4, "steps": 1},
 }
 # The scenarios written as Kineto traces unless told otherwise (the others: a timeline).
 KINETO = sorted(n for n in SMALL if DEFAULT_LAYOUT.get(n, "kineto") == "kineto")

@@ -111,7 +111,16 @@ def test_every_registered_scenario_is_its_functions_knobs_and_presets() -> None:
         assert DEFAULT_LAYOUT.get(name, "kineto") == sc.layout
     assert knobs_of("dp_exposed")["link_gbs"] == 5.0 and knobs_of("dp_overlapped")["link_gbs"] == 200.0
     assert SCENARIOS["dp_exposed"].build is SCENARIOS["dp_overlapped"].build
-    assert DEFAULT_LAYOUT == {"megatron_slow_worker": "megatron", "megatron_uneven_data": "megatron"}
+    assert DEFAULT_LAYOUT == {
+        n: "megatron"
+        for n in (
+            "megatron_slow_worker",
+            "megatron_uneven_data",
+            "megatron_slow_stage",
+            "megatron_slow_link",
+            "megatron_slow_dp_group",
+        )
+    }
 
 
 def test_a_preset_scenario_writes_the_job_of_its_function_with_those_knobs(tmp_path: Path) -> None:

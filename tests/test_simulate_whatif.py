@@ -35,6 +35,11 @@ SMALL: dict[str, dict[str, Any]] = {
     "rl_post_training": {"steps": 1, "layers": 2, "tokens_min": 16, "tokens_max": 64, "reward_ms": 2.0},
     "megatron_slow_worker": {"microbatches": 4, "stage_ms": 0.5, "steps": 1},
     "megatron_uneven_data": {"dp": 4, "microbatches": 4, "stage_ms": 0.5, "steps": 2},
+    "slow_host": {"steps": 2, "layers": 3, "ranks": 3, "slow_host_rank": 0},
+    "dataloader_contention": {"steps": 3, "layers": 3},
+    "megatron_slow_stage": {"dp": 2, "microbatches": 8, "steps": 1},
+    "megatron_slow_link": {"dp": 3, "microbatches": 4, "steps": 1},
+    "megatron_slow_dp_group": {"dp": 2, "microbatches": 4, "steps": 1},
 }
 # Scenarios written as Kineto traces (the file-reading tests below need them).
 KINETO = sorted(n for n in SMALL if DEFAULT_LAYOUT.get(n, "kineto") == "kineto")
@@ -55,6 +60,11 @@ INTENDED: dict[str, list[str]] = {
     "rl_post_training": ["peer_median_compute"],
     "megatron_slow_worker": ["peer_median_compute"],
     "megatron_uneven_data": ["balanced_stages", "balanced_batches"],
+    "slow_host": ["peer_median_host"],
+    "dataloader_contention": ["no_dataloader"],
+    "megatron_slow_stage": ["balanced_stages"],
+    "megatron_slow_link": ["peer_median_link"],
+    "megatron_slow_dp_group": ["peer_median_collective"],
 }
 
 SYNC_CALLS = {

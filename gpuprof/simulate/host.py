@@ -18,6 +18,12 @@ What-if fixes
     host and the transfers cost; ``seen`` collects the fixes that this rank's work gives
     something to remove (a blocking sync, a DataLoader wait, an allocator call, ...).
 
+Host speed
+    ``host_factor`` (1 by default) multiplies the host's own work, what ``free_host``
+    removes: Python between operators, framework operators and launch calls. A program sets
+    it for a rank whose host is slower (a busier node, CPU cores shared with DataLoader
+    workers); waits, syncs and allocator calls are not the host's work and keep their time.
+
 Random draws
     Every duration is jittered by draws from a stream of its own per (seed, rank, purpose,
     step): ``host`` (operator, launch and Python costs), ``device`` (kernel durations),
@@ -91,6 +97,8 @@ class Host:
         self._cpu_depth = 0  # framework operators (cpu_op) open around the host's work
         self._free_host = FREE_HOST in self.fixes
         self._free_ops = FREE_LAUNCHES in self.fixes or self._free_host
+        # time factor of the host's own work (see "Host speed" above); set by the program
+        self.host_factor = 1.0
         # Megatron-style timer ops (lane, name, start, end, args), recorded when wanted
         self.timers: list[tuple[str, str, float, float, dict[str, Any]]] | None = None
         self.tid = writer.pid  # the main thread
@@ -162,7 +170,7 @@ class Host:
                 return
         if self._free_ops and self._cpu_depth and work:
             return
-        self.t += max(us, 0.0)
+        self.t += max(us, 0.0) * (self.host_factor if work else 1.0)
 
     # -- host ranges ------------------------------------------------------------------
     @contextmanager
@@ -174,7 +182,7 @@ class Host:
         free = (framework and self._free_ops) or self._free_host
         self.seen.add(FREE_HOST)
         enter = self.jit(1.5)
-        self.t += 0.0 if free else enter
+        self.t += 0.0 if free else enter * self.host_factor
         self._ext_stack.append(ext)
         self._cpu_depth += framework
         try:
@@ -183,7 +191,7 @@ class Host:
             self._ext_stack.pop()
             self._cpu_depth -= framework
             leave = self.jit(1.0)
-            self.t += 0.0 if free else leave
+            self.t += 0.0 if free else leave * self.host_factor
             if self.writing:
                 a: dict[str, Any] = {"External id": ext, "Record function id": ext}
                 if args:
@@ -220,8 +228,7 @@ class Host:
         corr = self._next_corr()
         if launch:
             self.seen.add(FREE_LAUNCHES)
-            if self._free_ops:
-                dur_us = 0.0
+            dur_us = 0.0 if self._free_ops else dur_us * self.host_factor
         start = self.t
         self.t += dur_us
         self._runtime_event(name, cbid, corr, start, self.t, args)

@@ -5,7 +5,8 @@ each fix changes.
 knows before any rank runs: the rank of each (stage, data-parallel replica) as Megatron-LM
 lays them out (``rank = stage * dp + replica``), the process groups, each rank's
 compute-time factor (its stage's work times its GPU's speed), each microbatch's work
-(its sequence lengths), and how the job-level fixes of :mod:`gpuprof.simulate.fixes`
+(its sequence lengths), the time factor of each pipeline link's transfers and of each
+stage's data-parallel collectives, and how the job-level fixes of :mod:`gpuprof.simulate.fixes`
 change them: from that, which fixes change the job, which ones it is built to show and
 the ranks each one speeds up (the plan's what-if fields). Nothing here runs or writes.
 """
@@ -25,9 +26,12 @@ from gpuprof.simulate.fixes import (
     BALANCED_STAGES,
     DOUBLE_MICROBATCHES,
     NO_VARIATION,
+    PEER_MEDIAN_COLLECTIVE,
     PEER_MEDIAN_COMPUTE,
+    PEER_MEDIAN_LINK,
     differs,
     faster,
+    others_median,
     peer_median,
 )
 from gpuprof.simulate.rank import RankSim
@@ -58,6 +62,13 @@ class PipelineJob:
     seq_cv: float
     tied_embeddings: bool
     seed: int
+    # one slow pipeline link: between stage slow_link and slow_link + 1 of one replica
+    slow_link: int = -1
+    slow_link_replica: int = 0
+    link_slowdown: float = 1.0
+    # one stage whose data-parallel collectives are slow
+    slow_dp_group: int = -1
+    group_slowdown: float = 1.0
 
     @property
     def p(self) -> int:
@@ -130,6 +141,62 @@ class PipelineJob:
             out.append(_pg(*self.embedding_group(replica), desc="EMBEDDING_GROUP"))
         return out
 
+    # -- links and collective groups -------------------------------------------------------
+    def link_index(self, replica: int, a: int, b: int) -> int | None:
+        """The index in :meth:`link_factors` of the link between stages ``a`` and ``b`` of
+        ``replica`` (either direction); ``None`` for stages that are not neighbours (the
+        interleaved schedule's wrap from the last stage to the first keeps nominal speed)."""
+        lo, hi = min(a, b), max(a, b)
+        return lo * self.dp + replica if hi == lo + 1 else None
+
+    @cached_property
+    def base_links(self) -> list[float]:
+        """Transfer-time factor of each pipeline link, index ``boundary * dp + replica``
+        (boundary s joins stage s and s + 1): the slow link's ``link_slowdown``, else 1."""
+        out = [1.0] * (max(self.p - 1, 0) * self.dp)
+        if self.slow_link >= 0:
+            out[self.slow_link * self.dp + self.slow_link_replica] = self.link_slowdown
+        return out
+
+    def link_factors(self, fixes: frozenset[str]) -> list[float]:
+        """Each link's transfer-time factor under ``fixes``: ``peer_median_link`` brings each
+        down to the median of the same boundary on the other replicas, ``no_variation`` sets
+        every one to the median over all links."""
+        base = self.base_links
+        if NO_VARIATION in fixes and base:
+            return [median(base)] * len(base)
+        if PEER_MEDIAN_LINK in fixes:
+            boundaries = [[b * self.dp + d for d in range(self.dp)] for b in range(self.p - 1)]
+            return others_median(base, boundaries)
+        return list(base)
+
+    @cached_property
+    def base_groups(self) -> list[float]:
+        """Transfer-time factor of each stage's data-parallel collectives."""
+        return [self.group_slowdown if st == self.slow_dp_group else 1.0 for st in range(self.p)]
+
+    def group_factors(self, fixes: frozenset[str]) -> list[float]:
+        """Each stage's data-parallel collective factor under ``fixes``:
+        ``peer_median_collective`` brings each down to the median of the other stages'
+        groups, ``no_variation`` sets every one to the median over all."""
+        base = self.base_groups
+        if NO_VARIATION in fixes:
+            return [median(base)] * len(base)
+        if PEER_MEDIAN_COLLECTIVE in fixes:
+            return others_median(base, [list(range(self.p))])
+        return list(base)
+
+    def _link_ranks(self, links: list[int]) -> list[int]:
+        """The ranks at both ends of the links (indices of :meth:`link_factors`)."""
+        out: set[int] = set()
+        for i in links:
+            b, d = divmod(i, self.dp)
+            out |= {b * self.dp + d, (b + 1) * self.dp + d}
+        return sorted(out)
+
+    def _group_ranks(self, stages: list[int]) -> list[int]:
+        return sorted(r for st in stages for r in self.same_stage[st])
+
     # -- work ---------------------------------------------------------------------------
     def compute_factors(self, fixes: frozenset[str]) -> list[float]:
         """Each rank's compute-time factor: its stage's work times its GPU's speed."""
@@ -152,15 +219,16 @@ class PipelineJob:
         if BALANCED_BATCHES in fixes:
             w = [mean(x for rep in seq for x in rep[step])] * microbatches
         if PEER_MEDIAN_COMPUTE in fixes and self.seq_cv:
-            # each rank's step at the median of its stage's replicas in that step
+            # each rank's step no longer than the median of its stage's replicas in that step
             mine = base_f[rank] * sum(w)
             med = median(base_f[q] * sum(seq[q % dp][step]) for q in self.same_stage[rank // dp])
-            return [f * x * med / mine for x in w]
+            return [f * x * min(1.0, med / mine) for x in w]
         return [f * x for x in w]
 
     # -- what the scenario is built to show ---------------------------------------------
     def slow_ranks(self) -> list[int]:
-        """The ranks made slow: every replica's slow stage, and the slow rank."""
+        """The ranks made slow: every replica's slow stage, the slow rank, both ends of the
+        slow link, the members of the slow data-parallel group."""
         slow_ranks = (
             sorted({*self.same_stage[self.slow_stage]} if self.slow_stage >= 0 else set())
             if self.slowdown != 1
@@ -168,7 +236,9 @@ class PipelineJob:
         )
         if self.slow_rank >= 0 and self.slowdown != 1 and self.slow_rank not in slow_ranks:
             slow_ranks = sorted([*slow_ranks, self.slow_rank])
-        return slow_ranks
+        slow_links = [i for i, f in enumerate(self.base_links) if f != 1]
+        slow_groups = [st for st, f in enumerate(self.base_groups) if f != 1]
+        return sorted({*slow_ranks, *self._link_ranks(slow_links), *self._group_ranks(slow_groups)})
 
     def whatifs(self) -> WhatIfs:
         """Which job-level fixes change the job, which it is built to show, whom each speeds up."""
@@ -191,17 +261,42 @@ class PipelineJob:
                 )
         elif balanced or peers:
             culprits[NO_VARIATION] = faster(base, [self.mean_work] * n)
+        # a slow link or collective group: the ranks at its ends, the group's members
+        links, groups = self.base_links, self.base_groups
+        fixed_links = self.link_factors(frozenset({PEER_MEDIAN_LINK}))
+        fixed_groups = self.group_factors(frozenset({PEER_MEDIAN_COLLECTIVE}))
+        slow_link, slow_group = differs(links, fixed_links), differs(groups, fixed_groups)
+        culprits[PEER_MEDIAN_LINK] = self._link_ranks(faster(links, fixed_links))
+        culprits[PEER_MEDIAN_COLLECTIVE] = self._group_ranks(faster(groups, fixed_groups))
+        even_links = self.link_factors(frozenset({NO_VARIATION}))
+        even_groups = self.group_factors(frozenset({NO_VARIATION}))
+        if differs(links, even_links) or differs(groups, even_groups):
+            culprits[NO_VARIATION] = sorted(
+                {
+                    *culprits.get(NO_VARIATION, []),
+                    *self._link_ranks(faster(links, even_links)),
+                    *self._group_ranks(faster(groups, even_groups)),
+                }
+            )
         # The fixes a user would make: a slow GPU's (peers), the stages', and for data that
         # varies the batches' (the per-step peer median is not a fix one can apply to data).
         slow_gpu = differs(base, by_fix[PEER_MEDIAN_COMPUTE])
-        shown = ((BALANCED_STAGES, balanced), (PEER_MEDIAN_COMPUTE, slow_gpu), (BALANCED_BATCHES, varies))
+        shown = (
+            (BALANCED_STAGES, balanced),
+            (PEER_MEDIAN_COMPUTE, slow_gpu),
+            (BALANCED_BATCHES, varies),
+            (PEER_MEDIAN_LINK, slow_link),
+            (PEER_MEDIAN_COLLECTIVE, slow_group),
+        )
         intended: tuple[str, ...] = tuple(w for w, on in shown if on) or (DOUBLE_MICROBATCHES,)
         applies = (
             (DOUBLE_MICROBATCHES,)
             + ((BALANCED_STAGES,) if balanced else ())
             + ((PEER_MEDIAN_COMPUTE,) if peers else ())
             + ((BALANCED_BATCHES,) if varies else ())
-            + ((NO_VARIATION,) if varies or balanced or peers else ())
+            + ((PEER_MEDIAN_LINK,) if slow_link else ())
+            + ((PEER_MEDIAN_COLLECTIVE,) if slow_group else ())
+            + ((NO_VARIATION,) if varies or balanced or peers or slow_link or slow_group else ())
         )
         return WhatIfs(applies, intended, culprits)
 

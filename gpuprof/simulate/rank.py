@@ -172,7 +172,7 @@ class RankSim(Host):
         cost = self.jit(4.0)
         if not sync_call:  # an asynchronous copy is launched like a kernel
             self.seen.add(FREE_LAUNCHES)
-            cost = 0.0 if self._free_ops else cost
+            cost = 0.0 if self._free_ops else cost * self.host_factor
         t1 = self.t = t0 + cost
         dur = 1.5 + nbytes / (bw_gbps * 1e3)
         start = self._place(stream, dur, t1 + self.jit(self.timing.queue_us), deps)

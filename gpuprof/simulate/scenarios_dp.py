@@ -1,5 +1,5 @@
-"""Data-parallel scenarios of many ranks: DDP on fast or slow links, a straggler, data-dependent
-imbalance, synchronous RL post-training.
+"""Data-parallel scenarios of many ranks: DDP on fast or slow links, a straggler, a rank with a
+slow host, data-dependent imbalance, synchronous RL post-training.
 
 Each function takes the scenario's knobs (units in their names, meanings in
 :data:`gpuprof.simulate.scenarios.KNOB_HELP`) and returns a :class:`Plan`; every rank runs
@@ -17,13 +17,15 @@ from typing import Any
 from gpuprof.model.report import Cause
 from gpuprof.simulate import comm
 from gpuprof.simulate import workload as wl
-from gpuprof.simulate.engine import Program
+from gpuprof.simulate.engine import Program, Timing
 from gpuprof.simulate.fixes import (
     DOUBLE_BANDWIDTH,
     OVERLAP_COLLECTIVES,
     PEER_MEDIAN_COMPUTE,
+    PEER_MEDIAN_HOST,
     differs,
     faster,
+    others_median,
     peer_median,
 )
 from gpuprof.simulate.plan import Plan, check
@@ -77,6 +79,47 @@ def straggler(
     )
 
 
+def slow_host(
+    *, ranks: int = 4, steps: int = 3, layers: int = 8, layer_ms: float = 1.0,
+    op_us: float = 100.0, backward_op_us: float = 20.0, slow_host_rank: int = 3, host_slowdown: float = 2.0,
+    grad_mb: float = 50.0, buckets: int = 4, link_gbs: float = 100.0,
+) -> Plan:  # fmt: skip
+    """One rank's host is slower (a busier or throttled CPU, a noisy neighbour): its Python,
+    framework operators and launch calls take ``host_slowdown`` times as long, so its device
+    waits for launches and it arrives last at every collective; the others wait for it.
+
+    The forward is Python-heavy (``op_us`` of host time per operator), the backward runs in
+    autograd's C++ engine (``backward_op_us``): the slow host falls behind its device in the
+    forward and the backward's collectives wait for it."""
+    check(ranks >= 2, "slow_host needs at least 2 ranks")
+    check(-1 <= slow_host_rank < ranks, f"slow_host_rank must be -1 or in 0..{ranks - 1}")
+    check(
+        host_slowdown > 0 and op_us >= 0 and backward_op_us >= 0,
+        "need host_slowdown > 0, op_us >= 0 and backward_op_us >= 0",
+    )
+    ddp = DataParallel(
+        ranks, layers, layer_ms * 1e3, grad_mb, buckets, link_gbs, backward_op_us=backward_op_us
+    )
+    factors = [host_slowdown if r == slow_host_rank else 1.0 for r in range(ranks)]
+    # peer_median_host: every rank's host no slower than the median of the other ranks'
+    fixed = others_median(factors, [list(range(ranks))])
+    steps_program = each_step(steps, ddp.step)
+
+    def program(sim: RankSim) -> Program:
+        sim.host_factor = (fixed if PEER_MEDIAN_HOST in sim.fixes else factors)[sim.rank]
+        yield from steps_program(sim)
+
+    return Plan(
+        ranks,
+        program,
+        {"intended": "straggler", "culprit_ranks": [slow_host_rank] if differs(factors, fixed) else []},
+        timing=Timing(op_us=op_us),
+        whatifs=(PEER_MEDIAN_HOST,) if differs(factors, fixed) else (),
+        intended_whatifs=(PEER_MEDIAN_HOST,),
+        whatif_culprits={PEER_MEDIAN_HOST: faster(factors, fixed)},
+    )
+
+
 def imbalance(
     *, ranks: int = 4, steps: int = 4, layers: int = 8, layer_ms: float = 1.0,
     seq_min: int = 512, seq_max: int = 4096,
@@ -89,11 +132,11 @@ def imbalance(
     rng = random.Random(seed * 31 + 5)
     seqs = [[rng.randint(seq_min, seq_max) for _ in range(ranks)] for _ in range(steps)]
     middle = (seq_min + seq_max) / 2
-    # peer_median_compute: every rank's step at the step's median work over the group
+    # peer_median_compute: every rank's step no longer than the step's median work over the group
     medians = [median(row) for row in seqs]
 
     def work(sim: RankSim, s: int) -> Program:
-        seq = medians[s] if PEER_MEDIAN_COMPUTE in sim.fixes else seqs[s][sim.rank]
+        seq = min(medians[s], seqs[s][sim.rank]) if PEER_MEDIAN_COMPUTE in sim.fixes else seqs[s][sim.rank]
         return ddp.step(sim, s, seq / middle)
 
     return _uneven_steps(ranks, each_step(steps, work), seqs, medians, "seq_lens")
@@ -118,12 +161,14 @@ def rl_post_training(
     ddp = DataParallel(ranks, layers, layer_ms * 1e3, grad_mb, 2, link_gbs)
     rng = random.Random(seed * 17 + 3)
     tokens = [[rng.randint(tokens_min, tokens_max) for _ in range(ranks)] for _ in range(steps)]
-    # peer_median_compute: every rank generates the step's median rollout length
+    # peer_median_compute: no rank generates more than the step's median rollout length
     medians = [round(median(row)) for row in tokens]
 
     def work(sim: RankSim, s: int) -> Program:
         with sim.op("rollout", cat="user_annotation"):
-            n_tokens = medians[s] if PEER_MEDIAN_COMPUTE in sim.fixes else tokens[s][sim.rank]
+            n_tokens = tokens[s][sim.rank]
+            if PEER_MEDIAN_COMPUTE in sim.fixes:
+                n_tokens = min(medians[s], n_tokens)
             for _ in range(n_tokens):
                 with sim.op("decode_step", cat="user_annotation"):
                     for _ in range(layers):
@@ -165,9 +210,9 @@ def _uneven_steps(
 ) -> Plan:
     """The plan of a job whose ranks get different work every step (``work[step][rank]``,
     written to the ground truth as ``name``): the slowest rank changes from step to step,
-    and ``peer_median_compute`` gives every rank the step's median (``medians``)."""
+    and ``peer_median_compute`` gives every rank above the step's median (``medians``) that median."""
     slowest = [max(range(ranks), key=lambda r: row[r]) for row in work]
-    fixed = [[m] * ranks for m in medians]
+    fixed = [[min(m, x) for x in row] for m, row in zip(medians, work)]
     culprits = sorted({r for row, f in zip(work, fixed) for r in faster(row, f)})
     return Plan(
         ranks,

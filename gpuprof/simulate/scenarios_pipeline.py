@@ -5,9 +5,11 @@
 runs, on each rank, the stage's schedule (:mod:`gpuprof.simulate.schedules`): the forward
 and backward chunks of every microbatch, the transfers between neighbouring stages (a
 buffered send and a receive, or one batched exchange), the drain, then the end-of-step
-collectives (embedding and gradient all-reduces or the distributed optimizer's
-reduce-scatter and all-gather, the gradient norm) and the optimizer step, with a
-Megatron-style timer op for each.
+collectives (the last stage's untimed loss all-reduce over the data-parallel group, the
+layernorm gradients' all-reduce over the tensor-parallel group, embedding and gradient
+all-reduces or the distributed optimizer's reduce-scatter and all-gather, the gradient
+norm) and the optimizer step, with a Megatron-style timer op for each (none for the loss
+all-reduce, which Megatron does not time).
 """
 
 from __future__ import annotations
@@ -35,6 +37,9 @@ def pipeline(
     slow_stage: int = -1, slow_rank: int = -1, slowdown: float = 1.5,
     replica_spread: float = 0.0, seq_cv: float = 0.0,
     annotate: bool = True, dist_opt: bool = False, tied_embeddings: bool = False, batched_p2p: bool = False,
+    sequence_parallel: bool = False, loss_dp_sync: bool = False, launch_gap_us: float = 0.0,
+    slow_link: int = -1, slow_link_replica: int = 0, link_slowdown: float = 1.0,
+    slow_dp_group: int = -1, group_slowdown: float = 1.0,
     seed: int = 0,
 ) -> Plan:  # fmt: skip
     """Pipeline parallelism (times data parallelism with dp > 1); optionally a slow stage or rank.
@@ -66,6 +71,22 @@ def pipeline(
     ``tp`` is the job's tensor-parallel size: the ranks simulated are TP rank 0 of each
     (pipeline, data-parallel) position, which is what the Megatron layout writes (global
     rank ``(stage * dp + replica) * tp``); their TP peers do the same work.
+
+    Written as real exports record them: ``sequence_parallel`` (with ``tp > 1``) all-reduces
+    the layernorm gradients over the tensor-parallel group after the pipeline
+    (``layernorm-grads-all-reduce``; the TP peers are in step, so nobody waits in it);
+    ``loss_dp_sync`` makes the last stage all-reduce the step's loss over its data-parallel
+    group before that, untimed, so that a late replica's last stage holds the others' last
+    stage before their next timed op; ``launch_gap_us`` is the Python between Megatron's
+    timers: before each compute op the host synchronizes with the device (the timer's
+    ``torch.cuda.synchronize()``) and runs that long before its first launch, so that ops
+    are not packed back to back on the device.
+
+    One slow link or collective group: ``slow_link = s`` makes the point-to-point
+    transfers between stage ``s`` and ``s + 1`` of replica ``slow_link_replica`` take
+    ``link_slowdown`` times as long (a bad NIC or cable); ``slow_dp_group = s`` makes stage
+    ``s``'s data-parallel collectives (gradient reduce-scatter or all-reduce, parameter
+    all-gather, the loss all-reduce) run at ``1 / group_slowdown`` of the bandwidth.
     """
     check(schedule in SCHEDULES, f"schedule must be one of {', '.join(SCHEDULES)}")
     check(stages >= 2 and microbatches >= 1 and dp >= 1, "need stages >= 2, microbatches >= 1, dp >= 1")
@@ -78,10 +99,17 @@ def pipeline(
     check(-1 <= slow_rank < stages * dp, f"slow_rank must be -1 or in 0..{stages * dp - 1}")
     check(slowdown > 0 and replica_spread >= 0, "slowdown must be > 0 and replica_spread >= 0")
     check(tp >= 1 and seq_cv >= 0, "need tp >= 1 and seq_cv >= 0")
+    check(launch_gap_us >= 0, "launch_gap_us must be >= 0")
+    check(-1 <= slow_link < stages - 1, f"slow_link must be -1 or in 0..{stages - 2}")
+    check(0 <= slow_link_replica < dp, f"slow_link_replica must be in 0..{dp - 1}")
+    check(-1 <= slow_dp_group < stages, f"slow_dp_group must be -1 or in 0..{stages - 1}")
+    check(link_slowdown > 0 and group_slowdown > 0, "link_slowdown and group_slowdown must be > 0")
     job = PipelineJob(
         stages=stages, dp=dp, microbatches=microbatches, steps=steps,
         slow_stage=slow_stage, slow_rank=slow_rank, slowdown=slowdown, replica_spread=replica_spread,
         seq_cv=seq_cv, tied_embeddings=tied_embeddings, seed=seed,
+        slow_link=slow_link, slow_link_replica=slow_link_replica, link_slowdown=link_slowdown,
+        slow_dp_group=slow_dp_group if dp > 1 else -1, group_slowdown=group_slowdown,
     )  # fmt: skip
     p = stages
     n = p * dp
@@ -96,6 +124,14 @@ def pipeline(
         m = microbatches * 2 if half else microbatches
         share = 0.5 if half else 1.0
         order = stage_order(schedule, s, p, m, chunks)
+        links = job.link_factors(sim.fixes)
+        # this stage's data-parallel collectives run at 1 / factor of the bandwidth
+        dp_gbs = link_gbs / job.group_factors(sim.fixes)[s]
+
+        def link_f(to_stage: int) -> float:
+            """Transfer-time factor of the link to ``to_stage`` (a chunk's stage, any lap)."""
+            i = job.link_index(d, s, to_stage % p)
+            return 1.0 if i is None else links[i]
 
         def xfer(
             kind: str, to_stage: int, key: tuple[Any, ...], timer: str
@@ -107,7 +143,7 @@ def pipeline(
                 peer,
                 key,
                 nelems=int(nelems * share),
-                transfer_us=xfer_us * share,
+                transfer_us=xfer_us * share * link_f(to_stage),
                 ranks=pp_ranks,
                 pg=pp_name,
                 timer=("pp-comm", timer, {"step": key[1]}),
@@ -121,7 +157,7 @@ def pipeline(
                 (to_stage % p) * dp + d,
                 send_key,
                 recv_key,
-                transfer_us=xfer_us * share,
+                transfer_us=xfer_us * share * link_f(to_stage),
                 timers=(
                     ("pp-comm", names[0], {"step": send_key[1]}),
                     ("pp-comm", names[1], {"step": recv_key[1]}),
@@ -129,17 +165,19 @@ def pipeline(
             )
 
         def reduce(
-            kind: str, what: str, nbytes: float, group: tuple[str, list[int], str], timer: str, **ids: int
-        ) -> Generator[Wait, None, None]:
+            kind: str, what: str, nbytes: float, group: tuple[str, list[int], str], timer: str | None,
+            gbs: float = link_gbs, **ids: int,
+        ) -> Generator[Wait, None, None]:  # fmt: skip
             """An all-reduce, reduce-scatter or all-gather (``kind``) of ``nbytes`` of this
-            step's ``what`` over ``group`` (its name, ranks and description), which the
-            compute stream then waits for; its timer op is ``timer``."""
-            (pg, ranks, desc), key, t = group, (what, step), ("dp-comm", timer, {"step": step + 1, **ids})
+            step's ``what`` over ``group`` (its name, ranks and description) at ``gbs``, which
+            the compute stream then waits for; its timer op is ``timer`` (``None``: untimed)."""
+            (pg, ranks, desc), key = group, (what, step)
+            t = None if timer is None else ("dp-comm", timer, {"step": step + 1, **ids})
             yield from waited(
                 sim,
-                allreduce(sim, key, nbytes, ranks, link_gbs, pg=pg, pg_desc=desc, timer=t)
+                allreduce(sim, key, nbytes, ranks, gbs, pg=pg, pg_desc=desc, timer=t)
                 if kind == "all_reduce"
-                else sharded(sim, kind, key, nbytes, ranks, link_gbs, pg=pg, pg_desc=desc, timer=t),
+                else sharded(sim, kind, key, nbytes, ranks, gbs, pg=pg, pg_desc=desc, timer=t),
             )
 
         grads = grad_mb * 1e6
@@ -159,7 +197,7 @@ def pipeline(
                 if dp > 1 and grad_mb > 0 and dist_opt:
                     # the parameters the last optimizer step updated, gathered before use
                     yield from reduce(
-                        "all_gather", "params", grads, dp_group, "params-all-gather", model_chunk=0
+                        "all_gather", "params", grads, dp_group, "params-all-gather", dp_gbs, model_chunk=0
                     )
                 sim.phase = "pipeline"
                 # A send waiting to be batched with the next receive from the same peer.
@@ -206,6 +244,7 @@ def pipeline(
                         yield from receive(frm, (work.kind, step + 1, work.mb, vs), f"{name}-recv")
                     else:
                         yield from flush()
+                    _timer_gap(sim, launch_gap_us)
                     start, end = _chunk_kernels(
                         sim, chunk_us, backward=not forward, with_loss=forward and last, annotate=annotate
                     )
@@ -216,6 +255,14 @@ def pipeline(
                 # the drain: this stage is done; the pipeline is not until every stage is
                 sim.mark(("pipeline_end", d, step), sim.stream_free[COMPUTE_STREAM])
                 sim.phase = "optimizer"
+                if loss_dp_sync and dp > 1 and s == p - 1:
+                    # the step's loss averaged over the last stage's replicas (for logging): an
+                    # all-reduce Megatron does not time, so waiting for a late replica's last
+                    # stage is an untimed gap before the next timed op
+                    yield from reduce("all_reduce", "loss", 4, dp_group, None, dp_gbs)
+                if sequence_parallel and tp > 1:
+                    # the layernorm gradients over the TP group, whose members are in step
+                    yield from waited(sim, _tp_allreduce(sim, step, 0.001 * grad_mb * 1e6, tp, link_gbs))
                 if tied_embeddings and p > 1 and s in (0, p - 1):
                     # the tied input/output embeddings' gradients, between the first and last stage
                     embed = (*job.embedding_group(d), "EMBEDDING_GROUP")
@@ -225,15 +272,17 @@ def pipeline(
                 if dp > 1 and grad_mb > 0:
                     if dist_opt:
                         yield from reduce(
-                            "reduce_scatter", "grads", grads, dp_group, "grads-reduce-scatter", model_chunk=0
-                        )
+                            "reduce_scatter", "grads", grads, dp_group, "grads-reduce-scatter", dp_gbs,
+                            model_chunk=0,
+                        )  # fmt: skip
                     else:
-                        yield from reduce("all_reduce", "grads", grads, dp_group, "all-grads-sync")
+                        yield from reduce("all_reduce", "grads", grads, dp_group, "all-grads-sync", dp_gbs)
                 # gradient-norm clipping: an all-reduce over the pipeline group (the
                 # distributed optimizer's shards: over every rank), then .item()
                 yield from reduce("all_reduce", "gradnorm", 4, norm_group, "optimizer-clip-main-grad")
                 sim.item()
                 opt_f = mean(job.base) if NO_VARIATION in sim.fixes else f
+                _timer_gap(sim, launch_gap_us)
                 start, end = wl.optimizer_step(sim, stage_ms * 1e3 * 0.2 * opt_f)
                 sim.timer("compute", "optimizer", start, end, step=step + 1)
                 wl.zero_grad(sim)
@@ -254,6 +303,37 @@ def pipeline(
         intended_whatifs=whatifs.intended,
         whatif_culprits=whatifs.culprits,
         parallel={"pp_size": p, "dp_size": dp, "tp_size": tp, "vpp_size": v},
+    )
+
+
+def _timer_gap(sim: RankSim, gap_us: float) -> None:
+    """Before a timed compute op: Megatron's timer synchronizes the device, then the host
+    runs ``gap_us`` of Python before the op's first launch (nothing when ``gap_us`` is 0)."""
+    if gap_us > 0:
+        sim.device_sync()
+        sim.idle(sim.jit(gap_us))
+
+
+def _tp_allreduce(
+    sim: RankSim, step: int, nbytes: float, tp: int, link_gbs: float
+) -> Generator[Wait, None, tuple[float, float]]:
+    """``layernorm-grads-all-reduce``: a ring all-reduce of ``nbytes`` over the rank's
+    tensor-parallel group. Its TP peers are not simulated (they do the same work in step),
+    so the call is a group of one that takes the transfer time of a group of ``tp``."""
+    return comm.collective(
+        sim,
+        ("layernorm", step),
+        coll="allreduce",
+        op_name="c10d::allreduce_",
+        annotation="nccl:all_reduce",
+        kernel_name=wl.ALLREDUCE_KERNEL,
+        nelems=int(nbytes // 2),
+        dtype="BFloat16",
+        ranks=[sim.rank],
+        transfer_us=wl.ring_us(nbytes, tp, link_gbs),
+        pg=f"tp{sim.rank}",
+        pg_desc="TENSOR_MODEL_PARALLEL_GROUP",
+        timer=("dp-comm", "layernorm-grads-all-reduce", {"step": step + 1}),
     )
 
 

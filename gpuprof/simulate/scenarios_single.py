@@ -12,7 +12,7 @@ from functools import partial
 
 from gpuprof.model.report import Cause
 from gpuprof.simulate import workload as wl
-from gpuprof.simulate.engine import COMPUTE_STREAM, COPY_STREAM, Timing
+from gpuprof.simulate.engine import COMPUTE_STREAM, COPY_STREAM, Program, Timing
 from gpuprof.simulate.fixes import FREE_HOST, FREE_LAUNCHES, NO_ALLOCATOR, NO_DATALOADER, NO_SYNC
 from gpuprof.simulate.plan import Plan, check
 from gpuprof.simulate.rank import RankSim
@@ -92,11 +92,47 @@ def memory_pressure(
     return Plan(1, each_step(steps, work), {"intended": "memory"}, intended_whatifs=intended)
 
 
-def input_bound(*, steps: int = 4, layers: int = 8, layer_ms: float = 1.0, batch_ms: float = 40.0) -> Plan:
-    """The DataLoader cannot keep up: the device waits for each batch."""
-    check(batch_ms >= 0, "batch_ms must be >= 0")
+def input_bound(
+    *, steps: int = 4, layers: int = 8, layer_ms: float = 1.0, batch_ms: float = 40.0, op_us: float = 9.0,
+    host_cores: int = 0, loader_workers: int = 4,
+) -> Plan:  # fmt: skip
+    """The DataLoader cannot keep up: the device waits for each batch.
+
+    ``host_cores > 0``: the fix (``no_dataloader``: ``loader_workers`` worker processes that
+    keep up) makes the workers compete with the training process for that many cores, so
+    its own host work slows down (:func:`loader_contention`); the job as written keeps its
+    host at full speed (its loader fits in the spare cores)."""
+    check(batch_ms >= 0 and op_us >= 0, "batch_ms and op_us must be >= 0")
+    check(host_cores >= 0 and loader_workers >= 1, "need host_cores >= 0 and loader_workers >= 1")
     ddp = DataParallel(1, layers, layer_ms * 1e3, 0.0, 1, 1.0, batch_wait_us=batch_ms * 1e3)
-    return Plan(1, each_step(steps, ddp.step), {"intended": "dataloader"}, intended_whatifs=(NO_DATALOADER,))
+    timing = Timing(op_us=op_us)
+
+    def program(sim: RankSim) -> Program:
+        for s in range(steps):
+            if host_cores and NO_DATALOADER in sim.fixes:
+                last_us = sim.steps[-1][2] - sim.steps[-1][1] if sim.steps else None
+                sim.host_factor = loader_contention(batch_ms * 1e3, last_us, loader_workers, host_cores)
+            with sim.step(s + 1):
+                yield from ddp.step(sim, s)
+
+    return Plan(1, program, {"intended": "dataloader"}, timing=timing, intended_whatifs=(NO_DATALOADER,))
+
+
+def loader_contention(batch_us: float, step_us: float | None, workers: int, cores: int) -> float:
+    """Time factor of the training process's own host work while ``workers`` DataLoader
+    workers keep up with it on ``cores`` CPU cores.
+
+    A worker takes a whole core while it produces a batch (decoding, augmenting: CPU-bound
+    Python) and sleeps once its prefetch queue is full. Keeping up means producing one
+    batch, ``batch_us`` of CPU time, per step, so the workers together keep
+    ``min(workers, batch_us / step_us)`` cores busy, where ``step_us`` is the previous
+    profiled step (for the first one, ``batch_us``: one core's worth). With the training
+    process's main thread, ``1 + that`` threads want a core; the scheduler shares the cores
+    evenly, so when they are more than ``cores`` the main thread runs at ``cores / demand``
+    of its speed: its host work takes ``demand / cores`` times as long.
+    """
+    busy = min(float(workers), batch_us / (step_us or batch_us))
+    return max(1.0, (1.0 + busy) / cores)
 
 
 def sync_heavy(

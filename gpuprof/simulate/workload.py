@@ -71,8 +71,11 @@ def forward_layer(sim: RankSim, layer_us: float) -> tuple[float, float]:
     return spans[0][0], spans[-1][1]
 
 
-def backward_layer(sim: RankSim, layer_us: float) -> tuple[float, float]:
-    spans = [sim.aten(op, kernel, layer_us * share) for op, kernel, share in layer_ops(backward=True)]
+def backward_layer(sim: RankSim, layer_us: float, op_us: float | None = None) -> tuple[float, float]:
+    """The layer's backward operators (``op_us`` of host time each: default the rank's
+    timing, as for the forward); returns the device span of its kernels."""
+    ops = layer_ops(backward=True)
+    spans = [sim.aten(op, kernel, layer_us * share, op_us=op_us) for op, kernel, share in ops]
     return spans[0][0], spans[-1][1]
 
 
@@ -202,7 +205,9 @@ def train_step(
 class DataParallel:
     """A data-parallel (DDP) training step: ``layers`` layers of ``layer_us`` forward time,
     ``grad_mb`` of gradients all-reduced over ``ranks`` in ``buckets`` buckets during the
-    backward pass over links of ``link_gbs``, after a DataLoader wait of ``batch_wait_us``."""
+    backward pass over links of ``link_gbs``, after a DataLoader wait of ``batch_wait_us``.
+    ``backward_op_us``: host time of each backward operator (autograd's engine runs in C++,
+    cheaper than the forward's Python), default the rank's timing like the forward's."""
 
     ranks: int
     layers: int
@@ -211,6 +216,7 @@ class DataParallel:
     buckets: int
     link_gbs: float
     batch_wait_us: float = 40.0
+    backward_op_us: float | None = None
 
     def step(self, sim: RankSim, step: int, scale: float = 1.0) -> Program:
         """One step on ``sim`` (``step`` from 0), its compute ``scale`` times as long:
@@ -227,7 +233,7 @@ class DataParallel:
         pending = 0
         with sim.op("autograd::engine::evaluate_function: torch::autograd::AccumulateGrad"):
             for i in range(layers):
-                backward_layer(sim, layer_us)
+                backward_layer(sim, layer_us, self.backward_op_us)
                 pending += 1
                 if self.ranks > 1 and (pending == per_bucket or i == layers - 1):
                     nbytes = self.grad_mb * 1e6 * pending / layers
