@@ -18,7 +18,8 @@ from typing import Any
 import numpy as np
 import pytest
 
-from gpuprof.job.opdag import BATCH_US, _program_deps, applies
+from gpuprof.job.opdag import applies
+from gpuprof.job.opdag_order import BATCH_US, program_deps
 from gpuprof.model.report import report_to_dict
 from gpuprof.pipeline import run_analysis
 
@@ -133,13 +134,13 @@ def test_program_order_batches_and_timer_jitter() -> None:
     end = np.array([1000.0, 1150.0, 1300.0, 3000.0, 13000.0, 5000.0])
     lane = np.array([0, 1, 1, 0, 2, 0])
     step = np.zeros(6, dtype=np.int64)
-    deps, first, _ = _program_deps(start, end, lane, step, [False])
+    deps, first, _ = program_deps(start, end, lane, step, [False])
     assert first.tolist() == [True, False, False, False, False, False]
     assert {1, 2} <= set(deps[3])  # the batch before it, 100 us of overlap tolerated
     assert 3 in deps[4] and 3 in deps[5]
     assert 4 not in deps[5]  # still running: not waited for
     # Step 1 not recorded with step 0 (not chained): its first op is anchored.
-    deps2, first2, _ = _program_deps(start, end, lane, np.array([0, 0, 0, 1, 1, 1]), [False, False])
+    deps2, first2, _ = program_deps(start, end, lane, np.array([0, 0, 0, 1, 1, 1]), [False, False])
     assert first2[3] and deps2[3] == []
 
 

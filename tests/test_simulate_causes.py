@@ -33,7 +33,6 @@ from gpuprof.simulate.fixes import (
     WHATIF_HELP,
     WHATIFS,
     others_median,
-    peer_median,
 )
 from gpuprof.simulate.job import job_step_us, simulate_job
 from gpuprof.simulate.platform import CUDA
@@ -96,9 +95,6 @@ def test_peer_medians_never_slow_a_member_down() -> None:
     assert others_median([1.0, 1.0, 1.0, 10.0], [[0, 1, 2, 3]]) == [1.0, 1.0, 1.0, 1.0]
     assert others_median([2.0, 5.0, 7.0], [[0, 1, 2]]) == [2.0, 4.5, 3.5]
     assert others_median([4.0, 1.0], [[0]]) == [4.0, 1.0]  # alone in its group, or in none
-    # the median including the member (peer_median_compute): never above the member's own
-    assert peer_median([2.5, 1.0], [[0, 1]]) == [1.75, 1.0]
-    assert peer_median([1.0, 1.0, 2.0, 0.5], [[0, 1, 2, 3]]) == [1.0, 1.0, 1.0, 0.5]
 
 
 # -- the export, as real ones are written -------------------------------------------------------
@@ -264,8 +260,9 @@ def test_slow_last_stage_worker_of_two_replicas(tmp_path: Path) -> None:
     assert truth["expected"]["culprit_ranks"] == [24]  # stage 3, replica 0, TP 4
     wi = truth["whatif"]
     assert wi["culprit_ranks"]["peer_median_compute"] == [24]  # its peer (rank 28) keeps its speed
-    assert wi["savings_pct"]["peer_median_compute"] > 10.0
-    assert wi["savings_pct"]["no_variation"] >= wi["savings_pct"]["peer_median_compute"]
+    # At its one peer's speed (the median of the *other* replicas: with two, the other one),
+    # not halfway to it: the job loses most of what the slow GPU cost it.
+    assert wi["savings_pct"]["peer_median_compute"] > 30.0
 
 
 # -- a slow host ----------------------------------------------------------------------------------

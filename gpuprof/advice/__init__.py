@@ -8,7 +8,8 @@ registered with ``@advisor`` in :data:`ADVISORS` (in the order modules are liste
 :data:`_ADVISOR_MODULES`). The phrasebook (:mod:`gpuprof.advice.phrasebook`) is the one
 place that words findings: titles, evidence and actions, each recommendation carrying its
 facts beside the prose. :func:`advise` runs the advisors, holds back what the trace cannot
-support (below) and ranks the rest by estimated savings.
+support (below) and ranks the rest: a fault (a GPU, link, group or host slower than its
+peers, :data:`FAULTS`) first when it saves a fair share, then by estimated savings.
 
 Evidence
 --------
@@ -27,7 +28,7 @@ recommendation with no ranks), else its own ranks.
 from __future__ import annotations
 
 import importlib
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -51,6 +52,8 @@ from gpuprof.model.report import Recommendation, sort_recommendations
 __all__ = [
     "ADVISORS",
     "CATEGORY_NEEDS",
+    "FAULTS",
+    "FAULT_FIRST_PCT",
     "MIN_SAVINGS_PCT",
     "NEEDS",
     "Advice",
@@ -61,6 +64,7 @@ __all__ = [
     "Said",
     "advise",
     "advise_all",
+    "rank_recommendations",
     "advisor",
     "hold_back",
     "needs_of",
@@ -151,6 +155,27 @@ def hold_back(
     return HeldBack(rec, missing, why) if missing else None
 
 
+# Faults: one part of the job slower than its peers (a GPU, a pipeline link, a group's
+# collectives, a host). Repairing one restores the job's own speed; the other advice tunes a
+# healthy job. A fault that saves at least FAULT_FIRST_PCT of the step is named first.
+FAULTS = frozenset({"straggler-link", "straggler-collective", "straggler-host"})
+FAULT_FIRST_PCT = 5.0
+
+
+def _is_fault(r: Recommendation) -> bool:
+    if r.id == "straggler-rank":
+        return r.facts.get("kind") == "hardware"
+    return r.id in FAULTS
+
+
+def rank_recommendations(recs: Sequence[Recommendation]) -> tuple[Recommendation, ...]:
+    """Faults that save at least :data:`FAULT_FIRST_PCT` first, then the rest; each part by
+    estimated savings (ties by id)."""
+    ranked = sort_recommendations(recs)
+    first = [r for r in ranked if _is_fault(r) and r.estimated_savings_pct >= FAULT_FIRST_PCT]
+    return tuple(first) + tuple(r for r in ranked if r not in first)
+
+
 def advise_all(ctx: AdviceContext) -> Advice:
     """Run every advisor; rank what the trace supports, hold back the rest, add the general
     advice for any cause left without a recommendation (:mod:`gpuprof.advice.general`) and
@@ -194,7 +219,7 @@ def advise_all(ctx: AdviceContext) -> Advice:
     combined = combined_savings_pct(ctx, kept)
     # What the fixes save together is said once, under the recommendations (the renderers'
     # combined line), not in each of them.
-    done = finalize(ctx, sort_recommendations(explain_disagreement(ctx, kept)))
+    done = finalize(ctx, rank_recommendations(explain_disagreement(ctx, kept)))
     return Advice(done.recommendations, tuple(held), combined, done.absorbed_warnings)
 
 

@@ -29,7 +29,7 @@ class AdviceContext:
     """Everything an advisor may look at. ``cross`` is the job-level findings dict of the
     cross-rank analysis; ``samples`` the NVML sample findings of a ``gpuprof run`` session
     (``None`` when the input has no samples); ``whatifs`` the job's what-if replays
-    (:class:`gpuprof.job.whatifs.WhatIfResults`, ``None`` when none could be built)."""
+    (:class:`gpuprof.job.whatif_results.WhatIfResults`, ``None`` when none could be built)."""
 
     summaries: Sequence[RankSummary]
     reports: Sequence[RankReport]
@@ -74,6 +74,10 @@ NEEDS: Mapping[str, frozenset[Evidence]] = {
     "straggler-rank": _EXPOSURE,
     "straggler-rotating": _EXPOSURE,
     "straggler-absent-rank": _EXPOSURE,
+    "straggler-link": _EXPOSURE,
+    "straggler-collective": _EXPOSURE,
+    # a slow host is told from its host events
+    "straggler-host": _EXPOSURE | _HOST_SIDE,
     "pipeline-bubble": _EXPOSURE,
     "pipeline-imbalance": _EXPOSURE,
     "memory-exposed-copies": _EXPOSURE,

@@ -11,7 +11,7 @@ slowest rank), and a line saying what was missing to be specific.
 and drain; allocator frees inside the operators a CUDA graph would remove). Their savings do
 not add up: every recommendation with a replay carries one line with the saving of fixing
 all of them at once, from one replay of every what-if together
-(:meth:`gpuprof.job.whatifs.WhatIfResults.combined_pct`), whenever that is less than the
+(:meth:`gpuprof.job.whatif_results.WhatIfResults.combined_pct`), whenever that is less than the
 sum. The same figure is the report's ``job.combined_savings_pct``, never more than the
 largest share of a step any rank loses.
 """
@@ -106,8 +106,14 @@ def general_findings(ctx: AdviceContext, recs: Sequence[Recommendation]) -> list
             continue
         got = next((x for x in (replayed(ctx, n) for n in _WHATIFS[cause]) if x is not None and x.pct > 0), None)
         evidence = [said("general.share", cause=cause.value, top_pct=top, ranks=tuple(ranks))]
-        if cause is Cause.OTHER:
-            # Time no rule explains has no fix to replay: its share is shown, no saving is claimed.
+        pipe = ctx.cross.get("pipeline") if cause is Cause.PIPELINE_BUBBLE else None
+        known = isinstance(pipe, Mapping) and bool(pipe.get("microbatches")) and (
+            pipe.get("theoretical_bubble_fraction") is not None
+        )
+        if cause is Cause.OTHER or (known and got is None):
+            # Time no rule explains has no fix to replay, nor has a bubble the schedule does
+            # not make (stages waiting for a slower part of the job, named above): its share
+            # is shown, no saving is claimed.
             pct = 0.0
             evidence.append(said("general.no_saving"))
             evidence.extend(_queued(ctx, ranks))
@@ -120,8 +126,7 @@ def general_findings(ctx: AdviceContext, recs: Sequence[Recommendation]) -> list
         else:
             pct = cause_savings_pct(ctx.reports, cause)
             evidence.append(said("general.closed_form"))
-        pipe = ctx.cross.get("pipeline") if cause is Cause.PIPELINE_BUBBLE else None
-        if isinstance(pipe, Mapping) and pipe.get("microbatches") and pipe.get("theoretical_bubble_fraction") is not None:
+        if known and isinstance(pipe, Mapping):
             # The schedule is known and its own fill and drain are small: the measured
             # bubble is stages waiting for a slower one (a straggler's replica, varying work).
             evidence.append(said("general.why_pipeline_known", schedule=str(pipe.get("schedule", "unknown")),

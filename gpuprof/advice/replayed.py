@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from gpuprof.advice.context import AdviceContext
 from gpuprof.advice.finding import Fact, Said, said
 from gpuprof.advice.savings import MIN_WINDOW_US
-from gpuprof.job.whatifs import WhatIfResults
+from gpuprof.job.whatif_results import WhatIfResults
 
 # Above this model error (percent of the measured step) estimates are called rough.
 ROUGH_MODEL_ERROR_PCT = 5.0

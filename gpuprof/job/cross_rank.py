@@ -82,7 +82,7 @@ from gpuprof.job.linkspeed import job_bandwidth
 from gpuprof.job.opdag import wait_claims as opdag_wait_claims
 from gpuprof.job.pipeline_parallel import PipelineResult, analyze_pipeline
 from gpuprof.job.stragglers import name_stragglers
-from gpuprof.job.whatifs import WhatIfResults, run_whatifs
+from gpuprof.job.whatif_results import WhatIfResults, run_whatifs
 from gpuprof.model import intervals as iv
 from gpuprof.model.intervals import Intervals
 from gpuprof.model.report import Cause

@@ -48,7 +48,6 @@ Pure: the summaries are only read.
 
 from __future__ import annotations
 
-import bisect
 import itertools
 from collections.abc import Mapping, Sequence
 
@@ -59,6 +58,18 @@ from gpuprof.accounting.graph import EV_COLLECTIVE, EV_COMPUTE, EV_P2P, RankGrap
 from gpuprof.accounting.summary import RankSummary
 from gpuprof.job import opdag_waits
 from gpuprof.job.opdag_compile import OpDag, compile_dag
+from gpuprof.job.opdag_order import (
+    BATCH_US,
+    BWD_RECV,
+    BWD_SEND,
+    FWD_RECV,
+    FWD_SEND,
+    OVERLAP_SHARE,
+    OVERLAP_US,
+    pipeline_deps,
+    program_deps,
+    roles,
+)
 from gpuprof.job.replay_types import Group
 from gpuprof.model import intervals as iv
 from gpuprof.model.intervals import Intervals
@@ -67,16 +78,6 @@ from gpuprof.model.report import Cause
 FloatArray = npt.NDArray[np.float64]
 IntArray = npt.NDArray[np.int64]
 
-# Ops of a worker starting within this long of each other were issued together.
-BATCH_US = 20.0
-# An op of an earlier batch that ended this little after another op started still
-# preceded it: timers read on different threads overlap their neighbours by up to ~130 us
-# in the published Megatron exports. So does one that ended within :data:`OVERLAP_SHARE`
-# of its own duration after the start (a long op's timer stopped late); an op still running
-# well after the next one started is asynchronous (a reduction on a side stream), not
-# waited for there.
-OVERLAP_US = 200.0
-OVERLAP_SHARE = 0.25
 
 
 def applies(summaries: Sequence[RankSummary]) -> bool:
@@ -95,189 +96,6 @@ def _runs(s: RankSummary, g: RankGraph) -> list[bool]:
     if g.stitched is not None:
         return [False] * len(nums)
     return [b == a + 1 for a, b in itertools.pairwise(nums)] + [False]
-
-
-def _program_deps(
-    start: FloatArray, end: FloatArray, lane: IntArray, step: IntArray, chained: Sequence[bool]
-) -> tuple[list[list[int]], npt.NDArray[np.bool_], IntArray]:
-    """One worker's dependencies in program order (local indices), which ops begin a run
-    of steps (anchored: nothing before them in the model) and each op's run. ``chained[t]``:
-    step ``t`` runs on into step ``t + 1``."""
-    n = start.size
-    deps: list[list[int]] = [[] for _ in range(n)]
-    first = np.zeros(n, dtype=bool)
-    run = np.zeros(n, dtype=np.int64)
-    if n == 0:
-        return deps, first, run
-    order = np.lexsort((end, start)).tolist()
-    st = start.tolist()
-    en = end.tolist()
-    stp = step.tolist()
-    ln = lane.tolist()
-    n_steps = len(chained)
-    prev_batch: list[int] = []
-    batch: list[int] = []
-    done: list[tuple[float, int]] = []  # (end, op) of the run's earlier batches, by end
-    last_in_lane: dict[int, int] = {}
-    run_first = True  # in the first batch of a run
-    prev: int | None = None
-    run_no = 0
-    for i in order:
-        if prev is not None:
-            s0, s1 = stp[prev], stp[i]
-            new_run = s1 != s0 and not (s1 == s0 + 1 and 0 <= s0 < n_steps and chained[s0])
-            b0 = batch[0]
-            # Issued together: started within BATCH_US of the batch's first op, while that
-            # op had run less than half its length (a receive that ended before the compute
-            # it fed began is not issued with it, however short it was).
-            together = st[i] - st[b0] <= BATCH_US and st[i] < st[b0] + 0.5 * (en[b0] - st[b0])
-            if new_run or not together:
-                for j in batch:
-                    bisect.insort(done, (en[j], j))
-                    last_in_lane[ln[j]] = j
-                prev_batch, batch = batch, []
-                run_first = False
-            if new_run:
-                prev_batch, done, last_in_lane, run_first = [], [], {}, True
-                run_no += 1
-        batch.append(i)
-        run[i] = run_no
-        prev = i
-        if run_first:
-            first[i] = True
-            continue
-        limit = st[i] + OVERLAP_US
-        got = [j for j in prev_batch if en[j] <= st[i] + max(OVERLAP_US, OVERLAP_SHARE * (en[j] - st[j]))]
-        k = bisect.bisect_right(done, (limit, n)) - 1
-        if k >= 0 and done[k][1] not in got:
-            got.append(done[k][1])
-        lj = last_in_lane.get(ln[i])
-        if lj is not None and en[lj] <= st[i] + max(OVERLAP_US, OVERLAP_SHARE * (en[lj] - st[lj])) and lj not in got:
-            got.append(lj)
-        deps[i] = got
-    return deps, first, run
-
-
-# Roles of pipeline ops, from their names (``-1``: any other op).
-FWD_SEND, FWD_RECV, BWD_SEND, BWD_RECV, FWD, BWD = range(6)
-
-
-def roles(names: Sequence[str], kind_of_name: Sequence[int]) -> IntArray:
-    """Per op name, its pipeline role: a forward/backward send or receive (point-to-point
-    ops whose name says one direction and one phase), forward/backward compute, or -1."""
-    out = np.full(len(names), -1, dtype=np.int64)
-    for i, (x, k) in enumerate(zip(names, kind_of_name)):
-        low = x.lower()
-        fwd, bwd = "forward" in low, "backward" in low
-        if fwd == bwd:
-            continue
-        if k == EV_P2P:
-            send, recv = "send" in low, "recv" in low
-            if send != recv:
-                out[i] = (FWD_SEND if fwd else BWD_SEND) + (1 if recv else 0)
-        elif k == EV_COMPUTE:
-            out[i] = FWD if fwd else BWD
-    return out
-
-
-def _precedes(start: Sequence[float], end: Sequence[float], u: int, v: int) -> bool:
-    """Op ``u`` ended by op ``v``'s start (within the timers' jitter)."""
-    return end[u] <= start[v] + max(OVERLAP_US, OVERLAP_SHARE * (end[u] - start[u]))
-
-
-def _pipeline_deps(
-    start: FloatArray, end: FloatArray, role: IntArray, step: IntArray, run: IntArray, deps: list[list[int]]
-) -> None:
-    """Replace the program-order dependencies of a worker's pipeline ops (forward/backward
-    compute, sends, receives) by what they need, in place. Timers of point-to-point ops may
-    run beside compute (a receive posted early), so a receive that happened to end just
-    before an op is not what that op waited for. As the published what-if simulator does:
-    compute runs in order on its stream and waits for the receive that brings its input
-    (the k-th forward compute of a step takes the k-th forward receive, where the counts
-    match; else the latest unused receive that ended before it); a send waits for the
-    compute that produced what it carries; sends and receives of one kind keep their
-    order; a receive is posted after the compute before it. Other ops keep program order."""
-    n = start.size
-    if n == 0 or not (role >= 0).any():
-        return
-    st, en = start.tolist(), end.tolist()
-    rl = role.tolist()
-    for v in range(n):
-        if rl[v] >= 0 and deps[v]:
-            deps[v] = [u for u in deps[v] if rl[u] < 0]
-
-    def add(u: int, v: int) -> None:
-        if u != v and u not in deps[v] and _precedes(st, en, u, v):
-            deps[v].append(u)
-
-    order = np.lexsort((start, run)).tolist()
-    last_of_role: dict[tuple[int, int], int] = {}
-    last_compute: dict[int, int] = {}  # run -> latest compute so far (by start)
-    by_end_compute: dict[int, list[tuple[float, int]]] = {}
-    runs = run.tolist()
-    for v in order:
-        r, k = runs[v], rl[v]
-        if k < 0:
-            continue
-        prev = last_of_role.get((r, k))
-        if prev is not None:
-            add(prev, v)
-        if k in (FWD, BWD):
-            pc = last_compute.get(r)
-            if pc is not None:
-                add(pc, v)
-            last_compute[r] = v
-            bisect.insort(by_end_compute.setdefault(r, []), (en[v], v))
-        elif k in (FWD_RECV, BWD_RECV):
-            # Posted after the latest compute that had ended.
-            ends = by_end_compute.get(r, [])
-            j = bisect.bisect_right(ends, (st[v] + OVERLAP_US, n)) - 1
-            if j >= 0:
-                add(ends[j][1], v)
-        last_of_role[(r, k)] = v
-    # Per step: which receive each compute takes, which compute each send carries.
-    steps = step.tolist()
-    per: dict[tuple[int, int], list[int]] = {}
-    for v in order:
-        if rl[v] >= 0:
-            per.setdefault((steps[v], rl[v]), []).append(v)
-    for t in {x for x, _ in per}:
-        for comp, recv, send in ((FWD, FWD_RECV, FWD_SEND), (BWD, BWD_RECV, BWD_SEND)):
-            cs = per.get((t, comp), [])
-            rs = per.get((t, recv), [])
-            ss = per.get((t, send), [])
-            if rs and cs:
-                if len(rs) == len(cs):
-                    pairs = list(zip(rs, cs))
-                elif len(rs) == len(cs) - 1:
-                    pairs = list(zip(rs, cs[1:]))
-                else:
-                    pairs = _by_time(rs, cs, st, en)
-                for a, b in pairs:
-                    add(a, b)
-            if ss and cs:
-                if len(ss) == len(cs) or len(ss) == len(cs) - 1:
-                    pairs = list(zip(cs, ss))
-                else:
-                    pairs = [(b, a) for a, b in _by_time(cs, ss, st, en)]
-                for a, b in pairs:
-                    add(a, b)
-
-
-def _by_time(first: Sequence[int], then: Sequence[int], st: Sequence[float], en: Sequence[float]) -> list[tuple[int, int]]:
-    """Each op of ``then`` with the latest op of ``first`` that ended before it and is not
-    taken yet."""
-    out: list[tuple[int, int]] = []
-    taken: set[int] = set()
-    for v in then:
-        best = None
-        for u in first:
-            if u not in taken and _precedes(st, en, u, v) and (best is None or en[u] > en[best]):
-                best = u
-        if best is not None:
-            taken.add(best)
-            out.append((best, v))
-    return out
 
 
 def _step_of(g: RankGraph, s: RankSummary) -> IntArray:
@@ -338,6 +156,35 @@ def _p2p_pairs(
     return out
 
 
+def _families(s: RankSummary, g: RankGraph, role: IntArray, code: dict[tuple[str, ...], int]) -> IntArray:
+    """Each event's communication *family* (-1 none), the unit compared with its peers:
+    a pipeline link, ``("link", replica, lower stage, upper stage, phase)`` for a send or a
+    receive between two stages (known from the worker's place in the layout and the op's
+    direction), or a collective's process group, ``("collective", op name, group)``."""
+    out = np.full(g.n_events, -1, dtype=np.int64)
+    pp = int(s.parallel.get("pp_size", 0))
+    if "pp_rank" in s.parallel and pp >= 2:
+        d, st = int(s.parallel.get("dp_rank", 0)), int(s.parallel["pp_rank"])
+        for r, (phase, lower) in {
+            FWD_SEND: ("forward", st),
+            FWD_RECV: ("forward", st - 1),
+            BWD_SEND: ("backward", st - 1),
+            BWD_RECV: ("backward", st),
+        }.items():
+            sel = role == r
+            if sel.any():
+                a, b = lower % pp, (lower + 1) % pp
+                out[sel] = code.setdefault(("link", str(d), str(a), str(b), phase), len(code))
+    comms = s.comms_table
+    coll = np.flatnonzero((g.kind == EV_COLLECTIVE) & (g.comm_row >= 0))
+    if coll.size and len(comms):
+        pgs = comms["pg"]
+        for i in coll.tolist():
+            name = g.names[int(g.name_idx[i])] if g.name_idx is not None else ""
+            out[i] = code.setdefault(("collective", name, str(pgs[int(g.comm_row[i])])), len(code))
+    return out
+
+
 def _count(summaries: Sequence[RankSummary], rank: int) -> int:
     for s in summaries:
         if s.rank == rank and s.graph is not None:
@@ -360,7 +207,8 @@ def build_opdag(
     lo_arr = np.concatenate(([0], np.cumsum(counts))).astype(np.int64)
     node_lo = {r: int(lo_arr[p]) for p, r in enumerate(ranks)}
     name_code: dict[str, int] = {}
-    parts: dict[str, list[np.ndarray]] = {k: [] for k in ("start", "end", "kind", "step", "step_no", "name", "lane", "pos")}
+    parts: dict[str, list[np.ndarray]] = {k: [] for k in ("start", "end", "kind", "step", "step_no", "name", "lane", "pos", "family")}
+    family_code: dict[tuple[str, ...], int] = {}
     deps: list[list[int]] = []
     first_parts: list[npt.NDArray[np.bool_]] = []
     chained: list[list[bool]] = []
@@ -372,10 +220,10 @@ def build_opdag(
         runs = _runs(s, g)
         chained.append(runs)
         lane = np.repeat(np.arange(g.n_streams), np.diff(g.bounds)).astype(np.int64)
-        d, first, run = _program_deps(g.start + off, g.start + g.dur + off, lane, step, runs)
+        d, first, run = program_deps(g.start + off, g.start + g.dur + off, lane, step, runs)
         kinds_of_name = [int(np.max(g.kind[g.name_idx == k])) if (g.name_idx == k).any() else -1 for k in range(len(g.names))]
         role = roles(g.names, kinds_of_name)[g.name_idx] if g.names else np.full(g.n_events, -1, dtype=np.int64)
-        _pipeline_deps(g.start + off, g.start + g.dur + off, role, step, run, d)
+        pipeline_deps(g.start + off, g.start + g.dur + off, role, step, run, d)
         base = int(lo_arr[p])
         deps.extend([[base + j for j in row] for row in d])
         first_parts.append(first)
@@ -389,6 +237,7 @@ def build_opdag(
         parts["name"].append(codes[g.name_idx] if codes.size else np.zeros(g.n_events, dtype=np.int64))
         parts["lane"].append(lane)
         parts["pos"].append(np.full(g.n_events, p, dtype=np.int64))
+        parts["family"].append(_families(s, g, role, family_code))
     start = np.concatenate(parts["start"]) if parts["start"] else np.zeros(0)
     end = np.concatenate(parts["end"]) if parts["end"] else np.zeros(0)
     kind = np.concatenate(parts["kind"]).astype(np.int8) if parts["kind"] else np.zeros(0, np.int8)
@@ -397,6 +246,7 @@ def build_opdag(
     name_of = np.concatenate(parts["name"]) if parts["name"] else np.zeros(0, np.int64)
     rank_pos = np.concatenate(parts["pos"]) if parts["pos"] else np.zeros(0, np.int64)
     first = np.concatenate(first_parts) if first_parts else np.zeros(0, dtype=bool)
+    family = np.concatenate(parts["family"]) if parts["family"] else np.zeros(0, np.int64)
     n = start.size
     names = sorted(name_code, key=name_code.__getitem__)
 
@@ -429,6 +279,8 @@ def build_opdag(
     step_us = float(np.median([s.window_us / s.step_count for s in active])) if active else 0.0
     waits = opdag_waits.untimed_waits(active, rank_pos, start, ready, step_no, name_of, group, members, step_us)
     return compile_dag(
+        family=family,
+        family_keys=tuple(sorted(family_code, key=family_code.__getitem__)),
         ranks=ranks,
         node_lo=lo_arr,
         rank_pos=rank_pos,

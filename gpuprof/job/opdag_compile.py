@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import heapq
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import numpy as np
 import numpy.typing as npt
@@ -68,6 +68,10 @@ class OpDag:
     seg_chained: npt.NDArray[np.bool_]
     unreached: int = 0
     waits_found: int = 0
+    # Each node's communication family (-1 none; see gpuprof.job.opdag._families) and the
+    # families' keys.
+    family: IntArray = field(default_factory=lambda: np.zeros(0, dtype=np.int64))
+    family_keys: tuple[tuple[str, ...], ...] = ()
 
     @property
     def n(self) -> int:
@@ -76,6 +80,8 @@ class OpDag:
 
 def compile_dag(
     *,
+    family: IntArray,
+    family_keys: tuple[tuple[str, ...], ...],
     ranks: tuple[int, ...],
     node_lo: IntArray,
     rank_pos: IntArray,
@@ -171,6 +177,8 @@ def compile_dag(
         seg_chained=seg_chained,
         unreached=unreached,
         waits_found=len(waits),
+        family=family,
+        family_keys=family_keys,
     )
 
 

@@ -45,8 +45,9 @@ Bubble (the ``pipeline_bubble`` claim)
 
 Imbalance
     A stage's compute per microbatch is its forward plus backward time per step over ``m``
-    (the median over its data-parallel replicas: one slow replica is a slow rank, reported as a
-    straggler against its same-stage peers, not a heavier stage).
+    (of its typical data-parallel replica, :func:`gpuprof.job.samework.typical`: one slow
+    replica is a slow rank, reported as a straggler against its same-stage peers, not a
+    heavier stage).
     With per-microbatch times ``t_k``, a pipeline step lasts about
     ``sum(t_k) + (m-1) * max(t_k)`` (each microbatch crosses every stage once; the slowest
     stage sets the pace of the other ``m-1``), which is how the slowest stage inflates every
@@ -62,6 +63,7 @@ from typing import Any
 import numpy as np
 
 from gpuprof.accounting.summary import RankSummary
+from gpuprof.job.samework import typical
 from gpuprof.model import intervals as iv
 from gpuprof.model.table import Table
 from gpuprof.model.timeline import Category
@@ -392,9 +394,10 @@ def analyze_pipeline(summaries: Sequence[RankSummary], offsets: Mapping[int, flo
         bwd = [s.phases_us.get("backward") for s in ss]
         row: dict[str, Any] = {"stage": st, "ranks": [s.rank for s in ss]}
         if m and all(f is not None for f in fwd) and all(b is not None for b in bwd):
-            # The replicas' median: one slow replica is a slow rank, not a heavier stage.
-            f_mb = float(np.median([float(f) for f in fwd if f is not None])) / (m * chunks)
-            b_mb = float(np.median([float(b) for b in bwd if b is not None])) / (m * chunks)
+            # The typical replica (the median; of two, the faster): one slow replica is a slow
+            # rank, not a heavier stage.
+            f_mb = typical([float(f) for f in fwd if f is not None]) / (m * chunks)
+            b_mb = typical([float(b) for b in bwd if b is not None]) / (m * chunks)
             row["forward_per_microbatch_us"] = round(f_mb, 3)
             row["backward_per_microbatch_us"] = round(b_mb, 3)
             t_mb[st] = f_mb + b_mb

@@ -6,13 +6,14 @@ else every rank of the job (see :func:`gpuprof.job.assemble.build_job_model`). T
 compute is compared per step and per *segment* (the work between consecutive collectives,
 which every data-parallel peer runs alike). From that:
 
-* :func:`peer_factors`: per-event factors that bring a rank's compute to its peers' median
-  (``peer_median_compute``); :func:`slow_ranks`: ranks slower than their peers in every
+* :func:`peer_factors`: per-event factors that bring a rank's compute to the median of its
+  peers, the other ranks doing the same work (``peer_median_compute``); :func:`slow_ranks`: ranks slower than their peers in every
   step (a slow GPU), which :func:`batch_factors` leaves at their speed;
 * :func:`batch_factors`: every op of a type at the mean of its type over the stage's
   replicas and microbatches in the step (``balanced_batches``); :func:`variation_factors`:
   every op at its type's mean over the job (``no_variation``);
 * :func:`stage_factors`: each stage's compute at the mean over stages (``balanced_stages``);
+* :func:`host_cuts`: a rank's own host work at its peers' median (``peer_median_host``);
 * for the advice: :func:`op_variation`, :func:`heavy_ranks`, :func:`slowest_per_step`.
 
 Pure functions of the job model's tables (:class:`gpuprof.job.whatifs.JobModel` calls them
@@ -27,6 +28,8 @@ import numpy as np
 import numpy.typing as npt
 
 from gpuprof.accounting.graph import EV_COLLECTIVE, EV_COMPUTE, EV_P2P, RankGraph
+from gpuprof.model import intervals as iv
+from gpuprof.model.intervals import Intervals
 
 FloatArray = npt.NDArray[np.float64]
 IntArray = npt.NDArray[np.int64]
@@ -207,6 +210,31 @@ def batch_factors(
     return out
 
 
+def others_medians(table: FloatArray) -> FloatArray:
+    """Per row of ``table`` (ranks x columns), the median of the *other* rows in each column
+    (the row itself left out: with two ranks, each one's median is the other's value).
+    From one sort per column: leaving one value out shifts the order statistics behind it."""
+    n = table.shape[0]
+    if n < 2:
+        return np.full(table.shape, np.nan)
+    order = np.argsort(table, axis=0, kind="stable")
+    srt = np.take_along_axis(table, order, axis=0)
+    pos = np.empty_like(order)
+    np.put_along_axis(pos, order, np.arange(n)[:, None].repeat(table.shape[1], axis=1), axis=0)
+    cols = np.arange(table.shape[1])[None, :]
+
+    def at(q: int) -> FloatArray:
+        # The q-th smallest of the others: the q-th of all, or the next when the row's own
+        # value sits at or before q.
+        idx = np.where(pos <= q, q + 1, q)
+        return np.asarray(srt[idx, cols], dtype=np.float64)
+
+    k = n - 1
+    if k % 2 == 1:
+        return at(k // 2)
+    return 0.5 * (at(k // 2 - 1) + at(k // 2))
+
+
 def peer_factors(
     peers_of: Peers,
     segment_of_event: Mapping[int, IntArray],
@@ -217,35 +245,36 @@ def peer_factors(
 ) -> dict[int, FloatArray]:
     """Per rank, a factor for each of its events: its compute in each *segment* (the
     work between two consecutive collectives, which every data-parallel peer runs alike)
-    scaled to the median of its peers' compute in that segment, never above 1 -- a slow
-    GPU is slow in every segment, data-dependent imbalance (a longer rollout, a longer
-    sequence) in some. Peers with a different sequence of collectives are compared step
-    by step, and on their means when even their step counts differ. Ranks with nothing
-    to scale are left out. The peers' median is worked out once per group of peers (every
-    member of a group has the same peers)."""
+    scaled to the median of its peers' (the *other* ranks doing the same work) compute in
+    that segment, never above 1 -- a slow GPU is slow in every segment, data-dependent
+    imbalance (a longer rollout, a longer sequence) in some. Peers with a different
+    sequence of collectives are compared step by step, and on their means when even their
+    step counts differ. Ranks with nothing to scale are left out. The medians are worked
+    out once per group of peers (:func:`others_medians`)."""
     out: dict[int, FloatArray] = {}
-    medians: dict[tuple[int, tuple[int, ...]], FloatArray | None] = {}
+    medians: dict[tuple[int, tuple[int, ...]], dict[int, FloatArray] | None] = {}
     tables = ((segment_of_event, compute_by_segment), (step_of_event, compute_by_step))
     for r, peers in peers_of.items():
         for which, (index, table) in enumerate(tables):
             mine = table.get(r)
             key = (which, tuple(peers))
             if key not in medians:
-                rows = [table[q] for q in peers if q in table]
+                members = [q for q in peers if q in table]
+                rows = [table[q] for q in members]
                 size = rows[0].size if rows else 0
                 ok = len(rows) >= 2 and size > 0 and all(x.size == size for x in rows)
-                medians[key] = np.median(np.vstack(rows), axis=0) if ok else None
-            med_or_none = medians[key]
-            if mine is None or med_or_none is None or mine.size != med_or_none.size:
+                medians[key] = dict(zip(members, others_medians(np.vstack(rows)))) if ok else None
+            got = medians[key]
+            med = got.get(r) if got is not None else None
+            if mine is None or med is None or mine.size != med.size:
                 continue
-            med = med_or_none
             f = np.where(mine > 0, np.minimum(1.0, med / np.where(mine > 0, mine, 1.0)), 1.0)
             out[r] = f[np.clip(index[r], 0, f.size - 1)]
             break
         else:
-            vals = [compute_us_per_step[q] for q in peers if q in compute_us_per_step]
+            vals = [compute_us_per_step[q] for q in peers if q in compute_us_per_step and q != r]
             c = compute_us_per_step.get(r) or 0.0
-            if len(vals) >= 2 and c > 0 and r in step_of_event:
+            if vals and c > 0 and r in step_of_event:
                 out[r] = np.full(step_of_event[r].size, min(1.0, float(np.median(vals)) / c))
     return out
 
@@ -265,6 +294,47 @@ def slow_ranks(peers_of: Peers, compute_us_per_step: Mapping[int, float]) -> dic
     return out
 
 
+def typical(values: Sequence[float]) -> float:
+    """The typical one of some replicas' values: the median, and of an even number the lower
+    of the two middle ones (with two replicas, one of them slow, the healthy one)."""
+    v = sorted(values)
+    return float(v[(len(v) - 1) // 2])
+
+
+def host_cuts(
+    graphs: Sequence[RankGraph], peers_of: Peers, compute_by_step: Mapping[int, FloatArray]
+) -> dict[int, Intervals]:
+    """``peer_median_host``: per rank whose own host work per step (its ``host_work``
+    intervals) is above the median of the other ranks doing the same work, the host time
+    that brings it there. The host runs that much faster: its intervals are cut at every
+    launch inside them and the same share of each piece is removed from its end, so each
+    launch comes earlier by that share of the host work before it (a uniform speed-up, not
+    one cut per interval that would leave the launches inside it where they were)."""
+    work = {g.rank: g.removable.get("host_work") for g in graphs}
+    steps = {g.rank: max(int(compute_by_step[g.rank].size), 1) if g.rank in compute_by_step else 1 for g in graphs}
+    per_step = {r: iv.total(w) / steps[r] for r, w in work.items() if w is not None and w[0].size}
+    out: dict[int, Intervals] = {}
+    for g in graphs:
+        r = g.rank
+        own = per_step.get(r, 0.0)
+        peers = [per_step[q] for q in peers_of.get(r, ()) if q in per_step and q != r]
+        w = work.get(r)
+        if not peers or own <= 0 or w is None:
+            continue
+        target = float(np.median(peers))
+        if own <= target * 1.001:
+            continue
+        keep = target / own
+        cuts = np.unique(g.base[g.release_known]) if g.release_known.any() else np.zeros(0)
+        lo, hi = [], []
+        for a, b in zip(w[0].tolist(), w[1].tolist()):
+            edges = np.concatenate(([a], cuts[(cuts > a) & (cuts < b)], [b]))
+            lo.append(edges[:-1] + keep * np.diff(edges))
+            hi.append(edges[1:])
+        out[r] = (np.concatenate(lo), np.concatenate(hi))
+    return out
+
+
 def stage_factors(stage_of: Mapping[int, int], compute_us_per_step: Mapping[int, float]) -> dict[int, float]:
     """Per rank, the scale that brings its stage's compute to the mean over stages, from each
     rank's compute per step (as measured, or after an earlier change, e.g. the peer fix)."""
@@ -275,9 +345,9 @@ def stage_factors(stage_of: Mapping[int, int], compute_us_per_step: Mapping[int,
             per_stage.setdefault(st, []).append(comp[r])
     if len(per_stage) < 2:
         return {}
-    # A stage's time is its replicas' median: one slow replica is a slow rank (the peer
+    # A stage's time is its typical replica's: one slow replica is a slow rank (the peer
     # fix), not a heavier stage.
-    stage_t = {st: float(np.median(v)) for st, v in per_stage.items()}
+    stage_t = {st: typical(v) for st, v in per_stage.items()}
     mean = float(np.mean(list(stage_t.values())))
     return {r: mean / stage_t[st] for r, st in stage_of.items() if r in comp and stage_t[st] > 0}
 
@@ -286,12 +356,15 @@ __all__ = [
     "SLOW_RANK_RATIO",
     "batch_factors",
     "heavy_ranks",
+    "host_cuts",
     "named_graphs",
     "op_variation",
+    "others_medians",
     "peer_factors",
     "slow_ranks",
     "slowest_per_step",
     "stage_factors",
+    "typical",
     "variation_factors",
     "work_groups",
 ]

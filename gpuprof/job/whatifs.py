@@ -3,7 +3,7 @@
 :func:`gpuprof.job.assemble.build_job_model` ties the ranks' graphs
 (:mod:`gpuprof.accounting.graph`) together with the groups that couple them
 (:mod:`gpuprof.job.coupling`: matched collectives, point-to-point pairs, barriers) into a
-:class:`JobModel`, and :func:`run_whatifs` replays it (:mod:`gpuprof.job.replay`)
+:class:`JobModel`, and :func:`gpuprof.job.whatif_results.run_whatifs` replays it (:mod:`gpuprof.job.replay`)
 unchanged (the model's error against the measured step time) and once per what-if. Every
 saving is
 
@@ -55,6 +55,16 @@ model's error cancels as far as it is the same in both replays. The what-ifs
                         gives every replica and microbatch the same work); a rank that is
                         slower in every step (a slow GPU, :meth:`JobModel.slow_ranks`) keeps
                         its speed.
+``peer_median_link``    op-level timelines: every pipeline link's transfers (the sends and
+                        receives between two stages of one replica) at most the median of the
+                        same link on the other replicas (:mod:`gpuprof.job.peercomm`).
+``peer_median_collective`` op-level timelines: every collective's transfers at most the
+                        median of the same op on the other groups (one stage's slow
+                        data-parallel group).
+``peer_median_host``    every rank's own host work (Python, framework, launches; the
+                        ``host_work`` intervals) takes at most the median of its same-work
+                        peers' per step: each launch inside it comes that share of the host
+                        work before it earlier.
 ``no_variation``        op-level timelines: the job without stragglers, the bound the fixes
                         are measured against -- every compute op at the mean of its type over
                         ranks, stages and steps, every communication op's transfer at the
@@ -67,7 +77,7 @@ traces on the graphs of :mod:`gpuprof.accounting.graph` (:mod:`gpuprof.job.repla
 
 A what-if that does not apply to the job (nothing to remove, no peers, no pipeline) is not
 replayed. Here: the names (:data:`WHATIFS`), what each changes (:meth:`JobModel.whatif`),
-and the savings replayed (:class:`WhatIfResults`); the factors of the what-ifs that even
+and the savings replayed (:class:`gpuprof.job.whatif_results.WhatIfResults`); the factors of the what-ifs that even
 out the work come from :mod:`gpuprof.job.samework`, ``double_microbatches`` from the
 schedule model of :mod:`gpuprof.job.schedule`. Pure: the summaries are only read.
 """
@@ -89,7 +99,7 @@ from gpuprof.accounting.graph import (
     EV_COPY,
     RankGraph,
 )
-from gpuprof.job import samework
+from gpuprof.job import peercomm, samework
 from gpuprof.job.opdag_compile import OpDag
 from gpuprof.job.opdag_run import run_opdag
 from gpuprof.job.replay import Group, JobReplay, ReplayPlan, WhatIf, replay_job
@@ -118,6 +128,9 @@ WHATIFS: Mapping[str, str] = {
     "on_time_start": "every rank begins its step with the median rank",
     "balanced_batches": "every replica and microbatch of a step carries the same work (sequence packing, length bucketing)",
     "no_variation": "the job without stragglers: every op at its type's mean (compute) or median (transfers)",
+    "peer_median_link": "every pipeline link transfers no slower than the same link on the other replicas",
+    "peer_median_collective": "every data-parallel group's collectives no slower than the same collective on the other groups",
+    "peer_median_host": "every rank's own host work no slower than the median of the ranks that do the same work",
 }
 # What-ifs that bound the others rather than stand for a fix a user makes.
 BOUNDS: frozenset[str] = frozenset({"no_variation"})
@@ -136,7 +149,7 @@ _HOST: Mapping[str, tuple[str, tuple[int, ...]]] = {
     "pinned_copies": ("blocking_copies", (BLOCK_COPY,)),
 }
 # What-ifs that take copies off the critical path (see JobModel.copy_floor_us).
-_HIDES_COPIES = frozenset({"pinned_copies", "hidden_copies"})
+HIDES_COPIES = frozenset({"pinned_copies", "hidden_copies"})
 
 
 @dataclass(frozen=True)
@@ -195,6 +208,12 @@ class JobModel:
             out.append("double_bandwidth")
         if self.late_start_us:
             out.append("on_time_start")
+        if self.dag is not None:
+            for name, kind in (("peer_median_link", "link"), ("peer_median_collective", "collective")):
+                if any(float(np.min(f)) < 0.999 for f in self._comm_factors(kind).values()):
+                    out.append(name)
+        if any(r for r in self._host_removed().values()):
+            out.append("peer_median_host")
         for name, factors in (("balanced_batches", self._batch_factors()), ("no_variation", self._variation_factors())):
             if any(f.size and float(np.max(np.abs(f - 1.0))) > 1e-3 for f in factors.values()):
                 out.append(name)
@@ -262,6 +281,20 @@ class JobModel:
             )
         return dict(cached)
 
+    def _comm_factors(self, kind: str) -> dict[int, FloatArray]:
+        """``peer_median_link`` / ``peer_median_collective``'s per-event factors
+        (:func:`gpuprof.job.peercomm.factors`), once per model."""
+        key = "comm_factors_" + kind
+        if key not in self._cache:
+            self._cache[key] = peercomm.factors(self.dag, kind) if self.dag is not None else {}
+        return dict(self._cache[key])
+
+    def _host_removed(self) -> dict[int, Intervals]:
+        """``peer_median_host``'s host time removed per rank (:func:`gpuprof.job.samework.host_cuts`)."""
+        if "host_removed" not in self._cache:
+            self._cache["host_removed"] = samework.host_cuts(self.graphs, self.peers, self.compute_by_step)
+        return dict(self._cache["host_removed"])
+
     def _stage_factors(self, base: Mapping[int, float] | None = None) -> dict[int, float]:
         """Per rank, the scale that brings its stage's compute to the mean over stages
         (``base``: compute per step after an earlier change, e.g. the peer fix)."""
@@ -291,6 +324,12 @@ class JobModel:
         # order: the op-type what-ifs, then the slow ranks at their peers' median (with
         # balanced batches only the persistently slow ranks: the batches already even out
         # the rest), then the stages at their mean, on the compute the earlier ones leave.
+        if "peer_median_host" in names:
+            for r, cut in self._host_removed().items():
+                prev = removed.get(r)
+                removed[r] = cut if prev is None else iv.union(
+                    np.concatenate((prev[0], cut[0])), np.concatenate((prev[1], cut[1]))
+                )
         if "on_time_start" in names:
             for r, late in self.late_start_us.items():
                 lead = (np.array([0.0]), np.array([late]))
@@ -302,6 +341,10 @@ class JobModel:
         for name, table_of in (("balanced_batches", self._batch_factors), ("no_variation", self._variation_factors)):
             if name in names:
                 for r, f in table_of().items():
+                    per_event[r] = per_event[r] * f if r in per_event else f
+        for name, kind in (("peer_median_link", "link"), ("peer_median_collective", "collective")):
+            if name in names:
+                for r, f in self._comm_factors(kind).items():
                     per_event[r] = per_event[r] * f if r in per_event else f
         if "peer_median_compute" in names:
             keep = set(self.slow_ranks()) if "balanced_batches" in names else None
@@ -379,103 +422,12 @@ class JobModel:
         return microbatch_saving_us(self.pipeline, balanced, capped)
 
 
-@dataclass(frozen=True)
-class WhatIfResults:
-    """Replayed step times: ``baseline`` (unchanged) and one per applicable what-if."""
-
-    model: JobModel
-    baseline: JobReplay
-    results: Mapping[str, JobReplay]
-    microbatch_saving_us: float = 0.0
-
-    @property
-    def model_error_pct(self) -> float:
-        m = self.model.measured_step_us
-        return 100.0 * (self.baseline.step_us - m) / m if m > 0 else 0.0
-
-    def savings_pct(self, name: str) -> float | None:
-        """What ``name`` saves, percent of the measured job step (``None``: not replayed)."""
-        m = self.model.measured_step_us
-        if m <= 0:
-            return None
-        if name == "double_microbatches":
-            return min(100.0, 100.0 * self.microbatch_saving_us / m) if self.model.pipeline is not None else None
-        got = self.results.get(name)
-        if got is None:
-            return None
-        return min(100.0, max(0.0, 100.0 * (self.baseline.step_us - self._bounded(got.step_us, (name,))) / m))
-
-    def _bounded(self, step_us: float, names: Iterable[str]) -> float:
-        """A replayed step no shorter than the copies need when a what-if hides them (the
-        replay gives hidden copies no time at all)."""
-        if any(n in _HIDES_COPIES for n in names):
-            return max(step_us, self.model.copy_floor_us())
-        return step_us
-
-    def combined_pct(self, names: Iterable[str]) -> float | None:
-        """What applying every what-if of ``names`` at once saves, from one replay (bounds
-        such as ``no_variation`` are not fixes and are left out)."""
-        names = [n for n in names if n in WHATIFS and n not in BOUNDS]
-        m = self.model.measured_step_us
-        if not names or m <= 0:
-            return None
-        graph_names = [n for n in names if n != "double_microbatches"]
-        step = self.model.replay(graph_names).step_us if graph_names else self.baseline.step_us
-        saved = self.baseline.step_us - self._bounded(step, graph_names)
-        if "double_microbatches" in names:
-            # After a stage or rank fix the bottleneck's measured bubble no longer applies:
-            # the schedule model with the fixed stage times says what the microbatches add.
-            fixed = "balanced_stages" in names or "peer_median_compute" in names
-            saved += self.model.microbatch_saving_us(balanced="balanced_stages" in names, capped=not fixed)
-        return max(0.0, min(100.0, 100.0 * saved / m))
-
-    def to_dict(self) -> dict[str, Any]:
-        out: dict[str, Any] = {
-            "measured_step_us": round(self.model.measured_step_us, 3),
-            "replayed_step_us": round(self.baseline.step_us, 3),
-            "model_error_pct": round(self.model_error_pct, 3),
-            "groups": len(self.model.groups),
-            "unreached_members": self.baseline.unreached,
-            "savings_pct": {},
-            "step_us": {},
-        }
-        for name in WHATIFS:
-            pct = self.savings_pct(name)
-            if pct is None:
-                continue
-            out["savings_pct"][name] = round(pct, 3)
-            if name in self.results:
-                out["step_us"][name] = round(self._bounded(self.results[name].step_us, (name,)), 3)
-        bound = self.savings_pct("no_variation")
-        if bound is not None and bound > 0:
-            # How much of the job without stragglers each fix that evens out the work
-            # reaches, alone and all together (structural fixes, more microbatches or
-            # overlapped collectives, can go past it and are not counted).
-            even = [n for n in EVENING if n in self.results]
-            together = self.combined_pct(even) if even else None
-            out["bound"] = {
-                "whatif": "no_variation",
-                "savings_pct": round(bound, 3),
-                "reached_pct": {n: round(min(100.0, 100.0 * out["savings_pct"][n] / bound), 1) for n in even},
-                "reached_together_pct": None if together is None else round(min(100.0, 100.0 * together / bound), 1),
-            }
-        return out
-
-
-def run_whatifs(model: JobModel) -> WhatIfResults:
-    """Replay ``model`` unchanged and once per applicable what-if."""
-    base = model.replay(())
-    results = {name: model.replay((name,)) for name in model.applicable() if name != "double_microbatches"}
-    mb = model.microbatch_saving_us() if model.pipeline is not None else 0.0
-    return WhatIfResults(model=model, baseline=base, results=results, microbatch_saving_us=mb)
-
-
 __all__ = [
     "BOUNDS",
+    "EVENING",
+    "HIDES_COPIES",
     "WHATIFS",
     "JobModel",
     "PipelineShape",
-    "WhatIfResults",
-    "run_whatifs",
     "schedule_span_us",
 ]

@@ -51,9 +51,9 @@ WHATIF_HELP: dict[str, str] = {
     FREE_HOST: "all the host's own work costs nothing: Python between operators, framework "
     "operators and launch calls; DataLoader waits, syncs, allocator calls and blocking copies stay "
     "(the upper bound of any host-side speed-up)",
-    PEER_MEDIAN_COMPUTE: "every rank's compute runs no slower than the median speed of its "
+    PEER_MEDIAN_COMPUTE: "every rank's compute runs no slower than the median speed of its other "
     "same-work peers (the same pipeline stage on the data-parallel replicas, or the data-parallel "
-    "group; median over the group including the rank, per step where the work varies per step); "
+    "group; the median over the group leaving the rank out, per step where the work varies per step); "
     "a rank faster than that median keeps its speed",
     BALANCED_STAGES: "pipeline work spread evenly over the stages: each stage's work per "
     "microbatch is the mean over stages (each GPU keeps its own speed)",
@@ -99,27 +99,12 @@ JOB_FIXES: frozenset[str] = frozenset(
 )
 
 
-def peer_median(factors: Sequence[float], groups: Sequence[Sequence[int]]) -> list[float]:
-    """Each member's value brought down to the median over its group (members are indices),
-    the member included; a member already below it keeps its value (a fix never slows).
-
-    Indices in no group keep their value. For ``peer_median_compute``: ``factors`` are the
-    ranks' compute-time factors and ``groups`` their same-work peer groups.
-    """
-    out = list(factors)
-    for group in groups:
-        if group:
-            m = median(factors[i] for i in group)
-            for i in group:
-                out[i] = min(factors[i], m)
-    return out
-
-
 def others_median(factors: Sequence[float], groups: Sequence[Sequence[int]]) -> list[float]:
     """Each member's value brought down to the median over the *other* members of its group;
     a member already below it, or alone in its group, keeps its value.
 
-    For ``peer_median_link``, ``peer_median_collective`` and ``peer_median_host``: time
+    For ``peer_median_compute``, ``peer_median_link``, ``peer_median_collective`` and
+    ``peer_median_host``: time
     factors (1 = nominal speed, 3 = three times as long) of the same link on every replica,
     of the same collective on every stage's group, of every rank's host in its
     data-parallel group.

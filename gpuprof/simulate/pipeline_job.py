@@ -32,7 +32,6 @@ from gpuprof.simulate.fixes import (
     differs,
     faster,
     others_median,
-    peer_median,
 )
 from gpuprof.simulate.rank import RankSim
 
@@ -204,7 +203,7 @@ class PipelineJob:
         work = [mean(self.stage_work)] * p if BALANCED_STAGES in fixes else self.stage_work
         speed = self.speed
         peers = PEER_MEDIAN_COMPUTE in fixes and not self.seq_cv
-        spd = peer_median(speed, self.same_stage) if peers else speed
+        spd = others_median(speed, self.same_stage) if peers else speed
         return [work[r // dp] * spd[r] for r in range(self.n)]
 
     def work_factors(self, fixes: frozenset[str], rank: int, step: int) -> list[float]:
@@ -219,10 +218,12 @@ class PipelineJob:
         if BALANCED_BATCHES in fixes:
             w = [mean(x for rep in seq for x in rep[step])] * microbatches
         if PEER_MEDIAN_COMPUTE in fixes and self.seq_cv:
-            # each rank's step no longer than the median of its stage's replicas in that step
+            # each rank's step no longer than the median of its stage's other replicas in that step
             mine = base_f[rank] * sum(w)
-            med = median(base_f[q] * sum(seq[q % dp][step]) for q in self.same_stage[rank // dp])
-            return [f * x * min(1.0, med / mine) for x in w]
+            others = [base_f[q] * sum(seq[q % dp][step]) for q in self.same_stage[rank // dp] if q != rank]
+            if not others:
+                return [f * x for x in w]
+            return [f * x * min(1.0, median(others) / mine) for x in w]
         return [f * x for x in w]
 
     # -- what the scenario is built to show ---------------------------------------------

@@ -26,7 +26,6 @@ from gpuprof.simulate.fixes import (
     differs,
     faster,
     others_median,
-    peer_median,
 )
 from gpuprof.simulate.plan import Plan, check
 from gpuprof.simulate.rank import RankSim
@@ -64,7 +63,7 @@ def straggler(
     check(slowdown >= 1.0, "slowdown must be at least 1")
     ddp = DataParallel(ranks, layers, layer_ms * 1e3, grad_mb, buckets, link_gbs)
     factors = [slowdown if r == slow_rank else 1.0 for r in range(ranks)]
-    fixed = peer_median(factors, [range(ranks)])
+    fixed = others_median(factors, [list(range(ranks))])
 
     def work(sim: RankSim, s: int) -> Program:
         return ddp.step(sim, s, (fixed if PEER_MEDIAN_COMPUTE in sim.fixes else factors)[sim.rank])
@@ -132,11 +131,12 @@ def imbalance(
     rng = random.Random(seed * 31 + 5)
     seqs = [[rng.randint(seq_min, seq_max) for _ in range(ranks)] for _ in range(steps)]
     middle = (seq_min + seq_max) / 2
-    # peer_median_compute: every rank's step no longer than the step's median work over the group
-    medians = [median(row) for row in seqs]
+    # peer_median_compute: every rank's step no longer than the step's median work over the
+    # other ranks of the group
+    medians = [_others(row) for row in seqs]
 
     def work(sim: RankSim, s: int) -> Program:
-        seq = min(medians[s], seqs[s][sim.rank]) if PEER_MEDIAN_COMPUTE in sim.fixes else seqs[s][sim.rank]
+        seq = min(medians[s][sim.rank], seqs[s][sim.rank]) if PEER_MEDIAN_COMPUTE in sim.fixes else seqs[s][sim.rank]
         return ddp.step(sim, s, seq / middle)
 
     return _uneven_steps(ranks, each_step(steps, work), seqs, medians, "seq_lens")
@@ -161,14 +161,15 @@ def rl_post_training(
     ddp = DataParallel(ranks, layers, layer_ms * 1e3, grad_mb, 2, link_gbs)
     rng = random.Random(seed * 17 + 3)
     tokens = [[rng.randint(tokens_min, tokens_max) for _ in range(ranks)] for _ in range(steps)]
-    # peer_median_compute: no rank generates more than the step's median rollout length
-    medians = [round(median(row)) for row in tokens]
+    # peer_median_compute: no rank generates more than the step's median rollout length of
+    # the other ranks
+    medians = [[round(m) for m in _others(row)] for row in tokens]
 
     def work(sim: RankSim, s: int) -> Program:
         with sim.op("rollout", cat="user_annotation"):
             n_tokens = tokens[s][sim.rank]
             if PEER_MEDIAN_COMPUTE in sim.fixes:
-                n_tokens = min(medians[s], n_tokens)
+                n_tokens = min(medians[s][sim.rank], n_tokens)
             for _ in range(n_tokens):
                 with sim.op("decode_step", cat="user_annotation"):
                     for _ in range(layers):
@@ -200,19 +201,25 @@ def rl_post_training(
     return _uneven_steps(ranks, each_step(steps, work), tokens, medians, "rollout_tokens", session=True)
 
 
+def _others(row: Sequence[float]) -> list[float]:
+    """Per rank, the median of the other ranks' values."""
+    return [median([x for j, x in enumerate(row) if j != i]) for i in range(len(row))]
+
+
 def _uneven_steps(
     ranks: int,
     program: Callable[[RankSim], Program],
     work: Sequence[Sequence[float]],
-    medians: Sequence[float],
+    medians: Sequence[Sequence[float]],
     name: str,
     **plan: Any,
 ) -> Plan:
     """The plan of a job whose ranks get different work every step (``work[step][rank]``,
     written to the ground truth as ``name``): the slowest rank changes from step to step,
-    and ``peer_median_compute`` gives every rank above the step's median (``medians``) that median."""
+    and ``peer_median_compute`` gives every rank above the step's median of the other ranks
+    (``medians[step][rank]``) that median."""
     slowest = [max(range(ranks), key=lambda r: row[r]) for row in work]
-    fixed = [[min(m, x) for x in row] for m, row in zip(medians, work)]
+    fixed = [[min(m, x) for m, x in zip(ms, row)] for ms, row in zip(medians, work)]
     culprits = sorted({r for row, f in zip(work, fixed) for r in faster(row, f)})
     return Plan(
         ranks,

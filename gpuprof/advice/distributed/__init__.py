@@ -13,6 +13,9 @@ rank's, and a fix saves what it takes off that. Recommendation ids are stable:
 ``pipeline-imbalance``, ``pipeline-bubble``: see :mod:`gpuprof.advice.pipeline`
 ``communication-slow-collectives`` collectives far slower than their bytes need at link
                           speed: waiting for ranks not in the input, or a slow transport
+``straggler-link``, ``straggler-collective``, ``straggler-host``: one pipeline link, one
+                          group's collectives, one rank's host slower than its peers (see
+                          :mod:`gpuprof.advice.distributed.slowpaths`)
 ``comm-overlap``          exposed collectives that hardly overlap compute
 ``exposed-communication`` exposed collectives that already overlap but still cost time, or
                           of an inference job (tensor-parallel collectives on the critical path)
@@ -28,6 +31,7 @@ from __future__ import annotations
 
 from gpuprof.advice.distributed.collectives import slow_collectives_advice
 from gpuprof.advice.distributed.communication import LOW_OVERLAP, communication_advice
+from gpuprof.advice.distributed.slowpaths import slow_path_advice
 from gpuprof.advice.distributed.slowranks import MIN_SAVINGS_PCT, slow_rank_advice
 from gpuprof.advice.distributed.stragglers import straggler_advice
 
@@ -36,6 +40,7 @@ __all__ = [
     "MIN_SAVINGS_PCT",
     "communication_advice",
     "slow_collectives_advice",
+    "slow_path_advice",
     "slow_rank_advice",
     "straggler_advice",
 ]

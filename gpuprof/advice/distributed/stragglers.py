@@ -17,6 +17,7 @@ import numpy as np
 
 from gpuprof.advice.context import AdviceContext, advisor
 from gpuprof.advice.distributed.barriers import barrier_finding
+from gpuprof.advice.distributed.slowpaths import slow_hosts
 from gpuprof.advice.distributed.slowranks import MIN_SAVINGS_PCT, slow_rank_advice
 from gpuprof.advice.finding import Fact, Finding, Said, said
 from gpuprof.advice.replayed import best, replayed, results
@@ -258,6 +259,9 @@ def straggler_advice(ctx: AdviceContext) -> list[Finding]:
     if peer is not None:
         return [peer]
     if stragglers:
+        hosts = slow_hosts(ctx)
+        if hosts and replayed(ctx, "peer_median_host") is not None and {int(x["rank"]) for x in stragglers} <= set(hosts):
+            return []  # the ranks the others wait for have a slow host: said by straggler-host
         named = _named(ctx, reports, stragglers, wait)
         return [named] if named is not None else []
     rotating = _rotating(ctx, reports)

@@ -26,6 +26,7 @@ from gpuprof.advice.phrasebook import (  # noqa: F401 -- importing a family regi
     pipeline,
     replays,
     samples,
+    slowpaths,
     stragglers,
 )
 from gpuprof.advice.phrasebook.book import PHRASES, lines, sentence, words

@@ -47,8 +47,12 @@ def _one(value: Any) -> bool:
 
 
 def listed(values: Iterable[Any]) -> str:
-    """``0, 3, 5``: values joined by commas, as the advice names ranks and stages."""
-    return ", ".join(str(v) for v in values)
+    """``0, 3, 5``: values joined by commas, as the advice names ranks and stages; more than
+    four whole numbers are said compactly (``0-31, 33``, ``4, 8, ..., 60``)."""
+    vals = list(values)
+    if len(vals) > 4 and all(isinstance(v, int) and not isinstance(v, bool) for v in vals):
+        return phrases.spans(vals)
+    return ", ".join(str(v) for v in vals)
 
 
 _SPECS: dict[str, Callable[[Any], str]] = {
