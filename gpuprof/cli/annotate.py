@@ -6,7 +6,7 @@ from pathlib import Path
 
 import typer
 
-from gpuprof.cli.analyze import max_input_gb_option
+from gpuprof.cli.analyze import force_option, max_input_gb_option
 from gpuprof.cli.console import say
 from gpuprof.cli.outputs import check_outputs
 from gpuprof.cli.root import app
@@ -41,6 +41,7 @@ def annotate(
     ),
     steps: str | None = typer.Option(None, "--steps", help="Steps to analyze: N, N:M, N: or :M (inclusive)."),
     max_input_gb: float | None = max_input_gb_option(),
+    force: bool = force_option(),
 ) -> None:
     """Write the trace plus one track per cause of lost time, with a slice for every lost interval.
 
@@ -79,7 +80,7 @@ def annotate(
         if any(_key(f.parent) == _key(output) for f in files):
             raise GpuprofError("refusing to write into the input folder; choose another -o", output)
 
-    options = AnalyzeOptions(steps=StepSelection.parse(steps), max_input_gb=max_input_gb)
+    options = AnalyzeOptions(steps=StepSelection.parse(steps), max_input_gb=max_input_gb, force=force)
     with StderrProgress() as progress:
         analysis = run_analysis(inputs, options, progress=progress)
     ranks_of: dict[Path, list[int]] = {}

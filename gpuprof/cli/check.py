@@ -16,6 +16,8 @@ import typer
 
 from gpuprof.cli.analyze import (
     StderrProgress,
+    force_option,
+    jobs_option,
     max_input_gb_option,
     strict_option,
     terminal_width,
@@ -37,9 +39,14 @@ __all__ = ["check", "is_report_file", "load_or_analyze", "read_report"]
 
 
 def load_or_analyze(
-    paths: list[Path], steps: str | None = None, max_input_gb: float | None = None, strict: bool = False
+    paths: list[Path],
+    steps: str | None = None,
+    max_input_gb: float | None = None,
+    strict: bool = False,
+    jobs: int = 1,
+    force: bool = False,
 ) -> Report:
-    """A report from a saved report file, or by analyzing traces."""
+    """A report from a saved report file, or by analyzing traces (``jobs`` processes)."""
     reports = [p for p in paths if is_report_file(p)]
     if reports:
         if len(paths) > 1:
@@ -48,7 +55,9 @@ def load_or_analyze(
     from gpuprof.accounting.window import StepSelection
     from gpuprof.pipeline import AnalyzeOptions, analyze_paths
 
-    options = AnalyzeOptions(steps=StepSelection.parse(steps), max_input_gb=max_input_gb, strict=strict)
+    options = AnalyzeOptions(
+        steps=StepSelection.parse(steps), jobs=jobs, max_input_gb=max_input_gb, strict=strict, force=force
+    )
     with StderrProgress() as progress:
         report = analyze_paths(paths, options, progress=progress)
     warn_skipped(report)
@@ -124,6 +133,8 @@ def check(
     steps: str | None = typer.Option(None, "--steps", help="Steps to analyze: N, N:M, N: or :M (inclusive)."),
     max_input_gb: float | None = max_input_gb_option(),
     strict: bool = strict_option(),
+    jobs: int = jobs_option(),
+    force: bool = force_option(),
 ) -> None:
     from gpuprof.ci import gate
     from gpuprof.ci.gate_output import checks_junit, checks_markdown, checks_text
@@ -156,7 +167,7 @@ def check(
             "--baseline REPORT.json, or set them in [tool.gpuprof.check] of pyproject.toml"
         )
     base_report = read_report(base_path, _limits(max_input_gb)) if base_path is not None else None  # bad baseline: fail before analyzing
-    report = load_or_analyze(paths, steps, max_input_gb, strict)
+    report = load_or_analyze(paths, steps, max_input_gb, strict, jobs, force)
 
     results = gate.check_thresholds(report, limits)
     if base_report is not None:
