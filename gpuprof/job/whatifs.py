@@ -86,6 +86,7 @@ from gpuprof.accounting.graph import (
     RankGraph,
 )
 from gpuprof.job import samework
+from gpuprof.job.floor import step_floor_us, transfer_us
 from gpuprof.job.replay import Group, JobReplay, ReplayPlan, WhatIf, replay_job
 from gpuprof.job.schedule import PipelineShape, microbatch_saving_us, schedule_span_us
 from gpuprof.model import intervals as iv
@@ -181,7 +182,8 @@ class JobModel:
             out.append("double_microbatches")
         kinds = np.concatenate([g.kind for g in self.graphs]) if self.graphs else np.zeros(0)
         if np.isin(kinds, (1, 2)).any():
-            if (kinds == 1).any():
+            if (kinds == 1).any() and (kinds == EV_COMPUTE).any():
+                # Hidden behind compute: with none, nothing hides them (it said 100 %).
                 out.append("overlap_collectives")
             out.append("double_bandwidth")
         if self.late_start_us:
@@ -237,6 +239,14 @@ class JobModel:
                     busy = iv.total(iv.union(g.start[sel], g.start[sel] + g.dur[sel]))
                     best = max(best, busy / steps)
         return best
+
+    def step_floor_us(self, names: Iterable[str]) -> float:
+        """The shortest step the what-ifs ``names`` can give when they keep the compute
+        (:mod:`gpuprof.job.floor`); 0 when they change it."""
+        if "transfers" not in self._cache:
+            self._cache["transfers"] = transfer_us(self.graphs, self.groups)
+        steps = {r: int(c.size) for r, c in self.compute_by_step.items()}
+        return step_floor_us(self.graphs, self._cache["transfers"], steps, names)
 
     def _peer_factors(self) -> dict[int, FloatArray]:
         """``peer_median_compute``'s per-event factors (:func:`gpuprof.job.samework.peer_factors`),
@@ -391,7 +401,14 @@ class WhatIfResults:
         got = self.results.get(name)
         if got is None:
             return None
-        return min(100.0, max(0.0, 100.0 * (self.baseline.step_us - self._bounded(got.step_us, (name,))) / m))
+        saved = min(self.baseline.step_us - self._bounded(got.step_us, (name,)), self._headroom_us((name,)))
+        return min(100.0, max(0.0, 100.0 * saved / m))
+
+    def _headroom_us(self, names: Iterable[str]) -> float:
+        """The most ``names`` can save per step: the measured step down to the shortest step
+        a fix that keeps the compute can give (no fix saves more than the idle time it acts
+        on; the replay's own error must not make it)."""
+        return max(self.model.measured_step_us - self.model.step_floor_us(names), 0.0)
 
     def _bounded(self, step_us: float, names: Iterable[str]) -> float:
         """A replayed step no shorter than the copies need when a what-if hides them (the
@@ -409,7 +426,7 @@ class WhatIfResults:
             return None
         graph_names = [n for n in names if n != "double_microbatches"]
         step = self.model.replay(graph_names).step_us if graph_names else self.baseline.step_us
-        saved = self.baseline.step_us - self._bounded(step, graph_names)
+        saved = min(self.baseline.step_us - self._bounded(step, graph_names), self._headroom_us(names))
         if "double_microbatches" in names:
             # After a stage or rank fix the bottleneck's measured bubble no longer applies:
             # the schedule model with the fixed stage times says what the microbatches add.
@@ -433,7 +450,8 @@ class WhatIfResults:
                 continue
             out["savings_pct"][name] = round(pct, 3)
             if name in self.results:
-                out["step_us"][name] = round(self._bounded(self.results[name].step_us, (name,)), 3)
+                step = self._bounded(self.results[name].step_us, (name,))
+                out["step_us"][name] = round(max(step, self.baseline.step_us - self._headroom_us((name,))), 3)
         bound = self.savings_pct("no_variation")
         if bound is not None and bound > 0:
             # How much of the job without stragglers each fix that evens out the work
