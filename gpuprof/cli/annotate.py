@@ -29,6 +29,7 @@ def annotate(
         ...,
         "--output",
         "-o",
+        metavar="FILE|DIR",
         help="For one trace: the file to write (.json, or .json.gz to compress; - for stdout). For several: a folder, "
         "which gets one annotated trace per input file, under the same name.",
         show_default=False,
@@ -36,10 +37,11 @@ def annotate(
     job: Path | None = typer.Option(
         None,
         "--job",
+        metavar="DIR",
         help="Analyze the trace together with the other ranks' traces in this folder, so that waits on other "
         "ranks (straggler, pipeline bubble) are attributed as in the whole job's report.",
     ),
-    steps: str | None = typer.Option(None, "--steps", help="Steps to analyze: N, N:M, N: or :M (inclusive)."),
+    steps: str | None = typer.Option(None, "--steps", metavar="STEPS", help="Steps to analyze: N, N:M, N: or :M (inclusive)."),
     max_input_gb: float | None = max_input_gb_option(),
     force: bool = force_option(),
 ) -> None:
