@@ -170,3 +170,24 @@ def test_force_is_a_flag_of_check_diff_and_annotate(job: Path, tmp_path: Path) -
     assert got.code == 2 and "--force" in got.stderr
     got = run_cli("annotate", str(split / "rank0.json.gz"), "--job", str(split), "-o", str(tmp_path / "a.json.gz"), "--force")
     assert got.code == 0, got.stderr
+
+
+def test_a_run_session_still_gets_its_report_with_the_warning(tmp_path: Path, shared_traces: Path) -> None:
+    """The report gpuprof run gives when the job ends is never lost to the check (the
+    traces came from one command); analyzing the session again refuses as for a folder."""
+    from gpuprof.pipeline.session_report import session_report
+    from gpuprof.session import SESSION_SCHEMA
+    from gpuprof.session.writer import SessionWriter
+
+    root = tmp_path / "session"
+    w = SessionWriter(root)
+    w.write_meta({"schema": SESSION_SCHEMA, "status": "finished", "command": ["python", "x.py"], "exit_code": 0,
+                  "gpus": [], "hooks_enabled": True, "warnings": []})
+    w.close()
+    for f in (shared_traces / "mi300-resnet-ckpt-rank0" / "resnet_act_checkpoint.json.gz",
+              shared_traces / "dlrm-8rank" / "worker3_step_12.1694128201557.pt.trace.json.gz"):
+        os.symlink(f, root / "traces" / f.name)
+    report = session_report(root)
+    assert [r.rank for r in report.ranks] == [0, 3]
+    assert any(FORCED in x for x in report.warnings)
+    _refused(root, "GPU model AMD Instinct MI300X")

@@ -118,7 +118,10 @@ def session_report(session_dir: Path, options: Any = None, progress: Any = None)
 
     ``options`` (a ``pipeline.AnalyzeOptions``) and ``progress`` go to the pipeline. The
     report gains a ``run`` key with the job's optimizer steps as the hooks counted them
-    and, for a CPU-only run, the host time per profiled step.
+    and, for a CPU-only run, the host time per profiled step. Without ``options`` (the
+    report ``gpuprof run`` gives when the job ends), traces that look like different jobs
+    are analyzed together with a warning saying so rather than leaving the run without a
+    report: they came from one command.
     """
     from gpuprof.pipeline import AnalyzeOptions, analyze_paths
     from gpuprof.session import read_session
@@ -127,7 +130,7 @@ def session_report(session_dir: Path, options: Any = None, progress: Any = None)
     if not session.trace_paths:
         report = samples_only_report(session_dir, no_trace_note(session_dir))
     else:
-        report = analyze_paths([session_dir], options or AnalyzeOptions(), progress)
+        report = analyze_paths([session_dir], options or AnalyzeOptions(force=True), progress)
         # The session's own warnings (no driver, killed run) belong in every format of the report.
         extra_warnings = tuple(w for w in session.warnings if w not in report.warnings)
         if extra_warnings:
