@@ -81,6 +81,7 @@ def analyze(
     scheduler: str | None = None,
     max_input_gb: float | None = None,
     progress: Callable[[str], None] | None = None,
+    force: bool = False,
 ) -> Report:
     """Analyze saved traces into a :class:`~gpuprof.Report`, as ``gpuprof analyze`` does.
 
@@ -92,7 +93,10 @@ def analyze(
     in parallel processes. ``scheduler``: a Dask scheduler address (needs the ``dask``
     extra). ``max_input_gb``: refuse a trace whose decompressed JSON is larger (default:
     the command line's, sized for real traces). ``progress``: called with one line per
-    step of the work (e.g. ``print``).
+    step of the work (e.g. ``print``). ``force``: analyze the inputs as one job even when
+    they look like traces of different jobs (world size, GPU model, trace format or
+    communication disagree), which otherwise raises :class:`gpuprof.GpuprofError`; the
+    report then carries a warning saying what differs.
     """
     from gpuprof.readers.saved import is_report_file, read_report
 
@@ -104,8 +108,8 @@ def analyze(
     if saved:
         if len(path_list) > 1:
             raise GpuprofError("a saved report cannot be combined with other inputs; give it alone", saved[0])
-        if steps is not None or jobs != 1 or scheduler:
-            raise ValueError("steps, jobs and scheduler apply to traces, not to a saved report")
+        if steps is not None or jobs != 1 or scheduler or force:
+            raise ValueError("steps, jobs, scheduler and force apply to traces, not to a saved report")
         return read_report(saved[0])
 
     from gpuprof.pipeline import AnalyzeOptions, analyze_paths
@@ -113,7 +117,9 @@ def analyze(
 
     if max_input_gb is not None:
         _pct_arg("max_input_gb", max_input_gb, upper=None)
-    options = AnalyzeOptions(steps=selection, jobs=jobs, scheduler=scheduler, max_input_gb=max_input_gb)
+    if not isinstance(force, bool):
+        raise TypeError(f"force: expected True or False, got {force!r}")
+    options = AnalyzeOptions(steps=selection, jobs=jobs, scheduler=scheduler, max_input_gb=max_input_gb, force=force)
 
     def told(message: str, done: int | None = None, total: int | None = None, ranks: int | None = None) -> None:
         if progress is not None:

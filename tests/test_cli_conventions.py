@@ -178,7 +178,7 @@ def test_shell_completion(monkeypatch: pytest.MonkeyPatch, capsys: pytest.Captur
         return capsys.readouterr().out.split()
 
     assert complete("gpuprof an") == ["analyze", "annotate"]
-    assert complete("gpuprof analyze --fo") == ["--format"]
+    assert complete("gpuprof analyze --form") == ["--format"]
     assert complete("gpuprof analyze --format ") == ["html", "json", "markdown", "text"]
     assert complete("gpuprof simulate pipe") == ["pipeline"]
     monkeypatch.delenv("_GPUPROF_COMPLETE")

@@ -263,9 +263,9 @@ TIMELINE_PROBE = """addEventListener('load', () => {
   const lanes = [...document.querySelectorAll('#timeline .rows svg[role=img]')];
   const segments = lanes.flatMap(svg => [...svg.querySelectorAll(':scope > rect')]);
   const untitled = segments.filter(r => !(r.querySelector('title') && r.querySelector('title').textContent.trim()));
-  const tagged = [...document.querySelectorAll('#timeline .tag')].filter(t => t.textContent === 'slowest')
-    .map(t => t.parentElement.textContent.replace('slowest', '').trim());
-  const cards = [...document.querySelectorAll('.card .k')].map(k => k.textContent).filter(t => t.includes('slowest'));
+  const tagged = [...document.querySelectorAll('#timeline .tag')].filter(t => t.textContent === 'longest step')
+    .map(t => t.parentElement.textContent.replace('longest step', '').trim());
+  const cards = [...document.querySelectorAll('.card .k')].map(k => k.textContent).filter(t => t.includes('longest of any rank'));
   document.body.setAttribute('data-probe', JSON.stringify({
     segments: segments.length, untitled: untitled.length,
     titles: segments.slice(0, 3).map(r => r.querySelector('title').textContent),
@@ -284,7 +284,7 @@ class _Probe(HTMLParser):
 
 
 @pytest.mark.parametrize("trace", ["dlrm-8rank", "megatron-pp4-timeline", "resnet50-nw0"])
-def test_every_timeline_segment_has_a_title_and_one_rank_is_the_slowest(
+def test_every_timeline_segment_has_a_title_and_one_rank_has_the_longest_step(
     trace: str, shared_traces: Path, tmp_path: Path
 ) -> None:
     from gpuprof.api import analyze
@@ -307,8 +307,8 @@ def test_every_timeline_segment_has_a_title_and_one_rank_is_the_slowest(
     assert all(re.match(r"^[a-z_]+ · [\d.,]+ (µs|ms|s)( · .+)? · rank \d+, from ", t) for t in got["titles"]), got["titles"]
     slow = slowest_rank(rep)
     if len([r for r in rep.ranks if r.window_us > 0]) > 1:
-        # One rank is "the slowest": the timeline's tag and the step-time card name the same one.
+        # One rank has the longest step: the timeline's tag and the step-time card name the same one.
         assert len(got["tagged"]) == 1 and got["tagged"][0].endswith(f"rank {slow}"), got
-        assert got["cards"] == [f"mean step of rank {slow}, the slowest"], got
+        assert got["cards"] == [f"mean step of rank {slow}, the longest of any rank"], got
     else:
         assert got["tagged"] == [] and got["cards"] == [], got

@@ -48,9 +48,9 @@ def test_timeline_lanes_place_each_kind_on_the_common_clock() -> None:
     assert (0.0, 60.0, "compute · 600 µs · aten::mm · rank 0, from 0 µs into the step") in rects
     assert (60.0, 40.0, "straggler · 400 µs · ncclKernel_AllReduce · rank 0, from 600 µs into the step") in rects
     assert (0.0, 100.0, "compute · 1.0 ms · rank 1, from 0 µs into the step") in rects
-    # The slowest rank (the report's) is tagged once and the word explained in the legend;
-    # the critical path is a line on its lane (only), explained there too.
-    assert html.count('class="tag">slowest') == 1 and "slowest: the rank with the longest step" in html
+    # The rank with the longest step (the report's) is tagged once and the role explained
+    # in the legend; the critical path is a line on its lane (only), explained there too.
+    assert html.count('class="tag">longest step') == 1 and "longest step: the rank whose mean step is the longest" in html
     assert "critical</b>" not in html  # no per-row "critical" badge: the line shows the path
     lane1 = html.split('aria-label="rank 1"')[1].split("</svg>")[0]
     assert '<g class="crit"><title>critical path on rank 1: 1.0 ms from 0 µs into the step</title>' in lane1
@@ -92,8 +92,8 @@ def test_saved_json_report_draws_the_same_timeline(tmp_path: Path) -> None:
     visible = page.split('<script type="application/json"')[0]
     assert visible == render(rep, "html").split('<script type="application/json"')[0]
     assert "One step, every rank" in page
-    # Rank 2 is the straggler: the others wait for it, it is the slowest, the path runs on it.
-    assert re.search(r'rank 2<b class="tag">slowest</b>', page) and page.count('class="tag">slowest') == 1
+    # Rank 2 is the straggler: the others wait for it, its step is the longest, the path runs on it.
+    assert re.search(r'rank 2<b class="tag">longest step</b>', page) and page.count('class="tag">longest step') == 1
     lane2 = page.split('aria-label="rank 2"')[1].split("</svg>")[0]
     assert '<g class="crit">' in lane2
 
@@ -104,8 +104,8 @@ def test_step_times_chart_has_a_dot_per_rank_and_step_and_rings_the_critical_ran
     page = render(report(ranks, extra={"job": job}), "html")
     assert page.count('class="dot"') == 12
     assert page.count('class="ring"') == 4
-    assert "step 1: rank 2 set the pace" in page
-    assert "set the pace: the rank that waited least in that step" in page
+    assert "step 1: rank 2, the pace-setter" in page
+    assert "pace-setter: in a step, the rank that waited least" in page
 
 
 def test_per_rank_table_puts_the_largest_causes_first_and_names_the_idle_ones() -> None:
@@ -129,7 +129,8 @@ def test_cross_rank_findings_are_sentences_and_tables_never_json() -> None:
     section = page.split("<h2>Across ranks</h2>")[1].split("<h2>")[0].split('<script type="application/json"')[0]
     assert "Rank 2 arrived last at 8 of 8 collectives; the other ranks waited 11.4 ms per step for it; " \
            "its backward takes 1.50× the others&#x27; median." in section  # fmt: skip
-    assert "Rank 2 set the pace (waited least) in 2 of 2 steps." in section
+    assert "Rank 2 was the pace-setter in 2 of 2 steps." in section
+    assert "Rank roles: pace-setter: in a step, the rank that waited least" in section
     assert "<h3>A new finding</h3>" in section and "<td>1.5 ms</td>" in section
     assert "&lt;script&gt;" in section and "<script" not in section
     assert "{" not in section and '"' not in re.sub(r'<[^>]*>', "", section)

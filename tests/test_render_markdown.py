@@ -85,5 +85,6 @@ def test_cross_rank_findings_as_folded_sentences() -> None:
     job = {"critical_rank_per_step": [{"step": 1, "rank": 3}, {"step": 2, "rank": 3}], "stragglers": []}
     md = render(report([rank(0), rank(3)], extra={"job": job}), "markdown")
     block = md.split("<details><summary>Across ranks</summary>")[1].split("</details>")[0]
-    assert "- Rank 3 set the pace (waited least) in 2 of 2 steps." in block
+    assert "- Rank 3 was the pace-setter in 2 of 2 steps." in block
+    assert "- Rank roles: pace-setter: in a step, the rank that waited least, the one the others waited for." in block
     assert "- No rank is consistently the last to arrive at collectives." in block

@@ -1,6 +1,7 @@
 """The simulator's other ways of writing a job: ROCm naming, and a Megatron-style timer timeline.
 
-Both are checked against the structure of real traces (``../shared/traces``:
+Both are checked against the structure of real traces (``../shared/traces`` or
+``GPUPROF_SHARED_TRACES``:
 ``mi300-resnet-ckpt-rank0`` and ``megatron-pp4-timeline``, where present) and read back
 through gpuprof's readers; the step times of the timeline are read back with plain JSON.
 """
@@ -20,7 +21,6 @@ import pytest
 from gpuprof.errors import GpuprofError
 from gpuprof.simulate import generate, read_truth
 
-SHARED = Path(__file__).resolve().parents[2] / "shared" / "traces"
 LANES = ("compute", "pp-comm", "tp-comm", "dp-comm", "misc")
 PIPELINE = {"stages": 4, "dp": 2, "microbatches": 4, "stage_ms": 0.5, "steps": 3, "dist_opt": True}
 
@@ -182,8 +182,8 @@ def test_timeline_reads_back_as_one_worker_per_rank(megatron: Path) -> None:
         assert t.parallel["pp_size"] == 4 and t.parallel["dp_size"] == 2
 
 
-def test_timeline_is_shaped_like_the_real_megatron_one(megatron: Path) -> None:
-    real_path = SHARED / "megatron-pp4-timeline" / "timeline-ST.json.gz"
+def test_timeline_is_shaped_like_the_real_megatron_one(megatron: Path, shared_traces: Path) -> None:
+    real_path = shared_traces / "megatron-pp4-timeline" / "timeline-ST.json.gz"
     if not real_path.is_file():
         pytest.skip(f"the real Megatron timeline is not at {real_path}")
     real = _load(real_path)
@@ -251,8 +251,8 @@ def test_rocm_traces_read_back_through_the_readers(rocm: Path) -> None:
         assert not t.warnings, t.warnings
 
 
-def test_rocm_layout_matches_the_real_mi300_trace(rocm: Path) -> None:
-    real_dir = SHARED / "mi300-resnet-ckpt-rank0"
+def test_rocm_layout_matches_the_real_mi300_trace(rocm: Path, shared_traces: Path) -> None:
+    real_dir = shared_traces / "mi300-resnet-ckpt-rank0"
     if not real_dir.is_dir():
         pytest.skip(f"the real MI300X trace is not at {real_dir}")
     real = _load(next(real_dir.glob("*.json.gz")))

@@ -40,6 +40,7 @@ from gpuprof.accounting.launches import activity_mask, match_launches
 from gpuprof.accounting.names import name_track
 from gpuprof.accounting.rules import build_context, claims_by_cause, claims_by_rule
 from gpuprof.accounting.summary import RankSummary
+from gpuprof.accounting.warmup import warmup_facts, warmup_warning
 from gpuprof.accounting.window import StepSelection, Window, select_window
 from gpuprof.model import intervals as iv
 from gpuprof.model.table import Table
@@ -125,7 +126,9 @@ def summarize(trace: RankTrace, selection: StepSelection = _ALL_STEPS) -> RankSu
     facts["launch_matched_share"] = launches.matched_share
     facts["window_gaps_us"] = (hi - lo) - window.duration_us
     facts["trace_lacks"] = trace_lacks(trace, facts)
+    facts.update(warmup_facts(ctx, window.steps))
     warnings = trace.warnings + ((window.note,) if window.note else ())
+    warnings += warmup_warning(facts, window.steps)
     warnings += trust_warnings(facts) + lacks_warnings(facts["trace_lacks"])
     warnings += data_warnings(window.duration_us, len(window.steps))
     comms = _comms(trace, lo, hi)

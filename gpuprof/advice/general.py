@@ -23,6 +23,7 @@ from dataclasses import replace
 
 from gpuprof.advice.context import AdviceContext
 from gpuprof.advice.finding import Fact, Finding, Said, said
+from gpuprof.advice.local.hits import compiled
 from gpuprof.advice.phrasebook import recommendation, sentence
 from gpuprof.advice.phrasebook.general import AGREE_MARK
 from gpuprof.advice.replayed import replayed, results
@@ -35,7 +36,6 @@ NEVER_SILENT_PCT = 5.0
 # factor says why (``Saving vs lost share:``).
 AGREE_FACTOR = 3.0
 # Most of the rank's kernels from Inductor (this share or more): the model is compiled.
-COMPILED_KERNEL_SHARE = 0.5
 # Unexplained idle time during which the next kernel was already launched for at least
 # this share of it waited on work the trace does not show.
 QUEUED_SHARE = 0.5
@@ -74,9 +74,7 @@ def _shares(ctx: AdviceContext) -> dict[Cause, tuple[float, list[int]]]:
 
 def _compiled(ctx: AdviceContext) -> bool:
     """Some rank's kernels are mostly Inductor's: the model is already compiled."""
-    return any(
-        (s.facts.get("compiled_kernel_share") or 0.0) >= COMPILED_KERNEL_SHARE for s in ctx.summaries if s.empty_reason is None
-    )
+    return any(compiled(s.facts) for s in ctx.summaries if s.empty_reason is None)
 
 
 def _queued(ctx: AdviceContext, ranks: Sequence[int]) -> list[Said]:

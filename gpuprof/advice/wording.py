@@ -15,6 +15,9 @@ rules that hold for all of them, so that no advisor has to remember them:
   its host (Python stacks recorded, host ops running slow) gets that as a caveat; the
   matching warning is then said beside the saving rather than at the bottom of the report
   (:attr:`Qualified.absorbed_warnings`, which the renderers leave out of their warnings).
+- A saving that is an end of its own range is a bound, and is written as one: the high end
+  is ``savings_bound="upper"`` (``≤``), the low end ``"lower"`` (``≥``), never an estimate
+  ``~`` with the same number as the range's end beside it.
 - Each evidence line is said once: a later recommendation does not repeat a line a
   higher-ranked one already gave.
 - Without step markers (no rank has a step) there is no step: the analysis window is the
@@ -97,6 +100,19 @@ def _host_caveats(ctx: AdviceContext) -> dict[int, tuple[str, str]]:
     return out
 
 
+def _range_end(rec: Recommendation) -> str | None:
+    """``"upper"`` when the saving is the high end of its range, ``"lower"`` when the low
+    end (as written, to 0.1 percentage point), else ``None``."""
+    low, high, est = rec.savings_low_pct, rec.savings_high_pct, rec.estimated_savings_pct
+    if low is None or high is None or high - low < 0.05:
+        return None
+    if abs(est - high) < 0.05:
+        return "upper"
+    if abs(est - low) < 0.05:
+        return "lower"
+    return None
+
+
 def finalize(ctx: AdviceContext, recs: Sequence[Recommendation]) -> Qualified:
     """Apply the module's rules to the ranked recommendations (order kept)."""
     present = _ranks_with_data(ctx)
@@ -113,6 +129,7 @@ def finalize(ctx: AdviceContext, recs: Sequence[Recommendation]) -> Qualified:
         if partial and rec.estimated_savings_pct > 0:
             bound = "upper"
             caveats.append(sentence(said("caveat.partial_job", present=len(present), world=world)))
+        bound = bound or _range_end(rec)
         if rec.category in HOST_SIDE:
             on = [r for r in (rec.ranks or present) if r in host]
             if on:

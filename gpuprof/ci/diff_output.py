@@ -32,7 +32,9 @@ def _pp(v: float | None) -> str:
 
 
 def _ms(v: float | None) -> str:
-    return fg.NA if v is None else f"{v:,.1f} ms"
+    """A step time given in milliseconds, written as every report writes a duration
+    (``46.61 s``, never ``46,612.9 ms``)."""
+    return phrases.duration(None if v is None else v * 1000.0)
 
 
 def step_line(d: ReportDiff) -> str:
@@ -101,7 +103,7 @@ def diff_text(d: ReportDiff, width: int = 100, color: bool = False, wrap: bool =
     console.print(table)
     if d.ranks:
         rt = Table(title="Per rank", title_justify="left", box=box.SIMPLE_HEAD, show_edge=False, pad_edge=False)
-        for name in ("rank", "step ms base", "step ms now", "compute", "largest changes"):
+        for name in ("rank", "step base", "step now", "compute", "largest changes"):
             rt.add_column(name, justify="left" if name == "largest changes" else "right")
         for rd in _ranks_shown(d):
             rt.add_row(str(rd.rank), _ms(rd.base_step_ms), _ms(rd.current_step_ms), _pp(rd.share("compute").delta_pp), _largest(rd))
@@ -124,7 +126,7 @@ def diff_markdown(d: ReportDiff) -> str:
     lines += [_md_row(s) for s in d.shares]
     if d.ranks:
         lines += ["", "<details><summary>Per rank</summary>", ""]
-        lines += ["| rank | step ms base | step ms now | compute | largest changes |", "|---:|---:|---:|---:|---|"]
+        lines += ["| rank | step base | step now | compute | largest changes |", "|---:|---:|---:|---:|---|"]
         for rd in _ranks_shown(d):
             lines.append(
                 f"| {rd.rank} | {_ms(rd.base_step_ms)} | {_ms(rd.current_step_ms)} | "

@@ -46,9 +46,10 @@ def summary_line(results: Sequence[CheckResult]) -> str:
     return head + "".join(f"\n  FAIL {r.name}: {r.message}" for r in bad)
 
 
-def checks_text(results: Sequence[CheckResult], width: int = 100, wrap: bool = True) -> str:
+def checks_text(results: Sequence[CheckResult], width: int = 100, wrap: bool = True, color: bool = False) -> str:
     """A table of every check, then one line per failure. ``wrap`` (a terminal): fitted to
-    ``width``; otherwise no line is broken, so a CI log keeps each FAIL on one line."""
+    ``width``; otherwise no line is broken, so a CI log keeps each FAIL on one line.
+    ``color``: ``ok`` green and ``FAIL`` red (``check --color``)."""
     table = Table(box=box.SIMPLE_HEAD, show_edge=False, pad_edge=False)
     table.add_column("check")
     table.add_column("measured", justify="right", no_wrap=True)
@@ -56,10 +57,11 @@ def checks_text(results: Sequence[CheckResult], width: int = 100, wrap: bool = T
     table.add_column("result", no_wrap=True)
     for r in results:
         bound = ">= " if r.name.endswith("compute_pct") else "<= "
-        table.add_row(Text(r.name), _val(r.measured, r.unit), bound + _val(r.allowed, r.unit), "ok" if r.passed else "FAIL")
+        verdict = Text("ok", style="green") if r.passed else Text("FAIL", style="bold red")
+        table.add_row(Text(r.name), _val(r.measured, r.unit), bound + _val(r.allowed, r.unit), verdict)
     buf = io.StringIO()
-    console = Console(file=buf, width=max(40, width) if wrap else 100_000, force_terminal=False, no_color=True,
-                      markup=False, highlight=False)
+    console = Console(file=buf, width=max(40, width) if wrap else 100_000, force_terminal=color, no_color=not color,
+                      color_system="standard" if color else None, markup=False, highlight=False)
     console.print(table)
     console.print(Text(summary_line(results)), soft_wrap=not wrap)
     return "\n".join(line.rstrip() for line in buf.getvalue().splitlines()) + "\n"

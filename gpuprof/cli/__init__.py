@@ -87,7 +87,11 @@ def _main() -> None:
         sys.exit(SIGPIPE_EXIT)
     except GpuprofError as exc:
         if debug:
-            raise
+            # The traceback asked for, and still the exit code of bad input: 1 would read as
+            # "check failed" to a CI job.
+            import traceback
+
+            traceback.print_exc()
         _say(exc)
         sys.exit(2)
     except SystemExit:
@@ -132,10 +136,15 @@ def limit_blas_threads() -> None:
         os.environ.setdefault(name, "1")
 
 
+# What a bare ``gpuprof`` (or a bare group) says under its help: where to start.
+NO_COMMAND = "give a command: gpuprof analyze TRACE_OR_FOLDER to start, gpuprof run -- CMD to record a job"
+
+
 def usage_line(exc: Exception) -> str:
-    """A click usage error as one line: the command, the problem, where to find help."""
+    """A click usage error as one line: the command, the problem, where to find help. A
+    bare ``gpuprof`` (click's help with an empty message) says where to start."""
     ctx = getattr(exc, "ctx", None)
     path = getattr(ctx, "command_path", None) or "gpuprof"
-    text = " ".join(str(exc.format_message()).split())  # type: ignore[attr-defined]
+    text = " ".join(str(exc.format_message()).split()) or NO_COMMAND  # type: ignore[attr-defined]
     hint = f" (see '{path} --help')" if ctx is not None else ""
     return f"{path}: {text}{hint}"

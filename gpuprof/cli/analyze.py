@@ -47,6 +47,21 @@ def strict_option() -> Any:
     )
 
 
+def jobs_option() -> Any:
+    """``--jobs``, shared by the commands that analyze traces."""
+    return typer.Option(1, "--jobs", "-j", min=1, metavar="N", help="Ranks to read and analyze in parallel (processes).")
+
+
+def force_option() -> Any:
+    """``--force``, shared by the commands that analyze traces."""
+    return typer.Option(
+        False,
+        "--force",
+        help="Analyze the inputs as one job even when they look like traces of different jobs (world "
+        "size, GPU model, trace format or communication disagree); the report says so.",
+    )
+
+
 @app.command()
 def analyze(
     paths: List[Path] = typer.Argument(
@@ -72,12 +87,13 @@ def analyze(
     steps: Optional[str] = typer.Option(
         None, "--steps", metavar="STEPS", help="Steps to analyze, by step number: N, N:M, N: or :M (inclusive). Default: all complete steps."
     ),
-    jobs: int = typer.Option(1, "--jobs", "-j", min=1, metavar="N", help="Ranks to read and analyze in parallel (processes)."),
+    jobs: int = jobs_option(),
     scheduler: Optional[str] = typer.Option(
         None, "--scheduler", metavar="ADDRESS", help="Run per-rank work on a Dask distributed scheduler at ADDRESS (needs the dask extra: pip install 'gpuprof\\[dask]')."
     ),
     max_input_gb: Optional[float] = max_input_gb_option(),
     strict: bool = strict_option(),
+    force: bool = force_option(),
     color: ColorMode = color_option(),
     brief: bool = typer.Option(
         False, "--brief", help="Only the headline and the ranked recommendations' titles and savings (text, markdown)."
@@ -92,4 +108,4 @@ def analyze(
     activity) is either compute or lost time attributed to one cause: pipeline_bubble,
     communication, straggler, memory, dataloader, sync, host or other.
     """
-    analyze_command(paths, fmt, output, steps, jobs, scheduler, max_input_gb, color, strict=strict, brief=brief, top=top)
+    analyze_command(paths, fmt, output, steps, jobs, scheduler, max_input_gb, color, strict=strict, brief=brief, top=top, force=force)

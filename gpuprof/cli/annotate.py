@@ -6,7 +6,7 @@ from pathlib import Path
 
 import typer
 
-from gpuprof.cli.analyze import max_input_gb_option
+from gpuprof.cli.analyze import force_option, max_input_gb_option
 from gpuprof.cli.console import say
 from gpuprof.cli.outputs import check_outputs
 from gpuprof.cli.root import app
@@ -29,6 +29,7 @@ def annotate(
         ...,
         "--output",
         "-o",
+        metavar="FILE|DIR",
         help="For one trace: the file to write (.json, or .json.gz to compress; - for stdout). For several: a folder, "
         "which gets one annotated trace per input file, under the same name.",
         show_default=False,
@@ -36,11 +37,13 @@ def annotate(
     job: Path | None = typer.Option(
         None,
         "--job",
+        metavar="DIR",
         help="Analyze the trace together with the other ranks' traces in this folder, so that waits on other "
         "ranks (straggler, pipeline bubble) are attributed as in the whole job's report.",
     ),
-    steps: str | None = typer.Option(None, "--steps", help="Steps to analyze: N, N:M, N: or :M (inclusive)."),
+    steps: str | None = typer.Option(None, "--steps", metavar="STEPS", help="Steps to analyze: N, N:M, N: or :M (inclusive)."),
     max_input_gb: float | None = max_input_gb_option(),
+    force: bool = force_option(),
 ) -> None:
     """Write the trace plus one track per cause of lost time, with a slice for every lost interval.
 
@@ -79,7 +82,7 @@ def annotate(
         if any(_key(f.parent) == _key(output) for f in files):
             raise GpuprofError("refusing to write into the input folder; choose another -o", output)
 
-    options = AnalyzeOptions(steps=StepSelection.parse(steps), max_input_gb=max_input_gb)
+    options = AnalyzeOptions(steps=StepSelection.parse(steps), max_input_gb=max_input_gb, force=force)
     with StderrProgress() as progress:
         analysis = run_analysis(inputs, options, progress=progress)
     ranks_of: dict[Path, list[int]] = {}

@@ -16,6 +16,8 @@ import typer
 
 from gpuprof.cli.analyze import (
     StderrProgress,
+    force_option,
+    jobs_option,
     max_input_gb_option,
     strict_option,
     terminal_width,
@@ -23,7 +25,7 @@ from gpuprof.cli.analyze import (
     write_output,
 )
 from gpuprof.cli.check_config import find_pyproject, load_settings, merged, settings_from_options
-from gpuprof.cli.console import is_terminal, say
+from gpuprof.cli.console import ColorMode, color_option, is_terminal, say, use_color
 from gpuprof.cli.outputs import check_outputs
 from gpuprof.cli.root import app
 from gpuprof.cli.streams import OutputClosed, write_stdout
@@ -37,9 +39,14 @@ __all__ = ["check", "is_report_file", "load_or_analyze", "read_report"]
 
 
 def load_or_analyze(
-    paths: list[Path], steps: str | None = None, max_input_gb: float | None = None, strict: bool = False
+    paths: list[Path],
+    steps: str | None = None,
+    max_input_gb: float | None = None,
+    strict: bool = False,
+    jobs: int = 1,
+    force: bool = False,
 ) -> Report:
-    """A report from a saved report file, or by analyzing traces."""
+    """A report from a saved report file, or by analyzing traces (``jobs`` processes)."""
     reports = [p for p in paths if is_report_file(p)]
     if reports:
         if len(paths) > 1:
@@ -48,7 +55,9 @@ def load_or_analyze(
     from gpuprof.accounting.window import StepSelection
     from gpuprof.pipeline import AnalyzeOptions, analyze_paths
 
-    options = AnalyzeOptions(steps=StepSelection.parse(steps), max_input_gb=max_input_gb, strict=strict)
+    options = AnalyzeOptions(
+        steps=StepSelection.parse(steps), jobs=jobs, max_input_gb=max_input_gb, strict=strict, force=force
+    )
     with StderrProgress() as progress:
         report = analyze_paths(paths, options, progress=progress)
     warn_skipped(report)
@@ -99,7 +108,9 @@ Exit codes: 0 all checks passed, 1 a check failed, 2 bad usage or unreadable inp
 
 @app.command(help=CHECK_HELP)
 def check(
-    paths: list[Path] = typer.Argument(..., help="Traces, folders, session folders, or one saved JSON report.", show_default=False),
+    paths: list[Path] = typer.Argument(
+        ..., metavar="PATH...", help="Traces, folders, session folders, or one saved JSON report.", show_default=False
+    ),
     min_compute_pct: float | None = typer.Option(
         None, "--min-compute-pct", help="Fail when compute is less than PCT % of the window (0-100)."
     ),
@@ -107,23 +118,30 @@ def check(
         None, "--max-lost-pct", metavar="CAUSE=PCT", help="Fail when CAUSE loses more than PCT % of the window (repeatable)."
     ),
     max_step_ms: float | None = typer.Option(None, "--max-step-ms", help="Fail when the step time exceeds MS (a finite number >= 0)."),
-    baseline: Path | None = typer.Option(None, "--baseline", help="A report from `gpuprof analyze --format json` to compare with."),
+    baseline: Path | None = typer.Option(
+        None, "--baseline", metavar="REPORT", help="A report from `gpuprof analyze --format json` to compare with."
+    ),
     tolerance_pct: float | None = typer.Option(
         None, "--tolerance-pct", help="Against the baseline: percentage points a share may worsen by (0-100). [default: 5]"
     ),
     step_tolerance_pct: float | None = typer.Option(
         None, "--step-tolerance-pct", help="Against the baseline: % the step time may grow by (finite, >= 0). [default: 5]"
     ),
-    junit: Path | None = typer.Option(None, "--junit", help="Also write the checks as JUnit XML to FILE."),
+    junit: Path | None = typer.Option(None, "--junit", metavar="FILE", help="Also write the checks as JUnit XML to FILE."),
     save_report: Path | None = typer.Option(
         None, "--output", "-o", "--save-report", metavar="FILE",
         help="Also write the analyzed report to FILE (format from its extension: .json, .md, .html, .txt).",
     ),
-    config: Path | None = typer.Option(None, "--config", help="Read [tool.gpuprof.check] from this pyproject.toml."),
+    config: Path | None = typer.Option(
+        None, "--config", metavar="FILE", help="Read [tool.gpuprof.check] from FILE, a pyproject.toml."
+    ),
     no_config: bool = typer.Option(False, "--no-config", help="Ignore pyproject.toml."),
-    steps: str | None = typer.Option(None, "--steps", help="Steps to analyze: N, N:M, N: or :M (inclusive)."),
+    steps: str | None = typer.Option(None, "--steps", metavar="STEPS", help="Steps to analyze: N, N:M, N: or :M (inclusive)."),
     max_input_gb: float | None = max_input_gb_option(),
     strict: bool = strict_option(),
+    jobs: int = jobs_option(),
+    force: bool = force_option(),
+    color: ColorMode = color_option(),
 ) -> None:
     from gpuprof.ci import gate
     from gpuprof.ci.gate_output import checks_junit, checks_markdown, checks_text
@@ -156,7 +174,7 @@ def check(
             "--baseline REPORT.json, or set them in [tool.gpuprof.check] of pyproject.toml"
         )
     base_report = read_report(base_path, _limits(max_input_gb)) if base_path is not None else None  # bad baseline: fail before analyzing
-    report = load_or_analyze(paths, steps, max_input_gb, strict)
+    report = load_or_analyze(paths, steps, max_input_gb, strict, jobs, force)
 
     results = gate.check_thresholds(report, limits)
     if base_report is not None:
@@ -174,7 +192,8 @@ def check(
     if junit is not None:
         write_output(checks_junit(results, subject=", ".join(str(p) for p in paths)), junit)
     _append_step_summary(checks_markdown(results) + "\n" + render(report, "markdown"))
-    text = checks_text(results, terminal_width(), wrap=is_terminal())
+    colored = use_color(color)
+    text = checks_text(results, terminal_width(), wrap=is_terminal(), color=colored)
     if base_report is not None:
         text = "".join(f"note: {n}\n" for n in gate.baseline_notes(report, base_report)) + text
     if gate.failed(results) and report.recommendations:
@@ -183,7 +202,7 @@ def check(
         for i, rec in enumerate(report.recommendations[:3], 1):
             text += f"  {i}. {rec.title} [{rec.category.value}, {saving_phrase(rec, report)}]\n"
     try:
-        write_stdout(text, "the checks")
+        write_stdout(text, "the checks", keep_color=colored)
     except OutputClosed:
         pass  # the verdict, not the listing, is the result: `check ... | head` still gates
     if gate.failed(results):

@@ -6,7 +6,15 @@ from pathlib import Path
 
 import typer
 
-from gpuprof.cli.analyze import choose_format, emit, max_input_gb_option, strict_option, text_style
+from gpuprof.cli.analyze import (
+    choose_format,
+    emit,
+    force_option,
+    jobs_option,
+    max_input_gb_option,
+    strict_option,
+    text_style,
+)
 from gpuprof.cli.check import load_or_analyze
 from gpuprof.cli.console import ColorMode, color_option, format_names
 from gpuprof.cli.outputs import check_outputs
@@ -36,6 +44,8 @@ def diff(
     steps: str | None = typer.Option(None, "--steps", metavar="STEPS", help="Steps to analyze in traces: N, N:M, N: or :M."),
     max_input_gb: float | None = max_input_gb_option(),
     strict: bool = strict_option(),
+    jobs: int = jobs_option(),
+    force: bool = force_option(),
     color: ColorMode = color_option(),
     fail_on_worse: bool = typer.Option(
         False, "--fail-on-worse", help="Exit 1 when CURRENT is worse overall than BASE (for CI; the diff is written first)."
@@ -54,8 +64,8 @@ def diff(
         output = None
     chosen = choose_format(fmt, output)
     check_outputs([("BASE", base), ("CURRENT", current)], [("-o", output)])
-    b = load_or_analyze([base], steps, max_input_gb, strict)
-    c = load_or_analyze([current], steps, max_input_gb, strict)
+    b = load_or_analyze([base], steps, max_input_gb, strict, jobs, force)
+    c = load_or_analyze([current], steps, max_input_gb, strict, jobs, force)
     d = diff_reports(b, c)
     if chosen == "json":
         text = diff_json(d, b.inputs, c.inputs)

@@ -1,4 +1,4 @@
-"""The ``gpuprof`` console script: answers ``--version`` before importing the command line.
+"""The ``gpuprof`` console script: answers ``--version`` (``-V``) before importing the command line.
 
 Importing :mod:`gpuprof.cli` loads typer, rich and every command module (~0.15 s); a
 version check needs none of it.
@@ -10,7 +10,7 @@ import sys
 
 
 def main() -> None:
-    if sys.argv[1:] == ["--version"]:
+    if sys.argv[1:] in (["--version"], ["-V"]):
         from gpuprof.util.version import __version__
 
         print(f"gpuprof {__version__}")

@@ -111,6 +111,7 @@ def analyze_command(
     strict: bool = False,
     brief: bool = False,
     top: int | None = None,
+    force: bool = False,
 ) -> None:
     """``gpuprof analyze`` with its options parsed (see the command's help for each)."""
     from gpuprof.accounting.window import StepSelection
@@ -141,7 +142,8 @@ def analyze_command(
         report = read_report(saved[0], ReadLimits.from_gb(max_input_gb))
     else:
         options = AnalyzeOptions(
-            steps=StepSelection.parse(steps), jobs=jobs, scheduler=scheduler, max_input_gb=max_input_gb, strict=strict
+            steps=StepSelection.parse(steps), jobs=jobs, scheduler=scheduler, max_input_gb=max_input_gb, strict=strict,
+            force=force,
         )
         if len(paths) == 1 and is_session(paths[0]):
             # A `gpuprof run` session: the same report as at the end of the run (samples alone

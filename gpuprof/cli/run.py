@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+import difflib
+import os
 import re
+import shutil
 import sys
 import time
 from pathlib import Path
@@ -42,7 +45,7 @@ and power; CMD's own output scrolls above it.
 
 When CMD ends, the report is saved in the session folder (report.json, report.html) and
 printed on stderr (--format text or markdown); stdout stays CMD's. -o FILE writes it
-elsewhere too (format from FILE's extension; '-' is stdout).
+elsewhere too (format from FILE's extension; '-' is stdout; --save-report FILE is the same).
 
 Put `--` before CMD so that its options are never taken for gpuprof's:
 
@@ -157,6 +160,31 @@ def report_run(session_dir: Path, fmt: str, save_report: Path | None, result: Ru
     say(f"session saved in {session_dir} ({where}; gpuprof analyze {session_dir})")
 
 
+def _unknown_option(ctx: typer.Context, word: str) -> GpuprofError:
+    """An option of gpuprof's before ``--`` that run does not have: a usage error, never the
+    command to run (it would be tried as a program and fail with 127)."""
+    names = [n for p in ctx.command.params if not getattr(p, "hidden", False) for n in p.opts if n.startswith("--")]
+    near = difflib.get_close_matches(word.split("=", 1)[0], names, n=1, cutoff=0.75)
+    hint = f" (did you mean {near[0]}?)" if near else ""
+    return GpuprofError(
+        f"run: no such option: {word}{hint}; gpuprof's options go before --, the command after it: "
+        "gpuprof run [OPTIONS] -- CMD [ARGS...]"
+    )
+
+
+def _cannot_run(cmd: str) -> tuple[int, str] | None:
+    """Why ``cmd`` cannot be started, with the shell's exit code for it (127 not found,
+    126 not executable), or ``None``: found out before a session folder is made for it."""
+    if os.sep in cmd or (os.altsep and os.altsep in cmd):
+        path = Path(cmd)
+        if not path.exists():
+            return 127, "No such file or directory"
+        if path.is_dir() or not os.access(path, os.X_OK):
+            return 126, "Permission denied" if not path.is_dir() else "Is a directory"
+        return None
+    return None if shutil.which(cmd) is not None else (127, "No such file or directory")
+
+
 def _output_options(out: Path | None, output: Path | None, save_report: Path | None) -> tuple[Path | None, Path | None]:
     """``(session folder, report file)`` from --session-dir/--out, -o/--output and
     --save-report. ``-o`` names the report file, as for every other command; a name that
@@ -188,7 +216,7 @@ def run(
                                     help="Session folder, new or empty. [default: a new DATE-TIME-COMMAND folder in ./gpuprof-sessions]"),
     output: Path | None = typer.Option(None, "--output", "-o", metavar="FILE",
                                        help="Also write the report to FILE, as -o does for every command (format from "
-                                       "its extension); the same as --save-report."),
+                                       "its extension, else --format); '-' prints it on stdout after CMD's output."),
     no_hooks: bool = typer.Option(False, "--no-hooks",
                                   help="Do not inject torch hooks (no step records, no profiler trace)."),
     profile_wait: int = typer.Option(5, "--profile-wait", min=0,
@@ -199,12 +227,11 @@ def run(
     no_report: bool = typer.Option(False, "--no-report",
                                    help="Do not analyze when CMD ends (no report printed or saved; "
                                    "`gpuprof analyze DIR` makes it later)."),
-    report_format: str = typer.Option("text", "--format", "-f",
+    report_format: str = typer.Option("text", "--format", "-f", metavar="FORMAT",
                                       help="Report format: text or markdown are printed on stderr; json and html "
-                                      "only go to the session folder and --save-report."),
-    save_report: Path | None = typer.Option(None, "--save-report",
-                                               help="Also write the report to FILE (format from its extension, "
-                                               "else --format); '-' prints it on stdout after CMD's output."),
+                                      "only go to the session folder and -o."),
+    # The name run had before -o meant the same for every command: kept working, not listed.
+    save_report: Path | None = typer.Option(None, "--save-report", metavar="FILE", hidden=True),
     no_live: bool = typer.Option(False, "--no-live",
                                  help="No live status line (it is drawn only when stderr is a terminal)."),
 ) -> None:
@@ -213,6 +240,8 @@ def run(
     argv = [a for a in ctx.args]
     if argv and argv[0] == "--":
         argv = argv[1:]
+    elif argv and argv[0].startswith("-"):
+        raise _unknown_option(ctx, argv[0])
     if not argv:
         raise GpuprofError("no command given: gpuprof run [OPTIONS] -- CMD [ARGS...]")
     render.get(report_format)  # an unknown format is a usage error before the job runs
@@ -223,6 +252,11 @@ def run(
             raise GpuprofError("is a folder; give a file name for --save-report", save_report)
         if not save_report.parent.is_dir():
             raise GpuprofError("--save-report: folder does not exist", save_report.parent)
+    cannot = _cannot_run(argv[0])
+    if cannot is not None:
+        # As a shell says it, and before a session folder is made for a job that never runs.
+        say(f"cannot run {argv[0]!r}: {cannot[1]}")
+        sys.exit(cannot[0])
     session_dir, recorded = claim_session(out, argv)
     opts = RunOptions(interval_ms=interval_ms, hooks=not no_hooks, profile_wait=profile_wait,
                       profile_warmup=profile_warmup, profile_active=profile_active)

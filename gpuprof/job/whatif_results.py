@@ -40,7 +40,14 @@ class WhatIfResults:
         got = self.results.get(name)
         if got is None:
             return None
-        return min(100.0, max(0.0, 100.0 * (self.baseline.step_us - self._bounded(got.step_us, (name,))) / m))
+        saved = min(self.baseline.step_us - self._bounded(got.step_us, (name,)), self._headroom_us((name,)))
+        return min(100.0, max(0.0, 100.0 * saved / m))
+
+    def _headroom_us(self, names: Iterable[str]) -> float:
+        """The most ``names`` can save per step: the measured step down to the shortest step
+        a fix that keeps the compute can give (no fix saves more than the idle time it acts
+        on; the replay's own error must not make it)."""
+        return max(self.model.measured_step_us - self.model.step_floor_us(names), 0.0)
 
     def _bounded(self, step_us: float, names: Iterable[str]) -> float:
         """A replayed step no shorter than the copies need when a what-if hides them (the
@@ -58,7 +65,7 @@ class WhatIfResults:
             return None
         graph_names = [n for n in names if n != "double_microbatches"]
         step = self.model.replay(graph_names).step_us if graph_names else self.baseline.step_us
-        saved = self.baseline.step_us - self._bounded(step, graph_names)
+        saved = min(self.baseline.step_us - self._bounded(step, graph_names), self._headroom_us(names))
         if "double_microbatches" in names:
             # After a stage or rank fix the bottleneck's measured bubble no longer applies:
             # the schedule model with the fixed stage times says what the microbatches add.
@@ -82,7 +89,8 @@ class WhatIfResults:
                 continue
             out["savings_pct"][name] = round(pct, 3)
             if name in self.results:
-                out["step_us"][name] = round(self._bounded(self.results[name].step_us, (name,)), 3)
+                step = self._bounded(self.results[name].step_us, (name,))
+                out["step_us"][name] = round(max(step, self.baseline.step_us - self._headroom_us((name,))), 3)
         bound = self.savings_pct("no_variation")
         if bound is not None and bound > 0:
             # How much of the job without stragglers each fix that evens out the work

@@ -100,6 +100,7 @@ from gpuprof.accounting.graph import (
     RankGraph,
 )
 from gpuprof.job import peercomm, samework
+from gpuprof.job.floor import step_floor_us, transfer_us
 from gpuprof.job.opdag_compile import OpDag
 from gpuprof.job.opdag_run import run_opdag
 from gpuprof.job.replay import Group, JobReplay, ReplayPlan, WhatIf, replay_job
@@ -203,7 +204,8 @@ class JobModel:
             out.append("double_microbatches")
         kinds = np.concatenate([g.kind for g in self.graphs]) if self.graphs else np.zeros(0)
         if np.isin(kinds, (1, 2)).any():
-            if (kinds == 1).any():
+            if (kinds == 1).any() and (kinds == EV_COMPUTE).any():
+                # Hidden behind compute: with none, nothing hides them (it said 100 %).
                 out.append("overlap_collectives")
             out.append("double_bandwidth")
         if self.late_start_us:
@@ -265,6 +267,14 @@ class JobModel:
                     busy = iv.total(iv.union(g.start[sel], g.start[sel] + g.dur[sel]))
                     best = max(best, busy / steps)
         return best
+
+    def step_floor_us(self, names: Iterable[str]) -> float:
+        """The shortest step the what-ifs ``names`` can give when they keep the compute
+        (:mod:`gpuprof.job.floor`); 0 when they change it."""
+        if "transfers" not in self._cache:
+            self._cache["transfers"] = transfer_us(self.graphs, self.groups)
+        steps = {r: int(c.size) for r, c in self.compute_by_step.items()}
+        return step_floor_us(self.graphs, self._cache["transfers"], steps, names)
 
     def _peer_factors(self) -> dict[int, FloatArray]:
         """``peer_median_compute``'s per-event factors (:func:`gpuprof.job.samework.peer_factors`),

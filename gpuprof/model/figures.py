@@ -122,8 +122,16 @@ def saving_phrase(rec: Recommendation, report: Report) -> str:
     extras: list[str] = []
     if rec.saved_us_per_step is not None and rec.saved_us_per_step > 0:
         extras.append(f"{phrases.duration(rec.saved_us_per_step)} {'of the window' if window else 'per step'}")
-    if rec.savings_low_pct is not None and rec.savings_high_pct is not None:
-        extras.append(f"between {rec.savings_low_pct:.1f}% and {rec.savings_high_pct:.1f}%")
+    low, high = rec.savings_low_pct, rec.savings_high_pct
+    if low is not None and high is not None:
+        # A bound is the end of its range: the other end is what is left to say.
+        shown = f"{rec.estimated_savings_pct:.1f}"
+        if rec.savings_bound == "upper" and f"{high:.1f}" == shown and f"{low:.1f}" != shown:
+            extras.append(f"at least {low:.1f}%")
+        elif rec.savings_bound == "lower" and f"{low:.1f}" == shown and f"{high:.1f}" != shown:
+            extras.append(f"at most {high:.1f}%")
+        else:
+            extras.append(f"between {low:.1f}% and {high:.1f}%")
     extras += list(rec.caveats)
     return text + (f" ({'; '.join(extras)})" if extras else "")
 
@@ -164,10 +172,30 @@ def report_caveats(report: Report) -> list[str]:
     return out
 
 
+# The roles a report gives ranks: one name each, with one meaning, the same in every
+# format, and said in the report wherever a role is named (a legend, or a line of the
+# cross-rank findings). "Slowest" is none of them: in a synchronous job every rank's step
+# is about as long, and the rank the others wait for is the pace-setter, not the one whose
+# step came out a hair longer.
+LONGEST_STEP = "longest step"
+PACE_SETTER = "pace-setter"
+BUSIEST = "busiest"
+ROLES: dict[str, str] = {
+    LONGEST_STEP: "the rank whose mean step is the longest (the job's step time is its step)",
+    PACE_SETTER: "in a step, the rank that waited least, the one the others waited for",
+    BUSIEST: "the rank with the most compute per step",
+}
+
+
+def role_legend(role: str) -> str:
+    """``pace-setter: in a step, the rank that waited least, ...``."""
+    return f"{role}: {ROLES[role]}"
+
+
 def slowest_rank(report: Report) -> int | None:
-    """The slowest rank: the one with the longest step (:func:`step_time_us`), which sets
-    the job's step time (:func:`job_step_time_us`); ties go to the lowest rank. The one
-    meaning of "slowest" in every report."""
+    """The rank with the longest step (:func:`step_time_us`), whose step is the job's step
+    time (:func:`job_step_time_us`); ties go to the lowest rank. Named by the role
+    :data:`LONGEST_STEP` in every report, never "the slowest"."""
     timed = [(t, r.rank) for r in report.ranks if has_data(r) and (t := step_time_us(r)) is not None]
     if not timed:
         return None
@@ -176,12 +204,13 @@ def slowest_rank(report: Report) -> int | None:
 
 
 def step_card_label(report: Report) -> str:
-    """What the job's step time is, in a few words: ``mean step of rank 3, the slowest``."""
+    """What the job's step time is, in a few words: ``mean step of rank 3, the longest of
+    any rank`` (the role :data:`LONGEST_STEP`, said in words that need no legend)."""
     slow = slowest_rank(report)
     n = sum(1 for r in report.ranks if has_data(r))
     if slow is None:
         return "window (no step markers)" if no_steps(report) else STEP_STAT
-    return STEP_STAT if n <= 1 else f"{STEP_STAT} of rank {slow}, the slowest"
+    return STEP_STAT if n <= 1 else f"{STEP_STAT} of rank {slow}, the longest of any rank"
 
 
 def compute_pct(rank: RankReport) -> float | None:

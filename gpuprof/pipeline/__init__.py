@@ -20,6 +20,7 @@ from gpuprof.advice import AdviceContext, advise_all, rank_spans
 from gpuprof.errors import BadTraceError, GpuprofError
 from gpuprof.job.critical import critical_path
 from gpuprof.job.cross_rank import CrossRankResult, analyze_job
+from gpuprof.job.onejob import differences, forced_warning, refusal
 from gpuprof.job.stepview import step_timeline
 from gpuprof.model.report import CAUSES, RankReport, Recommendation, Report
 from gpuprof.pipeline.executors import Executor, LocalExecutor, Progress, summarize_source
@@ -36,6 +37,9 @@ class AnalyzeOptions:
     # A file found in a folder that cannot be read fails the run (--strict), instead of
     # being left out with a warning while the other ranks are analyzed.
     strict: bool = False
+    # Analyze the inputs as one job even when they disagree on what job they came from
+    # (gpuprof.job.onejob: world size, GPU model, ...); the report then says so.
+    force: bool = False
 
 
 @dataclass(frozen=True)
@@ -153,6 +157,9 @@ def run_analysis(
     skipped: list[str] = []  # files found in folders that are not traces
     sources = discover(paths, skipped, ReadLimits.from_gb(options.max_input_gb))
     summaries = sorted(_summaries(sources, options, progress, skipped), key=lambda s: s.rank)
+    mixed = differences(summaries)
+    if mixed and not options.force:
+        raise GpuprofError(refusal(mixed))
     _check_unique_ranks(summaries)
     if progress:
         progress(f"analyzing {len(summaries)} rank(s)")
@@ -170,7 +177,7 @@ def run_analysis(
         )
     )
     # One line per distinct warning text, naming its ranks.
-    warnings = skipped + rank_warnings(
+    warnings = skipped + ([forced_warning(mixed)] if mixed else []) + rank_warnings(
         [(s.rank, w) for s in summaries for w in s.warnings + ((s.empty_reason,) if s.empty_reason else ())]
     )
     world_note = (cross.findings.get("straggler_analysis") or {}).get("world_size_note")

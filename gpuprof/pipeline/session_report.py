@@ -46,20 +46,25 @@ def no_trace_note(session_dir: Path) -> str:
 
     s = read_session(session_dir)
     h = s.hook_events
+    # What the report stands on instead: the samples, where there are any.
+    only = (
+        "report from NVML samples only" if s.samples is not None and len(s.samples)
+        else "and no NVML samples either (no GPU driver, or the job ended before the first sample): nothing was measured"
+    )
     if not s.meta.get("hooks_enabled", True):
-        return "no trace: torch hooks were switched off (--no-hooks); report from NVML samples only"
+        return f"no trace: torch hooks were switched off (--no-hooks); {only}"
     if h is None or "kind" not in h or not (h["kind"] == "start").any():
-        return "no trace: no Python process of the job imported torch; report from NVML samples only"
+        return f"no trace: no Python process of the job imported torch; {only}"
     steps = int(h["step"].max()) if "step" in h and h["step"].notna().any() else 0
     sched = s.meta.get("profile_schedule") or {}
     need = 1 + int(sched.get("wait", 0)) + int(sched.get("warmup", 0)) + int(sched.get("active", 0))
     if s.hook_errors:
         return f"no trace: a hook failed ({s.hook_errors[0]}); see {session_dir}/hooks"
     if "message" in h and (h["kind"] == "note").any():
-        return f"no trace: {h[h['kind'] == 'note']['message'].iloc[0]}; report from NVML samples only"
+        return f"no trace: {h[h['kind'] == 'note']['message'].iloc[0]}; {only}"
     return (
         f"no trace: the job ran {steps} optimizer step(s); the profiler window needs {need} "
-        "(lower --profile-wait); report from NVML samples only"
+        f"(lower --profile-wait); {only}"
     )
 
 
@@ -113,7 +118,10 @@ def session_report(session_dir: Path, options: Any = None, progress: Any = None)
 
     ``options`` (a ``pipeline.AnalyzeOptions``) and ``progress`` go to the pipeline. The
     report gains a ``run`` key with the job's optimizer steps as the hooks counted them
-    and, for a CPU-only run, the host time per profiled step.
+    and, for a CPU-only run, the host time per profiled step. Without ``options`` (the
+    report ``gpuprof run`` gives when the job ends), traces that look like different jobs
+    are analyzed together with a warning saying so rather than leaving the run without a
+    report: they came from one command.
     """
     from gpuprof.pipeline import AnalyzeOptions, analyze_paths
     from gpuprof.session import read_session
@@ -122,7 +130,7 @@ def session_report(session_dir: Path, options: Any = None, progress: Any = None)
     if not session.trace_paths:
         report = samples_only_report(session_dir, no_trace_note(session_dir))
     else:
-        report = analyze_paths([session_dir], options or AnalyzeOptions(), progress)
+        report = analyze_paths([session_dir], options or AnalyzeOptions(force=True), progress)
         # The session's own warnings (no driver, killed run) belong in every format of the report.
         extra_warnings = tuple(w for w in session.warnings if w not in report.warnings)
         if extra_warnings:

@@ -141,11 +141,12 @@ def read_timeline(data: Any) -> tuple[list[Lane], dict[str, Any]] | None:
     return lanes, marks
 
 
-# The words the charts mark ranks with, each with its one meaning (shown in the legends).
-SLOWEST = "slowest"
-SLOWEST_MEANS = "the rank with the longest step, which sets the job's step time"
+# The words the charts mark ranks with, each with its one meaning (shown in the legends):
+# the report's rank roles (figures.ROLES), the same words as every other format.
+SLOWEST = fg.LONGEST_STEP
+SLOWEST_MEANS = fg.ROLES[fg.LONGEST_STEP]
 CRITICAL_MEANS = "critical path: the chain of work across ranks that set this step's length"
-PACE_MEANS = "set the pace: the rank that waited least in that step"
+PACE_MEANS = fg.role_legend(fg.PACE_SETTER)
 
 
 def segment_title(rank: int, kind: str, a_us: float, b_us: float, name: str | None) -> str:
@@ -225,7 +226,7 @@ def timeline_chart(data: Any, slowest_rank: int | None = None, step_label: str |
     elif marks["critical_path_source"] == "replay":
         notes.append("The critical path is walked on the job's replay.")
     if marks["ranks_total"] > len(lanes):
-        notes.append(f"Showing {len(lanes)} of {marks['ranks_total']} ranks (the slowest, the critical one and an even spread).")
+        notes.append(f"Showing {len(lanes)} of {marks['ranks_total']} ranks (the one whose own work took longest in this step, the critical one and an even spread).")
     cap = f'<p class="muted small">{e(" ".join(notes))}</p>'
     return f'<figure class="fig" id="timeline">{head}<div class="rows">{"".join(rows)}</div>{cap}</figure>'
 
@@ -327,7 +328,7 @@ def step_numbers(ranks: Sequence[RankReport]) -> list[int] | None:
 
 def step_times_chart(ranks: Sequence[RankReport], critical_by_index: Mapping[int, int]) -> str:
     """Step time of every profiled step of every rank (a dot each), the job's step time (the
-    slowest rank per step) as a line, and the rank that set each step's pace ringed. Steps
+    longest rank's step per step) as a line, and each step's pace-setter ringed. Steps
     are numbered as the trace numbers them (as the timeline's caption does); with one
     step there is nothing to chart (the timeline shows it)."""
     ranks = [r for r in ranks if fg.has_data(r) and r.step_times_us]
@@ -376,7 +377,7 @@ def step_times_chart(ranks: Sequence[RankReport], critical_by_index: Mapping[int
         mine = next((r.step_times_us[i] for r in ranks if r.rank == crit and i < len(r.step_times_us)), None)
         if crit is not None and mine is not None:
             parts.append(
-                f'<circle cx="{_p(x(i))}" cy="{y(mine):.1f}" r="6.5" class="ring"><title>{e(f"{label(i)}: rank {crit} set the pace")}</title></circle>'
+                f'<circle cx="{_p(x(i))}" cy="{y(mine):.1f}" r="6.5" class="ring"><title>{e(f"{label(i)}: rank {crit}, the {fg.PACE_SETTER}")}</title></circle>'
             )
     ylabels = "".join(
         f'<text x="100%" y="{y(t) + 4:.1f}" text-anchor="end" dx="-4">{e(tick_duration(t))}</text>' for t in ticks
@@ -386,7 +387,7 @@ def step_times_chart(ranks: Sequence[RankReport], critical_by_index: Mapping[int
         f'<text x="{_p(x(i))}" y="13" text-anchor="middle">{e(numbers[i] if i < len(numbers) else i + 1)}</text>'
         for i in range(0, n_steps, step_every)
     )
-    keys = [("dotkey", "a rank's step"), ("linekey", "the job's step (its slowest rank in that step)")]
+    keys = [("dotkey", "a rank's step"), ("linekey", "the job's step (the longest of the ranks' steps in that step)")]
     if critical_by_index:
         keys.append(("ringkey", PACE_MEANS))
     if many:

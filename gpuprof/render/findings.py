@@ -94,10 +94,10 @@ def _critical(v: Any) -> list[str]:
         counts[int(r["rank"])] = counts.get(int(r["rank"]), 0) + 1
     top = max(counts, key=lambda k: (counts[k], -k))
     if len(rows) == 1:
-        return [f"Rank {top} set the pace (waited least) in the step profiled."]
-    text = f"Rank {top} set the pace (waited least) in {counts[top]} of {len(rows)} steps"
+        return [f"Rank {top} was the {fg.PACE_SETTER} in the step profiled."]
+    text = f"Rank {top} was the {fg.PACE_SETTER} in {counts[top]} of {len(rows)} steps"
     if len(counts) > 1:
-        text += f"; {len(counts)} different ranks did over the run"
+        text += f"; {len(counts)} different ranks were over the run"
     return [text + "."]
 
 
@@ -112,7 +112,7 @@ def _imbalance(v: Any) -> list[str]:
             out.append(f"Every rank computes about the same per step ({median}).")
         else:
             out.append(
-                f"The busiest rank ({ar.get('max_rank')}) computes {number(ar.get('max_over_median')):.2f}× the median rank "
+                f"The {fg.BUSIEST} rank ({ar.get('max_rank')}) computes {number(ar.get('max_over_median')):.2f}× the median rank "
                 f"per step ({busiest} against {median})."
             )
     st = v.get("across_stages")
@@ -196,22 +196,56 @@ NOT_A_FIX: Mapping[str, str] = {
 class Context:
     """What the findings' sentences may say about the rest of the report: which what-if
     each recommendation carries (by its place in the ranking), each cause's share of the
-    job's time (%), and the causes whose recommendation was held back."""
+    job's time (%), the causes whose recommendation was held back, per cause the first
+    recommendation acting on it (its place, and whether it carries a what-if), each
+    carrying recommendation's own saving and range (%), and how many ranks have data."""
 
     carried: Mapping[str, int] = field(default_factory=dict)
     shares: Mapping[str, float] = field(default_factory=dict)
     held_back: frozenset[str] = frozenset()
+    acting: Mapping[str, tuple[int, bool]] = field(default_factory=dict)
+    savings: Mapping[int, tuple[float, float | None, float | None]] = field(default_factory=dict)
+    ranks: int = 2
 
 
-def _why_not(name: str, ctx: Context) -> str:
+# Findings that compare ranks: a report of one rank has nothing to say in them (no rank
+# to arrive last, no clock to align, no balance to weigh).
+CROSS_RANK = frozenset({"stragglers", "straggler_analysis", "critical_rank_per_step", "compute_imbalance", "barrier_waits"})
+
+
+def section_title(ctx: Context) -> str:
+    """The heading of the job-level findings: what they compare."""
+    return "Across ranks" if ctx.ranks > 1 else "The job as a whole"
+
+
+def _why_not(name: str, ctx: Context) -> str | None:
+    """Why no recommendation carries what-if ``name``; ``None`` when one acts on the same
+    time with an estimate of its own instead of the replay (the report's one number for
+    that fix: the replay's is not said beside it)."""
     if name in NOT_A_FIX:
         return NOT_A_FIX[name]
     cause = WHATIF_CAUSE.get(name)
+    if cause is not None and cause in ctx.acting:
+        place, replayed = ctx.acting[cause]
+        if not replayed:
+            return None
+        return f"another fix than recommendation {place}'s, on the same {cause} time"
     if cause is not None and cause in ctx.held_back:
         return f"its {cause} recommendation was held back: the trace lacks what it needs (see the warnings)"
     if cause is not None and cause in ctx.shares:
         return f"no recommendation acts on it: {cause} holds {ctx.shares[cause]:.1f}% of the job's time"
     return "no recommendation carries it"
+
+
+def _carried(name: str, pct: float, place: int, ctx: Context) -> str:
+    """``no dataloader 6.1% (recommendation 2)``, saying which end of the recommendation's
+    range the replay is when the recommendation's own estimate differs from it."""
+    est, low, high = ctx.savings.get(place, (pct, None, None))
+    if f"{est:.1f}" == f"{pct:.1f}":
+        return f"{humanize(name)} {pct:.1f}% (recommendation {place})"
+    end = "low" if low is not None and f"{low:.1f}" == f"{pct:.1f}" else "high" if high is not None and f"{high:.1f}" == f"{pct:.1f}" else None
+    said = f"the {end} end of recommendation {place}'s range" if end else f"recommendation {place} builds its estimate on it"
+    return f"{humanize(name)} {pct:.1f}% ({said})"
 
 
 def _whatif(v: Any, ctx: Context | None = None) -> list[str]:
@@ -236,18 +270,19 @@ def _whatif(v: Any, ctx: Context | None = None) -> list[str]:
         if carried:
             out.append(
                 "Replayed alone, the recommended fixes save: "
-                + ", ".join(f"{humanize(k)} {x:.1f}% (recommendation {ctx.carried[k]})" for k, x in carried)
+                + ", ".join(_carried(k, x, ctx.carried[k], ctx) for k, x in carried)
                 + "."
             )
         # A what-if no recommendation carries is named only with the reason (a bound, or
         # why no recommendation acts on it), and only where it saves more than the least
         # recommended one: otherwise it would read as advice.
         floor = min((x for _, x in carried), default=0.0)
-        shown = [(k, x) for k, x in others if x > floor][:3]
+        why = {k: _why_not(k, ctx) for k, _ in others}
+        shown = [(k, x) for k, x in others if x > floor and why[k] is not None][:3]
         if shown:
             out.append(
                 "Replayed but not recommended: "
-                + "; ".join(f"{humanize(k)} {x:.1f}% ({_why_not(k, ctx)})" for k, x in shown)
+                + "; ".join(f"{humanize(k)} {x:.1f}% ({why[k]})" for k, x in shown)
                 + "."
             )
         if not ranked and savings:
@@ -313,6 +348,8 @@ def job_blocks(job: Any, ctx: Context | None = None) -> list[Block]:
         value = job[key]
         if not isinstance(value, (Mapping, list)):
             continue
+        if ctx is not None and ctx.ranks <= 1 and key in CROSS_RANK:
+            continue
         if key == "whatif":
             sentences = tuple(_whatif(value, ctx))
         else:
@@ -323,17 +360,32 @@ def job_blocks(job: Any, ctx: Context | None = None) -> list[Block]:
         if not sentences and not tables:
             continue
         out.append(Block(key, TITLES.get(key, humanize(key).capitalize()), sentences, tables))
+    named = [role for role in fg.ROLES if any(_names_role(x, role) for b in out for x in b.sentences)]
+    if named:
+        # Each rank role the findings name, said once with its meaning: the legend of the
+        # text and Markdown reports, and of the HTML's findings.
+        out.append(Block("roles", "Rank roles", ("Rank roles: " + "; ".join(fg.role_legend(r) for r in named) + ".",)))
     return out
+
+
+def _names_role(sentence: str, role: str) -> bool:
+    return f"the {role}" in sentence or f"The {role}" in sentence
 
 
 def findings_context(report: Report) -> Context:
     """What the cross-rank findings' sentences need from the rest of the report."""
     carried: dict[str, int] = {}
+    acting: dict[str, tuple[int, bool]] = {}
+    savings: dict[int, tuple[float, float | None, float | None]] = {}
     for i, r in enumerate(report.recommendations, 1):
         if r.whatif and r.whatif not in carried:
             carried[r.whatif] = i
+            savings[i] = (r.estimated_savings_pct, r.savings_low_pct, r.savings_high_pct)
+        if r.estimated_savings_pct > 0:
+            acting.setdefault(r.category.value, (i, r.whatif is not None))
     s = fg.job_shares(report)
     held = report.extra.get("held_back")
     held_causes = frozenset(str(h.get("category")) for h in held if isinstance(h, Mapping)) if isinstance(held, list) else frozenset()
     shares = {c.value: v for c, v in s.lost_pct.items() if v is not None}
-    return Context(carried=carried, shares=shares, held_back=held_causes)
+    ranks = sum(1 for r in report.ranks if fg.has_data(r))
+    return Context(carried=carried, shares=shares, held_back=held_causes, acting=acting, savings=savings, ranks=ranks)

@@ -20,7 +20,7 @@ from gpuprof.model import sample_figures as sf
 from gpuprof.model.palette import CAUSE_COLORS, text_color_on
 from gpuprof.model.report import CAUSES, Cause, Report, report_to_dict
 from gpuprof.render import charts as ch
-from gpuprof.render.findings import findings_context, job_blocks
+from gpuprof.render.findings import findings_context, job_blocks, section_title
 from gpuprof.render.jsontables import Table
 from gpuprof.render.registry import register
 
@@ -283,10 +283,11 @@ def _table_html(t: Table) -> str:
 
 def _job_findings(report: Report) -> str:
     """Cross-rank findings: what each means in a sentence, its numbers in tables."""
-    blocks = job_blocks(report.extra.get("job"), findings_context(report))
+    ctx = findings_context(report)
+    blocks = job_blocks(report.extra.get("job"), ctx)
     if not blocks:
         return ""
-    out = ["<h2>Across ranks</h2>"]
+    out = [f"<h2>{e(section_title(ctx))}</h2>"]
     for b in blocks:
         out.append(f"<h3>{e(b.title)}</h3>")
         out.extend(f"<p>{e(x)}</p>" for x in b.sentences)

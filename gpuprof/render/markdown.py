@@ -12,7 +12,7 @@ import html
 from gpuprof.model import figures as fg
 from gpuprof.model import sample_figures as sf
 from gpuprof.model.report import CAUSES, Report
-from gpuprof.render.findings import findings_context, job_blocks
+from gpuprof.render.findings import findings_context, job_blocks, section_title
 from gpuprof.render.registry import register
 
 TOP_RECOMMENDATIONS = 3  # with evidence; the rest as one line each
@@ -86,10 +86,11 @@ def _ranks(report: Report) -> list[str]:
 
 def _findings(report: Report) -> list[str]:
     """The cross-rank findings in sentences, folded (their numbers are in the JSON report)."""
-    sentences = [x for b in job_blocks(report.extra.get("job"), findings_context(report)) for x in b.sentences]
+    ctx = findings_context(report)
+    sentences = [x for b in job_blocks(report.extra.get("job"), ctx) for x in b.sentences]
     if not sentences:
         return []
-    return ["<details><summary>Across ranks</summary>", ""] + [f"- {md_escape(x)}" for x in sentences] + ["", "</details>", ""]
+    return [f"<details><summary>{section_title(ctx)}</summary>", ""] + [f"- {md_escape(x)}" for x in sentences] + ["", "</details>", ""]
 
 
 def _samples(report: Report) -> list[str]:

@@ -21,7 +21,7 @@ from rich.text import Text
 from gpuprof.model import figures as fg
 from gpuprof.model import sample_figures as sf
 from gpuprof.model.report import CAUSES, Report
-from gpuprof.render.findings import findings_context, job_blocks
+from gpuprof.render.findings import findings_context, job_blocks, section_title
 from gpuprof.render.registry import register
 
 TOP_RECOMMENDATIONS = 5  # shown with evidence and actions; the rest as one line each
@@ -140,10 +140,11 @@ def _header(report: Report) -> Text:
 
 def _findings(report: Report, wrap: bool) -> list[RenderableType]:
     """Cross-rank findings in sentences (their tables are in the JSON and HTML reports)."""
-    sentences = [x for b in job_blocks(report.extra.get("job"), findings_context(report)) for x in b.sentences]
+    ctx = findings_context(report)
+    sentences = [x for b in job_blocks(report.extra.get("job"), ctx) for x in b.sentences]
     if not sentences:
         return []
-    out: list[RenderableType] = [Text("Across ranks", style="bold underline")]
+    out: list[RenderableType] = [Text(section_title(ctx), style="bold underline")]
     out.extend(_bullet("-", x, "dim", wrap) for x in sentences)
     return out
 

@@ -113,6 +113,33 @@ def inference(found: Sequence[Hit]) -> bool:
     return any(h.fact.get("workload") == "inference" for h in found)
 
 
+# Inductor's kernels (``triton_*``) make at least this share of a compiled model's kernels:
+# the GEMMs and convolutions stay cuBLAS / cuDNN (or Inductor's extern calls), so a compiled
+# model need not be mostly Triton. With the host ranges compiled code leaves in the trace, a
+# smaller share will do; a compiled helper in an eager model (vLLM's eager B200 trace: two
+# compiled regions, 1 Triton kernel in 694) is not a compiled model.
+COMPILED_KERNEL_SHARE = 0.2
+COMPILED_KERNEL_SHARE_WITH_REGIONS = 0.05
+
+
+def compiled(facts: Mapping[str, Any]) -> bool:
+    """The rank runs a model torch.compile already compiled: a good share of Inductor's
+    kernels, or some with the host ranges of compiled code (``CompiledFunction``,
+    ``Torch-Compiled Region``, ``CompiledFxGraph``). Such a model is not told to compile
+    itself."""
+    share = facts.get("compiled_kernel_share")
+    if share is None:
+        return False
+    least = COMPILED_KERNEL_SHARE_WITH_REGIONS if facts.get("compiled_regions") else COMPILED_KERNEL_SHARE
+    return float(share) >= least
+
+
+def has_optimizer(s: RankSummary) -> bool:
+    """The rank's trace shows an optimizer (its step or zero_grad ops, or a backward pass
+    it updates from): optimizer advice needs one to act on."""
+    return s.phases_us.get("optimizer", 0.0) > 0 or s.phases_us.get("backward", 0.0) > 0 or s.facts.get("workload") == "training"
+
+
 def idle_facts(found: Sequence[Hit]) -> dict[str, Fact]:
     """The facts of the idle line: the worst rank's loss, and its spread over the ranks."""
     w = worst(found)

@@ -9,7 +9,17 @@ from collections.abc import Sequence
 from gpuprof.accounting.summary import RankSummary
 from gpuprof.advice.context import AdviceContext, advisor
 from gpuprof.advice.finding import Fact, Finding, Said, said
-from gpuprof.advice.local.hits import Hit, inference, local, ops, recommend, top_op_facts, worst
+from gpuprof.advice.local.hits import (
+    Hit,
+    compiled,
+    has_optimizer,
+    inference,
+    local,
+    ops,
+    recommend,
+    top_op_facts,
+    worst,
+)
 from gpuprof.advice.replayed import replayed
 from gpuprof.advice.savings import savings_pct
 from gpuprof.model.report import Cause, RankReport
@@ -24,8 +34,6 @@ LAUNCH_BOUND_CALL_SHARE = 0.5
 # the host ops around it (resnet50-nw0: 22% in __next__, host ops ~2.7x slower than with
 # workers): host estimates then count only the launch calls (see host_launch).
 LOADER_CONTENTION_SHARE = 0.15
-# Most of the rank's kernels from Inductor (this share or more): the model is compiled.
-COMPILED_KERNEL_SHARE = 0.5
 
 
 def _top_ops(hit: Hit, cause: str = "host") -> list[str]:
@@ -39,14 +47,16 @@ def optimizer_name(op: str) -> str:
 
 def _actions(w: Hit, launch_bound: bool, inference: bool) -> list[Said]:
     """The host actions, fitted to the rank: compiled already, inference (vLLM), the
-    optimizer and ``zero_grad`` ops the host time sits under."""
+    optimizer and ``zero_grad`` ops the host time sits under (optimizer advice only where
+    the trace shows an optimizer: an inference trace has none)."""
     ops_ = _top_ops(w)
-    share = w.fact.get("compiled_kernel_share")
-    if share is not None and float(share) >= COMPILED_KERNEL_SHARE:
+    if compiled(w.fact):
         return [said("host.compiled_actions")]
     if inference:
         vllm = any("vllm" in op or "execute_context" in op or "execute_model" in op for op in ops_)
         return ([said("host.vllm")] if vllm else []) + [said("host.inference_actions")]
+    if not has_optimizer(w.summary):
+        return [said("host.launch_bound_actions" if launch_bound else "host.overhead_actions")]
     out = [said("host.zero_grad")] if any(op.startswith("Optimizer.zero_grad") for op in ops_[:3]) else []
     # An optimizer step among the top three host ops runs long; one further down is named too.
     step = next((op for op in ops_[:3] if op.startswith("Optimizer.step")), None)

@@ -1,12 +1,19 @@
 """Local findings of memory: copies from pageable memory (``memory-pageable-copies``),
 copies and memsets nothing overlaps (``memory-exposed-copies``), and the device allocator
-(``memory-allocator``, or ``memory-cold-start`` when the trace opens with set-up)."""
+(``memory-allocator``, or ``memory-cold-start`` when the trace opens with set-up: before
+the first kernel without step markers, or in a first step that is warm-up).
+
+The allocator's advice is said in the platform's names: a ROCm trace (``hipMalloc``) is
+told ``PYTORCH_HIP_ALLOC_CONF`` and ``PYTORCH_NO_HIP_MEMORY_CACHING``; and a rank that
+calls the allocator in every profiled step runs without the caching allocator (or empties
+it each step), so the first action is to re-enable it."""
 
 from __future__ import annotations
 
 from collections.abc import Mapping
 
 from gpuprof.accounting.summary import RankSummary
+from gpuprof.accounting.warmup import WARMUP_RATIO
 from gpuprof.advice.context import AdviceContext, advisor
 from gpuprof.advice.finding import Fact, Finding, Said, said
 from gpuprof.advice.local.hits import Hit, inference, local, recommend, rule_share, worst
@@ -91,6 +98,8 @@ def memory_allocator(ctx: AdviceContext, found: list[Hit]) -> list[Finding]:
         "mem_peak_bytes": peak or None,
         "mem_capacity_bytes": cap or None,
     }
+    rocm = any(str(name).lower().startswith("hip") for name in calls)
+    idle_as = "memory-allocator-rocm" if rocm else "memory-allocator"
     early = w.fact.get("alloc_before_first_compute_share")
     if w.report.steps == 0 and early is not None and float(early) >= COLD_START_SHARE:
         # No step markers, and the allocation happens before the first kernel: the trace
@@ -98,8 +107,22 @@ def memory_allocator(ctx: AdviceContext, found: list[Hit]) -> list[Finding]:
         evidence.append(said("memory.cold_start", share_pct=100 * float(early)))
         facts["before_first_compute_pct"] = 100.0 * float(early)
         return recommend(ctx, found, "memory-cold-start", Cause.MEMORY, evidence, [said("memory.cold_start_actions")],
-                         whatif="no_allocator", facts=facts, idle_as="memory-allocator")
-    actions = [said("memory.allocator_actions")]
+                         whatif="no_allocator", facts=facts, idle_as=idle_as)
+    first, ratio = w.fact.get("alloc_first_step_share"), w.fact.get("first_step_ratio")
+    if first is not None and float(first) >= COLD_START_SHARE and ratio is not None and float(ratio) >= WARMUP_RATIO:
+        # The allocator time sits in a first step many times longer than the others: the
+        # warm-up (first blocks, cuDNN autotuning, compilation) profiled as a step.
+        evidence.append(said("memory.warm_up", share_pct=100 * float(first), ratio=float(ratio),
+                             op=w.fact.get("first_step_top_op"), op_us=w.fact.get("first_step_top_op_us")))
+        facts["alloc_first_step_pct"] = 100.0 * float(first)
+        facts["first_step_ratio"] = float(ratio)
+        return recommend(ctx, found, "memory-cold-start", Cause.MEMORY, evidence, [said("memory.cold_start_actions")],
+                         whatif="no_allocator", facts=facts, idle_as=idle_as)
+    every = w.report.steps >= 2 and w.fact.get("alloc_steps") == w.report.steps
+    if every:
+        evidence.append(said("memory.every_step", rank=w.rank, steps=w.report.steps))
+    actions = [said("memory.allocator_actions_rocm" if rocm else "memory.allocator_actions", every=every)]
     if near:
         actions.append(said("memory.lower_peak_inference" if inference(found) else "memory.lower_peak"))
-    return recommend(ctx, found, "memory-allocator", Cause.MEMORY, evidence, actions, whatif="no_allocator", facts=facts)
+    return recommend(ctx, found, "memory-allocator", Cause.MEMORY, evidence, actions, whatif="no_allocator", facts=facts,
+                     idle_as=idle_as)

@@ -56,7 +56,8 @@ templates({
     # the actions, by what the trace shows of the host
     "host.compiled_actions": (
         (
-            "The model is already compiled (most kernels are Inductor's triton_ kernels): capture CUDA graphs too "
+            "The model is already compiled (Inductor's triton_ kernels or compiled regions in the trace): capture "
+            "CUDA graphs too "
             "(torch.compile(mode='reduce-overhead'), or torch.cuda.graphs around the compiled step) and look for graph "
             "breaks (TORCH_LOGS=graph_breaks) that leave parts of the step eager."
         ),

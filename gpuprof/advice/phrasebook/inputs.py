@@ -16,6 +16,7 @@ _IDLE_WHAT = {
     "memory-pageable-copies": "in copies from or to pageable (not pinned) host memory",
     "memory-exposed-copies": "in copies and memsets that no compute overlapped",
     "memory-allocator": "while the host was in device allocator calls (cudaMalloc/cudaFree and kin)",
+    "memory-allocator-rocm": "while the host was in device allocator calls (hipMalloc/hipFree and kin)",
     "host-launch": "waiting for the host to launch the next kernel",
     "host-ddp-buffer-sync": "while DistributedDataParallel broadcast its buffers at the start of the forward",
 }

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from gpuprof.advice.phrasebook.book import specs, templates
+from gpuprof.advice.phrasebook.book import phrase, specs, templates
 from gpuprof.util.phrases import duration
 
 
@@ -52,10 +52,9 @@ templates({
         "Memory peaked at {peak_gib:.1f} GiB of {capacity_gib:.1f} GiB ({share_pct:.0f}%): "
         "the caching allocator frees and retries when it runs out."
     ),
-    "memory.allocator_actions": (
-        "Set PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True to cut fragmentation and cudaMalloc retries.",
-        "Remove torch.cuda.empty_cache() from the training loop (cudaFree synchronizes the device).",
-        "Keep tensor shapes stable (pad or bucket variable sequence lengths) so cached blocks get reused.",
+    "memory.every_step": (
+        "Rank {rank} calls the device allocator in every one of its {steps} steps: the caching allocator is off "
+        "or emptied each step, not only short of memory."
     ),
     "memory.lower_peak_inference": (
         "Lower peak memory: a smaller KV-cache budget or maximum batch (vLLM: gpu_memory_utilization, "
@@ -85,3 +84,53 @@ templates({
         ),
     ),
 })
+
+
+_STABLE_SHAPES = "Keep tensor shapes stable (pad or bucket variable sequence lengths) so cached blocks get reused."
+
+
+@phrase("memory.allocator_actions")
+def allocator_actions(every: bool) -> tuple[str, ...]:
+    """What stops allocator churn on CUDA: the caching allocator first when every step
+    allocates."""
+    reenable = (
+        "Re-enable PyTorch's caching allocator: unset PYTORCH_NO_CUDA_MEMORY_CACHING (with it set, every tensor "
+        "is a cudaMalloc and a cudaFree, and cudaFree synchronizes the device)."
+    )
+    first = (reenable,) if every else ()
+    return (
+        *first,
+        "Set PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True to cut fragmentation and cudaMalloc retries.",
+        "Remove torch.cuda.empty_cache() from the training loop (cudaFree synchronizes the device).",
+        _STABLE_SHAPES,
+    )
+
+
+@phrase("memory.allocator_actions_rocm")
+def allocator_actions_rocm(every: bool) -> tuple[str, ...]:
+    """The same in ROCm's names (the Python API keeps its torch.cuda names on ROCm)."""
+    reenable = (
+        "Re-enable PyTorch's caching allocator: unset PYTORCH_NO_HIP_MEMORY_CACHING (with it set, every tensor "
+        "is a hipMalloc and a hipFree, and hipFree synchronizes the device)."
+    )
+    first = (reenable,) if every else ()
+    return (
+        *first,
+        "Set PYTORCH_HIP_ALLOC_CONF=expandable_segments:True to cut fragmentation and hipMalloc retries.",
+        (
+            "Remove torch.cuda.empty_cache() from the training loop (on ROCm too: it calls hipFree, which "
+            "synchronizes the device)."
+        ),
+        _STABLE_SHAPES,
+    )
+
+
+@phrase("memory.warm_up")
+def warm_up(share_pct: float, ratio: float, op: str | None, op_us: float | None) -> str:
+    """Allocator time in a first step that is warm-up."""
+    longest = f" (its longest op: {op}, {duration(op_us)})" if op and op_us else ""
+    return (
+        f"{share_pct:.0f}% of that allocator time falls in the first profiled step, which takes {ratio:.1f}x the "
+        f"median of the others{longest}: one-time warm-up (the caching allocator's first blocks, cuDNN "
+        "autotuning, compilation), not a loop that allocates every step."
+    )
