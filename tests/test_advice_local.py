@@ -51,8 +51,15 @@ def test_dataloader_starvation_with_measured_numbers() -> None:
     rec = _one(local.dataloader_starvation, _ctx(b.build()))
     assert rec.id == "dataloader-starvation" and rec.category is Cause.DATALOADER
     assert rec.ranks == (0,)
-    assert rec.estimated_savings_pct == pytest.approx(29.0)  # 290 of 1000 us per step
+    # 290 of 1000 us per step waits: 29% with a free core per worker (and the in-process
+    # loader's launches gone with it: a little more), nothing if the workers share the
+    # training process's core (its host work grows by the 290 us they take over); the
+    # estimate is the middle of the two.
+    assert rec.savings_low_pct == pytest.approx(0.0)
+    assert rec.savings_high_pct is not None and 29.0 <= rec.savings_high_pct <= 30.0
+    assert rec.estimated_savings_pct == pytest.approx(rec.savings_high_pct / 2)
     assert "290 µs per step (29.0% of the step)" in rec.evidence[0]
+    assert any("free core for every worker" in e for e in rec.evidence)
     assert any("num_workers" in a for a in rec.actions)
     assert any("_SingleProcessDataLoaderIter" in e for e in rec.evidence)
     assert "each DataLoader.__next__ call took 290 µs on the host (3 calls in the window)" in rec.evidence[1]

@@ -216,7 +216,13 @@ def test_intended_whatif_estimate_matches_the_simulated_fix(
             wrong.append(f"no recommendation with whatif={fix} (truth {want:.1f}%)")
             continue
         got = recs[0]["estimated_savings_pct"]
-        if not _within(got, want):
+        lo, hi = recs[0].get("savings_low_pct"), recs[0].get("savings_high_pct")
+        if fix == "no_dataloader" and lo is not None and hi is not None:
+            # Loading in workers gives back what the host's free cores allow, which one trace
+            # cannot show: the truth must lie in the stated range (issue 28 item 4).
+            if not (lo - FLOOR_PP <= want <= hi * (1 + REL) + FLOOR_PP):
+                wrong.append(f"{fix}: simulated {want:.1f}% outside the stated {lo:.1f}-{hi:.1f}%")
+        elif not _within(got, want):
             wrong.append(f"{fix}: estimated {got:.1f}%, simulated {want:.1f}%")
         culprits = wi.get("culprit_ranks", {}).get(fix)
         if culprits:

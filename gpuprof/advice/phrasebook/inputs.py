@@ -74,6 +74,20 @@ def ops(rank: int, cause: str, ops: Sequence[Mapping[str, Any]]) -> str:
     return f"On rank {rank} the {_OPS_WHAT[cause]} sits under: " + "; ".join(parts) + "."
 
 
+@phrase("dataloader.cores_range")
+def cores_range(low_pct: float, high_pct: float, pct: float, load_us: float, in_process: bool) -> str:
+    """The range of the DataLoader fix over the host's free cores (see
+    :func:`gpuprof.advice.local.inputs._with_cores_range`)."""
+    gone = "the waits gone and the loader's host work out of the training process" if in_process else "the waits gone"
+    return (
+        f"How much of this the workers give back depends on the host's free cores, which one trace cannot "
+        f"show: {high_pct:.1f}% with a free core for every worker ({gone}); {low_pct:.1f}% if they share the "
+        f"training process's cores (its own host work then grows by up to the {duration(load_us)} of loading per "
+        f"step they take over). Estimate: the middle, {pct:.1f}%. Count the host's cores against num_workers + 1 "
+        f"per GPU (nproc, and what else runs there): with enough free, expect the upper end."
+    )
+
+
 @phrase("sync.calls")
 def sync_calls(rank: int, calls: Sequence[tuple[str, int]], steps: int) -> str:
     per = [f"{k} {n / steps:.1f}/step" if steps > 0 else f"{k} {n}" for k, n in calls]
