@@ -261,7 +261,15 @@ def test_one_number_per_whatif(folder: Path) -> None:
         if rec.whatif and rec.whatif in savings:
             mine = f"{savings[rec.whatif]:.1f}"
             ends = {f"{x:.1f}" for x in (rec.savings_low_pct, rec.savings_high_pct) if x is not None}
-            assert f"{rec.estimated_savings_pct:.1f}" == mine or mine in ends, (i, rec.id, rec.whatif, mine)
+            # A range over what one trace cannot show (the DataLoader fix over the host's free
+            # cores) holds the what-if's replay inside it, and says it.
+            inside = (
+                rec.savings_low_pct is not None
+                and rec.savings_high_pct is not None
+                and rec.savings_low_pct <= savings[rec.whatif] <= rec.savings_high_pct
+                and any(f"{mine}% saved" in line for line in rec.evidence)
+            )
+            assert f"{rec.estimated_savings_pct:.1f}" == mine or mine in ends or inside, (i, rec.id, rec.whatif, mine)
     acting = {rec.category.value for rec in r.recommendations if rec.estimated_savings_pct > 0}
     for fmt, text in _texts(str(folder)).items():
         for name, pct in savings.items():

@@ -29,7 +29,7 @@ from __future__ import annotations
 
 import importlib
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 from gpuprof.accounting.evidence import Evidence
@@ -47,6 +47,7 @@ from gpuprof.advice.context import (
 )
 from gpuprof.advice.finding import Finding, Said, said
 from gpuprof.advice.phrasebook import recommendation, sentence
+from gpuprof.advice.replayed import results
 from gpuprof.model.report import Recommendation, sort_recommendations
 
 __all__ = [
@@ -64,10 +65,10 @@ __all__ = [
     "Said",
     "advise",
     "advise_all",
-    "rank_recommendations",
     "advisor",
     "hold_back",
     "needs_of",
+    "rank_recommendations",
     "rank_spans",
     "recommendation",
 ]
@@ -168,12 +169,52 @@ def _is_fault(r: Recommendation) -> bool:
     return r.id in FAULTS
 
 
-def rank_recommendations(recs: Sequence[Recommendation]) -> tuple[Recommendation, ...]:
-    """Faults that save at least :data:`FAULT_FIRST_PCT` first, then the rest; each part by
-    estimated savings (ties by id)."""
+# How many recommendations are ordered by what each adds to the ones above it.
+GREEDY_DEPTH = 5
+
+
+def rank_recommendations(recs: Sequence[Recommendation], ctx: AdviceContext | None = None) -> tuple[Recommendation, ...]:
+    """Faults that save at least :data:`FAULT_FIRST_PCT` first, then the rest by estimated
+    savings (ties by id). Then, with the job's replays, the next place goes to the fix that
+    adds most to the ones above it, replayed together (:data:`GREEDY_DEPTH` places): fixes
+    that reinforce each other come together (data balanced per step unmasks a heavier
+    stage), and a fix whose gain the one above already takes falls back. A recommendation
+    moved up says what it adds."""
     ranked = sort_recommendations(recs)
     first = [r for r in ranked if _is_fault(r) and r.estimated_savings_pct >= FAULT_FIRST_PCT]
-    return tuple(first) + tuple(r for r in ranked if r not in first)
+    ranked = tuple(first) + tuple(r for r in ranked if r not in first)
+    w = results(ctx) if ctx is not None else None
+    if w is None or len(ranked) < 3:
+        return ranked
+    out = [ranked[0]]
+    rest = list(ranked[1:])
+    chosen = [ranked[0].whatif] if ranked[0].whatif else []
+    base = w.combined_pct(chosen) if chosen else 0.0
+    for _ in range(GREEDY_DEPTH - 1):
+        if not rest or base is None:
+            break
+        gains: dict[int, float] = {}
+        for i, r in enumerate(rest):
+            if r.whatif and not _is_fault(r):
+                both = w.combined_pct([*chosen, r.whatif])
+                if both is not None:
+                    gains[i] = both - base
+        if not gains:
+            break
+        best = max(gains, key=lambda i: (gains[i], rest[i].estimated_savings_pct))
+        standalone = rest[0]
+        if best == 0 or gains[best] <= standalone.estimated_savings_pct + 0.5:
+            pick = rest.pop(0)
+        else:
+            pick = rest.pop(best)
+            line = sentence(said("rank.adds", gain_pct=gains[best], alone_pct=pick.estimated_savings_pct,
+                                 above=len(out)))
+            pick = replace(pick, evidence=(*pick.evidence, line))
+        out.append(pick)
+        if pick.whatif:
+            chosen.append(pick.whatif)
+            base = w.combined_pct(chosen)
+    return tuple(out) + tuple(rest)
 
 
 def advise_all(ctx: AdviceContext) -> Advice:
@@ -219,7 +260,7 @@ def advise_all(ctx: AdviceContext) -> Advice:
     combined = combined_savings_pct(ctx, kept)
     # What the fixes save together is said once, under the recommendations (the renderers'
     # combined line), not in each of them.
-    done = finalize(ctx, rank_recommendations(explain_disagreement(ctx, kept)))
+    done = finalize(ctx, rank_recommendations(explain_disagreement(ctx, kept), ctx))
     return Advice(done.recommendations, tuple(held), combined, done.absorbed_warnings)
 
 

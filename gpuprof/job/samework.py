@@ -263,6 +263,12 @@ def peer_factors(
                 rows = [table[q] for q in members]
                 size = rows[0].size if rows else 0
                 ok = len(rows) >= 2 and size > 0 and all(x.size == size for x in rows)
+                if ok and which == 0:
+                    # Segments line up only where every peer computes in the same ones: a
+                    # collective that started late on one rank (queued behind one that waited)
+                    # moves that rank's boundaries, and its segments no longer compare.
+                    busy = np.vstack(rows) > 0
+                    ok = bool(np.all(busy == busy[0]))
                 medians[key] = dict(zip(members, others_medians(np.vstack(rows)))) if ok else None
             got = medians[key]
             med = got.get(r) if got is not None else None

@@ -118,6 +118,10 @@ templates({
         "{theory_pct:.0f}% of the pipeline span to fill and drain: the rest of this idle time is stages waiting for a "
         "slower rank or stage, or for work that varies (see the recommendations above)"
     ),
+    "rank.adds": (
+        "replayed with the recommendation{above:s} above, it adds {gain_pct:.1f}% of the step "
+        "({alone_pct:.1f}% alone): the fixes reinforce each other"
+    ),
     "general.no_saving": "no saving is estimated: nothing says what would remove this idle time",
     "general.queued": (
         "on rank {rank} the next kernel had already been launched during most of the lost time that no rule "
