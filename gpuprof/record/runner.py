@@ -399,6 +399,12 @@ def run_command(
         with contextlib.suppress(Exception):
             backend.close()
     exit_code, sig = exit_code_of(returncode)
+    if recorded and opts.hooks:
+        from gpuprof.session.adopt import adopt_job_traces
+
+        for msg in adopt_job_traces(session_dir):  # a session is read only from inside itself
+            warnings.append(msg)
+            warn(msg)
     if seen:
         names = ", ".join(signal.Signals(s).name for s in seen)
         writer.event("warning", f"forwarded {names} to the job")

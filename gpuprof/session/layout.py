@@ -96,6 +96,8 @@ PROCESSES_FILE = "processes.jsonl"
 EVENTS_FILE = "events.jsonl"
 HOOKS_DIR = "hooks"
 TRACES_DIR = "traces"
+# The traces the job's own profiler wrote, brought into the session when the run ended.
+JOB_TRACES_DIR = "traces/job"
 RESERVE_FILE = ".gpuprof-reserve"
 # How a ``warnings`` entry of session.json starts when no GPU could be sampled (no driver,
 # NVML failed): a report on a job that ran on the CPU leaves it out.
