@@ -141,7 +141,7 @@ def check(
     )
     pyproject = None
     if not no_config:
-        pyproject = config if config is not None else find_pyproject(Path.cwd())
+        pyproject = config if config is not None else find_pyproject()
         if pyproject is not None:
             settings = merged(load_settings(pyproject), settings)
     limits = settings.thresholds

@@ -42,8 +42,14 @@ class CheckSettings:
     step_tolerance_pct: float | None = None
 
 
-def find_pyproject(start: Path) -> Path | None:
-    """The nearest pyproject.toml in ``start`` or a folder above it."""
+def find_pyproject(start: Path | None = None) -> Path | None:
+    """The nearest pyproject.toml in ``start`` (default: the current folder) or a folder
+    above it. A current folder that was deleted (``sh`` runs there) holds none."""
+    if start is None:
+        try:
+            start = Path.cwd()
+        except OSError:
+            return None
     for folder in (start, *start.parents):
         candidate = folder / "pyproject.toml"
         if candidate.is_file():

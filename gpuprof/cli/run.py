@@ -245,6 +245,8 @@ def run(
         try:
             with relay.interrupting():
                 report_run(session_dir, report_format, save_report, result)
+        except Exception as exc:  # whatever fails in the report, the job's exit code is the answer
+            say(f"no report (internal error: {exc!r}); run `gpuprof analyze {session_dir}`")
         except LateSignal as late:
             say(f"{late.name} arrived after the job ended: no report; the session is saved in {session_dir} "
                 f"(gpuprof analyze {session_dir})")

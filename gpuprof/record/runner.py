@@ -112,7 +112,10 @@ def exit_code_of(returncode: int) -> tuple[int, int | None]:
 def child_env(base: dict[str, str], session_dir: Path, opts: RunOptions) -> dict[str, str]:
     """The user's environment plus gpuprof's hook variables (PYTHONPATH gets the hook dir first)."""
     env = dict(base)
-    env["GPUPROF_SESSION_DIR"] = str(session_dir.resolve())
+    try:
+        env["GPUPROF_SESSION_DIR"] = str(session_dir.resolve())
+    except OSError:  # a relative folder under a current folder that was deleted: unrecorded anyway
+        env["GPUPROF_SESSION_DIR"] = str(session_dir)
     if opts.hooks:
         env["GPUPROF_HOOKS"] = "1"
         env["GPUPROF_PROFILE"] = f"{opts.profile_wait},{opts.profile_warmup},{opts.profile_active}"
@@ -121,6 +124,14 @@ def child_env(base: dict[str, str], session_dir: Path, opts: RunOptions) -> dict
     else:
         env["GPUPROF_HOOKS"] = "0"
     return env
+
+
+def _cwd() -> str | None:
+    """The current folder, or None when it was deleted (the job still runs there, as under ``sh``)."""
+    try:
+        return os.getcwd()
+    except OSError:
+        return None
 
 
 def _versions() -> dict[str, Any]:
@@ -320,7 +331,7 @@ def run_command(
         "schema": SESSION_SCHEMA,
         "status": "running",
         "command": list(argv),
-        "cwd": os.getcwd(),
+        "cwd": _cwd(),
         "host": socket.gethostname(),
         "start_time_unix_s": time.time(),
         "end_time_unix_s": None,

@@ -107,8 +107,19 @@ def write_atomic(dest: str | Path, pieces: Iterable[bytes], *, gz: bool | None =
         raise GpuprofError(f"is {what}; refusing to write onto it (give a file name)", dest)
 
 
+def utf8(text: str) -> bytes:
+    """``text`` as UTF-8, whatever it holds. Under a locale that is not UTF-8 (``LC_ALL=POSIX``)
+    Python decodes a file name's bytes with ``surrogateescape``: those are given back as the
+    bytes they were when they were UTF-8 (``sé`` stays ``sé``), else as U+FFFD; never an error
+    that would cost ``gpuprof run`` the job's exit code."""
+    try:
+        return text.encode("utf-8")
+    except UnicodeEncodeError:
+        return text.encode("utf-8", "surrogateescape").decode("utf-8", "replace").encode("utf-8", "replace")
+
+
 def write_text_atomic(dest: str | Path, text: str, *, fsync: bool = False) -> None:
-    write_atomic(dest, [text.encode("utf-8")], gz=False, fsync=fsync)
+    write_atomic(dest, [utf8(text)], gz=False, fsync=fsync)
 
 
 def make_temp(folder: Path, prefix: str, mode: int = 0o666) -> tuple[int, str]:
