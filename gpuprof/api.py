@@ -112,7 +112,10 @@ def analyze(
     from gpuprof.session import is_session
 
     if max_input_gb is not None:
-        _pct_arg("max_input_gb", max_input_gb, upper=None)
+        from gpuprof.readers.limits import MAX_INPUT_GB
+
+        if _pct_arg("max_input_gb", max_input_gb, upper=MAX_INPUT_GB) == 0:
+            raise ValueError("max_input_gb: 0 would refuse every trace")
     options = AnalyzeOptions(steps=selection, jobs=jobs, scheduler=scheduler, max_input_gb=max_input_gb)
 
     def told(message: str, done: int | None = None, total: int | None = None, ranks: int | None = None) -> None:
@@ -140,10 +143,14 @@ def load_report(path: PathLike) -> Report:
 
 def _pct_arg(name: str, value: object, upper: float | None = 100.0) -> float:
     if isinstance(value, bool) or not isinstance(value, (int, float)):
-        raise TypeError(f"{name}: expected a number, got {value!r}")
-    v = float(value)
+        raise TypeError(f"{name}: expected a number, got {type(value).__name__}")
+    try:
+        v = float(value)
+    except OverflowError:  # an integer beyond any float (10**400)
+        v = math.inf
     if not math.isfinite(v) or v < 0 or (upper is not None and v > upper):
-        raise ValueError(f"{name}: {value!r} is not between 0 and {'infinity' if upper is None else f'{upper:g}'}")
+        shown = repr(value) if isinstance(value, float) or abs(value) < 10**30 else "a very large integer"
+        raise ValueError(f"{name}: {shown} is not between 0 and {'infinity' if upper is None else f'{upper:g}'}")
     return v
 
 

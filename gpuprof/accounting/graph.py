@@ -230,9 +230,9 @@ def _latest_other_end(
             cur[active] -= 1
             active = active[~good & (cur[active] >= lo[active])]
         for e in active.tolist():  # past 64 steps: the own stream's events, one at a time
-            for p in range(int(cur[e]), int(lo[e]) - 1, -1):
-                if s_stream[p] != stream_no[e] and s_start[p] < start[e]:
-                    found[e] = p
+            for q in range(int(cur[e]), int(lo[e]) - 1, -1):
+                if s_stream[q] != stream_no[e] and s_start[q] < start[e]:
+                    found[e] = q
                     break
         j = np.where(found >= 0, found, j)
     ok = j >= 0
