@@ -42,9 +42,12 @@ __all__ = ["analyze", "check", "load_report"]
 
 def _as_paths(paths: PathLike | Sequence[PathLike]) -> list[Path]:
     if isinstance(paths, (str, os.PathLike)):
-        return [Path(paths)]
+        paths = [paths]
     if not isinstance(paths, Sequence) or isinstance(paths, bytes):
         raise TypeError(f"paths: expected a path or a list of paths, got {type(paths).__name__}")
+    if any(isinstance(p, str) and not p.strip() for p in paths):
+        # Path("") is the current folder: an unset variable would analyze whatever is there.
+        raise ValueError("paths: an empty path was given; name a trace file or folder")
     out = [Path(p) for p in paths]
     if not out:
         raise ValueError("paths: give at least one trace, folder, session folder or saved report")

@@ -19,6 +19,7 @@ from gpuprof.cli.reporting import (  # noqa: F401
     warn_skipped,
     write_output,
 )
+from gpuprof.cli.command import input_path
 from gpuprof.cli.root import app
 
 StderrProgress = ReadProgress  # the name the other commands import; use it as a context manager
@@ -51,6 +52,7 @@ def strict_option() -> Any:
 def analyze(
     paths: List[Path] = typer.Argument(
         ...,
+        parser=input_path,
         metavar="PATH...",
         help="Kineto trace files (.json, .json.gz), folders of per-rank traces, gpuprof run "
         "session folders, op-level Chrome trace timelines, or a report saved with --format json "

@@ -256,6 +256,8 @@ def discover(
         raise BadTraceError("no trace path given")
     sources: list[TraceSource] = []
     for raw in paths:
+        if not str(raw).strip():  # Path("") is the current folder: an unset "$TRACES" would analyze it
+            raise BadTraceError("an empty path was given (an unset variable?): name a trace file or folder")
         p = Path(raw)
         if p.is_dir():
             files = _scan_folder(p, skipped)

@@ -88,4 +88,38 @@ def files_inside(root: Path, folder: Path, names: list[str]) -> tuple[list[Path]
     return kept, notes
 
 
-__all__ = ["files_inside", "is_inside", "real_root", "session_subfolder", "why_not_readable"]
+def refuse_foreign_folder(root: Path) -> str | None:
+    """Why ``root`` may not become this user's session folder, or ``None``.
+
+    ``--session-dir`` may name an existing empty folder. One that another user made (an
+    empty 0777 folder waiting in ``/tmp``), or a symbolic link another user placed in a
+    shared sticky folder, would hand that user the session: the command line in
+    ``session.json``, and files gpuprof appends to that they could replace with links. The
+    kernel's ``fs.protected_symlinks`` reasons the same way about links in sticky folders.
+    """
+    geteuid = getattr(os, "geteuid", None)
+    if geteuid is None:  # no POSIX owners here
+        return None
+    me = geteuid()
+    try:
+        link = os.lstat(root)
+    except OSError:
+        return None  # nothing there yet: it is created, and ours
+    if stat.S_ISLNK(link.st_mode) and link.st_uid != me:
+        try:
+            parent = os.stat(os.path.dirname(os.path.abspath(root)) or os.sep)
+        except OSError:
+            parent = None
+        if parent is not None and parent.st_mode & stat.S_ISVTX and parent.st_mode & stat.S_IWOTH:
+            return (f"is a symbolic link that another user (uid {link.st_uid}) placed in a shared folder; "
+                    "give a session folder of your own")
+    try:
+        st = os.stat(root)
+    except OSError:
+        return None
+    if st.st_uid != me:
+        return f"belongs to another user (uid {st.st_uid}); give a session folder of your own"
+    return None
+
+
+__all__ = ["files_inside", "refuse_foreign_folder", "is_inside", "real_root", "session_subfolder", "why_not_readable"]

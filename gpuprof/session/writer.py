@@ -35,6 +35,7 @@ from gpuprof.session.layout import (
     SAMPLES_FILE,
     TRACES_DIR,
 )
+from gpuprof.session.trust import refuse_foreign_folder
 from gpuprof.util.atomic import make_temp, remove_quietly
 
 # Permissions, before the umask. The files that hold the job's command line (session.json;
@@ -246,6 +247,9 @@ def claim_session_dir(root: Path) -> None:
     ``OSError`` out of here is the disk's or the machine's (full, read-only, not permitted,
     an I/O error), not the user's: the caller runs the job unrecorded.
     """
+    foreign = refuse_foreign_folder(root)  # before anything is written there (gpuprof/session/trust.py)
+    if foreign is not None:
+        raise GpuprofError(foreign, root)
     try:
         root.mkdir(parents=True, exist_ok=True)
     except FileExistsError:
