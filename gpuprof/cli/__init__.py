@@ -123,12 +123,14 @@ COMPLETION_SHELLS = ("bash", "zsh", "fish", "powershell", "pwsh")
 
 
 def _completion_instruction(value: str) -> bool:
-    """Whether ``_GPUPROF_COMPLETE`` holds what shell completion sets (``SHELL_source``,
-    ``SHELL_complete``); an empty value means none."""
+    """Whether ``_GPUPROF_COMPLETE`` holds what shell completion sets (click's
+    ``SHELL_source``/``SHELL_complete``, typer's ``complete_SHELL``/``source_SHELL``); an empty
+    value means none."""
     if not value:
         return True
-    shell, _, what = value.partition("_")
-    return shell in COMPLETION_SHELLS and what in ("source", "complete")
+    first, _, second = value.partition("_")
+    modes = ("source", "complete")
+    return (first in COMPLETION_SHELLS and second in modes) or (first in modes and second in COMPLETION_SHELLS)
 
 
 def _say(text: object, prefix: str = "gpuprof: ") -> None:
