@@ -48,7 +48,7 @@ def _run_next_sitecustomize():
 
 def _run_next_with_imp(path):
     # type: (list) -> None
-    import imp  # noqa: the only way on Python 2
+    import imp  # the only way on Python 2
 
     try:
         found = imp.find_module("sitecustomize", path)
