@@ -42,9 +42,12 @@ __all__ = ["analyze", "check", "load_report"]
 
 def _as_paths(paths: PathLike | Sequence[PathLike]) -> list[Path]:
     if isinstance(paths, (str, os.PathLike)):
-        return [Path(paths)]
+        paths = [paths]
     if not isinstance(paths, Sequence) or isinstance(paths, bytes):
         raise TypeError(f"paths: expected a path or a list of paths, got {type(paths).__name__}")
+    if any(isinstance(p, str) and not p.strip() for p in paths):
+        # Path("") is the current folder: an unset variable would analyze whatever is there.
+        raise ValueError("paths: an empty path was given; name a trace file or folder")
     out = [Path(p) for p in paths]
     if not out:
         raise ValueError("paths: give at least one trace, folder, session folder or saved report")
@@ -116,7 +119,10 @@ def analyze(
     from gpuprof.session import is_session
 
     if max_input_gb is not None:
-        _pct_arg("max_input_gb", max_input_gb, upper=None)
+        from gpuprof.readers.limits import MAX_INPUT_GB
+
+        if _pct_arg("max_input_gb", max_input_gb, upper=MAX_INPUT_GB) == 0:
+            raise ValueError("max_input_gb: 0 would refuse every trace")
     if not isinstance(force, bool):
         raise TypeError(f"force: expected True or False, got {force!r}")
     options = AnalyzeOptions(steps=selection, jobs=jobs, scheduler=scheduler, max_input_gb=max_input_gb, force=force)
@@ -146,10 +152,14 @@ def load_report(path: PathLike) -> Report:
 
 def _pct_arg(name: str, value: object, upper: float | None = 100.0) -> float:
     if isinstance(value, bool) or not isinstance(value, (int, float)):
-        raise TypeError(f"{name}: expected a number, got {value!r}")
-    v = float(value)
+        raise TypeError(f"{name}: expected a number, got {type(value).__name__}")
+    try:
+        v = float(value)
+    except OverflowError:  # an integer beyond any float (10**400)
+        v = math.inf
     if not math.isfinite(v) or v < 0 or (upper is not None and v > upper):
-        raise ValueError(f"{name}: {value!r} is not between 0 and {'infinity' if upper is None else f'{upper:g}'}")
+        shown = repr(value) if isinstance(value, float) or abs(value) < 10**30 else "a very large integer"
+        raise ValueError(f"{name}: {shown} is not between 0 and {'infinity' if upper is None else f'{upper:g}'}")
     return v
 
 

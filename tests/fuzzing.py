@@ -332,6 +332,9 @@ class Case:
     stderr_mode: str = "capture"  # capture | closed
     protected: list[str] = field(default_factory=list)  # inputs that must come out unchanged
     env: dict[str, str] = field(default_factory=dict)
+    # sessionpaths (fuzzing_round3): a rank only a file outside the session claims; a report
+    # that holds it read that file.
+    forbidden_rank: int | None = None
 
     def describe(self) -> str:
         where = f"{self.source}/{self.mutated}"
@@ -666,6 +669,13 @@ EXTRA_BUILDERS: dict[str, Callable[..., tuple[Case, list[Path]]]] = {
     "session": _session_case,
     "names": _names_case,
 }
+# Issue 33's classes that run through the same harness: sessions pointing outside
+# themselves, hostile numbers and depth in inputs that are not traces (fuzzing_round3.py).
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+import fuzzing_round3  # noqa: E402
+
+KINDS.update(fuzzing_round3.KINDS)
+EXTRA_BUILDERS.update(fuzzing_round3.BUILDERS)
 
 
 def run_with_streams(args: Sequence[str], stdout_mode: str, stderr_mode: str, work: Path) -> CliResult:
@@ -798,6 +808,8 @@ def judge(case: Case, result: CliResult, seconds: float, changed: list[str] | No
         out.problem = f"control character {unsafe} reached the terminal"
     elif changed:
         out.problem = f"an input was changed: {changed[0]}"
+    elif case.forbidden_rank is not None and result.code == 0 and _has_rank(result.stdout, case.forbidden_rank):
+        out.problem = f"read a file outside the session folder (its rank {case.forbidden_rank} is in the report)"
     elif case.kind == "outputs":
         if result.code != 2 or len(lines) != 1:
             out.problem = f"an output onto an input was not refused (exit {result.code}, {len(lines)} stderr lines)"
@@ -817,6 +829,13 @@ def judge(case: Case, result: CliResult, seconds: float, changed: list[str] | No
     elif case.command == "analyze" and _stdout_format(case) == "json":
         out.problem = report_problem(result.stdout)
     return out
+
+
+def _has_rank(stdout: str, rank: int) -> bool:
+    try:
+        return any(r.get("rank") == rank for r in json.loads(stdout).get("ranks", []))
+    except (ValueError, AttributeError):
+        return False
 
 
 def _streams_problem(case: Case, result: CliResult, lines: list[str]) -> str | None:

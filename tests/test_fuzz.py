@@ -13,6 +13,7 @@ import os
 import sys
 
 import fuzzing
+import fuzzing_round3
 import pytest
 
 
@@ -51,3 +52,29 @@ def test_each_attack_class_holds_the_contract(kind: str, monkeypatch: pytest.Mon
         for o in figures.failures
     ]
     assert not lines, f"{len(lines)} of {figures.cases} {kind} cases broke the contract:\n" + "\n".join(lines)
+
+
+@pytest.mark.skipif(sys.platform != "linux", reason="reads /proc/PID/status")
+def test_signal_dispositions_hold_the_rule(tmp_path: object) -> None:
+    """Issue 33: ``gpuprof run`` started with random signals ignored and sent one; the job
+    sees the same ones ignored, outlives an ignored one and dies of another."""
+    from pathlib import Path
+
+    cases = int(os.environ.get("GPUPROF_FUZZ_KIND_CASES", "5"))
+    seed = int(os.environ.get("GPUPROF_FUZZ_SEED", "20261"))
+    problems = []
+    for i in range(min(cases, 3)):
+        work = Path(str(tmp_path)) / str(i)
+        work.mkdir()
+        problem = fuzzing_round3.disposition_case(seed, i, work)
+        if problem:
+            problems.append(f"case {i}: {problem}")
+    assert not problems, "\n".join(problems)
+
+
+def test_scheduler_addresses_hold_the_rule() -> None:
+    """Issue 33: malformed addresses and servers on 127.0.0.1 that are no Dask scheduler."""
+    cases = int(os.environ.get("GPUPROF_FUZZ_KIND_CASES", "5"))
+    seed = int(os.environ.get("GPUPROF_FUZZ_SEED", "20261"))
+    problems = [p for i in range(cases * 2) if (p := fuzzing_round3.dask_address_case(seed, i))]
+    assert not problems, "\n".join(problems)

@@ -159,8 +159,11 @@ def test_whitespace_inside_the_event_list_is_refused(tmp_path: Path) -> None:
 def test_event_limit_is_raised_by_its_environment_variable(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("GPUPROF_MAX_EVENT_MB", "1024")
     assert ReadLimits().max_event_bytes == 1024 * 10**6
-    monkeypatch.setenv("GPUPROF_MAX_EVENT_MB", "nonsense")
+    monkeypatch.setenv("GPUPROF_MAX_EVENT_MB", "")
     assert ReadLimits().max_event_bytes == 256 * 10**6
+    monkeypatch.setenv("GPUPROF_MAX_EVENT_MB", "nonsense")  # was silently the default (issue 33)
+    with pytest.raises(BadTraceError, match="GPUPROF_MAX_EVENT_MB=nonsense: expected a number of MB"):
+        ReadLimits()
 
 
 @pytest.mark.parametrize("gz", [False, True])

@@ -176,36 +176,89 @@ def _latest_other_end(
     """Per event, the latest end among the events of *other* streams that ended by
     ``start + tolerance_us``, and that event's index (-inf / -1 when none). ``strict``:
     only events that started before it count (an op that starts at the same instant, a
-    zero-length timer op beside it, is not what it waited for)."""
+    zero-length timer op beside it, is not what it waited for).
+
+    Events are grouped by stream (``bounds``), sorted by start within one. Of events with
+    equal ends, the one of the first stream wins, and within a stream the last. All events
+    are sorted once by end: the latest end by a time is one ``searchsorted``, and the latest
+    of *another* stream is the last event before the run of the own stream's ends there.
+    Cost O(n log n) whatever the number of streams (one pass per stream was O(n) each: a
+    trace with a kernel per stream took minutes).
+    """
     n = start.size
     best = np.full(n, -np.inf)
     idx = np.full(n, -1, dtype=np.int64)
+    if n == 0:
+        return best, idx
+    stream_no = np.repeat(np.arange(bounds.size - 1, dtype=np.int64), np.diff(bounds))
+    order = np.lexsort((np.arange(n), -stream_no, end))  # by end; ties: last the first stream, its last event
+    s_end, s_stream = end[order], stream_no[order]
+    pos = np.arange(n)
+    run_start = np.maximum.accumulate(np.where(np.r_[True, s_stream[1:] != s_stream[:-1]], pos, 0))
+    before_run = run_start - 1  # the last position before it of another stream (-1: none)
+
+    def other(j: IntArray) -> IntArray:
+        """Position ``j`` (the latest end by some time), or when that is the event's own
+        stream the latest before it of another one; -1 when none."""
+        jj = np.maximum(j, 0)
+        return np.where((j >= 0) & (s_stream[jj] == stream_no), before_run[jj], j)
+
     query = start + tolerance_us
-    for k in range(bounds.size - 1):
-        a, b = int(bounds[k]), int(bounds[k + 1])
-        if b <= a:
-            continue
-        ends = end[a:b]
-        # A stream's events do not overlap, so ends grow with starts; guard anyway.
-        order = np.argsort(ends, kind="stable")
-        sorted_ends = ends[order]
-        run_max = np.maximum.accumulate(sorted_ends)
-        j = np.searchsorted(sorted_ends, query, side="right") - 1
-        if strict:
-            # Events are sorted by start within a stream: those started before each event
-            # are a prefix; with ends growing too, the candidate is the earlier of the two.
-            j = np.minimum(j, np.searchsorted(start[a:b], start, side="left") - 1)
-        ok = j >= 0
-        cand = np.where(ok, run_max[np.maximum(j, 0)], -np.inf)
-        # Which event holds the running max: the last one in sorted order up to j whose end
-        # equals it (ends sorted, so it is the one at j).
-        cand_idx = np.where(ok, a + order[np.maximum(j, 0)], -1)
-        own = np.zeros(n, dtype=bool)
-        own[a:b] = True
-        better = ok & ~own & (cand > best)
-        best = np.where(better, cand, best)
-        idx = np.where(better, cand_idx, idx)
+    if not strict:
+        j = other(np.searchsorted(s_end, query, side="right") - 1)
+    else:
+        # Ended before the event started (so started before it too), or ended within the
+        # tolerance after it started *and* started before it: the latter end later, so one
+        # of them wins when there is one; found by stepping back over the few ends there.
+        j = other(np.searchsorted(s_end, start, side="left") - 1)
+        lo = np.searchsorted(s_end, start, side="left")
+        cur = np.searchsorted(s_end, query, side="right") - 1
+        found = np.full(n, -1, dtype=np.int64)
+        active = np.flatnonzero(cur >= lo)
+        s_start = start[order]
+        for step in range(64):
+            if not active.size:
+                break
+            if step == 8:  # many ends share the tolerance: skip the ones that started too late in jumps
+                cur[active] = _last_started_before(s_start, lo[active], cur[active], start[active])
+                active = active[cur[active] >= lo[active]]
+                if not active.size:
+                    break
+            p = cur[active]
+            good = (s_stream[p] != stream_no[active]) & (s_start[p] < start[active])
+            found[active[good]] = p[good]
+            cur[active] -= 1
+            active = active[~good & (cur[active] >= lo[active])]
+        for e in active.tolist():  # past 64 steps: the own stream's events, one at a time
+            for q in range(int(cur[e]), int(lo[e]) - 1, -1):
+                if s_stream[q] != stream_no[e] and s_start[q] < start[e]:
+                    found[e] = q
+                    break
+        j = np.where(found >= 0, found, j)
+    ok = j >= 0
+    jj = np.maximum(j, 0)
+    best = np.where(ok, s_end[jj], -np.inf)
+    idx = np.where(ok, order[jj], -1)
     return best, idx
+
+
+def _last_started_before(values: FloatArray, lo: IntArray, cur: IntArray, limit: FloatArray) -> IntArray:
+    """Per query, the last position ``p`` in ``[lo, cur]`` with ``values[p] < limit`` (``lo - 1``
+    when none), by jumps over blocks whose minimum is too large: a table of block minima of
+    sizes 1, 2, 4, ... up to the longest range asked, O(log) steps per query."""
+    out = cur.copy()
+    longest = int((cur - lo).max()) + 1 if cur.size else 1
+    mins = [values]
+    while (1 << len(mins)) <= longest:
+        half = 1 << (len(mins) - 1)
+        prev = mins[-1]
+        mins.append(np.minimum(prev, np.concatenate((np.full(half, np.inf), prev[:-half]))))
+    for k in range(len(mins) - 1, -1, -1):
+        size = 1 << k
+        can = (out - size + 1 >= lo) & (mins[k][np.maximum(out, 0)] >= limit)
+        out = np.where(can, out - size, out)
+    miss = (out < lo) | (values[np.maximum(out, 0)] >= limit)
+    return np.where(miss, lo - 1, out)
 
 
 def _step_edges(ctx: RuleContext, steps: tuple[Step, ...]) -> tuple[FloatArray, float]:

@@ -71,6 +71,12 @@ def _main() -> None:
         sys.argv.remove("--debug")  # removes the first occurrence, which is gpuprof's
     if sys.argv[1:2] != ["run"]:
         limit_blas_threads()
+    complete = os.environ.get("_GPUPROF_COMPLETE")
+    if complete is not None and not _completion_instruction(complete):
+        # click would say "Invalid completion instruction." and exit 1: in CI, 1 is a failed check.
+        _say(f"_GPUPROF_COMPLETE={complete[:40]!r}: not a completion instruction "
+             "(bash_source, zsh_complete, ...); unset it to run gpuprof")
+        sys.exit(2)
     try:
         # An analyze command line of plain options is parsed without typer (its import and
         # set-up are a third of a small analysis); anything else goes to typer.
@@ -115,6 +121,20 @@ def _main() -> None:
             _say(usage_line(exc), prefix="")
             sys.exit(2)
         raise
+
+
+COMPLETION_SHELLS = ("bash", "zsh", "fish", "powershell", "pwsh")
+
+
+def _completion_instruction(value: str) -> bool:
+    """Whether ``_GPUPROF_COMPLETE`` holds what shell completion sets (click's
+    ``SHELL_source``/``SHELL_complete``, typer's ``complete_SHELL``/``source_SHELL``); an empty
+    value means none."""
+    if not value:
+        return True
+    first, _, second = value.partition("_")
+    modes = ("source", "complete")
+    return (first in COMPLETION_SHELLS and second in modes) or (first in modes and second in COMPLETION_SHELLS)
 
 
 def _say(text: object, prefix: str = "gpuprof: ") -> None:

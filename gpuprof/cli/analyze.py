@@ -19,6 +19,7 @@ from gpuprof.cli.reporting import (  # noqa: F401
     warn_skipped,
     write_output,
 )
+from gpuprof.cli.command import input_path
 from gpuprof.cli.root import app
 
 StderrProgress = ReadProgress  # the name the other commands import; use it as a context manager
@@ -66,6 +67,7 @@ def force_option() -> Any:
 def analyze(
     paths: List[Path] = typer.Argument(
         ...,
+        parser=input_path,
         metavar="PATH...",
         help="Kineto trace files (.json, .json.gz), folders of per-rank traces, gpuprof run "
         "session folders, op-level Chrome trace timelines, or a report saved with --format json "

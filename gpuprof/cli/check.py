@@ -10,6 +10,7 @@ Both accept traces (files, folders, session folders) or a report that ``gpuprof 
 from __future__ import annotations
 
 import os
+from collections.abc import Sequence
 from pathlib import Path
 
 import typer
@@ -25,6 +26,7 @@ from gpuprof.cli.analyze import (
     write_output,
 )
 from gpuprof.cli.check_config import find_pyproject, load_settings, merged, settings_from_options
+from gpuprof.cli.command import input_path
 from gpuprof.cli.console import ColorMode, color_option, is_terminal, say, use_color
 from gpuprof.cli.outputs import check_outputs
 from gpuprof.cli.root import app
@@ -68,13 +70,25 @@ def _limits(max_input_gb: float | None) -> ReadLimits:
     return ReadLimits.from_gb(max_input_gb)
 
 
-def _append_step_summary(markdown: str) -> None:
-    """Add to the GitHub Actions job summary when running there (best effort, never fatal)."""
+def _append_step_summary(markdown: str, inputs: Sequence[tuple[str, Path | None]] = ()) -> None:
+    """Add to the GitHub Actions job summary when running there (best effort, never fatal).
+
+    Never into one of the inputs (a misconfigured ``GITHUB_STEP_SUMMARY`` naming the trace),
+    and never waiting: a FIFO nobody reads is opened without blocking, and skipped.
+    """
     target = os.environ.get("GITHUB_STEP_SUMMARY")
     if not target:
         return
     try:
-        with open(target, "a", encoding="utf-8") as fh:
+        check_outputs(inputs, [("$GITHUB_STEP_SUMMARY", Path(target))])
+    except GpuprofError as exc:
+        say(f"job summary not written: {exc}")
+        return
+    try:
+        flags = os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_NONBLOCK | getattr(os, "O_CLOEXEC", 0)
+        fd = os.open(target, flags, 0o666)
+        os.set_blocking(fd, True)  # opened without waiting for a reader; written as usual
+        with os.fdopen(fd, "w", encoding="utf-8") as fh:
             fh.write(visible_text(markdown) + "\n")
     except OSError as exc:
         say(f"could not write the job summary {target}: {exc.strerror or exc}")
@@ -109,7 +123,11 @@ Exit codes: 0 all checks passed, 1 a check failed, 2 bad usage or unreadable inp
 @app.command(help=CHECK_HELP)
 def check(
     paths: list[Path] = typer.Argument(
-        ..., metavar="PATH...", help="Traces, folders, session folders, or one saved JSON report.", show_default=False
+        ...,
+        metavar="PATH...",
+        parser=input_path,
+        help="Traces, folders, session folders, or one saved JSON report.",
+        show_default=False,
     ),
     min_compute_pct: float | None = typer.Option(
         None, "--min-compute-pct", help="Fail when compute is less than PCT % of the window (0-100)."
@@ -159,15 +177,13 @@ def check(
     )
     pyproject = None
     if not no_config:
-        pyproject = config if config is not None else find_pyproject(Path.cwd())
+        pyproject = config if config is not None else find_pyproject()
         if pyproject is not None:
             settings = merged(load_settings(pyproject), settings)
     limits = settings.thresholds
     base_path = settings.baseline
-    check_outputs(
-        [*(("an input", p) for p in paths), ("the baseline report", base_path), ("the configuration", pyproject)],
-        [("--save-report", save_report), ("--junit", junit)],
-    )
+    inputs = [*(("an input", p) for p in paths), ("the baseline report", base_path), ("the configuration", pyproject)]
+    check_outputs(inputs, [("--save-report", save_report), ("--junit", junit)])
     if limits.empty and base_path is None:
         raise GpuprofError(
             "nothing to check: give thresholds (--min-compute-pct, --max-lost-pct CAUSE=PCT, --max-step-ms), "
@@ -191,7 +207,7 @@ def check(
         write_output(render(report, format_for_path(str(save_report)) or "json"), save_report)
     if junit is not None:
         write_output(checks_junit(results, subject=", ".join(str(p) for p in paths)), junit)
-    _append_step_summary(checks_markdown(results) + "\n" + render(report, "markdown"))
+    _append_step_summary(checks_markdown(results) + "\n" + render(report, "markdown"), inputs)
     colored = use_color(color)
     text = checks_text(results, terminal_width(), wrap=is_terminal(), color=colored)
     if base_report is not None:

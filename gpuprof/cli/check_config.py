@@ -42,8 +42,14 @@ class CheckSettings:
     step_tolerance_pct: float | None = None
 
 
-def find_pyproject(start: Path) -> Path | None:
-    """The nearest pyproject.toml in ``start`` or a folder above it."""
+def find_pyproject(start: Path | None = None) -> Path | None:
+    """The nearest pyproject.toml in ``start`` (default: the current folder) or a folder
+    above it. A current folder that was deleted (``sh`` runs there) holds none."""
+    if start is None:
+        try:
+            start = Path.cwd()
+        except OSError:
+            return None
     for folder in (start, *start.parents):
         candidate = folder / "pyproject.toml"
         if candidate.is_file():
@@ -61,16 +67,27 @@ def _cause(name: str, where: str) -> Cause:
     return Cause(found)
 
 
+def shown_value(value: Any, most: int = 40) -> str:
+    """A value from a file or the command line, as an error line may echo it: short, never
+    a 5,000-digit number written out (which Python refuses to convert anyway)."""
+    if isinstance(value, int) and not isinstance(value, bool) and value.bit_length() > 128:
+        return f"an integer of about {int(value.bit_length() * 0.30103)} digits"
+    text = repr(value) if not isinstance(value, (list, dict)) else type(value).__name__
+    return text if len(text) <= most else text[: most - 3] + "..."
+
+
 def _pct(value: Any, where: str, upper: float | None = 100.0) -> float:
     if isinstance(value, bool) or not isinstance(value, (int, float, str)):
-        raise GpuprofError(f"{where}: expected a number, got {value!r}")
+        raise GpuprofError(f"{where}: expected a number, got {shown_value(value)}")
     try:
         v = float(value)
     except ValueError:
-        raise GpuprofError(f"{where}: expected a number, got {value!r}") from None
+        raise GpuprofError(f"{where}: expected a number, got {shown_value(value)}") from None
+    except OverflowError:  # an integer beyond any float
+        v = math.inf
     if not math.isfinite(v) or v < 0 or (upper is not None and v > upper):
         expected = f"a number between 0 and {upper:g}" if upper is not None else "a finite number >= 0"
-        raise GpuprofError(f"{where}: expected {expected}, got {value!r}")
+        raise GpuprofError(f"{where}: expected {expected}, got {shown_value(value)}")
     return v
 
 
@@ -115,7 +132,8 @@ def settings_from_table(table: Mapping[str, Any], base_dir: Path, where: str) ->
     """Validate the ``[tool.gpuprof.check]`` table; relative paths resolve against ``base_dir``."""
     unknown = sorted(set(table) - KNOWN_KEYS)
     if unknown:
-        raise GpuprofError(f"{where}: unknown key(s) {', '.join(unknown)}; known: {', '.join(sorted(KNOWN_KEYS))}")
+        shown = ", ".join(shown_value(k) for k in unknown[:5])
+        raise GpuprofError(f"{where}: unknown key(s) {shown}; known: {', '.join(sorted(KNOWN_KEYS))}")
     lost_table = table.get("max_lost_pct", {})
     if not isinstance(lost_table, Mapping):
         raise GpuprofError(f"{where}: max_lost_pct must be a table of cause = percent")
@@ -166,16 +184,31 @@ def merged(file: CheckSettings, options: CheckSettings) -> CheckSettings:
     )
 
 
+# A pyproject.toml is kilobytes; --config /dev/zero would otherwise be read until memory
+# runs out. Read at most this much, and refuse a file that holds more.
+MAX_CONFIG_BYTES = 4 << 20
+
+
 def load_settings(pyproject: Path) -> CheckSettings:
     """Read ``[tool.gpuprof.check]`` from ``pyproject``; empty settings when the table is absent."""
     try:
-        data = tomllib.loads(pyproject.read_text(encoding="utf-8"))
+        with open(pyproject, "rb") as fh:
+            raw = fh.read(MAX_CONFIG_BYTES + 1)
+        if len(raw) > MAX_CONFIG_BYTES:
+            raise GpuprofError(f"is larger than {MAX_CONFIG_BYTES >> 20} MiB: not a configuration file", pyproject)
+        data = tomllib.loads(raw.decode("utf-8"))
     except FileNotFoundError:
         raise GpuprofError("no such file", pyproject) from None
+    except IsADirectoryError:
+        raise GpuprofError("is a folder, not a pyproject.toml", pyproject) from None
     except (OSError, UnicodeDecodeError) as exc:
         raise GpuprofError(f"cannot read: {exc}", pyproject) from None
     except tomllib.TOMLDecodeError as exc:
         raise GpuprofError(f"not valid TOML: {exc}", pyproject) from None
+    except RecursionError:
+        raise GpuprofError("not valid TOML for gpuprof: arrays or tables nested too deeply", pyproject) from None
+    except ValueError:  # a number of more than 4,300 digits (Python's limit on reading one)
+        raise GpuprofError("not valid TOML for gpuprof: a number too long to read", pyproject) from None
     table: Any = data
     for depth, key in enumerate(("tool", "gpuprof", "check")):
         table = table.get(key)

@@ -10,7 +10,7 @@ flags show nothing.
 
 from __future__ import annotations
 
-from pathlib import PurePath
+from pathlib import Path, PurePath
 from typing import Any, Callable
 
 import typer
@@ -79,3 +79,11 @@ class App(typer.Typer):
 
     def command(self, *args: Any, cls: type[TyperCommand] | None = None, **kwargs: Any) -> Callable[..., Any]:
         return super().command(*args, cls=cls or Command, **kwargs)
+
+
+def input_path(value: str) -> Path:
+    """A PATH argument, as typer reads it, but never empty: ``Path("")`` is the current folder,
+    and an unset ``"$TRACES"`` would analyze whatever is there (exit 2 instead)."""
+    if not str(value).strip():
+        raise typer.BadParameter("an empty path was given (an unset variable?): name a trace file or folder")
+    return Path(value)

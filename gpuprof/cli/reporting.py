@@ -20,13 +20,22 @@ from gpuprof.util.atomic import is_stdout, write_text_atomic
 from gpuprof.util.safetext import visible_text
 
 
+# Past this many files of a folder left out, stderr gets one line with the count (the
+# report's warnings still name every file): 10,000 empty files were 10,000 lines.
+MAX_SKIP_LINES = 5
+
+
 def warn_skipped(report: Any) -> None:
     """Say on stderr which files of a folder were left out: a JSON report on stdout would not."""
     from gpuprof.pipeline import is_unreadable_skip
 
-    for w in report.warnings:
-        if is_unreadable_skip(w):
-            say(f"warning: {w}")
+    skipped = [w for w in report.warnings if is_unreadable_skip(w)]
+    if len(skipped) > MAX_SKIP_LINES:
+        say(f"warning: {len(skipped)} files of the input folders cannot be read and were skipped; the first: "
+            f"{skipped[0].removeprefix('skipped ')} (the report's warnings name them all)")
+        return
+    for w in skipped:
+        say(f"warning: {w}")
 
 
 def write_output(text: str, out: Path) -> None:

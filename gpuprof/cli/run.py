@@ -24,6 +24,7 @@ from gpuprof.pipeline.session_report import (
     save_session_reports,
     session_report,
 )
+from gpuprof.record.jobsignals import LateSignal, SignalRelay
 from gpuprof.record.runner import RunOptions, RunResult, run_command
 from gpuprof.record.sampler import DEFAULT_INTERVAL_MS
 from gpuprof.session.writer import SessionDirTaken, claim_session_dir, describe_os_error
@@ -268,16 +269,27 @@ def run(
         live = terminal_live_status(session_dir, schedule)
     if recorded:
         say(f"recording {argv[0]} into {session_dir}")
+    # Installed for good: after the job ended, its exit code is gpuprof's whatever arrives
+    # (gpuprof/record/jobsignals.py); the process ends below.
+    relay = SignalRelay().install()
     result = run_command(argv, session_dir, opts, observer=live, claimed=True, recorded=recorded,
-                         warn=say, closed_fds=streams.CLOSED_AT_START)
+                         warn=say, closed_fds=streams.CLOSED_AT_START, relay=relay)
     # A command that could not start ran nothing to report on: its error was the last word.
     if result.recorded and result.finished and result.launched and not no_report:  # else a line said why
-        report_run(session_dir, report_format, save_report, result)
+        try:
+            with relay.interrupting():
+                report_run(session_dir, report_format, save_report, result)
+        except Exception as exc:  # whatever fails in the report, the job's exit code is the answer
+            say(f"no report (internal error: {exc!r}); run `gpuprof analyze {session_dir}`")
+        except LateSignal as late:
+            say(f"{late.name} arrived after the job ended: no report; the session is saved in {session_dir} "
+                f"(gpuprof analyze {session_dir})")
     if sys.stdout is not None:
         try:
             sys.stdout.flush()
         except (OSError, ValueError):  # stdout is the job's; gpuprof's own output is best effort
             silence_fd(sys.stdout)
+    relay.settle()
     # SystemExit, not typer.Exit: in non-standalone mode click turns Exit into a return value.
     sys.exit(result.exit_code)
 

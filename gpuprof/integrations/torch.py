@@ -29,6 +29,7 @@ stderr and keeps the trace. torch is never imported here; the profiler hands us 
 
 from __future__ import annotations
 
+import contextlib
 import os
 import socket
 import sys
@@ -98,6 +99,7 @@ class TraceHandler:
         self.trace_paths: list[Path] = []
         self.report_paths: list[Path] = []
         self.reports: list[Report | None] = []
+        self._warned = False  # said once that the folder cannot take traces
 
     def trace_name(self) -> str:
         """The file name of this cycle's trace."""
@@ -109,14 +111,25 @@ class TraceHandler:
         return f"{worker}.{time.time_ns()}{suffix}"
 
     def __call__(self, prof: Any) -> None:
-        self.dir.mkdir(parents=True, exist_ok=True)
+        # Runs inside the training loop: a folder that cannot be made or written (read-only,
+        # not permitted, a file in the way, a full disk) costs this trace and one line, never
+        # the training run.
         name = self.trace_name()
         final = self.dir / name
         # A hidden temporary name (torch gzips when the name ends in .gz), renamed when
         # complete: a folder scan never reads half a trace.
         tmp = self.dir / f".{name}.{os.getpid()}.partial{'.gz' if self.use_gzip else ''}"
-        prof.export_chrome_trace(str(tmp))
-        os.replace(tmp, final)
+        try:
+            self.dir.mkdir(parents=True, exist_ok=True)
+            prof.export_chrome_trace(str(tmp))
+            os.replace(tmp, final)
+        except OSError as exc:
+            with contextlib.suppress(OSError):
+                tmp.unlink()
+            if not self._warned:
+                self._warned = True
+                _say(f"cannot write the trace in {self.dir}: {exc.strerror or exc}; training goes on without it")
+            return
         self.trace_paths.append(final)
         if self.print_report or self.save_report:
             self.reports.append(self._report(final))

@@ -37,6 +37,7 @@ def critical_path(model: JobModel, t0_us: float, t1_us: float) -> list[dict[str,
     start = {r: g.start + shift[r] for r, g in graphs.items()}
     end = {r: g.start + g.dur + shift[r] for r, g in graphs.items()}
     stream_first = {r: np.repeat(g.bounds[:-1], np.diff(g.bounds)) for r, g in graphs.items()}
+    by_end = {r: _ByEnd(end[r]) for r in graphs}
     member: dict[tuple[int, int], int] = {}
     for n, grp in enumerate(model.groups):
         for m in grp.members:
@@ -66,7 +67,7 @@ def critical_path(model: JobModel, t0_us: float, t1_us: float) -> list[dict[str,
         if float(start[r][i]) <= t0_us:
             break
         g = graphs[r]
-        local = _held_by(g, r, i, start, end, stream_first[r])
+        local = _held_by(g, r, i, start, end, stream_first[r], by_end[r])
         grp_no = member.get(cur)
         if grp_no is not None and not via_group and int(g.kind[i]) in (EV_COLLECTIVE, EV_P2P):
             # A member that reached the group after this rank's own work was done held it:
@@ -97,6 +98,7 @@ def _held_by(
     start: Mapping[int, np.ndarray],
     end: Mapping[int, np.ndarray],
     first: np.ndarray,
+    by_end: _ByEnd | None = None,
 ) -> tuple[int, int] | None:
     """The event of rank ``r`` that held event ``i``'s start: of its stream predecessor and
     the event of another stream it depends on, the one that ended last (the other had
@@ -110,11 +112,26 @@ def _held_by(
     if cands:
         return (r, max(cands, key=lambda j: float(end[r][j])))
     s = float(start[r][i])
-    before = np.flatnonzero(end[r] <= s + TOL_US)
-    before = before[before != i]
-    if before.size == 0:
-        return None
-    return (r, int(before[np.argmax(end[r][before])]))
+    latest = (by_end or _ByEnd(end[r])).latest(s + TOL_US, i)
+    return None if latest is None else (r, latest)
+
+
+class _ByEnd:
+    """A rank's events sorted by end once, so that "what ended last by time T" is one
+    binary search (a scan of every event per question was quadratic in the streams: each
+    stream's first event asks it)."""
+
+    def __init__(self, end: np.ndarray) -> None:
+        # By end; of equal ends the lowest index last, as ``argmax`` over them would pick it.
+        self.order = np.lexsort((-np.arange(end.size), end))
+        self.sorted_end = end[self.order]
+
+    def latest(self, t: float, exclude: int) -> int | None:
+        """The event that ended last by ``t`` (the lowest index of equals), other than ``exclude``."""
+        j = int(np.searchsorted(self.sorted_end, t, side="right")) - 1
+        if j >= 0 and int(self.order[j]) == exclude:
+            j -= 1
+        return int(self.order[j]) if j >= 0 else None
 
 
 def _segments(

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 from dataclasses import dataclass, field
 from enum import Enum
 from pathlib import Path
@@ -368,7 +369,10 @@ def report_from_dict(data: Any) -> Report:
         raise ReportFormatError("not a gpuprof report (expected a JSON object)")
     schema = data.get("schema")
     if schema != SCHEMA:
-        raise ReportFormatError(f"report schema is {schema!r}, this gpuprof reads {SCHEMA!r}")
+        # Named only when it has the shape of a schema name: a saved report is untrusted input,
+        # its strings are not echoed (a megabyte, or a terminal escape).
+        named = f" {schema}" if isinstance(schema, str) and re.fullmatch(r"gpuprof\.report/[0-9]{1,6}", schema) else ""
+        raise ReportFormatError(f"report schema{named} is not the one this gpuprof reads ({SCHEMA})")
     from gpuprof.model.validate import first_problem  # the validator stays off the analyze path
 
     problem = first_problem(data)

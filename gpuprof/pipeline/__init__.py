@@ -78,7 +78,7 @@ def _summaries(
         first_error = first_error or exc
         skipped.append(unreadable_line(src.path, exc))
 
-    if options.scheduler:
+    if options.scheduler is not None:  # "" is an address too: a wrong one (an unset variable)
         from gpuprof.pipeline.dask import DaskExecutor
 
         executor: Executor = DaskExecutor(options.scheduler)

@@ -28,13 +28,18 @@ from typing import Any
 from gpuprof.accounting.summary import RankSummary
 from gpuprof.accounting.window import StepSelection
 from gpuprof.errors import GpuprofError
+from gpuprof.pipeline.dask_address import CONNECT_TIMEOUT_S as CHECK_TIMEOUT_S
+from gpuprof.pipeline.dask_address import check_scheduler
 from gpuprof.pipeline.executors import Progress, Unreadable, summarize_source
 from gpuprof.util.version import __version__
 
 INSTALL_HINT = "pip install 'gpuprof[dask]'"
-# How long to wait for the scheduler to answer, and then for at least one worker to join.
-CONNECT_TIMEOUT_S = 30.0
+# How long to wait for the scheduler to answer (the address checks of dask_address and the
+# client's connection, each), and then for at least one worker to join; while the ranks
+# are summarized, how long the cluster may have no worker before the run gives up.
+CONNECT_TIMEOUT_S = CHECK_TIMEOUT_S
 WORKER_WAIT_S = 60.0
+POLL_S = 2.0
 
 
 def _import_client() -> Any:
@@ -90,10 +95,48 @@ def _restore_source_names(summaries: list[RankSummary], sent: Any, original: Any
 
 
 def _connect(client_cls: Any, address: str) -> Any:
+    """The client, made in a thread of its own so that no server can keep gpuprof past
+    :data:`CONNECT_TIMEOUT_S` (the address was checked, but a server may still stop
+    answering); any failure is one line."""
+    import threading
+
+    made: dict[str, Any] = {}
+
+    def make() -> None:
+        try:
+            made["client"] = client_cls(address, timeout=CONNECT_TIMEOUT_S, set_as_default=False)
+        except BaseException as exc:  # noqa: BLE001 -- reported below, in the caller's thread
+            made["error"] = exc
+
+    thread = threading.Thread(target=make, name="gpuprof-dask-connect", daemon=True)
+    thread.start()
+    thread.join(CONNECT_TIMEOUT_S + 5.0)
+    if thread.is_alive():
+        raise GpuprofError(f"the Dask scheduler at {address} did not accept a client within {CONNECT_TIMEOUT_S:g} s")
+    if "error" in made:
+        exc = made.pop("error")
+        _quietly_collect()
+        raise GpuprofError(f"cannot connect to the Dask scheduler at {address}: {_first_line(exc)}")
+    return made["client"]
+
+
+def _first_line(exc: BaseException) -> str:
+    text = str(exc).strip().splitlines()
+    return (text[0][:200] if text else type(exc).__name__) or type(exc).__name__
+
+
+def _quietly_collect() -> None:
+    """Collect the half-made client now, so that its ``__del__`` complaining about the
+    failed connection is not printed as a traceback at exit."""
+    import gc
+    import sys
+
+    hook = sys.unraisablehook
+    sys.unraisablehook = lambda unraisable: None
     try:
-        return client_cls(address, timeout=CONNECT_TIMEOUT_S, set_as_default=False)
-    except (OSError, TimeoutError, ValueError) as exc:
-        raise GpuprofError(f"cannot reach the Dask scheduler at {address}: {exc}")
+        gc.collect()
+    finally:
+        sys.unraisablehook = hook
 
 
 def _check_workers(client: Any, address: str) -> None:
@@ -128,34 +171,79 @@ def summarize_on_cluster(
     read raises the same :class:`GpuprofError` a local run would, naming the file.
     """
     client_cls = _import_client()
-    from dask.distributed import as_completed
-
+    where = check_scheduler(scheduler_address, CONNECT_TIMEOUT_S).url
     sent = [_absolute(s) for s in sources]
-    client = _connect(client_cls, scheduler_address)
+    client = _connect(client_cls, where)
     try:
         _check_workers(client, scheduler_address)
         # pure=False: a trace file may change between runs on a long-lived cluster, so a
         # result is never reused from an earlier submission of the same path.
         futures = client.map(_summarize_on_worker, sent, selection=steps, pure=False)
-        index = {f.key: i for i, f in enumerate(futures)}
-        results: list[list[RankSummary] | None] = [None] * len(futures)
-        n = len(futures)
-        for done, fut in enumerate(as_completed(futures, loop=client.loop), 1):
-            i = index[fut.key]
-            # A GpuprofError raised on a worker is raised again here, with the same message.
-            results[i] = fut.result()
-            if progress:
-                progress(
-                    f"read {getattr(sources[i], 'path', sources[i])} ({done}/{n}) on {scheduler_address}"
-                )
-            fut.release()  # the summary is here now; free the worker's copy
+        results = _gather(client, futures, sources, scheduler_address, progress)
     finally:
-        client.close()
+        with _suppressed():
+            client.close(timeout=CONNECT_TIMEOUT_S)
     out: list[RankSummary] = []
     for src_sent, src_orig, got in zip(sent, sources, results):
         assert got is not None  # every future was waited for above
         out.extend(_restore_source_names(got, src_sent, src_orig))
     return out
+
+
+def _gather(client: Any, futures: list[Any], sources: Sequence[Any], address: str,
+            progress: Progress | None) -> list[list[RankSummary] | None]:
+    """Every future's summaries, in order; a cluster that is lost meanwhile -- the scheduler
+    gone, or no worker left for :data:`WORKER_WAIT_S` -- is one line naming what was lost."""
+    import time
+
+    from dask.distributed import as_completed
+
+    index = {f.key: i for i, f in enumerate(futures)}
+    results: list[list[RankSummary] | None] = [None] * len(futures)
+    pending = as_completed(futures, loop=client.loop)
+    n, done = len(futures), 0
+    no_workers_since: float | None = None
+    last_look = time.monotonic()
+    while not pending.is_empty():
+        finished = pending.next_batch(block=False) if pending.has_ready() else []
+        for fut in finished:
+            i = index[fut.key]
+            try:
+                # A GpuprofError raised on a worker is raised again here, with the same message.
+                results[i] = fut.result()
+            except GpuprofError:
+                raise
+            except Exception as exc:  # noqa: BLE001 -- a worker lost, the scheduler gone: name it
+                raise GpuprofError(f"the Dask cluster at {address} lost the work on "
+                                   f"{getattr(sources[i], 'path', sources[i])}: {_first_line(exc)}") from None
+            done += 1
+            if progress:
+                progress(f"read {getattr(sources[i], 'path', sources[i])} ({done}/{n}) on {address}")
+            fut.release()  # the summary is here now; free the worker's copy
+        if finished:
+            continue
+        time.sleep(0.05)
+        if time.monotonic() - last_look < POLL_S:
+            continue
+        last_look = time.monotonic()
+        try:
+            workers = len(client.scheduler_info().get("workers", {}))
+        except Exception as exc:  # noqa: BLE001
+            raise GpuprofError(f"lost the Dask scheduler at {address} while the ranks were read: {_first_line(exc)}")
+        if workers:
+            no_workers_since = None
+        elif no_workers_since is None:
+            no_workers_since = time.monotonic()
+        elif time.monotonic() - no_workers_since > WORKER_WAIT_S:
+            raise GpuprofError(f"the Dask cluster at {address} lost all its workers; {n - done} of {n} ranks "
+                               f"were not read (none came back within {WORKER_WAIT_S:g} s)")
+    return results
+
+
+def _suppressed() -> Any:
+    import contextlib
+
+    return contextlib.suppress(Exception)
 
 
 class DaskExecutor:

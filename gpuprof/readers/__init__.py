@@ -34,7 +34,7 @@ from gpuprof.readers.merged import merged_form, mixed_ranks, refuse_mixed, split
 from gpuprof.readers.optimeline import looks_like_timeline, read_timeline
 from gpuprof.readers.ranks import check_ranks, rank_hint_from_name, resolve_rank
 from gpuprof.readers.textstream import text_blocks
-from gpuprof.session.layout import META_FILE, TRACES_DIR
+from gpuprof.session.layout import META_FILE
 
 __all__ = [
     "NotATraceError",
@@ -192,23 +192,22 @@ def is_trace_name(path: Path) -> bool:
     return name.endswith(_TRACE_SUFFIXES)
 
 
-def _scan_folder(folder: Path) -> list[Path]:
+def _scan_folder(folder: Path, skipped: list[str] | None = None) -> list[Path]:
     try:
         entries = sorted(folder.iterdir(), key=lambda p: p.name)
     except OSError as exc:
         raise BadTraceError(f"cannot list folder: {exc.strerror or exc}", folder) from None
     if (folder / META_FILE).is_file():
         # A gpuprof run session knows where its traces are (gpuprof.session.layout): the
-        # files beside them (report.json, samples) are its own, never traces; a job that ran
-        # its own torch.profiler left its traces where it wrote them (the hooks say where).
-        from gpuprof.session.reader import job_trace_paths
+        # files beside them (report.json, samples) are its own, never traces; the traces a
+        # job's own torch.profiler wrote were brought into traces/job/ when the run ended.
+        # Only files inside the folder are read (gpuprof.session.trust).
+        from gpuprof.session.reader import session_traces
 
-        traces = folder / TRACES_DIR
-        try:
-            own = sorted((p for p in traces.iterdir() if p.is_file() and is_trace_name(p)), key=lambda p: p.name)
-        except OSError:
-            own = []
-        return own + list(job_trace_paths(folder))
+        own, job, notes = session_traces(folder)
+        if skipped is not None:
+            skipped.extend(notes)
+        return [p for p in own if is_trace_name(p)] + job
     files = [p for p in entries if p.is_file() and is_trace_name(p)]
     if files:
         return files
@@ -257,9 +256,11 @@ def discover(
         raise BadTraceError("no trace path given")
     sources: list[TraceSource] = []
     for raw in paths:
+        if not str(raw).strip():  # Path("") is the current folder: an unset "$TRACES" would analyze it
+            raise BadTraceError("an empty path was given (an unset variable?): name a trace file or folder")
         p = Path(raw)
         if p.is_dir():
-            files = _scan_folder(p)
+            files = _scan_folder(p, skipped)
             if not files:
                 raise BadTraceError("folder holds no trace files (*.json, *.json.gz)", p)
             strays = {f: why for f in files if (why := not_a_trace(f)) is not None}

@@ -18,6 +18,7 @@ and how to raise it.
 
 from __future__ import annotations
 
+import math
 import os
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -35,13 +36,29 @@ class InputLimitError(BadTraceError):
     """A file passed one of the :class:`ReadLimits`."""
 
 
+# What the settings may be: below these no real trace is read, above them the limit is none
+# (and 1e400 or 400 nines would overflow the byte counts).
+MIN_EVENT_MB, MAX_EVENT_MB = 1.0, 1_000_000.0
+MIN_INPUT_GB, MAX_INPUT_GB = 0.001, 1_000_000.0
+
+
 def _event_limit_from_env() -> int:
+    """``GPUPROF_MAX_EVENT_MB`` in bytes: unset or empty is the default; anything but a
+    number from 1 to 1,000,000 MB is one line naming the variable (exit 2)."""
     raw = os.environ.get(EVENT_LIMIT_ENV, "").strip()
+    if not raw:
+        return DEFAULT_MAX_EVENT_MB * MB
     try:
-        mb = float(raw) if raw else DEFAULT_MAX_EVENT_MB
+        mb = float(raw) if len(raw) <= 40 else math.nan
     except ValueError:
-        mb = DEFAULT_MAX_EVENT_MB
-    return int(mb * MB) if mb > 0 else DEFAULT_MAX_EVENT_MB * MB
+        mb = math.nan
+    if not (MIN_EVENT_MB <= mb <= MAX_EVENT_MB):  # NaN, inf, 1e400, 1e-9, 0, negative
+        shown = raw if len(raw) <= 40 else raw[:37] + "..."
+        raise BadTraceError(
+            f"{EVENT_LIMIT_ENV}={shown}: expected a number of MB from {MIN_EVENT_MB:g} to {MAX_EVENT_MB:,.0f} "
+            f"(unset: {DEFAULT_MAX_EVENT_MB})"
+        )
+    return int(mb * MB)
 
 
 @dataclass(frozen=True)
@@ -56,6 +73,11 @@ class ReadLimits:
         """Limits with ``--max-input-gb`` applied (``None``: the default)."""
         if max_input_gb is None:
             return cls()
+        if not (0 < max_input_gb <= MAX_INPUT_GB):  # inf, nan, 1e300 (the command line's minimum is MIN_INPUT_GB)
+            raise BadTraceError(
+                f"--max-input-gb: expected a number of GB from {MIN_INPUT_GB:g} to {MAX_INPUT_GB:,.0f}, "
+                f"got {max_input_gb:g}"
+            )
         return cls(max_input_bytes=int(max_input_gb * GB))
 
     def input_too_large(self, path: Path) -> InputLimitError:
@@ -71,6 +93,6 @@ class ReadLimits:
         return InputLimitError(
             f"holds more than {mb:g} MB of text without an event boundary (from byte {at_byte}): "
             f"no trace event is that large; if this one really is, raise the limit with "
-            f"{EVENT_LIMIT_ENV}={int(2 * mb)}",
+            f"{EVENT_LIMIT_ENV}={min(max(2 * mb, MIN_EVENT_MB), MAX_EVENT_MB):g}",
             path,
         )

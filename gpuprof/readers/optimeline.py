@@ -74,6 +74,9 @@ class _WorkerKey:
     tp_rank: int | None
 
 
+_META_MAX_DIGITS = 9  # sizes below a billion: ranks, stages, microbatches
+
+
 def read_meta_sizes(trace_path: Path) -> dict[str, int]:
     """``key: int`` pairs of the ``meta*.yaml`` beside a timeline (no YAML library, no eval).
 
@@ -91,14 +94,16 @@ def read_meta_sizes(trace_path: Path) -> dict[str, int]:
         candidates.append(metas[0])
     for path in candidates:
         if path.is_file():
-            try:
-                text = path.read_bytes()[:_META_MAX_BYTES].decode("utf-8", "replace")
+            try:  # at most the first _META_MAX_BYTES: an 8 GB sparse file is not read whole
+                with open(path, "rb") as fh:
+                    text = fh.read(_META_MAX_BYTES).decode("utf-8", "replace")
             except OSError:
                 continue
             out: dict[str, int] = {}
             for line in text.splitlines():
                 m = _META_LINE.match(line)
-                if m:
+                # A size is a count of ranks or stages: more digits than any job has is no size.
+                if m and len(m.group(2).lstrip("-+0")) <= _META_MAX_DIGITS:
                     out[m.group(1)] = int(m.group(2))
             return out
     return {}

@@ -12,6 +12,9 @@ from gpuprof.model.timeline import RankTrace
 # rank-3, rank3, rank_3, _rank_3, worker3, worker_3, worker-3 (case-insensitive). The
 # number must not run into more digits or letters of a longer word ("workers" is no hint).
 _RANK_IN_NAME = re.compile(r"(?:rank|worker)[-_]?(\d+)(?![0-9])", re.IGNORECASE)
+# A rank is a process of a job: below 2**31 (the largest jobs have some 10**5). A longer
+# number in a name (rank<245 digits>, worker9223372036854775808) is no rank.
+MAX_RANK = 2**31 - 1
 
 
 # How the warning begins when a trace's rank had to be guessed: a caller that knows the
@@ -24,7 +27,10 @@ def rank_hint_from_name(path: Path) -> int | None:
     matches = _RANK_IN_NAME.findall(path.name)
     if not matches:
         return None
-    return int(matches[-1])
+    digits = matches[-1].lstrip("0") or "0"
+    if len(digits) > len(str(MAX_RANK)) or int(digits) > MAX_RANK:
+        return None
+    return int(digits)
 
 
 def resolve_rank(trace_rank: int | None, hint: int | None, order: int) -> tuple[int, str | None]:

@@ -2,15 +2,16 @@
 
 The child gets the user's environment (plus gpuprof's hook variables), stdin, stdout and
 stderr untouched, and its own process group so that gpuprof can forward signals to the
-whole group (the job and the workers it starts).
+whole group (the job and the workers it starts). What the job inherits, what gpuprof
+forwards, and why the job never outlives gpuprof: :mod:`gpuprof.record.jobsignals`.
 
 Terminal signals. When gpuprof runs in the foreground of a terminal, the child's process
 group is made the terminal's foreground group for the duration of the run, exactly as a
 shell does for a job: Ctrl-C, Ctrl-\\ and Ctrl-Z reach the job once (not gpuprof and the
 job twice), and the job can read the terminal (``breakpoint()`` works). gpuprof takes the
-terminal back when the job ends or stops. SIGINT, SIGTERM, SIGHUP and SIGQUIT sent to
-gpuprof itself (``kill``, a scheduler) are forwarded to the job's group; gpuprof keeps
-running to close the session and print the report.
+terminal back when the job ends or stops. The signals sent to gpuprof itself (``kill``,
+a scheduler) are forwarded to the job's group, except those gpuprof was started ignoring;
+gpuprof keeps running to close the session and print the report.
 
 The job's result comes first. The session folder is claimed exclusively before the job
 starts (a second run given the same folder is refused, and its command does not run);
@@ -30,15 +31,15 @@ import sys
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable, Sequence
+from typing import Any, Callable, Iterator, Sequence
 
 from gpuprof.record.backend import BackendUnavailable, GpuBackend
+from gpuprof.record.jobsignals import SignalRelay, Watchdog
 from gpuprof.record.sampler import DEFAULT_INTERVAL_MS, Sampler, process_tree_pids
 from gpuprof.session.layout import NO_SAMPLING, SESSION_SCHEMA
 from gpuprof.session.writer import RESERVE_BYTES, SessionWriter, claim_session_dir, describe_os_error
 
 HOOKS_DIR = Path(__file__).resolve().parent / "hooks"
-FORWARDED_SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP, signal.SIGQUIT)
 
 
 @dataclass(frozen=True)
@@ -111,7 +112,10 @@ def exit_code_of(returncode: int) -> tuple[int, int | None]:
 def child_env(base: dict[str, str], session_dir: Path, opts: RunOptions) -> dict[str, str]:
     """The user's environment plus gpuprof's hook variables (PYTHONPATH gets the hook dir first)."""
     env = dict(base)
-    env["GPUPROF_SESSION_DIR"] = str(session_dir.resolve())
+    try:
+        env["GPUPROF_SESSION_DIR"] = str(session_dir.resolve())
+    except OSError:  # a relative folder under a current folder that was deleted: unrecorded anyway
+        env["GPUPROF_SESSION_DIR"] = str(session_dir)
     if opts.hooks:
         env["GPUPROF_HOOKS"] = "1"
         env["GPUPROF_PROFILE"] = f"{opts.profile_wait},{opts.profile_warmup},{opts.profile_active}"
@@ -120,6 +124,14 @@ def child_env(base: dict[str, str], session_dir: Path, opts: RunOptions) -> dict
     else:
         env["GPUPROF_HOOKS"] = "0"
     return env
+
+
+def _cwd() -> str | None:
+    """The current folder, or None when it was deleted (the job still runs there, as under ``sh``)."""
+    try:
+        return os.getcwd()
+    except OSError:
+        return None
 
 
 def _versions() -> dict[str, Any]:
@@ -135,37 +147,14 @@ def _versions() -> dict[str, Any]:
     return out
 
 
-class _Forwarder:
-    """Forwards signals sent to gpuprof to the child's process group.
-
-    Installed before the child starts, so a signal in that window is not lost: it is
-    delivered as soon as the group exists.
-    """
-
-    def __init__(self) -> None:
-        self.pgid: int | None = None
-        self.seen: list[int] = []
-        self._old: dict[int, Any] = {}
-
-    def _handler(self, signum: int, frame: Any) -> None:
-        self.seen.append(signum)
-        if self.pgid is not None:
-            with contextlib.suppress(ProcessLookupError, PermissionError):
-                os.killpg(self.pgid, signum)
-
-    def attach(self, pgid: int) -> None:
-        self.pgid = pgid
-        for signum in self.seen:
-            with contextlib.suppress(ProcessLookupError, PermissionError):
-                os.killpg(pgid, signum)
-
-    def __enter__(self) -> "_Forwarder":
-        self._old = {s: signal.signal(s, self._handler) for s in FORWARDED_SIGNALS}
-        return self
-
-    def __exit__(self, *exc: Any) -> None:
-        for s, h in self._old.items():
-            signal.signal(s, h)
+@contextlib.contextmanager
+def _relay_for(relay: SignalRelay | None) -> Iterator[SignalRelay]:
+    """The caller's relay, or one of our own for the time of the run."""
+    if relay is not None:
+        yield relay
+        return
+    with SignalRelay() as own:
+        yield own
 
 
 class _ChildSignals:
@@ -283,6 +272,7 @@ def run_command(
     claimed: bool = False,
     recorded: bool = True,
     closed_fds: frozenset[int] = frozenset(),
+    relay: SignalRelay | None = None,
 ) -> RunResult:
     """Run ``argv`` to completion under gpuprof and close the session. Never raises for the job's failure.
 
@@ -293,6 +283,10 @@ def run_command(
 
     ``closed_fds``: which of the descriptors 0-2 gpuprof was started with closed (and then
     covered with ``/dev/null``, see :mod:`gpuprof.cli.streams`): the job gets them closed.
+
+    ``relay``: gpuprof's signal handlers (:class:`~gpuprof.record.jobsignals.SignalRelay`),
+    installed by a caller that keeps them past the job's end (the command line, for the
+    report); without it they are installed here and restored on return.
     """
     import subprocess
 
@@ -337,7 +331,7 @@ def run_command(
         "schema": SESSION_SCHEMA,
         "status": "running",
         "command": list(argv),
-        "cwd": os.getcwd(),
+        "cwd": _cwd(),
         "host": socket.gethostname(),
         "start_time_unix_s": time.time(),
         "end_time_unix_s": None,
@@ -359,7 +353,7 @@ def run_command(
     env = child_env(dict(os.environ), session_dir, opts if recorded else RunOptions(hooks=False))
     terminal = _Terminal()
     sampler: Sampler | None = None
-    with _Forwarder() as forwarder, _ChildSignals() as child_signals:
+    with _relay_for(relay) as forwarder, _ChildSignals() as child_signals:
         def child_setup() -> None:
             terminal.child_setup()
             child_signals.in_child()
@@ -371,6 +365,7 @@ def run_command(
             # preexec_fn is safe here: gpuprof has no other thread yet (the sampler starts after).
             proc = subprocess.Popen(list(argv), env=env, preexec_fn=child_setup)
         except OSError as exc:
+            forwarder.job_ended()  # there is no job to forward to
             terminal.take_back()  # the forked child may have taken the terminal before exec failed
             # Like a shell: 127 for a command that is not found, 126 for one that cannot run.
             code = 127 if isinstance(exc, FileNotFoundError) else 126
@@ -384,6 +379,7 @@ def run_command(
                     backend.close()
             return _result(code, None, session_dir, warnings, problems, recorded, finished, warn, launched=False)
         pgid = proc.pid
+        watchdog = Watchdog(pgid)  # before anything else can fail: the job never runs unsupervised
         forwarder.attach(pgid)
         meta["pid"] = proc.pid  # also the job's process group id
         writer.write_meta(meta)
@@ -401,6 +397,8 @@ def run_command(
         try:
             returncode = _wait_child(proc.pid, pgid, terminal, observer, warn)
         finally:
+            forwarder.job_ended()
+            watchdog.stand_down()
             terminal.take_back()
             with contextlib.suppress(Exception):
                 observer.finished()
@@ -412,6 +410,12 @@ def run_command(
         with contextlib.suppress(Exception):
             backend.close()
     exit_code, sig = exit_code_of(returncode)
+    if recorded and opts.hooks:
+        from gpuprof.session.adopt import adopt_job_traces
+
+        for msg in adopt_job_traces(session_dir):  # a session is read only from inside itself
+            warnings.append(msg)
+            warn(msg)
     if seen:
         names = ", ".join(signal.Signals(s).name for s in seen)
         writer.event("warning", f"forwarded {names} to the job")

@@ -7,7 +7,7 @@ from pathlib import Path
 from gpuprof.errors import GpuprofError
 from gpuprof.model.report import Report
 from gpuprof.render import registry as render
-from gpuprof.util.atomic import write_atomic
+from gpuprof.util.atomic import utf8, write_atomic
 from gpuprof.util.safetext import visible_text
 
 
@@ -29,5 +29,5 @@ def save_report(report: Report, path: Path, fmt: str | None = None) -> Path:
     text = render.render(report, chosen)
     if chosen not in ("json", "html"):  # the one filter for what a person reads (gpuprof/util/safetext.py)
         text = visible_text(text)
-    write_atomic(path, [text.encode("utf-8")], gz=gz)
+    write_atomic(path, [utf8(text)], gz=gz)
     return path

@@ -13,6 +13,8 @@ folder stays readable by ``gpuprof analyze`` whatever moment the run stopped at:
       hooks/rank<R>-<pid>.jsonl torch hook records: steps, memory stats, hook errors
                                 (hooks/pid<pid>.jsonl when the process has no RANK)
       traces/rank<R>.pt.trace.json.gz   one Kineto (PyTorch profiler) trace per rank
+      traces/job/pid<P>-<name>  the last trace the job's own profiler wrote in process P,
+                                brought in when the run ended (a hard link, else a copy)
       report.json, report.html  the report made when the run ended (not with --no-report)
 
 Trace names: ``rank<R>`` with the rank from torch.distributed, else ``RANK``; a process
@@ -23,10 +25,16 @@ writes ``unranked-pid<P>.pt.trace.json.gz``; a second process claiming a taken r
 overwriting. A job that runs its own ``torch.profiler`` keeps it: gpuprof's profiler steps
 aside (stopped, its trace dropped, when it was recording) and the session's traces are
 ``traces/`` plus, for each process without a trace there, the last trace the job's own
-profiler wrote (its ``job_trace`` records), read where the job wrote it.
+profiler wrote (its ``job_trace`` records), brought into ``traces/job/`` when the run ends:
+a session is read only from inside itself (:mod:`gpuprof.session.trust`), and the paths in
+its records are never opened.
 A trace is exported to ``traces/.<pid>.tmp.pt.trace.json.gz`` first and
 renamed when complete: such a file left behind (its process was killed mid-export) is
 reported by the reader as an unfinished trace.
+
+Permissions: ``session.json`` and the hook logs hold the job's command line and are 0600
+whatever the umask; every other file and folder gets what the umask gives. A folder
+another user owns is refused as ``--session-dir``.
 
 Creating ``session.json`` exclusively claims the folder: a second run given the same
 folder is refused. While the run lasts, ``.gpuprof-reserve`` holds back disk space
@@ -96,6 +104,8 @@ PROCESSES_FILE = "processes.jsonl"
 EVENTS_FILE = "events.jsonl"
 HOOKS_DIR = "hooks"
 TRACES_DIR = "traces"
+# The traces the job's own profiler wrote, brought into the session when the run ended.
+JOB_TRACES_DIR = "traces/job"
 RESERVE_FILE = ".gpuprof-reserve"
 # How a ``warnings`` entry of session.json starts when no GPU could be sampled (no driver,
 # NVML failed): a report on a job that ran on the CPU leaves it out.

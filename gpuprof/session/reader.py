@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -27,9 +28,11 @@ from gpuprof.session.layout import (
     SAMPLE_COLUMNS,
     SAMPLES_FILE,
     SESSION_SCHEMA,
+    JOB_TRACES_DIR,
     TRACES_DIR,
 )
 from gpuprof.session.records import BOOL, INDEX, NUMBER, STRING, Field, Problems, read_columns, read_records
+from gpuprof.session.trust import files_inside, real_root, session_subfolder, why_not_readable
 
 if TYPE_CHECKING:  # pandas is imported by the functions that use it
     import pandas as pd
@@ -70,21 +73,41 @@ class Session:
         return tuple(str(m) for m in col)
 
 
+# session.json holds a command line, a few paths and warnings: kilobytes. Anything near
+# this is not one gpuprof wrote, and is refused before it is held or parsed.
+MAX_META_BYTES = 16 << 20
+
+
 def _read_meta(root: Path) -> dict[str, Any]:
     meta_path = root / META_FILE
+    why = why_not_readable(real_root(root), meta_path)
+    if why is not None:
+        raise GpuprofError(f"session metadata not read: {why}", meta_path)
     try:
-        meta = json.loads(meta_path.read_text(encoding="utf-8"))
+        with open(meta_path, "rb") as fh:
+            data = fh.read(MAX_META_BYTES + 1)
     except FileNotFoundError:
         raise GpuprofError(f"not a gpuprof session folder (no {META_FILE})", root) from None
-    except (OSError, ValueError, UnicodeDecodeError) as exc:
+    except OSError as exc:
+        raise GpuprofError(f"session metadata is not readable: {exc.strerror or exc}", meta_path) from None
+    if len(data) > MAX_META_BYTES:
+        raise GpuprofError(f"session metadata is larger than {MAX_META_BYTES >> 20} MiB: not one gpuprof wrote",
+                           meta_path)
+    try:
+        meta = json.loads(data.decode("utf-8"))
+    except (ValueError, UnicodeDecodeError) as exc:
         raise GpuprofError(f"session metadata is not readable JSON: {exc}", meta_path) from None
+    except RecursionError:
+        raise GpuprofError("session metadata is not readable JSON: nested too deeply", meta_path) from None
     if not isinstance(meta, dict):
         raise GpuprofError("session metadata is not a JSON object", meta_path)
     schema = meta.get("schema")
     if not isinstance(schema, str) or not schema.startswith("gpuprof.session/"):
-        raise GpuprofError(f"not a gpuprof session (schema {schema!r})", meta_path)
+        raise GpuprofError("not a gpuprof session (its schema is not gpuprof.session/N)", meta_path)
     if schema != SESSION_SCHEMA:
-        raise GpuprofError(f"session schema {schema!r} is not one this gpuprof reads ({SESSION_SCHEMA})", meta_path)
+        # Named only when it has the shape of one: the file is untrusted, its strings not echoed.
+        named = f"{schema} " if re.fullmatch(r"gpuprof\.session/[0-9]{1,6}", schema) else ""
+        raise GpuprofError(f"session schema {named}is not one this gpuprof reads ({SESSION_SCHEMA})", meta_path)
     _check_meta_types(meta, meta_path)
     return meta
 
@@ -191,46 +214,107 @@ def _samples_frame(columns: dict[str, Any] | None) -> pd.DataFrame | None:
     return df
 
 
-def _job_traces(hook_recs: list[dict[str, Any]], own: tuple[Path, ...]) -> tuple[tuple[Path, ...], list[str]]:
+def job_traces_by_process(hook_recs: list[dict[str, Any]]) -> dict[Any, list[str]]:
     """The traces the job's own profiler wrote (``job_trace`` records, see
-    :mod:`gpuprof.session.layout`), one per process: the last it wrote, for each process
-    gpuprof wrote no trace of its own; and what to say about them."""
+    :mod:`gpuprof.session.layout`), in order, for each process gpuprof wrote no trace of
+    its own. These paths are the job's word: they are brought into the session when the run
+    ends (:mod:`gpuprof.session.adopt`) and never opened by a reader."""
     own_pids = {r.get("pid") for r in hook_recs if r.get("kind") == "trace"}
     by_pid: dict[Any, list[str]] = {}
     for r in sorted((r for r in hook_recs if r.get("kind") == "job_trace"), key=lambda r: r["time_unix_s"]):
         if isinstance(r.get("path"), str) and r.get("pid") not in own_pids:
             by_pid.setdefault(r.get("pid"), []).append(r["path"])
-    out: list[Path] = []
+    return by_pid
+
+
+def adopted_name(pid: Any, path: str) -> str:
+    """The name a job's trace gets in ``traces/job/``: its process and its own name."""
+    return f"pid{pid}-{Path(path).name}"
+
+
+def _job_trace_notes(hook_recs: list[dict[str, Any]], adopted: list[Path]) -> list[str]:
+    """What to say about the job's own traces: which one of several was analyzed, and
+    those left outside the folder (a session recorded before they were brought in)."""
+    names = {p.name for p in adopted}
     notes: list[str] = []
-    seen = {p.resolve() for p in own}
-    for pid, paths in by_pid.items():
-        last = Path(paths[-1])
-        if not last.is_file():
-            notes.append(f"the job's own profiler wrote {last} (process {pid}), which is no longer there")
-            continue
-        if last.resolve() in seen:
-            continue
-        seen.add(last.resolve())
-        out.append(last)
-        if len(paths) > 1:
+    for pid, paths in job_traces_by_process(hook_recs).items():
+        last = paths[-1]
+        if adopted_name(pid, last) not in names:
+            notes.append(f"the job's own profiler wrote {last} (process {pid}), outside the session folder: "
+                         "not read (a session is read only from inside itself; give the file on the command "
+                         "line to analyze it)")
+        elif len(paths) > 1:
             notes.append(
                 f"the job's own profiler wrote {len(paths)} traces in process {pid}; the last, {last}, is analyzed"
             )
     if any(r.get("kind") == "note" and r.get("job_profiler") is True for r in hook_recs):
-        shown = ", ".join(str(p) for p in out) if out else "none was written"
+        shown = ", ".join(str(p) for p in adopted) if adopted else "none was written"
         notes.append(f"the job ran its own torch.profiler, so gpuprof recorded no trace of its own; the job's traces: {shown}")
-    return tuple(out), notes
+    return notes
+
+
+def session_traces(root: Path) -> tuple[list[Path], list[Path], list[str]]:
+    """The session's traces -- gpuprof's own in ``traces/``, the job's own brought into
+    ``traces/job/`` -- as regular files inside the folder (:mod:`gpuprof.session.trust`),
+    and the warnings about what was left out."""
+    notes: list[str] = []
+    traces_dir, note = session_subfolder(root, TRACES_DIR)
+    if note:
+        notes.append(note)
+    if traces_dir is None:
+        return [], [], notes
+    try:
+        names = os.listdir(traces_dir)
+    except OSError:
+        names = []
+    files, refused = files_inside(root, traces_dir, [n for n in names if ".json" in n])
+    notes.extend(refused)
+    own = [p for p in files if not p.name.startswith(".")]
+    for p in files:
+        if p.name.startswith(".") and ".tmp." in p.name:
+            # A process was killed (or ran out of disk) while exporting its trace.
+            notes.append(f"an unfinished trace was skipped: {TRACES_DIR}/{p.name} (its process stopped while writing it)")
+    job: list[Path] = []
+    job_dir, note = session_subfolder(root, JOB_TRACES_DIR)
+    if note:
+        notes.append(note)
+    if job_dir is not None:
+        try:
+            job_names = [n for n in os.listdir(job_dir) if not n.startswith(".")]
+        except OSError:
+            job_names = []
+        job, refused = files_inside(root, job_dir, job_names)
+        notes.extend(refused)
+    return own, job, notes
+
+
+def hook_records(root: Path, problems: Problems) -> tuple[list[dict[str, Any]], list[str]]:
+    """Every record of ``hooks/*.jsonl`` (files inside the session only), and what was left out."""
+    hooks_dir, note = session_subfolder(root, HOOKS_DIR)
+    notes = [note] if note else []
+    recs: list[dict[str, Any]] = []
+    if hooks_dir is None:
+        return recs, notes
+    try:
+        names = [n for n in os.listdir(hooks_dir) if n.endswith(".jsonl")]
+    except OSError:
+        names = []
+    files, refused = files_inside(root, hooks_dir, names)
+    notes.extend(refused)
+    for hp in files:
+        recs.extend(read_records(hp, _HOOK_FIELDS, f"{HOOKS_DIR}/*.jsonl", problems))
+    return recs, notes
 
 
 def job_trace_paths(root: Path) -> tuple[Path, ...]:
-    """The job's own traces a session points at (read from its hook records)."""
-    return tuple(p for p in read_session(root).trace_paths if p.parent != root / TRACES_DIR)
+    """The job's own traces, as brought into the session (``traces/job/``)."""
+    return tuple(session_traces(root)[1])
 
 
 def _signature(root: Path) -> tuple[Any, ...]:
     """What a session read depends on: its files' names, sizes and times."""
     out: list[Any] = [str(root.resolve())]
-    for folder in (root, root / HOOKS_DIR, root / TRACES_DIR):
+    for folder in (root, root / HOOKS_DIR, root / TRACES_DIR, root / JOB_TRACES_DIR):
         try:
             entries = sorted(os.scandir(folder), key=lambda e: e.name)
         except OSError:
@@ -278,30 +362,28 @@ def _read_session(root: Path) -> Session:
             "the run did not finish cleanly (gpuprof was killed); data up to the last flush is used"
         )
     problems = Problems()
-    samples = _samples_frame(read_columns(root / SAMPLES_FILE, _SAMPLE_FIELDS, SAMPLES_FILE, problems))
-    processes = read_columns(root / PROCESSES_FILE, _PROCESS_FIELDS, PROCESSES_FILE, problems)
-    event_recs = read_records(root / EVENTS_FILE, _EVENT_FIELDS, EVENTS_FILE, problems)
-    hook_recs: list[dict[str, Any]] = []
-    hooks_dir = root / HOOKS_DIR
-    if hooks_dir.is_dir():
-        for hp in sorted(hooks_dir.glob("*.jsonl")):
-            hook_recs.extend(read_records(hp, _HOOK_FIELDS, f"{HOOKS_DIR}/*.jsonl", problems))
+    base = real_root(root)
+
+    def usable(name: str) -> Path | None:
+        why = why_not_readable(base, root / name)
+        if why is None:
+            return root / name
+        warnings.append(f"{name} not read: {why}")
+        return None
+
+    samples_path, processes_path, events_path = usable(SAMPLES_FILE), usable(PROCESSES_FILE), usable(EVENTS_FILE)
+    samples = _samples_frame(read_columns(samples_path, _SAMPLE_FIELDS, SAMPLES_FILE, problems)
+                             if samples_path else None)
+    processes = read_columns(processes_path, _PROCESS_FIELDS, PROCESSES_FILE, problems) if processes_path else None
+    event_recs = read_records(events_path, _EVENT_FIELDS, EVENTS_FILE, problems) if events_path else []
+    hook_recs, notes = hook_records(root, problems)
+    warnings.extend(notes)
     warnings.extend(problems.warnings())
 
-    traces_dir = root / TRACES_DIR
-    traces: tuple[Path, ...] = ()
-    if traces_dir.is_dir():
-        files = sorted(p for p in traces_dir.iterdir() if p.is_file() and ".json" in p.name)
-        traces = tuple(p for p in files if not p.name.startswith("."))
-        for p in files:
-            if p.name.startswith(".") and ".tmp." in p.name:
-                # A process was killed (or ran out of disk) while exporting its trace.
-                warnings.append(
-                    f"an unfinished trace was skipped: {TRACES_DIR}/{p.name} (its process stopped while writing it)"
-                )
-    job_traces, notes = _job_traces(hook_recs, traces)
-    traces += job_traces
+    own, job, notes = session_traces(root)
     warnings.extend(notes)
+    warnings.extend(_job_trace_notes(hook_recs, job))
+    traces = tuple(own) + tuple(job)
     hook_df = None
     if hook_recs:
         hook_df = pd.DataFrame.from_records(hook_recs)

@@ -20,7 +20,6 @@ import errno
 import json
 import math
 import os
-import tempfile
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -36,7 +35,14 @@ from gpuprof.session.layout import (
     SAMPLES_FILE,
     TRACES_DIR,
 )
-from gpuprof.util.atomic import remove_quietly
+from gpuprof.session.trust import refuse_foreign_folder
+from gpuprof.util.atomic import make_temp, remove_quietly
+
+# Permissions, before the umask. The files that hold the job's command line (session.json;
+# the hook logs' start records) may hold a token passed as an argument: only their owner
+# reads them, whatever the umask. Every other file of the session gets what the umask gives.
+PRIVATE_MODE = 0o600
+SHARED_MODE = 0o666
 
 RESERVE_BYTES = 256 * 1024
 """Disk held back during a run so that the final metadata and the records still in memory
@@ -77,19 +83,20 @@ def describe_os_error(exc: BaseException) -> str:
     return str(exc) or type(exc).__name__
 
 
-def write_json_atomic(path: Path, data: Mapping[str, Any]) -> None:
+def write_json_atomic(path: Path, data: Mapping[str, Any], mode: int = PRIVATE_MODE) -> None:
     """Replace ``path`` with ``data`` as JSON so that no reader ever sees a partial file.
 
-    Raises ``OSError`` (the temporary file is removed again); the old file stays.
+    ``mode`` minus the umask are its permissions (:data:`PRIVATE_MODE` by default:
+    ``session.json`` holds the command line). Raises ``OSError`` (the temporary file is
+    removed again); the old file stays.
     """
     payload = (json.dumps(data, indent=2, sort_keys=False) + "\n").encode("utf-8")
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
+    fd, tmp = make_temp(path.parent, f".{path.name}.", mode)
     try:
         with os.fdopen(fd, "wb") as fh:
             fh.write(payload)
             fh.flush()
             os.fsync(fh.fileno())
-        os.chmod(tmp, 0o644)
         os.replace(tmp, path)
     except BaseException:
         remove_quietly(tmp)
@@ -126,7 +133,7 @@ class JsonlAppender:
         self._closed = False
         self._fd: int | None = None
         try:
-            self._fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+            self._fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, SHARED_MODE)
         except OSError as exc:
             self._fail(exc)
         self._last_flush = clock()
@@ -240,6 +247,9 @@ def claim_session_dir(root: Path) -> None:
     ``OSError`` out of here is the disk's or the machine's (full, read-only, not permitted,
     an I/O error), not the user's: the caller runs the job unrecorded.
     """
+    foreign = refuse_foreign_folder(root)  # before anything is written there (gpuprof/session/trust.py)
+    if foreign is not None:
+        raise GpuprofError(foreign, root)
     try:
         root.mkdir(parents=True, exist_ok=True)
     except FileExistsError:
@@ -256,7 +266,7 @@ def claim_session_dir(root: Path) -> None:
     if entries is not None:
         raise SessionDirTaken("session folder already exists and is not empty", root)
     try:
-        fd = os.open(root / META_FILE, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
+        fd = os.open(root / META_FILE, os.O_WRONLY | os.O_CREAT | os.O_EXCL, PRIVATE_MODE)
     except FileExistsError:
         raise SessionDirTaken("session folder was just claimed by another gpuprof run", root) from None
     except OSError as exc:

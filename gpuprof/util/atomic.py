@@ -6,7 +6,10 @@ metadata) goes through :func:`write_atomic`. What happens depends on what the pa
 - a new path, or a regular file: the content lands in a temporary file beside it, which
   then replaces it in one ``os.replace``. A run that fails midway (disk full, Ctrl-C)
   leaves the previous file (or none), never a truncated one. A replaced file keeps its
-  permission bits; a new one gets the usual 0666 minus the umask;
+  permission bits; a new one gets ``mode`` (0666 unless the caller asks for less) minus
+  the umask, given by the kernel as the temporary file is created: the umask is never
+  read by setting it, which would give another thread's files (a training process's
+  checkpoints, beside ``trace_handler``) the wrong permissions meanwhile;
 - a symbolic link: written through to what it points at, by the rules here; the link
   stays a link;
 - a FIFO or a character device (``/dev/null``, ``/dev/stdout``, a terminal): written
@@ -19,11 +22,12 @@ Every failure to write is a :class:`GpuprofError` naming the path (one line, exi
 
 from __future__ import annotations
 
+import errno
 import gzip
 import os
+import secrets
 import stat
 import sys
-import tempfile
 from collections.abc import Iterable
 from pathlib import Path
 from typing import IO, cast
@@ -31,17 +35,12 @@ from typing import IO, cast
 from gpuprof.errors import GpuprofError
 
 STDOUT = "-"  # the file name that means standard output
+_RANDOM_CHARS = 8  # what a temporary file's name adds after its prefix
 
 
 def is_stdout(dest: str | Path | None) -> bool:
     """True for ``-``, the output path that means standard output."""
     return dest is not None and str(dest) == STDOUT
-
-
-def _umask() -> int:
-    mask = os.umask(0)
-    os.umask(mask)
-    return mask
 
 
 def _cannot_write(dest: Path, exc: OSError) -> GpuprofError:
@@ -83,10 +82,12 @@ def _target(dest: Path) -> tuple[Path, os.stat_result | None]:
         raise _cannot_write(dest, exc) from None
 
 
-def write_atomic(dest: str | Path, pieces: Iterable[bytes], *, gz: bool | None = None, fsync: bool = False) -> None:
+def write_atomic(dest: str | Path, pieces: Iterable[bytes], *, gz: bool | None = None, fsync: bool = False,
+                 mode: int = 0o666) -> None:
     """Write ``pieces`` to ``dest``; gzip-compress when ``gz`` (default: name ends in .gz).
 
-    See the module docstring for what each kind of path gets.
+    See the module docstring for what each kind of path gets; ``mode`` is a new file's
+    permissions before the umask (0o600 for a file only its owner should read).
     """
     if is_stdout(dest):
         _write_stdout(pieces, bool(gz))
@@ -96,7 +97,7 @@ def write_atomic(dest: str | Path, pieces: Iterable[bytes], *, gz: bool | None =
         gz = dest.name.lower().endswith(".gz")
     target, st = _target(dest)
     if st is None or stat.S_ISREG(st.st_mode):
-        _replace(dest, target, st, pieces, gz, fsync)
+        _replace(dest, target, st, pieces, gz, fsync, mode)
     elif stat.S_ISDIR(st.st_mode):
         raise GpuprofError("is a folder; give a file name to write", dest)
     elif stat.S_ISFIFO(st.st_mode) or stat.S_ISCHR(st.st_mode):
@@ -106,17 +107,43 @@ def write_atomic(dest: str | Path, pieces: Iterable[bytes], *, gz: bool | None =
         raise GpuprofError(f"is {what}; refusing to write onto it (give a file name)", dest)
 
 
+def utf8(text: str) -> bytes:
+    """``text`` as UTF-8, whatever it holds. Under a locale that is not UTF-8 (``LC_ALL=POSIX``)
+    Python decodes a file name's bytes with ``surrogateescape``: those are given back as the
+    bytes they were when they were UTF-8 (``sé`` stays ``sé``), else as U+FFFD; never an error
+    that would cost ``gpuprof run`` the job's exit code."""
+    try:
+        return text.encode("utf-8")
+    except UnicodeEncodeError:
+        return text.encode("utf-8", "surrogateescape").decode("utf-8", "replace").encode("utf-8", "replace")
+
+
 def write_text_atomic(dest: str | Path, text: str, *, fsync: bool = False) -> None:
-    write_atomic(dest, [text.encode("utf-8")], gz=False, fsync=fsync)
+    write_atomic(dest, [utf8(text)], gz=False, fsync=fsync)
 
 
-def _replace(dest: Path, target: Path, old: os.stat_result | None, pieces: Iterable[bytes], gz: bool, fsync: bool) -> None:
+def make_temp(folder: Path, prefix: str, mode: int = 0o666) -> tuple[int, str]:
+    """A new file ``folder/PREFIX<random>``, created exclusively with ``mode`` minus the
+    umask (the kernel applies it: nothing reads or changes the process's umask); its
+    descriptor, open for writing, and its path. ``tempfile.mkstemp`` always makes 0600."""
+    flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_CLOEXEC", 0) | getattr(os, "O_BINARY", 0)
+    for _ in range(10000):
+        path = os.path.join(folder, prefix + secrets.token_hex(_RANDOM_CHARS // 2))
+        try:
+            return os.open(path, flags, mode), path
+        except FileExistsError:
+            continue
+    raise FileExistsError(errno.EEXIST, "no free temporary file name", str(folder))
+
+
+def _replace(dest: Path, target: Path, old: os.stat_result | None, pieces: Iterable[bytes], gz: bool, fsync: bool,
+             mode: int = 0o666) -> None:
     """A new file or a regular file: temporary file beside it, then one rename over it."""
     parent = target.parent if str(target.parent) else Path(".")
     if not parent.is_dir():
         raise GpuprofError("output folder does not exist", parent)
     try:
-        fd, tmp = tempfile.mkstemp(prefix=temp_prefix(target.name, parent), dir=parent)
+        fd, tmp = make_temp(parent, temp_prefix(target.name, parent), mode if old is None else 0o600)
     except OSError as exc:
         raise GpuprofError(f"cannot write here: {exc.strerror}", parent) from None
     try:
@@ -128,9 +155,7 @@ def _replace(dest: Path, target: Path, old: os.stat_result | None, pieces: Itera
         except OSError as exc:
             raise _cannot_write(dest, exc) from None
         try:
-            if old is None:
-                os.chmod(tmp, 0o666 & ~_umask())
-            else:
+            if old is not None:  # a new file already has its mode, from the umask
                 os.chmod(tmp, stat.S_IMODE(old.st_mode))
                 _keep_owner(tmp, old)
             os.replace(tmp, target)
@@ -141,7 +166,6 @@ def _replace(dest: Path, target: Path, old: os.stat_result | None, pieces: Itera
         raise
 
 
-_RANDOM_CHARS = 8  # what tempfile adds after the prefix
 _DEFAULT_NAME_MAX = 255
 
 

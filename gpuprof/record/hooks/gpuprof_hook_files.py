@@ -80,7 +80,8 @@ class HookLog:
         try:
             if self._fd is None:
                 self.path = self._path()
-                self._fd = os.open(self.path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+                # 0600: the start record holds the process's command line (see session.writer).
+                self._fd = os.open(self.path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o600)
             while done < len(data):
                 done += os_write(self._fd, data[done:])
         except OSError as exc:
