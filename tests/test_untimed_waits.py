@@ -342,23 +342,24 @@ def test_a_host_stuck_in_one_operator_is_host_time(write_trace: Any, kineto: Any
 # --- a what-if proven by a before/after pair -----------------------------------------------
 
 
-def test_dataloader_fix_predicts_the_job_run_with_workers(shared_traces: Path) -> None:
-    """resnet50-nw0 and -nw4 are the same job with num_workers 0 and 4: the DataLoader
-    recommendation on nw0 predicts nw4's measured step within 15 %, and the measured step
-    lies between the estimate's bounds (the loader's wait removed with the host as measured,
-    and the framework operators' host time gone as well)."""
+def test_dataloader_fix_states_a_range_that_holds_the_job_run_with_workers(shared_traces: Path) -> None:
+    """resnet50-nw0 and -nw4 are the same job with num_workers 0 and 4 (issue 28 item 4):
+    the DataLoader recommendation on nw0 states a range over the host's free cores, and
+    nw4's measured step lies inside it -- the upper end the waits and the in-process
+    loader's host work gone, the lower end the workers sharing the training process's
+    cores; the estimate is its middle (no constant fitted to this pair)."""
     before = report_to_dict(run_analysis([shared_traces / "resnet50-nw0"]).report)
     after = report_to_dict(run_analysis([shared_traces / "resnet50-nw4"]).report)
     step = lambda rep: max(r["window_us"] / r["steps"] for r in rep["ranks"])  # noqa: E731
     rec = next(r for r in before["recommendations"] if r["category"] == "dataloader")
     assert rec["whatif"] == "no_dataloader"
-    predicted = step(before) * (1 - rec["estimated_savings_pct"] / 100)
-    measured = step(after)
-    assert abs(predicted - measured) <= 0.15 * measured, (predicted, measured)
+    measured_pct = 100 * (1 - step(after) / step(before))
+    low, high = rec["savings_low_pct"], rec["savings_high_pct"]
+    assert low <= measured_pct <= high, (low, measured_pct, high)
+    assert rec["estimated_savings_pct"] == pytest.approx((low + high) / 2, abs=0.01)
+    # The upper end is the waits and the framework operators' host time gone together.
     w = before["job"]["whatif"]
-    lower_step = w["step_us"]["no_dataloader"]
-    upper_step = step(before) * (1 - max(w["savings_pct"]["free_launches"], 0) / 100)
-    assert upper_step * 0.85 <= measured <= lower_step
+    assert high >= w["savings_pct"]["no_dataloader"]
 
 
 def test_a_trace_that_opens_with_set_up_is_a_cold_start(write_trace: Any, kineto: Any, event: Any) -> None:

@@ -324,29 +324,43 @@ def wait_claims(
         last = int(d[np.argmax(dag.end[d])])
         return int(dag.kind[last]) in (EV_COMPUTE, EV_P2P)
 
-    def claim(v: int, u: int) -> None:
+    def claim(v: int, u: int, since: float | None = None) -> None:
+        """Node ``v`` waited, from its arrival (or ``since``), until node ``u`` arrived."""
+        begin = float(ready[v]) if since is None else max(float(ready[v]), since)
         until = min(float(dag.start[v]), float(ready[u]))
-        if until <= ready[v]:
+        if until <= begin:
             return
         r, ru = dag.ranks[int(dag.rank_pos[v])], dag.ranks[int(dag.rank_pos[u])]
         same = r != ru and replica.get(r) is not None and replica.get(r) == replica.get(ru)
         cause = Cause.PIPELINE_BUBBLE if same and from_pipeline(u) else Cause.STRAGGLER
         off = offsets_us.get(r, 0.0)
         lo, hi = parts.setdefault((r, cause), ([], []))
-        lo.append(float(ready[v]) + off)
+        lo.append(begin + off)
         hi.append(until + off)
 
-    for v in np.flatnonzero((np.diff(dag.wait_ptr) > 0) & (dag.group < 0)).tolist():
+    def releaser(v: int) -> int | None:
+        """The last to arrive of the nodes ``v`` waits for untimed, if any."""
         src = dag.wait_src[dag.wait_ptr[v] : dag.wait_ptr[v + 1]]
-        claim(v, int(src[np.argmax(ready[src])]))
+        return int(src[np.argmax(ready[src])]) if src.size else None
+
+    for v in np.flatnonzero((np.diff(dag.wait_ptr) > 0) & (dag.group < 0)).tolist():
+        u = releaser(v)
+        if u is not None:
+            claim(v, u)
     for ms in dag.group_members:
         idx = np.asarray(ms, dtype=np.int64)
         if len(ms) < 2 or bool(np.all(dag.kind[idx] == EV_P2P)):
             continue
         order = idx[np.argsort(ready[idx], kind="stable")]
         last, second = int(order[-1]), int(order[-2])
+        # The group waited beyond its last member for what that member waited for untimed
+        # (the last stage's loss averaged over its replicas before an embedding
+        # all-reduce): every member waited for it too.
+        outside = releaser(last)
         for v in ms:
             claim(v, second if v == last else last)
+            if outside is not None:
+                claim(v, outside, since=float(ready[last]))
     out: dict[int, dict[Cause, Intervals]] = {}
     for (r, cause), (lo, hi) in parts.items():
         out.setdefault(r, {})[cause] = iv.union(np.asarray(lo), np.asarray(hi))

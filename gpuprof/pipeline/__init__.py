@@ -233,7 +233,20 @@ def _job_step_us(reports: Sequence[RankReport]) -> float | None:
 
 
 def _with_step_saving(rec: Recommendation, step_us: float | None) -> Recommendation:
-    """``rec`` with its saving in microseconds per step of the job, beside the percentage."""
+    """``rec`` with its saving in microseconds per step of the job, beside the percentage,
+    and its percentages held to the precision the saved report keeps (two decimals), so a
+    report reads the same before and after a round trip through JSON (32.449 would say
+    32.4 here and 32.45 -> 32.5 there)."""
+
+    def kept(x: float | None) -> float | None:
+        return None if x is None else round(x, 2)
+
+    rec = replace(
+        rec,
+        estimated_savings_pct=round(rec.estimated_savings_pct, 2),
+        savings_low_pct=kept(rec.savings_low_pct),
+        savings_high_pct=kept(rec.savings_high_pct),
+    )
     if step_us is None or step_us <= 0 or rec.saved_us_per_step is not None:
         return rec
     return replace(rec, saved_us_per_step=step_us * rec.estimated_savings_pct / 100.0)

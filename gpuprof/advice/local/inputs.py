@@ -55,7 +55,7 @@ def _with_cores_range(ctx: AdviceContext, f: Finding, w: Hit, single: bool) -> F
     high = replayed_pct
     if single and wr is not None:
         both = wr.combined_pct(("no_dataloader", "free_launches"))
-        if both is not None and both > high:
+        if both is not None and both > high + 1.0:
             high = both
     low = max(0.0, replayed_pct - 100.0 * load_us / step_us)
     estimate = (low + high) / 2.0
