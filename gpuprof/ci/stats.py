@@ -1,0 +1,217 @@
+"""The statistics of the CI gate, written with numpy alone (no scipy at run time).
+
+Pure functions of arrays; docs/gate.md says why these were chosen.
+
+- :func:`shift_estimate`: the Mann-Whitney U test of two samples and the Hodges-Lehmann
+  estimate of the shift between them, with the distribution-free confidence interval that
+  inverts the same test (Moses' interval). Applied to log step times, the shift is a
+  ratio. The interval and the test agree by construction: the interval leaves out 0
+  exactly when the test rejects "no shift" at its level. Exact (the null distribution of
+  U counted, :func:`null_counts`) for up to :data:`EXACT_MAX` values per side without
+  ties; else the normal approximation with the tie correction and a continuity correction.
+- :func:`min_per_side`: the fewest values per side with which the exact test can reach
+  its level at all (below it, no difference is ever significant: the gate says
+  "inconclusive").
+- :func:`bootstrap_mean_diff`: the difference of two means with a percentile bootstrap
+  interval, seeded, so the same data always give the same interval (per-cause time per
+  step, where the mean is what adds up to the step).
+- :func:`between_run_variance`: the run-to-run variance of run medians beyond what each
+  run's own step noise explains (a method-of-moments estimate), for pooled baselines.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from statistics import NormalDist
+
+import numpy as np
+import numpy.typing as npt
+
+FloatArray = npt.NDArray[np.float64]
+
+EXACT_MAX = 50  # values per side up to which U's null distribution is counted exactly
+MAX_PER_SIDE = 2000  # beyond this, evenly spaced order statistics stand in for a side
+N_BOOT = 2000  # bootstrap resamples
+_BOOT_CELLS = 4_000_000  # resample values held in memory at once
+
+
+def normal_quantile(p: float) -> float:
+    """The standard normal quantile (``p`` in (0, 1))."""
+    return NormalDist().inv_cdf(p)
+
+
+def normal_two_sided_p(z: float) -> float:
+    """Two-sided p-value of a standard normal statistic."""
+    return min(1.0, math.erfc(abs(z) / math.sqrt(2.0)))
+
+
+def null_counts(n: int, m: int) -> FloatArray:
+    """How many of the C(n+m, n) orderings of two untied samples give each value of U
+    (0..n*m): the coefficients of the Gaussian binomial [n+m choose n]_q, built as the
+    product over i of (1 - q^(m+i)) / (1 - q^i), in power-series arithmetic truncated at
+    degree n*m (each coefficient depends only on lower ones, so the truncation is exact)."""
+    if n > m:
+        n, m = m, n
+    size = n * m + 1
+    poly = np.zeros(size)
+    poly[0] = 1.0
+    for i in range(1, n + 1):
+        k = m + i
+        if k < size:
+            old = poly.copy()
+            poly[k:] -= old[: size - k]
+        for r in range(i):  # divide by (1 - q^i): new[j] = p[j] + new[j - i]
+            poly[r::i] = np.cumsum(poly[r::i])
+    return poly
+
+
+def _exact_cdf(n: int, m: int) -> FloatArray:
+    counts = null_counts(n, m)
+    return np.minimum(np.cumsum(counts) / counts.sum(), 1.0)
+
+
+def min_per_side(confidence: float) -> int:
+    """The fewest values per side (equal sides) for which the two-sided exact test at level
+    ``1 - confidence`` can reject at all: the smallest n with 2 / C(2n, n) <= alpha."""
+    alpha = 1.0 - confidence
+    n = 1
+    while 2.0 / math.comb(2 * n, n) > alpha:
+        n += 1
+    return n
+
+
+@dataclass(frozen=True)
+class Shift:
+    """The shift of ``x`` against ``y`` (x - y; on log values, the log of a ratio).
+
+    ``estimate`` is the Hodges-Lehmann estimate (the median of all pairwise differences),
+    ``low``/``high`` the interval at ``confidence`` (``None`` when the samples are too small
+    for the level to be reachable), ``p_value`` the two-sided Mann-Whitney p-value,
+    ``method`` ``"exact"`` or ``"normal"``, ``n_x``/``n_y`` the sizes used."""
+
+    estimate: float
+    low: float | None
+    high: float | None
+    p_value: float
+    method: str
+    n_x: int
+    n_y: int
+
+
+def _thin(values: FloatArray) -> FloatArray:
+    """At most :data:`MAX_PER_SIDE` values: evenly spaced order statistics, which keep the
+    sample's distribution (and the result deterministic)."""
+    s = np.sort(values)
+    if s.size <= MAX_PER_SIDE:
+        return s
+    return s[np.linspace(0, s.size - 1, MAX_PER_SIDE).round().astype(np.int64)]
+
+
+def _tie_term(pooled: FloatArray) -> float:
+    _, counts = np.unique(pooled, return_counts=True)
+    c = counts.astype(np.float64)
+    return float(np.sum(c**3 - c))
+
+
+def shift_estimate(x: npt.ArrayLike, y: npt.ArrayLike, confidence: float) -> Shift:
+    """Mann-Whitney U test, Hodges-Lehmann shift and its interval (module docstring).
+
+    ``x`` and ``y`` must be finite and non-empty. The interval is
+    ``[D_(c+1), D_(nm-c)]`` over the sorted pairwise differences D, with ``c`` the largest
+    count such that P(U <= c) <= alpha / 2 under "no shift"."""
+    xs = _thin(np.asarray(x, dtype=np.float64))
+    ys = _thin(np.asarray(y, dtype=np.float64))
+    n, m = xs.size, ys.size
+    if n == 0 or m == 0:
+        raise ValueError("shift_estimate needs two non-empty samples")
+    alpha = 1.0 - confidence
+    diffs = (xs[:, None] - ys[None, :]).ravel()
+    nm = diffs.size
+    u = float(np.count_nonzero(diffs > 0)) + 0.5 * float(np.count_nonzero(diffs == 0))
+    pooled = np.concatenate((xs, ys))
+    ties = _tie_term(pooled)
+    c: int | None
+    if n <= EXACT_MAX and m <= EXACT_MAX and ties == 0.0:
+        method = "exact"
+        cdf = _exact_cdf(n, m)
+        ui = int(round(u))
+        lower_tail = float(cdf[ui])
+        upper_tail = 1.0 - (float(cdf[ui - 1]) if ui > 0 else 0.0)
+        p = min(1.0, 2.0 * min(lower_tail, upper_tail))
+        ok = np.nonzero(cdf <= alpha / 2.0)[0]
+        c = int(ok[-1]) if ok.size else None
+    else:
+        method = "normal"
+        total = n + m
+        var = n * m / 12.0 * ((total + 1) - ties / (total * (total - 1)))
+        sd = math.sqrt(max(var, 0.0))
+        mean = nm / 2.0
+        if sd == 0.0:
+            p, c = 1.0, None
+        else:
+            z = (abs(u - mean) - 0.5) / sd
+            p = normal_two_sided_p(max(z, 0.0))
+            crit = math.floor(mean - 0.5 - normal_quantile(1.0 - alpha / 2.0) * sd)
+            c = crit if crit >= 0 else None
+        if sd == 0.0 and np.all(diffs == 0):
+            c = 0  # every value equal: the shift is exactly 0, whatever the level
+    mid = (nm - 1) // 2
+    picks = sorted({mid, nm // 2, *(() if c is None else (c, nm - 1 - c))})
+    part = np.partition(diffs, picks)
+    estimate = 0.5 * (float(part[mid]) + float(part[nm // 2]))
+    if c is None or c > nm - 1 - c:
+        return Shift(estimate, None, None, p, method, n, m)
+    return Shift(estimate, float(part[c]), float(part[nm - 1 - c]), p, method, n, m)
+
+
+def _boot_means(values: FloatArray, rng: np.random.Generator, n_boot: int) -> FloatArray:
+    n = values.size
+    out = np.empty(n_boot)
+    rows = max(1, _BOOT_CELLS // max(n, 1))
+    for start in range(0, n_boot, rows):
+        k = min(rows, n_boot - start)
+        out[start : start + k] = values[rng.integers(0, n, size=(k, n))].mean(axis=1)
+    return out
+
+
+@dataclass(frozen=True)
+class MeanDiff:
+    """Difference of means ``x - y`` with its bootstrap interval at ``confidence``."""
+
+    estimate: float
+    low: float
+    high: float
+
+    @property
+    def significant(self) -> bool:
+        return self.low > 0.0 or self.high < 0.0
+
+
+def bootstrap_mean_diff(
+    x: npt.ArrayLike, y: npt.ArrayLike, confidence: float, seed: int = 0, n_boot: int = N_BOOT
+) -> MeanDiff:
+    """``mean(x) - mean(y)`` and its percentile bootstrap interval (each sample resampled
+    on its own, ``n_boot`` times, from a generator seeded with ``seed``)."""
+    xs = np.asarray(x, dtype=np.float64)
+    ys = np.asarray(y, dtype=np.float64)
+    if xs.size == 0 or ys.size == 0:
+        raise ValueError("bootstrap_mean_diff needs two non-empty samples")
+    rng = np.random.default_rng(seed)
+    d = _boot_means(xs, rng, n_boot) - _boot_means(ys, rng, n_boot)
+    alpha = 1.0 - confidence
+    low, high = np.quantile(d, [alpha / 2.0, 1.0 - alpha / 2.0])
+    return MeanDiff(float(xs.mean() - ys.mean()), float(low), float(high))
+
+
+def between_run_variance(runs: list[FloatArray]) -> float | None:
+    """The variance of the runs' medians beyond what their own steps' noise explains:
+    ``max(0, var(medians) - mean(var of each median))``, each median's variance taken as
+    ``pi/2 * s^2 / n`` (the large-sample variance of a median). ``None`` with fewer than
+    three runs of at least two values: too few to say."""
+    usable = [np.asarray(r, dtype=np.float64) for r in runs if len(r) >= 2]
+    if len(usable) < 3:
+        return None
+    medians = np.array([np.median(r) for r in usable])
+    own = np.array([math.pi / 2.0 * float(np.var(r, ddof=1)) / r.size for r in usable])
+    return max(0.0, float(np.var(medians, ddof=1)) - float(own.mean()))
