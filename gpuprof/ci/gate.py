@@ -68,6 +68,25 @@ class CheckResult:
         object.__setattr__(self, "allowed", round(float(self.allowed), 3))
 
 
+class CheckResults(list[CheckResult]):
+    """The checks of one gate, in order: a list of :class:`CheckResult` (as earlier versions
+    returned) that also says whether the gate passed and carries the step verdict."""
+
+    @property
+    def passed(self) -> bool:
+        return all(r.passed for r in self)
+
+    @property
+    def failed(self) -> list[CheckResult]:
+        return [r for r in self if not r.passed]
+
+    @property
+    def verdict(self) -> Verdict | None:
+        """The verdict on the step-time distributions against the baseline (``None`` without
+        a baseline)."""
+        return next((r.verdict for r in self if r.verdict is not None), None)
+
+
 def _fmt(value: float | None, unit: str) -> str:
     if value is None:
         return fg.NA

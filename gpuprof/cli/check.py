@@ -183,7 +183,7 @@ def check(
     limits = settings.thresholds
     hist_path = history_file(settings.history) if settings.history is not None else None
     check_outputs(
-        [*(("an input", p) for p in paths), *(("the baseline", b) for b in settings.baselines),
+        [*(("an input", p) for p in paths), *(("the baseline report" if is_report_file(b) else "the baseline", b) for b in settings.baselines),
          ("the history", hist_path), ("the configuration", pyproject)],
         [("--save-report", save_report), ("--junit", junit), ("--json", json_out)],
     )  # fmt: skip

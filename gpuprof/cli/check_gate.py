@@ -23,11 +23,10 @@ from gpuprof.ci.verdict_text import verdict_line
 from gpuprof.cli.check_config import CheckSettings
 from gpuprof.model.report import Report
 from gpuprof.readers.limits import ReadLimits
-from gpuprof.readers.saved import is_report_file, read_report
+from gpuprof.readers.saved import is_report_file, read_report, report_files
 
 # CI systems' variables naming the commit under test, first found wins.
 COMMIT_VARIABLES = ("GITHUB_SHA", "CI_COMMIT_SHA", "BUILDKITE_COMMIT", "CIRCLE_SHA1", "GIT_COMMIT", "BUILD_SOURCEVERSION")
-REPORT_SUFFIXES = (".json", ".json.gz")
 
 
 def commit_from_env() -> str | None:
@@ -36,16 +35,6 @@ def commit_from_env() -> str | None:
         if value:
             return value[:64]
     return None
-
-
-def _report_files(folder: Path) -> list[Path]:
-    """The saved reports directly inside ``folder`` (sorted by name); none for a folder of
-    traces."""
-    try:
-        children = sorted(folder.iterdir())
-    except OSError:
-        return []
-    return [c for c in children if c.name.endswith(REPORT_SUFFIXES) and is_report_file(c)]
 
 
 def load_baselines(
@@ -58,7 +47,7 @@ def load_baselines(
     for p in paths:
         if is_report_file(p):
             out.append((str(p), read_report(p, limits)))
-        elif p.is_dir() and (reports := _report_files(p)):
+        elif p.is_dir() and (reports := report_files(p)):
             out += [(str(r), read_report(r, limits)) for r in reports]
         else:
             out.append((str(p), analyze([p])))
