@@ -35,9 +35,9 @@ from gpuprof.model.report import CAUSES, Cause, Report
 
 if TYPE_CHECKING:
     from gpuprof.accounting.window import StepSelection
-    from gpuprof.ci.verdict import GateSettings
     from gpuprof.ci.diff import ReportDiff
     from gpuprof.ci.gate import CheckResults
+    from gpuprof.ci.verdict import GateSettings
 
 PathLike = Union[str, "os.PathLike[str]"]
 Steps = Union[str, int, "tuple[int | None, int | None]", None]

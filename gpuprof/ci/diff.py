@@ -17,7 +17,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from gpuprof.ci.samples import run_steps
-from gpuprof.ci.verdict import GateSettings, Kind, Verdict, compare
+from gpuprof.ci.verdict import DEFAULT_SETTINGS, GateSettings, Kind, Verdict, compare
 from gpuprof.model import figures as fg
 from gpuprof.model.report import CAUSES, Cause, RankReport, Report
 
@@ -131,7 +131,7 @@ def diff_reports(
     current: Report,
     noise_pp: float = NOISE_PP,
     noise_pct: float = NOISE_PCT,
-    settings: GateSettings | None = GateSettings(),
+    settings: GateSettings | None = DEFAULT_SETTINGS,
 ) -> ReportDiff:
     """Compare ``current`` with ``base`` (job level, then rank by rank for common ranks);
     ``settings`` are the step verdict's (``None``: no verdict)."""

@@ -24,7 +24,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 
 from gpuprof.ci.samples import RunSteps
-from gpuprof.ci.verdict import GateSettings, Verdict, compare
+from gpuprof.ci.verdict import DEFAULT_SETTINGS, GateSettings, Verdict, compare
 from gpuprof.model import figures as fg
 from gpuprof.model.report import CAUSES, Cause, Report
 from gpuprof.util import phrases
@@ -141,7 +141,7 @@ def check_thresholds(report: Report, limits: Thresholds) -> list[CheckResult]:
     return out
 
 
-def check_steps(current: RunSteps, base: Sequence[RunSteps], settings: GateSettings = GateSettings()) -> CheckResult:
+def check_steps(current: RunSteps, base: Sequence[RunSteps], settings: GateSettings = DEFAULT_SETTINGS) -> CheckResult:
     """The step-time distributions' verdict as the check ``baseline.step``: ``measured`` is
     the step's change in % (``None`` when inconclusive or not comparable), ``allowed`` the
     floor, the message the verdict's line with its interval and causes."""

@@ -135,7 +135,7 @@ def run_from_line(doc: Any, label: str) -> tuple[RunSteps, str | None, str | Non
             totals = {k: float(v) for k, v in vals.items()}  # type: ignore[arg-type]
     fp = doc.get("fingerprint")
     fingerprint = Fingerprint.from_dict(fp) if isinstance(fp, Mapping) else Fingerprint()
-    text = lambda key: doc[key] if isinstance(doc.get(key), str) else None  # noqa: E731
+    text = lambda key: doc[key] if isinstance(doc.get(key), str) else None
     return RunSteps(label, steps, parts, totals, fingerprint), text("time"), text("commit"), text("verdict")
 
 

@@ -91,9 +91,7 @@ _TEMPLATE = re.compile(r"[<(\[].*$")
 def kernel_family(name: str) -> str:
     """A kernel's name without its template and parameter lists (``void cudnn::x<float, 3>(...)``
     -> ``cudnn::x``): the autotuner's choice of template arguments is not a different job."""
-    n = name.strip()
-    if n.startswith("void "):
-        n = n[5:]
+    n = name.strip().removeprefix("void ")
     return _TEMPLATE.sub("", n).strip() or name.strip()
 
 

@@ -135,7 +135,7 @@ def shift_estimate(x: npt.ArrayLike, y: npt.ArrayLike, confidence: float) -> Shi
     if n <= EXACT_MAX and m <= EXACT_MAX and ties == 0.0:
         method = "exact"
         cdf = _exact_cdf(n, m)
-        ui = int(round(u))
+        ui = round(u)
         lower_tail = float(cdf[ui])
         upper_tail = 1.0 - (float(cdf[ui - 1]) if ui > 0 else 0.0)
         p = min(1.0, 2.0 * min(lower_tail, upper_tail))

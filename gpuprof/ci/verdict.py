@@ -97,7 +97,7 @@ class PartChange:
         return self.high_ms is not None and self.high_ms < 0.0
 
     def to_dict(self) -> dict[str, Any]:
-        r = lambda v: None if v is None else round(v, 3)  # noqa: E731
+        r = lambda v: None if v is None else round(v, 3)
         return {
             "base_ms_per_step": r(self.base_ms),
             "current_ms_per_step": r(self.current_ms),
@@ -151,7 +151,7 @@ class Verdict:
         return ()
 
     def to_dict(self) -> dict[str, Any]:
-        r = lambda v, d=3: None if v is None else round(v, d)  # noqa: E731
+        r = lambda v, d=3: None if v is None else round(v, d)
         return {
             "verdict": self.kind.value,
             "passed": self.passed,
@@ -207,7 +207,10 @@ def _parts(current: RunSteps, base: Sequence[RunSteps], confidence: float) -> tu
     )
 
 
-def compare(current: RunSteps, base: Sequence[RunSteps], settings: GateSettings = GateSettings()) -> Verdict:
+DEFAULT_SETTINGS = GateSettings()
+
+
+def compare(current: RunSteps, base: Sequence[RunSteps], settings: GateSettings = DEFAULT_SETTINGS) -> Verdict:
     """The verdict on ``current`` against the pooled ``base`` runs (module docstring)."""
     if not base:
         raise ValueError("compare needs at least one baseline run")
@@ -268,7 +271,7 @@ def compare(current: RunSteps, base: Sequence[RunSteps], settings: GateSettings 
     )
 
 
-def without_baseline(current: RunSteps, reason: str, settings: GateSettings = GateSettings()) -> Verdict:
+def without_baseline(current: RunSteps, reason: str, settings: GateSettings = DEFAULT_SETTINGS) -> Verdict:
     """The inconclusive verdict of a run with nothing to compare it with (a history with no
     earlier comparable run): it passes unless ``settings.strict``."""
     need = stats.min_per_side(settings.confidence)

@@ -134,7 +134,7 @@ def _step_partition(s: RankSummary, att: Attribution) -> dict[str, Any]:
     ``step_lost_us``): the rank's partition cut at the step bounds, so that ``gpuprof
     check`` can compare causes step by step, with intervals, not only as totals."""
     steps = (np.array([st.start_us for st in s.steps]), np.array([st.end_us for st in s.steps]))  # one per step
-    r3 = lambda values: [round(float(v), 3) for v in values]  # noqa: E731  (as the report rounds)
+    r3 = lambda values: [round(float(v), 3) for v in values]  # as the report rounds
     return {
         "step_compute_us": r3(iv.overlap_with_each(steps, s.compute)),
         "step_lost_us": {c.value: r3(iv.overlap_with_each(steps, att.intervals[c])) for c in CAUSES},
@@ -220,7 +220,7 @@ def run_analysis(
     path_of = None
     if cross.whatifs is not None:
         model = cross.whatifs.model
-        path_of = lambda t0_us, t1_us: critical_path(model, t0_us, t1_us)  # noqa: E731
+        path_of = lambda t0_us, t1_us: critical_path(model, t0_us, t1_us)
     timeline = step_timeline(summaries, attributions, cross.findings, path_of=path_of)  # drawn by the HTML report
     if timeline is not None:
         extra["timeline"] = timeline
