@@ -10,10 +10,12 @@ James) as Hunter/Otava use it, on the mean of the log medians:
 1. in a segment of at least ``2 * min_runs`` runs, every split leaving ``min_runs`` runs
    on each side gets the standardized difference of the two sides' means
    ``|mean_left - mean_right| * sqrt(n_left * n_right / n)`` (the CUSUM statistic); the
-   split with the largest is the candidate;
+   split with the largest is the candidate, provided the runs on either side of it sit
+   nearer their own side's level than the other's;
 2. the candidate is a split when that largest statistic is rarely reached by the same
    runs in random order (``n_perm`` permutations from a fixed seed, so the answer is the
-   same every time: p <= 1 - confidence);
+   same every time: p <= 1 - confidence; with three runs after a change, that takes about
+   a dozen before it at 99 %: a permutation test cannot be surer than its arrangements);
 3. the two sides are searched again, until no segment splits;
 4. a split is a change point when the step changed by at least the floor
    ``min_effect_pct`` between its neighbouring segments (the ratio of their geometric
@@ -47,11 +49,17 @@ class ChangePoint:
     p_value: float
 
 
-def _best_split(seg: npt.NDArray[np.float64], min_runs: int) -> tuple[int, float]:
-    """The split (index within ``seg``) with the largest statistic, and that statistic."""
+def _best_split(seg: npt.NDArray[np.float64], min_runs: int) -> tuple[int, float] | None:
+    """The split (index within ``seg``) with the largest statistic, and that statistic;
+    ``None`` when the runs at the split sit nearer the other side's level (the split is
+    where it is only because a side needs ``min_runs`` runs: two slow runs after a steady
+    series are not three)."""
     stats = _split_stats(seg[None, :], min_runs)[0]
-    k = int(np.argmax(stats))
-    return k + min_runs, float(stats[k])
+    k = int(np.argmax(stats)) + min_runs
+    left, right = float(seg[:k].mean()), float(seg[k:].mean())
+    if abs(seg[k] - right) > abs(seg[k] - left) or abs(seg[k - 1] - left) > abs(seg[k - 1] - right):
+        return None
+    return k, float(stats[k - min_runs])
 
 
 def _split_stats(rows: npt.NDArray[np.float64], min_runs: int) -> npt.NDArray[np.float64]:
@@ -84,9 +92,10 @@ def change_points(
         seg = logs[a:b]
         if seg.size < 2 * min_runs:
             continue
-        k, observed = _best_split(seg, min_runs)
-        if observed <= 0.0:
+        best = _best_split(seg, min_runs)
+        if best is None or best[1] <= 0.0:
             continue
+        k, observed = best
         rng = np.random.default_rng(seed + a)
         perms = np.array([rng.permutation(seg) for _ in range(n_perm)])
         reached = int(np.count_nonzero(_split_stats(perms, min_runs).max(axis=1) >= observed - 1e-12))

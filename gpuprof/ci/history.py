@@ -34,7 +34,7 @@ import numpy as np
 from gpuprof.ci.changepoints import ChangePoint, change_points, segments
 from gpuprof.ci.samples import PARTS, Fingerprint, RunSteps, incomparable
 from gpuprof.errors import GpuprofError
-from gpuprof.util.appendlog import append_line, read_lines
+from gpuprof.util.appendlog import append_line, read_tail
 
 HISTORY_SCHEMA = "gpuprof.history/1"
 DEFAULT_NAME = "gpuprof-history.jsonl"
@@ -146,7 +146,8 @@ def read_history(path: Path) -> History:
     :class:`GpuprofError` naming it (exit 2), so that ``--history report.json`` never
     appends to the wrong file."""
     runs: list[HistoryRun] = []
-    lines = [ln for ln in read_lines(path) if ln.strip()]
+    complete, tail = read_tail(path)
+    lines = [ln for ln in complete if ln.strip()]
     skipped = 0
     for ln in lines:
         try:
@@ -161,7 +162,7 @@ def read_history(path: Path) -> History:
             continue
         run, time, commit, verdict = got
         runs.append(HistoryRun(number, run, time, commit, verdict))
-    if lines and not runs:
+    if (lines or tail.strip()) and not runs:
         raise GpuprofError(f"is not a gpuprof history (no line of schema {HISTORY_SCHEMA})", path)
     return History(path, tuple(runs), skipped)
 

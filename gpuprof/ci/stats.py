@@ -21,6 +21,7 @@ Pure functions of arrays; docs/gate.md says why these were chosen.
 
 from __future__ import annotations
 
+import functools
 import math
 from dataclasses import dataclass
 from statistics import NormalDist
@@ -46,29 +47,43 @@ def normal_two_sided_p(z: float) -> float:
     return min(1.0, math.erfc(abs(z) / math.sqrt(2.0)))
 
 
+@functools.lru_cache(maxsize=256)
+def _exact_counts(n: int, m: int) -> tuple[int, ...]:
+    """:func:`null_counts` in whole numbers (Python integers: exact at any size)."""
+    if n > m:
+        n, m = m, n
+    size = n * m + 1
+    poly = [0] * size
+    poly[0] = 1
+    for i in range(1, n + 1):
+        k = m + i
+        for j in range(size - 1, k - 1, -1):  # multiply by (1 - q^k), from the top down
+            poly[j] -= poly[j - k]
+        for j in range(i, size):  # divide by (1 - q^i): new[j] = p[j] + new[j - i]
+            poly[j] += poly[j - i]
+    return tuple(poly)
+
+
 def null_counts(n: int, m: int) -> FloatArray:
     """How many of the C(n+m, n) orderings of two untied samples give each value of U
     (0..n*m): the coefficients of the Gaussian binomial [n+m choose n]_q, built as the
     product over i of (1 - q^(m+i)) / (1 - q^i), in power-series arithmetic truncated at
-    degree n*m (each coefficient depends only on lower ones, so the truncation is exact)."""
-    if n > m:
-        n, m = m, n
-    size = n * m + 1
-    poly = np.zeros(size)
-    poly[0] = 1.0
-    for i in range(1, n + 1):
-        k = m + i
-        if k < size:
-            old = poly.copy()
-            poly[k:] -= old[: size - k]
-        for r in range(i):  # divide by (1 - q^i): new[j] = p[j] + new[j - i]
-            poly[r::i] = np.cumsum(poly[r::i])
-    return poly
+    degree n*m (each coefficient depends only on lower ones, so the truncation is exact),
+    in whole numbers (floating point would lose the tails to cancellation)."""
+    return np.array(_exact_counts(n, m), dtype=np.float64)
 
 
+@functools.lru_cache(maxsize=256)
 def _exact_cdf(n: int, m: int) -> FloatArray:
-    counts = null_counts(n, m)
-    return np.minimum(np.cumsum(counts) / counts.sum(), 1.0)
+    counts = _exact_counts(n, m)
+    total = sum(counts)
+    running = 0
+    out = np.empty(len(counts))
+    for u, c in enumerate(counts):
+        running += c
+        out[u] = running / total  # each ratio of exact integers rounded once
+    out.setflags(write=False)
+    return out
 
 
 def min_per_side(confidence: float) -> int:
@@ -137,7 +152,7 @@ def shift_estimate(x: npt.ArrayLike, y: npt.ArrayLike, confidence: float) -> Shi
         cdf = _exact_cdf(n, m)
         ui = round(u)
         lower_tail = float(cdf[ui])
-        upper_tail = 1.0 - (float(cdf[ui - 1]) if ui > 0 else 0.0)
+        upper_tail = float(cdf[nm - ui])  # P(U >= u) = P(U <= nm - u): U's distribution is symmetric
         p = min(1.0, 2.0 * min(lower_tail, upper_tail))
         ok = np.nonzero(cdf <= alpha / 2.0)[0]
         c = int(ok[-1]) if ok.size else None

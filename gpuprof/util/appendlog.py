@@ -65,12 +65,18 @@ def append_line(path: Path, line: str) -> None:
 
 def read_lines(path: Path) -> list[str]:
     """The complete lines of ``path`` (a last line without its newline is being written, or
-    was torn: left out). A missing file has no lines. Too large a file, or one that cannot
-    be read or decoded, is a :class:`GpuprofError` naming it."""
+    was torn: left out; :func:`read_tail` has it). A missing file has no lines. Too large a
+    file, or one that cannot be read or decoded, is a :class:`GpuprofError` naming it."""
+    return read_tail(path)[0]
+
+
+def read_tail(path: Path) -> tuple[list[str], str]:
+    """The complete lines of ``path`` and what follows the last newline ("" when the file
+    ends with one)."""
     try:
         size = path.stat().st_size
     except FileNotFoundError:
-        return []
+        return [], ""
     except OSError as exc:
         raise GpuprofError(f"cannot read: {exc.strerror or exc}", path) from None
     if size > MAX_LOG_BYTES:
@@ -86,4 +92,4 @@ def read_lines(path: Path) -> list[str]:
     except UnicodeDecodeError as exc:
         raise GpuprofError(f"is not UTF-8 text (byte {exc.start}): not a gpuprof history", path) from None
     lines = text.split("\n")
-    return lines[:-1]  # the part after the last newline is incomplete (or empty)
+    return lines[:-1], lines[-1]  # the part after the last newline is incomplete (or empty)
