@@ -320,3 +320,27 @@ def test_every_usage_error_is_one_line_without_click(cli, argv: tuple[str, ...])
     assert code == 2, err
     assert len(lines) == 1 and lines[0].startswith("gpuprof") and "Traceback" not in err, err
     assert out == ""
+
+
+def test_job_summary_has_the_verdict_and_each_cause_per_step(cli, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    summary = tmp_path / "summary.md"
+    monkeypatch.setenv("GITHUB_STEP_SUMMARY", str(summary))
+    base = _save(tmp_path / "base.json", BASE)
+    cur = _save(tmp_path / "cur.json", SLOWER)
+    code, _, _ = cli("check", str(cur), "--baseline", str(base))
+    assert code == 1
+    text = summary.read_text()
+    assert "| baseline.step | +20.0% \\[" in text and "**FAIL**: regression: step +20.0%" in text
+    assert "**regression**: step +20.0% \\[" in text
+    row = next(line for line in text.splitlines() if line.startswith("| **dataloader** |"))
+    assert row.startswith("| **dataloader** | 3.75 ms | 8.75 ms | +5.00 ms | [")
+
+
+def test_outputs_never_land_on_the_history(cli, tmp_path: Path) -> None:
+    cur = _save(tmp_path / "cur.json", BASE)
+    hist = tmp_path / "h.jsonl"
+    assert cli("check", str(cur), "--history", str(hist))[0] == 0
+    before = hist.read_bytes()
+    code, _, err = cli("check", str(cur), "--history", str(hist), "--junit", str(hist))
+    assert code == 2 and "--junit would overwrite the history" in err
+    assert hist.read_bytes() == before

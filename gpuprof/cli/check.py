@@ -160,6 +160,7 @@ def check(
     from gpuprof.ci.gate_output import checks_json, checks_junit, checks_markdown, checks_text
     from gpuprof.ci.history import append_run, history_file, read_history
     from gpuprof.cli.check_gate import commit_from_env, load_baselines, run_gate
+    from gpuprof.render.markdown import md_escape
     from gpuprof.model.figures import saving_phrase
     from gpuprof.render import format_for_path, render
 
@@ -205,7 +206,8 @@ def check(
         write_output(checks_junit(results, subject=", ".join(str(p) for p in paths)), junit)
     if json_out is not None:
         write_output(checks_json(results, outcome.extra), json_out)
-    _append_step_summary(checks_markdown(results) + "\n" + render(report, "markdown"))
+    notes_md = "".join(f"- {md_escape(n)}\n" for n in outcome.notes) + ("\n" if outcome.notes else "")
+    _append_step_summary(checks_markdown(results) + "\n" + notes_md + render(report, "markdown"))
     text = "".join(f"note: {n}\n" for n in outcome.notes) + checks_text(results, terminal_width(), wrap=is_terminal())
     if gate.failed(results) and report.recommendations:
         # A failing gate should say where to look next, not only what failed.

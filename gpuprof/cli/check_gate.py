@@ -65,7 +65,9 @@ class GateRun:
     history_line: str | None = None
 
 
-def _history_baseline(current: RunSteps, history: History, gs: GateSettings, run: GateRun) -> list[RunSteps]:
+def _history_baseline(current: RunSteps, history: History, gs: GateSettings, run: GateRun, used: bool) -> list[RunSteps]:
+    """The history's baseline for ``current`` and what the history says (its change points);
+    ``used``: the baseline is the history's (no ``--baseline``)."""
     hb = baseline_runs(history, current, gs.confidence, gs.min_effect_pct)
     info: dict[str, Any] = {
         "file": str(history.path),
@@ -93,7 +95,7 @@ def _history_baseline(current: RunSteps, history: History, gs: GateSettings, run
         run.notes.append(f"{hb.left_out} run(s) of the history are not comparable with this run (another world size, "
                          "device, layout or kernel mix) and were left out")  # fmt: skip
     run.notes += [f"history: {change_phrase(c, hb.comparable)}" for c in hb.changes[-3:]]
-    if hb.segment is not None:
+    if used and hb.segment is not None:
         a, b = hb.segment
         run.notes.append(
             f"baseline: {len(hb.runs)} run(s) of the history's last stable segment (runs {a}-{b})" if a != b
@@ -122,11 +124,11 @@ def run_gate(
     current = run_steps(report)
     run.extra["inputs"] = list(report.inputs)
     base: list[RunSteps] = []
+    if history is not None:
+        base = _history_baseline(current, history, gs, run, used=not baselines)
     if baselines:
         base = [run_steps(r, label) for label, r in baselines]
         run.extra["baselines"] = [label for label, _ in baselines]
-    elif history is not None:
-        base = _history_baseline(current, history, gs, run)
     step_check: CheckResult | None = None
     if base:
         step_check = gate.check_steps(current, base, gs)
