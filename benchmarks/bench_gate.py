@@ -46,9 +46,9 @@ import numpy as np
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE.parent))
 
-from gpuprof.ci.history import line_for, run_from_line  # noqa: E402
-from gpuprof.ci.samples import PARTS, RunSteps, run_steps  # noqa: E402
-from gpuprof.ci.verdict import GateSettings, Kind, compare  # noqa: E402
+from gpuprof.ci.history import line_for, run_from_line
+from gpuprof.ci.samples import PARTS, RunSteps, run_steps
+from gpuprof.ci.verdict import GateSettings, Kind, compare
 
 # name, step-to-step %, run-to-run %: from noise within a run only (what a test of two
 # distributions sees) to run-to-run offsets of several percent (which one run cannot show).
@@ -67,7 +67,7 @@ def _simulate(level: tuple[str, float, float], size: float, seed: int) -> RunSte
         got = run_from_line(json.loads(cache.read_text()), cache.name)
         if got is not None:
             return got[0]
-    from gpuprof.pipeline import AnalyzeOptions, analyze_paths
+    from gpuprof.pipeline import analyze_paths
     from gpuprof.simulate import generate
 
     with tempfile.TemporaryDirectory() as tmp:

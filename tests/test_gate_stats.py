@@ -26,7 +26,7 @@ def _brute_p(x: list[float], y: list[float]) -> float:
     """Two-sided exact p-value by enumerating every relabelling of the pooled values."""
     pooled = x + y
     n = len(x)
-    u_of = lambda xs, ys: sum(1 for a in xs for b in ys if a > b)  # noqa: E731
+    u_of = lambda xs, ys: sum(1 for a in xs for b in ys if a > b)
     u_obs = u_of(x, y)
     us = []
     for pos in itertools.combinations(range(len(pooled)), n):

@@ -141,7 +141,7 @@ def test_pooled_baseline_runs_with_run_to_run_spread_widen_the_interval() -> Non
     pooled = _verdict(cur, *[_run(_steps(30 + i, 30, ms=o)) for i, o in enumerate(offsets)])
     assert pooled.runs_base == 5 and pooled.n_base == 150
     assert pooled.method is not None and "run-to-run spread" in pooled.method and pooled.run_spread_pct is not None
-    width = lambda v: v.high_pct - v.low_pct  # noqa: E731
+    width = lambda v: v.high_pct - v.low_pct
     assert width(pooled) > 2 * width(one)
     assert one.kind is Kind.REGRESSION and pooled.kind is Kind.NO_CHANGE  # 6 % is within that spread
 

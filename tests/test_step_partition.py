@@ -91,12 +91,12 @@ def test_simulated_noise_moves_runs_apart_and_none_changes_nothing(tmp_path: Pat
     assert json.loads((a / "truth" / "ground_truth.json").read_text())["noise"] == {"step_pct": 0.0, "run_pct": 5.0}
     steady = generate("healthy", tmp_path / "s", whatifs=False, steps=8, step_noise_pct=0.0)
     noisy = generate("healthy", tmp_path / "n", whatifs=False, steps=8, step_noise_pct=5.0)
-    cv = lambda out: float(np.std(gpuprof.analyze(out).ranks[0].step_times_us) / np.mean(gpuprof.analyze(out).ranks[0].step_times_us))  # noqa: E731
+    cv = lambda out: float(np.std(gpuprof.analyze(out).ranks[0].step_times_us) / np.mean(gpuprof.analyze(out).ranks[0].step_times_us))
     assert cv(noisy) > 3 * cv(steady)
 
 
 def test_simulate_command_line_takes_the_noise_and_refuses_nonsense(tmp_path: Path) -> None:
-    run = lambda *a: subprocess.run([sys.executable, "-m", "gpuprof", "simulate", "healthy", *a], capture_output=True, text=True)  # noqa: E731
+    run = lambda *a: subprocess.run([sys.executable, "-m", "gpuprof", "simulate", "healthy", *a], capture_output=True, text=True, check=False)
     ok = run("steps=3", "--no-whatifs", "--step-noise", "2", "--run-noise", "1", "-o", str(tmp_path / "o"))
     assert ok.returncode == 0, ok.stderr
     bad = run("--run-noise", "-1", "-o", str(tmp_path / "x"))
@@ -106,10 +106,10 @@ def test_simulate_command_line_takes_the_noise_and_refuses_nonsense(tmp_path: Pa
 
 def test_schema_command_prints_each_schema() -> None:
     for kind, title in (("check", "gpuprof.check/1"), ("history", "gpuprof.history/1"), ("report", "gpuprof.report/1")):
-        got = subprocess.run([sys.executable, "-m", "gpuprof", "schema", kind], capture_output=True, text=True)
+        got = subprocess.run([sys.executable, "-m", "gpuprof", "schema", kind], capture_output=True, text=True, check=False)
         assert got.returncode == 0, got.stderr
         doc = json.loads(got.stdout)
         assert doc["title"] == title
         jsonschema.Draft202012Validator.check_schema(doc)
-    bad = subprocess.run([sys.executable, "-m", "gpuprof", "schema", "chek"], capture_output=True, text=True)
+    bad = subprocess.run([sys.executable, "-m", "gpuprof", "schema", "chek"], capture_output=True, text=True, check=False)
     assert bad.returncode == 2 and "did you mean 'check'" in bad.stderr
