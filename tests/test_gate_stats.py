@@ -133,3 +133,13 @@ def test_between_run_variance_sees_run_offsets_only() -> None:
     offsets = rng.normal(0, 0.03, 40)
     shifted = stats.between_run_variance([rng.normal(o, 0.02, 30) for o in offsets])
     assert shifted is not None and 0.02 < math.sqrt(shifted) < 0.04
+
+
+@pytest.mark.parametrize(
+    "df, p, table",
+    [(1, 0.975, 12.7062), (2, 0.975, 4.3027), (4, 0.995, 4.6041), (10, 0.995, 3.1693), (30, 0.95, 1.6973), (1000, 0.995, 2.5808)],
+)
+def test_student_quantiles_match_the_tables(df: int, p: float, table: float) -> None:
+    assert stats.t_quantile(p, df) == pytest.approx(table, abs=5e-4)
+    assert stats.t_quantile(1 - p, df) == pytest.approx(-table, abs=5e-4)
+    assert stats.t_cdf(stats.t_quantile(p, df), df) == pytest.approx(p, abs=1e-10)

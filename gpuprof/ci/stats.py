@@ -16,7 +16,9 @@ Pure functions of arrays; docs/gate.md says why these were chosen.
   interval, seeded, so the same data always give the same interval (per-cause time per
   step, where the mean is what adds up to the step).
 - :func:`between_run_variance`: the run-to-run variance of run medians beyond what each
-  run's own step noise explains (a method-of-moments estimate), for pooled baselines.
+  run's own step noise explains (a method-of-moments estimate), for pooled baselines, and
+  Student's t (:func:`t_quantile`, through the incomplete beta function) for its few
+  degrees of freedom.
 """
 
 from __future__ import annotations
@@ -40,6 +42,67 @@ _BOOT_CELLS = 4_000_000  # resample values held in memory at once
 def normal_quantile(p: float) -> float:
     """The standard normal quantile (``p`` in (0, 1))."""
     return NormalDist().inv_cdf(p)
+
+
+def _beta_fraction(a: float, b: float, x: float) -> float:
+    """The continued fraction of the regularized incomplete beta function, evaluated by the
+    modified Lentz method (converges fast for x < (a + 1) / (a + b + 2))."""
+    tiny = 1e-300
+
+    def nonzero(v: float) -> float:
+        return v if abs(v) > tiny else tiny
+
+    c, d = 1.0, 1.0 / nonzero(1.0 - (a + b) * x / (a + 1.0))
+    h = d
+    for m in range(1, 500):
+        even = m * (b - m) * x / ((a + 2 * m - 1.0) * (a + 2 * m))
+        d = 1.0 / nonzero(1.0 + even * d)
+        c = nonzero(1.0 + even / c)
+        h *= d * c
+        odd = -(a + m) * (a + b + m) * x / ((a + 2 * m) * (a + 2 * m + 1.0))
+        d = 1.0 / nonzero(1.0 + odd * d)
+        c = nonzero(1.0 + odd / c)
+        step = d * c
+        h *= step
+        if abs(step - 1.0) < 1e-15:
+            break
+    return h
+
+
+def _beta_regularized(a: float, b: float, x: float) -> float:
+    """I_x(a, b), the regularized incomplete beta function."""
+    if x <= 0.0:
+        return 0.0
+    if x >= 1.0:
+        return 1.0
+    front = math.exp(math.lgamma(a + b) - math.lgamma(a) - math.lgamma(b) + a * math.log(x) + b * math.log1p(-x))
+    if x < (a + 1.0) / (a + b + 2.0):
+        return front * _beta_fraction(a, b, x) / a
+    return 1.0 - front * _beta_fraction(b, a, 1.0 - x) / b
+
+
+def t_cdf(t: float, df: float) -> float:
+    """Student's t distribution function with ``df`` degrees of freedom."""
+    tail = 0.5 * _beta_regularized(df / 2.0, 0.5, df / (df + t * t))
+    return 1.0 - tail if t >= 0 else tail
+
+
+def t_quantile(p: float, df: float) -> float:
+    """Student's t quantile (``p`` in (0, 1)), by bisection on :func:`t_cdf`."""
+    if p < 0.5:
+        return -t_quantile(1.0 - p, df)
+    lo, hi = 0.0, 1.0
+    while t_cdf(hi, df) < p:
+        lo, hi = hi, hi * 2.0
+    for _ in range(200):
+        mid = 0.5 * (lo + hi)
+        if t_cdf(mid, df) < p:
+            lo = mid
+        else:
+            hi = mid
+        if hi - lo < 1e-12 * max(1.0, hi):
+            break
+    return 0.5 * (lo + hi)
 
 
 def normal_two_sided_p(z: float) -> float:
@@ -219,11 +282,17 @@ def bootstrap_mean_diff(
     return MeanDiff(float(xs.mean() - ys.mean()), float(low), float(high))
 
 
+def usable_runs(runs: list[FloatArray]) -> int:
+    """The runs :func:`between_run_variance` can use (two values or more)."""
+    return sum(1 for r in runs if len(r) >= 2)
+
+
 def between_run_variance(runs: list[FloatArray]) -> float | None:
     """The variance of the runs' medians beyond what their own steps' noise explains:
     ``max(0, var(medians) - mean(var of each median))``, each median's variance taken as
     ``pi/2 * s^2 / n`` (the large-sample variance of a median). ``None`` with fewer than
-    three runs of at least two values: too few to say."""
+    three runs of at least two values: too few to say. It has ``usable_runs - 1`` degrees
+    of freedom: use Student's quantile with it."""
     usable = [np.asarray(r, dtype=np.float64) for r in runs if len(r) >= 2]
     if len(usable) < 3:
         return None

@@ -233,14 +233,18 @@ def compare(current: RunSteps, base: Sequence[RunSteps], settings: GateSettings 
     if sh.low is None or sh.high is None:
         return verdict(Kind.INCONCLUSIVE, f"{n_cur} vs {n_base} steps with this many equal step times cannot reach {settings.confidence_pct:g}%")
     low, high, p, method = sh.low, sh.high, sh.p_value, sh.method
-    spread = stats.between_run_variance([np.log(b.step_ms) for b in base])
+    logs = [np.log(b.step_ms) for b in base]
+    spread = stats.between_run_variance(logs)
     if spread is not None and spread > 0:
         # The run's own offset and the baseline mean's, beside the steps' noise: each side
-        # of the interval widened in quadrature, so that it keeps its asymmetry.
-        z = stats.normal_quantile(0.5 + settings.confidence / 2.0)
-        extra = z * z * spread * (1.0 + 1.0 / len(base))
+        # of the interval widened in quadrature, so that it keeps its asymmetry; Student's
+        # quantile, since a handful of runs estimate that variance roughly.
+        k = stats.usable_runs(logs)
+        t = stats.t_quantile(0.5 + settings.confidence / 2.0, k - 1)
+        extra = t * t * spread * (1.0 + 1.0 / k)
         low = sh.estimate - math.sqrt((sh.estimate - low) ** 2 + extra)
         high = sh.estimate + math.sqrt((high - sh.estimate) ** 2 + extra)
+        z = stats.normal_quantile(0.5 + settings.confidence / 2.0)
         p = stats.normal_two_sided_p(sh.estimate / ((high - low) / (2.0 * z)))
         method = f"{method} + run-to-run spread"
     floor = settings.min_effect_pct

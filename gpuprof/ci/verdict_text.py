@@ -82,6 +82,9 @@ def verdict_lines(v: Verdict) -> list[str]:
         out += [f"    {part_phrase(p)}" for p in causes]
     if v.parts_note:
         out.append(f"  note: {v.parts_note}")
+    if v.kind is Kind.REGRESSION and v.runs_base == 1:
+        out.append("  note: one baseline run shows the noise from step to step, not from run to run: "
+                   "pool runs (a folder of reports, --history) to see it")  # fmt: skip
     return out
 
 
