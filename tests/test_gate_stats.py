@@ -91,6 +91,14 @@ def test_exact_p_value_and_interval_agree_with_enumeration(seed: int) -> None:
             assert _brute_p([a - delta for a in x], y) <= 0.1
 
 
+def test_a_tie_in_a_small_sample_stays_exact_and_on_the_safe_side() -> None:
+    s = stats.shift_estimate([6, 7, 8, 9, 10], [1, 2, 3, 4, 6], 0.99)  # one tie: U = 24.5 of 25
+    assert s.method == "exact" and s.p_value == pytest.approx(2 * 2 / 252)  # P(U >= 24), both sides
+    assert s.low == 0.0 and s.high is not None  # the interval still exists at 5 a side
+    untied = stats.shift_estimate([6.5, 7, 8, 9, 10], [1, 2, 3, 4, 6], 0.99)
+    assert untied.p_value == pytest.approx(2 / 252) and untied.low is not None and untied.low > 0
+
+
 def test_normal_approximation_with_ties_and_large_samples() -> None:
     rng = np.random.default_rng(1)
     x = np.round(rng.normal(1.0, 1.0, 400), 1)  # rounded: many ties

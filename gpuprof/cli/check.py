@@ -183,11 +183,11 @@ def check(
             settings = merged(load_settings(pyproject), settings)
     limits = settings.thresholds
     hist_path = history_file(settings.history) if settings.history is not None else None
+    baselines = [("the baseline report" if is_report_file(b) else "the baseline", b) for b in settings.baselines]
     check_outputs(
-        [*(("an input", p) for p in paths), *(("the baseline report" if is_report_file(b) else "the baseline", b) for b in settings.baselines),
-         ("the history", hist_path), ("the configuration", pyproject)],
+        [*(("an input", p) for p in paths), *baselines, ("the history", hist_path), ("the configuration", pyproject)],
         [("--save-report", save_report), ("--junit", junit), ("--json", json_out)],
-    )  # fmt: skip
+    )
     if limits.empty and not settings.baselines and hist_path is None:
         raise GpuprofError(
             "nothing to check: give thresholds (--min-compute-pct, --max-lost-pct CAUSE=PCT, --max-step-ms), "
