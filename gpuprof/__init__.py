@@ -7,6 +7,8 @@ The public Python API is what ``__all__`` lists::
     report = gpuprof.analyze("traces/", steps="10:12", jobs=4)   # -> gpuprof.Report
     report.recommendations, report.to_dict(), report.to_json(), report.to_dataframe()
     checks = gpuprof.check(report, baseline="ci/baseline.json", min_compute_pct=60)
+    checks.passed, checks.verdict                                # the gate, the step's verdict
+    d = gpuprof.diff("base.json", report)                        # -> gpuprof.ReportDiff
     report = gpuprof.load_report("report.json")                  # saved with --format json
 
 Integrations, each imported on its own: :mod:`gpuprof.torch` (``trace_handler``, a
@@ -28,12 +30,16 @@ from gpuprof.util.version import __version__
 _PUBLIC = {
     "analyze": "gpuprof.api",
     "check": "gpuprof.api",
+    "diff": "gpuprof.api",
     "load_report": "gpuprof.api",
     "Report": "gpuprof.model.report",
     "RankReport": "gpuprof.model.report",
     "Recommendation": "gpuprof.model.report",
     "Cause": "gpuprof.model.report",
     "CheckResult": "gpuprof.ci.gate",
+    "CheckResults": "gpuprof.ci.gate",
+    "Verdict": "gpuprof.ci.verdict",
+    "ReportDiff": "gpuprof.ci.diff",
     "GpuprofError": "gpuprof.errors",
 }
 _INTEGRATIONS = ("torch", "lightning", "hf")
@@ -43,18 +49,24 @@ __all__ = [
     "__version__",
     "analyze",
     "check",
+    "diff",
     "load_report",
     "Report",
     "RankReport",
     "Recommendation",
     "Cause",
     "CheckResult",
+    "CheckResults",
+    "Verdict",
+    "ReportDiff",
     "GpuprofError",
 ]
 
 if TYPE_CHECKING:  # what type checkers and IDEs see; at run time __getattr__ loads these
-    from gpuprof.api import analyze, check, load_report
-    from gpuprof.ci.gate import CheckResult
+    from gpuprof.api import analyze, check, diff, load_report
+    from gpuprof.ci.diff import ReportDiff
+    from gpuprof.ci.gate import CheckResult, CheckResults
+    from gpuprof.ci.verdict import Verdict
     from gpuprof.errors import GpuprofError
     from gpuprof.model.report import Cause, RankReport, Recommendation, Report
 

@@ -11,7 +11,10 @@ Use it through the package (``import gpuprof``), whose ``__all__`` lists what is
     report.to_json()                          # the gpuprof.report/1 document
 
     checks = gpuprof.check(report, baseline="ci/baseline.json", max_lost_pct={"dataloader": 10})
-    assert all(c.passed for c in checks), [c.message for c in checks if not c.passed]
+    assert checks.passed, [c.message for c in checks.failed]
+    checks.verdict.kind, checks.verdict.low_pct    # the step's verdict and its interval
+
+    d = gpuprof.diff("base.json", report)     # what moved; d.verdict is the same verdict
 
 Problems with the inputs (a missing file, a damaged trace, a malformed saved report) raise
 :class:`gpuprof.GpuprofError` naming the file, as the command line's exit-2 errors do; bad
@@ -32,12 +35,14 @@ from gpuprof.model.report import CAUSES, Cause, Report
 
 if TYPE_CHECKING:
     from gpuprof.accounting.window import StepSelection
-    from gpuprof.ci.gate import CheckResult
+    from gpuprof.ci.diff import ReportDiff
+    from gpuprof.ci.gate import CheckResults
+    from gpuprof.ci.verdict import GateSettings
 
 PathLike = Union[str, "os.PathLike[str]"]
 Steps = Union[str, int, "tuple[int | None, int | None]", None]
 
-__all__ = ["analyze", "check", "load_report"]
+__all__ = ["analyze", "check", "diff", "load_report"]
 
 
 def _as_paths(paths: PathLike | Sequence[PathLike]) -> list[Path]:
@@ -181,31 +186,82 @@ def _cause_limits(limits: Mapping[str, float] | Mapping[Cause, float]) -> dict[C
     return out
 
 
+def _baselines(baseline: Report | PathLike | Sequence[Report | PathLike] | None) -> list[Report]:
+    """Reports from a report, a saved report's path, a folder of saved reports, or a list of
+    these (pooled)."""
+    if baseline is None:
+        return []
+    items: Sequence[Report | PathLike] = (
+        [baseline] if isinstance(baseline, (Report, str, os.PathLike)) else baseline
+    )
+    if not isinstance(items, Sequence) or isinstance(items, bytes) or not items:
+        raise TypeError("baseline: expected a Report, a path, or a non-empty list of them")
+    out: list[Report] = []
+    for item in items:
+        if isinstance(item, Report):
+            out.append(item)
+        elif isinstance(item, (str, os.PathLike)) and Path(item).is_dir():
+            from gpuprof.readers.saved import report_files
+
+            found = report_files(Path(item))
+            if not found:
+                raise GpuprofError("holds no saved gpuprof report (*.json)", Path(item))
+            out += [load_report(p) for p in found]
+        elif isinstance(item, (str, os.PathLike)):
+            out.append(load_report(item))
+        else:
+            raise TypeError(f"baseline: expected a Report or a path, got {type(item).__name__}")
+    return out
+
+
+def _gate_settings(min_effect_pct: float, confidence_pct: float, strict: bool) -> GateSettings:
+    from gpuprof.ci.verdict import GateSettings
+
+    floor = _pct_arg("min_effect_pct", min_effect_pct, upper=None)
+    level = _pct_arg("confidence_pct", confidence_pct)
+    if not 50.0 <= level < 100.0:
+        raise ValueError(f"confidence_pct: expected a level from 50 to under 100 (e.g. 99), got {confidence_pct!r}")
+    return GateSettings(min_effect_pct=floor, confidence_pct=level, strict=bool(strict))
+
+
 def check(
     report: Report,
     *,
-    baseline: Report | PathLike | None = None,
+    baseline: Report | PathLike | Sequence[Report | PathLike] | None = None,
     min_compute_pct: float | None = None,
     max_lost_pct: Mapping[str, float] | Mapping[Cause, float] | None = None,
     max_step_ms: float | None = None,
-    tolerance_pct: float = 5.0,
-    step_tolerance_pct: float = 5.0,
-) -> list[CheckResult]:
-    """The CI gate of ``gpuprof check`` on a report: one :class:`~gpuprof.CheckResult` per check.
+    min_effect_pct: float = 5.0,
+    confidence_pct: float = 99.0,
+    strict: bool = False,
+    tolerance_pct: float | None = None,
+    step_tolerance_pct: float | None = None,
+) -> CheckResults:
+    """The CI gate of ``gpuprof check`` on a report: one :class:`~gpuprof.CheckResult` per check,
+    in a :class:`~gpuprof.CheckResults` list whose ``passed`` says whether the gate passed and
+    whose ``verdict`` is the step's :class:`~gpuprof.Verdict` against the baseline.
 
     Thresholds (each checked only when given): ``min_compute_pct`` (compute share of the
     window, %), ``max_lost_pct`` (cause -> largest share of the window, %), ``max_step_ms``
-    (the slowest rank's mean step, as the report states it). ``baseline`` (a :class:`~gpuprof.Report` or the path
-    of a saved JSON report) adds one check for compute, each cause and the step time:
-    a share may worsen by ``tolerance_pct`` percentage points, the step time grow by
-    ``step_tolerance_pct`` %. A check that cannot be measured (no steps) fails.
+    (the slowest rank's mean step, as the report states it). A check that cannot be
+    measured (no steps) fails.
 
-    The gate failed when any ``result.passed`` is false. Values are rounded as the JSON
-    report rounds them. Nothing to check (no threshold, no baseline) or an unknown cause
-    name (with "did you mean") raises :class:`~gpuprof.GpuprofError`, as the command line
-    exits 2 for them; a value out of range raises ``ValueError``.
+    ``baseline``: a :class:`~gpuprof.Report`, the path of a saved JSON report, a folder of
+    them, or a list of these (pooled). The check ``baseline.step`` gives the verdict from the
+    step-time distributions (docs/gate.md): a regression is significant at
+    ``confidence_pct`` and could reach the floor ``min_effect_pct``; too few steps is
+    inconclusive and passes unless ``strict``; another world size, device, layout or kernel
+    mix is not comparable and fails. The fixed rules of earlier versions are opt-ins:
+    ``tolerance_pct`` (percentage points each share may worsen) and ``step_tolerance_pct``
+    (% the mean step may grow), against the first baseline.
+
+    Values are rounded as the JSON report rounds them. Nothing to check (no threshold, no
+    baseline) or an unknown cause name (with "did you mean") raises
+    :class:`~gpuprof.GpuprofError`, as the command line exits 2 for them; a value out of
+    range raises ``ValueError``.
     """
     from gpuprof.ci import gate
+    from gpuprof.ci.samples import run_steps
 
     if not isinstance(report, Report):
         raise TypeError(f"report: expected a gpuprof.Report (from gpuprof.analyze or gpuprof.load_report), got {type(report).__name__}")
@@ -214,12 +270,41 @@ def check(
         max_lost_pct=_cause_limits(max_lost_pct or {}),
         max_step_ms=None if max_step_ms is None else _pct_arg("max_step_ms", max_step_ms, upper=None),
     )
-    tol = _pct_arg("tolerance_pct", tolerance_pct)
-    step_tol = _pct_arg("step_tolerance_pct", step_tolerance_pct, upper=None)
+    tol = None if tolerance_pct is None else _pct_arg("tolerance_pct", tolerance_pct)
+    step_tol = None if step_tolerance_pct is None else _pct_arg("step_tolerance_pct", step_tolerance_pct, upper=None)
+    settings = _gate_settings(min_effect_pct, confidence_pct, strict)
     if limits.empty and baseline is None:
         raise GpuprofError("nothing to check: give min_compute_pct, max_lost_pct, max_step_ms or a baseline")
-    base = baseline if isinstance(baseline, Report) or baseline is None else load_report(baseline)
-    results = gate.check_thresholds(report, limits)
-    if base is not None:
-        results += gate.check_baseline(report, base, tol, step_tol)
+    bases = _baselines(baseline)
+    results = gate.CheckResults(gate.check_thresholds(report, limits))
+    if bases:
+        results.append(gate.check_steps(run_steps(report), [run_steps(b) for b in bases], settings))
+        if tol is not None:
+            results += gate.check_baseline_shares(report, bases[0], tol)
+        if step_tol is not None:
+            results += gate.check_baseline_step(report, bases[0], step_tol)
     return results
+
+
+def diff(
+    base: Report | PathLike,
+    current: Report | PathLike,
+    *,
+    min_effect_pct: float = 5.0,
+    confidence_pct: float = 99.0,
+) -> ReportDiff:
+    """What ``gpuprof diff BASE CURRENT`` shows, as a :class:`~gpuprof.ReportDiff`: ``overall``
+    (better, worse, same), each share's change, per rank, and ``verdict``, the step's
+    :class:`~gpuprof.Verdict` as :func:`check` gives it. Each side is a report or the path of
+    a saved one (``gpuprof.analyze`` makes a report of traces first)."""
+    from gpuprof.ci.diff import diff_reports
+
+    sides = []
+    for name, side in (("base", base), ("current", current)):
+        if isinstance(side, Report):
+            sides.append(side)
+        elif isinstance(side, (str, os.PathLike)):
+            sides.append(load_report(side))
+        else:
+            raise TypeError(f"{name}: expected a gpuprof.Report or the path of a saved one, got {type(side).__name__}")
+    return diff_reports(sides[0], sides[1], settings=_gate_settings(min_effect_pct, confidence_pct, False))

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 from gpuprof.model.report import CAUSES, Cause, RankReport, Recommendation, Report
@@ -35,6 +35,35 @@ def rank(
         source=f"rank{rank}.json",
         step_times_us=tuple([step_us] * steps),
         extra=dict(extra or {}),
+    )
+
+
+def stepped_rank(
+    rank: int,
+    step_ms: Sequence[float],
+    lost_ms: Mapping[str, Sequence[float]] | None = None,
+    device: str | None = "NVIDIA H100 80GB HBM3",
+    extra: Mapping[str, Any] | None = None,
+) -> RankReport:
+    """A rank whose steps last ``step_ms`` each, with lost time per cause per step
+    (``lost_ms``: cause -> one value per step); compute is what each step has left. Carries
+    ``step_numbers``, ``step_compute_us`` and ``step_lost_us`` as an analysis writes them."""
+    n = len(step_ms)
+    per_step = {c.value: [1000.0 * float(v) for v in (lost_ms or {}).get(c.value, [0.0] * n)] for c in CAUSES}
+    assert all(len(v) == n for v in per_step.values()), "one lost value per step"
+    step_us = [1000.0 * float(s) for s in step_ms]
+    compute = [s - sum(per_step[c][i] for c in per_step) for i, s in enumerate(step_us)]
+    assert min(compute, default=0.0) >= 0, "lost time cannot pass the step"
+    return RankReport(
+        rank=rank,
+        device=device,
+        steps=n,
+        window_us=sum(step_us),
+        compute_us=sum(compute),
+        lost_us={c: sum(per_step[c.value]) for c in CAUSES},
+        source=f"rank{rank}.json",
+        step_times_us=tuple(step_us),
+        extra={"step_numbers": list(range(1, n + 1)), "step_compute_us": compute, "step_lost_us": per_step, **(extra or {})},
     )
 
 

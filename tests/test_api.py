@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pandas as pd
 import pytest
-from reportfactory import rank, report
+from reportfactory import rank, report, stepped_rank
 
 import gpuprof
 from gpuprof.model.report import CAUSES
@@ -49,8 +49,8 @@ def test_analyze_never_imports_torch_or_the_validator() -> None:
 
 def test_all_lists_the_public_api_and_nothing_else() -> None:
     assert sorted(gpuprof.__all__) == sorted(
-        ["__version__", "analyze", "check", "load_report", "Report", "RankReport", "Recommendation", "Cause",
-         "CheckResult", "GpuprofError"]
+        ["__version__", "analyze", "check", "diff", "load_report", "Report", "RankReport", "Recommendation", "Cause",
+         "CheckResult", "CheckResults", "Verdict", "ReportDiff", "GpuprofError"]
     )
     assert dir(gpuprof) == sorted(gpuprof.__all__)
     assert sorted(gpuprof.__all__) == sorted(["__version__", *gpuprof._PUBLIC])
@@ -189,13 +189,37 @@ def test_check_thresholds_and_baseline(tmp_path: Path) -> None:
     assert results[1].measured == pytest.approx(35.0)
     base_file = tmp_path / "base.json"
     base_file.write_text(BASE.to_json())
-    by_path = gpuprof.check(WORSE, baseline=base_file)
-    by_report = gpuprof.check(WORSE, baseline=BASE)
+    by_path = gpuprof.check(WORSE, baseline=base_file, tolerance_pct=5)
+    by_report = gpuprof.check(WORSE, baseline=BASE, tolerance_pct=5)
     assert by_path == by_report
-    failed = [r.name for r in by_path if not r.passed]
-    assert failed == ["baseline.compute_pct", "baseline.lost_pct.dataloader"]
-    assert all(r.passed for r in gpuprof.check(WORSE, baseline=BASE, tolerance_pct=30))
-    assert all(r.passed for r in gpuprof.check(BASE, baseline=BASE))
+    assert [r.name for r in by_path.failed] == ["baseline.compute_pct", "baseline.lost_pct.dataloader"]
+    assert not by_path.passed
+    assert gpuprof.check(WORSE, baseline=BASE, tolerance_pct=30).passed
+    same = gpuprof.check(BASE, baseline=BASE)
+    # Four steps a side cannot reach 99 %: inconclusive, which passes unless strict.
+    assert same.passed and [r.name for r in same] == ["baseline.step"]
+    assert same.verdict is not None and same.verdict.kind.value == "inconclusive"
+    assert not gpuprof.check(BASE, baseline=BASE, strict=True).passed
+
+
+def test_check_and_diff_give_the_same_verdict(tmp_path: Path) -> None:
+    steps = [25.0, 25.2, 24.9, 25.1, 24.8, 25.3, 25.0, 24.95]
+    base = report([stepped_rank(0, steps, {"host": [2.0] * 8})])
+    slower = report([stepped_rank(0, [s * 1.1 for s in steps], {"host": [4.5] * 8})])
+    checks = gpuprof.check(slower, baseline=[base, base.save(tmp_path / "b.json")], min_effect_pct=5)
+    assert isinstance(checks, gpuprof.CheckResults) and not checks.passed
+    v = checks.verdict
+    assert isinstance(v, gpuprof.Verdict) and v.kind.value == "regression" and v.n_base == 16
+    assert v.low_pct is not None and 0 < v.low_pct < 10.0 < (v.high_pct or 0)
+    assert [p.name for p in v.causes] == ["host"]
+    d = gpuprof.diff(base, slower)
+    assert isinstance(d, gpuprof.ReportDiff) and d.overall == "worse"
+    assert d.verdict is not None and d.verdict.kind is v.kind and d.verdict.effect_pct == pytest.approx(v.effect_pct)
+    assert gpuprof.diff(base, slower, min_effect_pct=50).overall == "same"  # significant, within a 50 % floor
+    with pytest.raises(ValueError, match="confidence_pct"):
+        gpuprof.diff(base, slower, confidence_pct=100)
+    with pytest.raises(TypeError, match="current"):
+        gpuprof.diff(base, 3)  # type: ignore[arg-type]
 
 
 @pytest.mark.parametrize(
@@ -207,6 +231,8 @@ def test_check_thresholds_and_baseline(tmp_path: Path) -> None:
         ({"min_compute_pct": float("nan")}, ValueError, "min_compute_pct"),
         ({"max_step_ms": "10"}, TypeError, "max_step_ms"),
         ({"max_step_ms": 10, "tolerance_pct": -1}, ValueError, "tolerance_pct"),
+        ({"max_step_ms": 10, "min_effect_pct": -1}, ValueError, "min_effect_pct"),
+        ({"baseline": [], "max_step_ms": 10}, TypeError, "baseline"),
     ],
 )
 def test_check_bad_arguments(kwargs: dict[str, object], error: type[Exception], says: str) -> None:

@@ -103,3 +103,29 @@ def test_options_override_the_file_cause_by_cause(tmp_path: Path) -> None:
     assert both.thresholds.min_compute_pct == 60
     assert dict(both.thresholds.max_lost_pct) == {Cause.HOST: 9.0, Cause.SYNC: 3.0}
     assert both.tolerance_pct == 2 and both.step_tolerance_pct == 7
+
+
+def test_the_gate_settings_come_from_the_file_and_options_win(tmp_path: Path) -> None:
+    file = settings_from_table(
+        {"min_effect_pct": 3, "confidence_pct": 95, "history": "ci/h.jsonl", "baseline": ["a.json", "runs/"]}, tmp_path, "here"
+    )
+    assert file.min_effect_pct == 3 and file.confidence_pct == 95
+    assert file.history == tmp_path / "ci" / "h.jsonl"
+    assert file.baselines == (tmp_path / "a.json", tmp_path / "runs") and file.baseline == tmp_path / "a.json"
+    both = merged(file, settings_from_options(min_effect_pct=7, baseline=[Path("x.json")]))
+    assert both.min_effect_pct == 7 and both.confidence_pct == 95 and both.baselines == (Path("x.json"),)
+
+
+@pytest.mark.parametrize("value", [100.0, 49.0, float("nan"), -1.0])
+def test_a_confidence_outside_50_to_under_100_is_refused_by_both(tmp_path: Path, value: float) -> None:
+    with pytest.raises(GpuprofError, match="confidence_pct: expected"):
+        settings_from_table({"confidence_pct": value}, tmp_path, "here")
+    with pytest.raises(GpuprofError, match="^--confidence: expected"):
+        settings_from_options(confidence_pct=value)
+
+
+@pytest.mark.parametrize("table, says", [({"baseline": 3}, "baseline must be a path string or a list"),
+                                         ({"history": ["a"]}, "history must be a path string")])  # fmt: skip
+def test_paths_must_be_strings(tmp_path: Path, table: dict[str, object], says: str) -> None:
+    with pytest.raises(GpuprofError, match=says):
+        settings_from_table(table, tmp_path, "here")

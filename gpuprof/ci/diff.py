@@ -2,8 +2,13 @@
 
 Pure: reports in, a :class:`ReportDiff` out. Shares are % of the analysis window, so runs
 with a different number of profiled steps compare fairly; changes of shares are in
-percentage points (pp). A change smaller than ``noise_pp`` (or ``noise_pct`` for the step
-time) is reported as "same", so that run-to-run jitter does not read as a regression.
+percentage points (pp). A change smaller than ``noise_pp`` is reported as "same".
+
+The step's verdict is the gate's (:mod:`gpuprof.ci.verdict`, the same statistics as
+``gpuprof check --baseline``): ``overall`` follows it when it is decisive (regression:
+worse, improvement: better, no significant change: same); when it is inconclusive or
+the runs are not comparable, the mean steps decide, a change under ``noise_pct`` being
+"same".
 """
 
 from __future__ import annotations
@@ -11,6 +16,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
+from gpuprof.ci.samples import run_steps
+from gpuprof.ci.verdict import DEFAULT_SETTINGS, GateSettings, Kind, Verdict, compare
 from gpuprof.model import figures as fg
 from gpuprof.model.report import CAUSES, Cause, RankReport, Report
 
@@ -51,14 +58,19 @@ class ReportDiff:
     ranks: tuple[RankDiff, ...]  # ranks present in both
     only_in_base: tuple[int, ...]
     only_in_current: tuple[int, ...]
+    verdict: Verdict | None = None  # the gate's verdict on the step distributions
 
     def share(self, name: str) -> ShareChange:
         return next(s for s in self.shares if s.name == name)
 
     @property
     def overall(self) -> str:
-        """``better``, ``worse``, ``same`` or ``n/a`` for the job as a whole: the step time
-        when both runs have step markers (what the user waits for), else the compute share."""
+        """``better``, ``worse``, ``same`` or ``n/a`` for the job as a whole: the step's
+        verdict when it is decisive, else the step time when both runs have step markers
+        (what the user waits for), else the compute share."""
+        decided = {Kind.REGRESSION: "worse", Kind.IMPROVEMENT: "better", Kind.NO_CHANGE: "same"}
+        if self.verdict is not None and self.verdict.kind in decided:
+            return decided[self.verdict.kind]
         if self.step_verdict != "n/a":
             return self.step_verdict
         return self.share("compute").verdict
@@ -114,8 +126,15 @@ def _rank_diff(b: RankReport, c: RankReport, noise_pp: float) -> RankDiff:
     )
 
 
-def diff_reports(base: Report, current: Report, noise_pp: float = NOISE_PP, noise_pct: float = NOISE_PCT) -> ReportDiff:
-    """Compare ``current`` with ``base`` (job level, then rank by rank for common ranks)."""
+def diff_reports(
+    base: Report,
+    current: Report,
+    noise_pp: float = NOISE_PP,
+    noise_pct: float = NOISE_PCT,
+    settings: GateSettings | None = DEFAULT_SETTINGS,
+) -> ReportDiff:
+    """Compare ``current`` with ``base`` (job level, then rank by rank for common ranks);
+    ``settings`` are the step verdict's (``None``: no verdict)."""
     bs = fg.job_shares(base)
     cs = fg.job_shares(current)
     base_step = _ms(fg.job_step_time_us(base))
@@ -137,6 +156,7 @@ def diff_reports(base: Report, current: Report, noise_pp: float = NOISE_PP, nois
         ranks=tuple(_rank_diff(b_ranks[r], c_ranks[r], noise_pp) for r in common),
         only_in_base=tuple(sorted(set(b_ranks) - set(c_ranks))),
         only_in_current=tuple(sorted(set(c_ranks) - set(b_ranks))),
+        verdict=None if settings is None else compare(run_steps(current), [run_steps(base)], settings),
     )
 
 
@@ -170,4 +190,5 @@ def diff_to_dict(d: ReportDiff, base_inputs: tuple[str, ...] = (), current_input
         ],
         "only_in_base": list(d.only_in_base),
         "only_in_current": list(d.only_in_current),
+        "verdict": None if d.verdict is None else d.verdict.to_dict(),
     }

@@ -15,6 +15,8 @@ from rich.table import Table
 from rich.text import Text
 
 from gpuprof.ci.diff import RankDiff, ReportDiff, ShareChange, diff_to_dict
+from gpuprof.ci.verdict import Kind
+from gpuprof.ci.verdict_text import verdict_lines, verdict_markdown
 from gpuprof.model import figures as fg
 from gpuprof.model.palette import CAUSE_COLORS
 from gpuprof.render.markdown import md_escape
@@ -37,6 +39,14 @@ def _ms(v: float | None) -> str:
     return phrases.duration(None if v is None else v * 1000.0)
 
 
+def verdict_text_lines(d: ReportDiff) -> list[str]:
+    """The gate's verdict on the step, as ``gpuprof check`` says it (none without one)."""
+    if d.verdict is None:
+        return []
+    lines = verdict_lines(d.verdict)
+    return [f"verdict: {lines[0]}", *lines[1:]]
+
+
 def step_line(d: ReportDiff) -> str:
     if d.step_change_pct is None:
         return f"step time: {_ms(d.base_step_ms)} -> {_ms(d.current_step_ms)} (no step markers to compare)"
@@ -47,8 +57,16 @@ OVERALL = {"better": "better overall", "worse": "worse overall", "same": "about 
 
 
 def overall_line(d: ReportDiff) -> str:
-    """``better overall (step time -20.4%)``: the verdict, and the figure it rests on."""
+    """``better overall (step -20.4% [-22.0%, -18.1%])``: the verdict, and the figure it
+    rests on (the step verdict's change and interval when it decided, else the mean step's
+    change, else the compute share's)."""
     lead = OVERALL.get(d.overall, d.overall)
+    v = d.verdict
+    if v is not None and v.kind in (Kind.REGRESSION, Kind.IMPROVEMENT, Kind.NO_CHANGE):
+        return (
+            f"{lead} (step {phrases.signed_pct(v.effect_pct)} [{phrases.signed_pct(v.low_pct)}, "
+            f"{phrases.signed_pct(v.high_pct)}], {v.settings.confidence_pct:g}% interval)"
+        )
     if d.step_change_pct is not None:
         return f"{lead} (step time {phrases.signed_pct(d.step_change_pct)})"
     compute = d.share("compute").delta_pp
@@ -94,6 +112,8 @@ def diff_text(d: ReportDiff, width: int = 100, color: bool = False, wrap: bool =
     style = {"better": "bold green", "worse": "bold red"}.get(d.overall, "bold")
     console.print(Text("gpuprof diff: ").append(headline(d), style=style), soft_wrap=not wrap)
     console.print(Text(step_line(d)), soft_wrap=not wrap)
+    for line in verdict_text_lines(d):
+        console.print(Text(line), soft_wrap=not wrap)
     table = Table(title="Share of window", title_justify="left", box=box.SIMPLE_HEAD, show_edge=False, pad_edge=False)
     for name, justify in (("", "left"), ("base", "right"), ("current", "right"), ("change", "right"), ("", "left")):
         table.add_column(name, justify=justify, no_wrap=True)  # type: ignore[arg-type]
@@ -122,6 +142,8 @@ def _md_row(s: ShareChange) -> str:
 
 def diff_markdown(d: ReportDiff) -> str:
     lines = [f"### gpuprof diff: {md_escape(headline(d))}", "", md_escape(step_line(d)), ""]
+    if d.verdict is not None:
+        lines += ["Verdict on the step time: " + verdict_markdown(d.verdict)]
     lines += ["| share of window | base | current | change | |", "|---|---:|---:|---:|---|"]
     lines += [_md_row(s) for s in d.shares]
     if d.ranks:
@@ -172,6 +194,8 @@ def diff_html(d: ReportDiff, base_inputs: tuple[str, ...] = (), current_inputs: 
         f"<b>{e(overall_line(d)[:1].upper() + overall_line(d)[1:])}</b></p>"
     )
     body.append(f"<p>{e(step_line(d))}</p>")
+    if d.verdict is not None:
+        body.append('<pre class="verdict-lines">' + e("\n".join(verdict_text_lines(d))) + "</pre>")
     moved = headline(d).split("; ")[1:]
     if moved:
         body.append("<ul>" + "".join(f"<li>{e(m)}</li>" for m in moved) + "</ul>")

@@ -1,4 +1,4 @@
-"""The CI gate: a report against thresholds and/or a baseline report, as a list of checks.
+"""The CI gate: a report against thresholds and/or a baseline, as a list of checks.
 
 Pure: reports and settings in, :class:`CheckResult` rows out; reading files, pyproject.toml
 and printing are the CLI's job (:mod:`gpuprof.cli.check`).
@@ -10,15 +10,21 @@ What is measured (job level, all ranks together):
 - step time: the slowest rank's mean step (its window over its steps), in ms, the one step
   statistic of every report (synchronous ranks all wait for the slowest one).
 
-Against a baseline, shares may move by ``tolerance_pp`` percentage points in the bad
-direction and the step time may grow by ``step_tolerance_pct`` percent.
+Against a baseline, the check is the step-time distributions' verdict
+(:func:`check_steps`, :mod:`gpuprof.ci.verdict`: regression, improvement, no significant
+change, inconclusive or not comparable, with the change's interval and the causes that
+moved). The fixed rules of earlier versions stay as opt-ins: shares may move by
+``tolerance_pp`` percentage points in the bad direction (:func:`check_baseline_shares`) and
+the mean step may grow by ``step_tolerance_pct`` percent (:func:`check_baseline_step`).
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 
+from gpuprof.ci.samples import RunSteps
+from gpuprof.ci.verdict import DEFAULT_SETTINGS, GateSettings, Verdict, compare
 from gpuprof.model import figures as fg
 from gpuprof.model.report import CAUSES, Cause, Report
 from gpuprof.util import phrases
@@ -50,14 +56,35 @@ class CheckResult:
     name: str
     measured: float | None
     allowed: float
-    unit: str  # "%" for shares, "ms" for step time
+    unit: str  # "%" for shares and the step's change, "ms" for step time
     passed: bool
     message: str
+    # The verdict behind a step-distribution check (``baseline.step``); None for the others.
+    verdict: Verdict | None = field(default=None, compare=False, repr=False)
 
     def __post_init__(self) -> None:
         if self.measured is not None:
             object.__setattr__(self, "measured", round(float(self.measured), 3))
         object.__setattr__(self, "allowed", round(float(self.allowed), 3))
+
+
+class CheckResults(list[CheckResult]):
+    """The checks of one gate, in order: a list of :class:`CheckResult` (as earlier versions
+    returned) that also says whether the gate passed and carries the step verdict."""
+
+    @property
+    def passed(self) -> bool:
+        return all(r.passed for r in self)
+
+    @property
+    def failed(self) -> list[CheckResult]:
+        return [r for r in self if not r.passed]
+
+    @property
+    def verdict(self) -> Verdict | None:
+        """The verdict on the step-time distributions against the baseline (``None`` without
+        a baseline)."""
+        return next((r.verdict for r in self if r.verdict is not None), None)
 
 
 def _fmt(value: float | None, unit: str) -> str:
@@ -114,13 +141,18 @@ def check_thresholds(report: Report, limits: Thresholds) -> list[CheckResult]:
     return out
 
 
-def check_baseline(
-    report: Report,
-    baseline: Report,
-    tolerance_pp: float = DEFAULT_TOLERANCE_PP,
-    step_tolerance_pct: float = DEFAULT_STEP_TOLERANCE_PCT,
-) -> list[CheckResult]:
-    """Compute share, every cause and step time against the baseline, within the tolerances.
+def check_steps(current: RunSteps, base: Sequence[RunSteps], settings: GateSettings = DEFAULT_SETTINGS) -> CheckResult:
+    """The step-time distributions' verdict as the check ``baseline.step``: ``measured`` is
+    the step's change in % (``None`` when inconclusive or not comparable), ``allowed`` the
+    floor, the message the verdict's line with its interval and causes."""
+    from gpuprof.ci.verdict_text import verdict_line
+
+    v = compare(current, base, settings)
+    return CheckResult("baseline.step", v.effect_pct, settings.min_effect_pct, "%", v.passed, verdict_line(v), v)
+
+
+def check_baseline_shares(report: Report, baseline: Report, tolerance_pp: float = DEFAULT_TOLERANCE_PP) -> list[CheckResult]:
+    """Compute share and every cause's share against the baseline, within ``tolerance_pp``.
 
     Every cause is checked (not only those the baseline had), so a bottleneck that appears
     from nothing is caught; the message names the cause and how much it grew.
@@ -148,17 +180,33 @@ def check_baseline(
             NO_WINDOW,
         )
         out.append(_with_base(r, b, "%"))
+    return out
+
+
+def check_baseline_step(
+    report: Report, baseline: Report, step_tolerance_pct: float = DEFAULT_STEP_TOLERANCE_PCT
+) -> list[CheckResult]:
+    """The fixed-tolerance rule of earlier versions: the mean step may grow by
+    ``step_tolerance_pct`` % (no check when neither report has steps)."""
     base_step = _step_ms(baseline)
     cur_step = _step_ms(report)
-    if base_step is not None or cur_step is not None:
-        if base_step is None:
-            out.append(CheckResult("baseline.step_ms", cur_step, 0.0, "ms", False, f"baseline step time cannot be measured: {NO_STEPS}"))
-        else:
-            r = _at_most(
-                "baseline.step_ms", "step time", cur_step, base_step * (1 + step_tolerance_pct / 100.0), "ms", NO_STEPS
-            )
-            out.append(_with_base(r, base_step, "ms"))
-    return out
+    if base_step is None and cur_step is None:
+        return []
+    if base_step is None:
+        return [CheckResult("baseline.step_ms", cur_step, 0.0, "ms", False, f"baseline step time cannot be measured: {NO_STEPS}")]
+    r = _at_most("baseline.step_ms", "step time", cur_step, base_step * (1 + step_tolerance_pct / 100.0), "ms", NO_STEPS)
+    return [_with_base(r, base_step, "ms")]
+
+
+def check_baseline(
+    report: Report,
+    baseline: Report,
+    tolerance_pp: float = DEFAULT_TOLERANCE_PP,
+    step_tolerance_pct: float = DEFAULT_STEP_TOLERANCE_PCT,
+) -> list[CheckResult]:
+    """Both fixed rules of earlier versions: :func:`check_baseline_shares` then
+    :func:`check_baseline_step`."""
+    return check_baseline_shares(report, baseline, tolerance_pp) + check_baseline_step(report, baseline, step_tolerance_pct)
 
 
 def _with_base(r: CheckResult, base: float, unit: str) -> CheckResult:
@@ -168,7 +216,7 @@ def _with_base(r: CheckResult, base: float, unit: str) -> CheckResult:
     delta = r.measured - base
     moved = phrases.pp(delta) if unit == "%" else phrases.signed_pct((100.0 * delta / base) if base else 0.0)
     msg = f"{r.message} (baseline {_fmt(base, unit)}, {moved})"
-    return CheckResult(r.name, r.measured, r.allowed, r.unit, r.passed, msg)
+    return CheckResult(r.name, r.measured, r.allowed, r.unit, r.passed, msg, r.verdict)
 
 
 def baseline_notes(report: Report, baseline: Report) -> list[str]:

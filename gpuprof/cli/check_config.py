@@ -5,9 +5,13 @@ Keys (all optional)::
     min_compute_pct = 60                  # % of the window
     max_step_ms = 250                     # ms
     max_lost_pct = { dataloader = 10 }    # cause -> % of the window (or a [..max_lost_pct] table)
-    baseline = "ci/baseline.json"         # relative to the pyproject.toml that names it
-    tolerance_pct = 5                     # pp a share may worsen against the baseline
-    step_tolerance_pct = 5                # % the step time may grow against the baseline
+    baseline = "ci/baseline.json"         # relative to the pyproject.toml that names it; a
+                                          # folder of reports, or a list of them, is pooled
+    history = "ci/gpuprof-history.jsonl"  # a history of runs (file or folder), appended to
+    min_effect_pct = 5                    # the floor: the smallest change of the step that matters
+    confidence_pct = 99                   # the intervals' level (50 to under 100)
+    tolerance_pct = 5                     # opt-in: pp a share may worsen against the baseline
+    step_tolerance_pct = 5                # opt-in: % the mean step may grow (the fixed rule)
 
 Unknown keys and causes are errors naming the file, so a typo never disables a check.
 """
@@ -31,15 +35,28 @@ if sys.version_info >= (3, 11):
 else:  # pragma: no cover - exercised on Python 3.10 only
     import tomli as tomllib
 
-KNOWN_KEYS = frozenset({"min_compute_pct", "max_step_ms", "max_lost_pct", "baseline", "tolerance_pct", "step_tolerance_pct"})
+KNOWN_KEYS = frozenset(
+    {
+        "min_compute_pct", "max_step_ms", "max_lost_pct", "baseline", "tolerance_pct", "step_tolerance_pct",
+        "min_effect_pct", "confidence_pct", "history",
+    }
+)  # fmt: skip
 
 
 @dataclass(frozen=True)
 class CheckSettings:
     thresholds: Thresholds = field(default_factory=Thresholds)
-    baseline: Path | None = None
+    baselines: tuple[Path, ...] = ()
     tolerance_pct: float | None = None
     step_tolerance_pct: float | None = None
+    min_effect_pct: float | None = None
+    confidence_pct: float | None = None
+    history: Path | None = None
+
+    @property
+    def baseline(self) -> Path | None:
+        """The first baseline (the one the fixed-tolerance rules compare with)."""
+        return self.baselines[0] if self.baselines else None
 
 
 def find_pyproject(start: Path | None = None) -> Path | None:
@@ -109,22 +126,36 @@ UPPER: dict[str, float | None] = {
     "max_step_ms": None,
     "tolerance_pct": 100.0,
     "step_tolerance_pct": None,
+    "min_effect_pct": None,
+    "confidence_pct": 100.0,
 }
 
 
 def _numbers(values: Mapping[str, Any], label: Callable[[str], str]) -> dict[str, float | None]:
     """The number settings in ``values`` validated; ``label(key)`` names a key in errors."""
-    return {key: None if values.get(key) is None else _pct(values[key], label(key), upper) for key, upper in UPPER.items()}
+    out = {key: None if values.get(key) is None else _pct(values[key], label(key), upper) for key, upper in UPPER.items()}
+    conf = out["confidence_pct"]
+    if conf is not None and not 50.0 <= conf < 100.0:
+        raise GpuprofError(f"{label('confidence_pct')}: expected a level from 50 to under 100 (e.g. 99), got {values['confidence_pct']!r}")
+    return out
 
 
-def _settings(numbers: Mapping[str, float | None], lost: Mapping[Cause, float], baseline: Path | None) -> CheckSettings:
+def _settings(
+    numbers: Mapping[str, float | None],
+    lost: Mapping[Cause, float],
+    baselines: Iterable[Path] = (),
+    history: Path | None = None,
+) -> CheckSettings:
     return CheckSettings(
         thresholds=Thresholds(
             min_compute_pct=numbers["min_compute_pct"], max_lost_pct=dict(lost), max_step_ms=numbers["max_step_ms"]
         ),
-        baseline=baseline,
+        baselines=tuple(baselines),
         tolerance_pct=numbers["tolerance_pct"],
         step_tolerance_pct=numbers["step_tolerance_pct"],
+        min_effect_pct=numbers["min_effect_pct"],
+        confidence_pct=numbers["confidence_pct"],
+        history=history,
     )
 
 
@@ -139,10 +170,18 @@ def settings_from_table(table: Mapping[str, Any], base_dir: Path, where: str) ->
         raise GpuprofError(f"{where}: max_lost_pct must be a table of cause = percent")
     lost = {_cause(k, f"{where} max_lost_pct"): _pct(v, f"{where} max_lost_pct.{k}") for k, v in lost_table.items()}
     baseline = table.get("baseline")
-    if baseline is not None and not isinstance(baseline, str):
-        raise GpuprofError(f"{where}: baseline must be a path string")
+    if isinstance(baseline, str):
+        baseline = [baseline]
+    if baseline is not None and not (isinstance(baseline, list) and all(isinstance(b, str) for b in baseline)):
+        raise GpuprofError(f"{where}: baseline must be a path string or a list of them")
+    history = table.get("history")
+    if history is not None and not isinstance(history, str):
+        raise GpuprofError(f"{where}: history must be a path string")
     numbers = _numbers(table, lambda key: f"{where} {key}")
-    return _settings(numbers, lost, None if baseline is None else (base_dir / baseline))
+    return _settings(numbers, lost, [base_dir / b for b in baseline or ()], None if history is None else base_dir / history)
+
+
+_OPTION_NAMES = {"confidence_pct": "--confidence"}  # the setting's option where its name differs
 
 
 def settings_from_options(
@@ -150,9 +189,12 @@ def settings_from_options(
     min_compute_pct: float | None = None,
     max_lost_pct: Iterable[str] = (),
     max_step_ms: float | None = None,
-    baseline: Path | None = None,
+    baseline: Path | Iterable[Path] | None = None,
     tolerance_pct: float | None = None,
     step_tolerance_pct: float | None = None,
+    min_effect_pct: float | None = None,
+    confidence_pct: float | None = None,
+    history: Path | None = None,
 ) -> CheckSettings:
     """The command line's settings, validated exactly as the pyproject.toml table is."""
     given = {
@@ -160,9 +202,12 @@ def settings_from_options(
         "max_step_ms": max_step_ms,
         "tolerance_pct": tolerance_pct,
         "step_tolerance_pct": step_tolerance_pct,
+        "min_effect_pct": min_effect_pct,
+        "confidence_pct": confidence_pct,
     }
-    numbers = _numbers(given, lambda key: "--" + key.replace("_", "-"))
-    return _settings(numbers, parse_cause_limits(max_lost_pct, "--max-lost-pct"), baseline)
+    numbers = _numbers(given, lambda key: _OPTION_NAMES.get(key, "--" + key.replace("_", "-")))
+    baselines = [baseline] if isinstance(baseline, Path) else list(baseline or ())
+    return _settings(numbers, parse_cause_limits(max_lost_pct, "--max-lost-pct"), baselines, history)
 
 
 def merged(file: CheckSettings, options: CheckSettings) -> CheckSettings:
@@ -178,9 +223,12 @@ def merged(file: CheckSettings, options: CheckSettings) -> CheckSettings:
             max_lost_pct={**ft.max_lost_pct, **ot.max_lost_pct},
             max_step_ms=pick(ot.max_step_ms, ft.max_step_ms),
         ),
-        baseline=options.baseline if options.baseline is not None else file.baseline,
+        baselines=options.baselines or file.baselines,
         tolerance_pct=pick(options.tolerance_pct, file.tolerance_pct),
         step_tolerance_pct=pick(options.step_tolerance_pct, file.step_tolerance_pct),
+        min_effect_pct=pick(options.min_effect_pct, file.min_effect_pct),
+        confidence_pct=pick(options.confidence_pct, file.confidence_pct),
+        history=options.history if options.history is not None else file.history,
     )
 
 

@@ -50,23 +50,37 @@ def diff(
     fail_on_worse: bool = typer.Option(
         False, "--fail-on-worse", help="Exit 1 when CURRENT is worse overall than BASE (for CI; the diff is written first)."
     ),
+    min_effect_pct: float | None = typer.Option(
+        None, "--min-effect-pct", help="The step verdict's floor, as for `gpuprof check` (%, finite, >= 0). [default: 5]"
+    ),
+    confidence: float | None = typer.Option(
+        None, "--confidence", metavar="PCT", help="The step verdict's interval level, as for `gpuprof check`. [default: 99]"
+    ),
 ) -> None:
     """What got better or worse between two runs: better or worse overall first (the step
-    time, else the compute share), then step time, compute and each cause's share, job-wide
-    and per rank (changes in percentage points of the window).
+    verdict of `gpuprof check` when it decides, else the mean step time, else the compute
+    share), the verdict with its interval and the causes whose time per step moved, then
+    compute and each cause's share, job-wide and per rank (in percentage points).
 
     Exit codes: 0 the diff was made (1 with --fail-on-worse when CURRENT is worse overall),
     2 bad usage or unreadable input."""
     from gpuprof.ci.diff import diff_reports
     from gpuprof.ci.diff_output import diff_html, diff_json, diff_markdown, diff_text
+    from gpuprof.ci.verdict import GateSettings
+    from gpuprof.cli.check_config import settings_from_options
 
     if is_stdout(output):
         output = None
     chosen = choose_format(fmt, output)
     check_outputs([("BASE", base), ("CURRENT", current)], [("-o", output)])
+    given = settings_from_options(min_effect_pct=min_effect_pct, confidence_pct=confidence)  # validated as check's
+    gate = GateSettings(
+        min_effect_pct=GateSettings.min_effect_pct if given.min_effect_pct is None else given.min_effect_pct,
+        confidence_pct=GateSettings.confidence_pct if given.confidence_pct is None else given.confidence_pct,
+    )
     b = load_or_analyze([base], steps, max_input_gb, strict, jobs, force)
     c = load_or_analyze([current], steps, max_input_gb, strict, jobs, force)
-    d = diff_reports(b, c)
+    d = diff_reports(b, c, settings=gate)
     if chosen == "json":
         text = diff_json(d, b.inputs, c.inputs)
     elif chosen == "markdown":

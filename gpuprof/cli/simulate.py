@@ -184,6 +184,12 @@ def simulate(
     no_whatifs: bool = typer.Option(
         False, "--no-whatifs", help="skip the what-if truth (each what-if is one more simulation)"
     ),
+    step_noise: float = typer.Option(
+        0.0, "--step-noise", metavar="PCT", help="noise from step to step: every duration of a step scaled by exp(N(0, PCT %))"
+    ),
+    run_noise: float = typer.Option(
+        0.0, "--run-noise", metavar="PCT", help="noise from run to run (one draw per --seed): every duration scaled by exp(N(0, PCT %))"
+    ),
     list_: bool = typer.Option(
         False, "--list", help="list the scenarios, their knobs and the what-if fixes, then exit"
     ),
@@ -205,11 +211,11 @@ def simulate(
         if not sep or not name:
             raise GpuprofError(f"knob {item!r} is not of the form KNOB=VALUE")
         parsed[name.strip()] = value.strip()
-    from gpuprof.simulate import prepare
+    from gpuprof.simulate import prepare, with_noise
 
     scenario, parsed = _resolve(scenario, parsed)
     # fail on a bad knob or option before touching the output folder
-    prepare(scenario, parsed, seed=seed, platform=platform, layout=layout, whatif=whatif)
+    with_noise(prepare(scenario, parsed, seed=seed, platform=platform, layout=layout, whatif=whatif)[1], step_noise, run_noise)
     _clear_previous(out)
     with working(f"simulating {scenario}" + ("" if no_whatifs else " and its what-if fixes")):
         path = generate(
@@ -220,6 +226,8 @@ def simulate(
             layout=layout,
             whatif=whatif,
             whatifs=not no_whatifs,
+            step_noise_pct=step_noise,
+            run_noise_pct=run_noise,
             **parsed,
         )
     truth = read_truth(path)

@@ -237,7 +237,9 @@ class Report:
           ``window_us``, ``compute_us``, ``compute_pct``, ``lost_us`` (all causes),
           ``lost_<cause>_us`` for each of the eight causes, ``step_mean_us`` and
           ``step_median_us`` (NaN without steps) and ``source``;
-        - ``"steps"``: each profiled step of each rank (index rank, step): ``duration_us``;
+        - ``"steps"``: each profiled step of each rank (index rank, step): ``duration_us``,
+          its ``compute_us`` and ``lost_<cause>_us`` for each cause (NaN in reports saved
+          by versions without per-step causes);
         - ``"kernels"``: the device kernels with the most time per rank: ``calls``,
           ``total_us``, ``share_pct`` of the rank's window;
         - ``"collectives"``: each collective of each rank: ``size_bytes``, ``duration_us``,

@@ -116,6 +116,24 @@ _TIMELINE: dict[str, Any] = {
 }
 
 
+# Per-step figures of a rank (optional keys beside the dataclass fields: absent in reports of
+# older versions and for a rank without steps), parallel to step_times_us.
+_STEP_SERIES = {"type": "array", "items": {"type": "number", "minimum": 0}}
+_RANK_EXTRAS: dict[str, Any] = {
+    "step_numbers": {"description": "each step's number as the trace numbers it, parallel to step_times_us",
+                     "type": "array", "items": {"type": "integer"}},
+    "step_compute_us": {"description": "time some compute kernel ran in each step, in microseconds, parallel "
+                        "to step_times_us", **_STEP_SERIES},
+    "step_lost_us": {
+        "description": "lost time per cause in each step, in microseconds, parallel to step_times_us (per step, "
+        "step_compute_us plus the causes is the step's time); absent in reports of older versions",
+        "type": "object",
+        "properties": {c.value: _STEP_SERIES for c in CAUSES},
+        "additionalProperties": False,
+    },
+}
+
+
 def _type_schema(tp: Any, defs: dict[str, Any]) -> dict[str, Any]:
     """The schema of one annotated type of the report model."""
     origin = typing.get_origin(tp)
@@ -190,6 +208,7 @@ def report_schema() -> dict[str, Any]:
         },
     }
     body = _object_schema(Report, defs, first={"schema": {"description": "the schema's name and version", "const": SCHEMA}})
+    defs["rank"]["properties"].update(_RANK_EXTRAS)
     props = body["properties"]
     # `totals` is derived from the ranks (a property of Report), written after them.
     ordered: dict[str, Any] = {}

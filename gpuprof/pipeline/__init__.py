@@ -12,6 +12,8 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, Mapping, Sequence
 
+import numpy as np
+
 from gpuprof.accounting.attribution import Attribution, attribute, merge_claims
 from gpuprof.accounting.names import top_names
 from gpuprof.accounting.summary import RankSummary
@@ -22,6 +24,7 @@ from gpuprof.job.critical import critical_path
 from gpuprof.job.cross_rank import CrossRankResult, analyze_job
 from gpuprof.job.onejob import differences, forced_warning, refusal
 from gpuprof.job.stepview import step_timeline
+from gpuprof.model import intervals as iv
 from gpuprof.model.report import CAUSES, RankReport, Recommendation, Report
 from gpuprof.pipeline.executors import Executor, LocalExecutor, Progress, summarize_source
 
@@ -109,6 +112,7 @@ def _rank_report(s: RankSummary, att: Attribution, cross: CrossRankResult) -> Ra
         extra["parallel"] = dict(s.parallel)
     if s.steps:
         extra["step_numbers"] = [int(st.number) for st in s.steps]  # as the trace numbers them
+        extra.update(_step_partition(s, att))
     if s.names is not None and s.window_us > 0:
         extra["kernels"] = top_names(s.names, s.window[0], s.window[1])  # the device work with the most time
     if s.facts.get("step_marker"):
@@ -127,6 +131,18 @@ def _rank_report(s: RankSummary, att: Attribution, cross: CrossRankResult) -> Ra
         step_times_us=step_times,
         extra=extra,
     )
+
+
+def _step_partition(s: RankSummary, att: Attribution) -> dict[str, Any]:
+    """Each step's compute and lost time per cause, in microseconds (``step_compute_us``,
+    ``step_lost_us``): the rank's partition cut at the step bounds, so that ``gpuprof
+    check`` can compare causes step by step, with intervals, not only as totals."""
+    steps = (np.array([st.start_us for st in s.steps]), np.array([st.end_us for st in s.steps]))  # one per step
+    r3 = lambda values: [round(float(v), 3) for v in values]  # as the report rounds
+    return {
+        "step_compute_us": r3(iv.overlap_with_each(steps, s.compute)),
+        "step_lost_us": {c.value: r3(iv.overlap_with_each(steps, att.intervals[c])) for c in CAUSES},
+    }
 
 
 def _load_samples(paths: Sequence[str | Path]) -> Any:
@@ -211,7 +227,7 @@ def run_analysis(
     path_of = None
     if cross.whatifs is not None:
         model = cross.whatifs.model
-        path_of = lambda t0_us, t1_us: critical_path(model, t0_us, t1_us)  # noqa: E731
+        path_of = lambda t0_us, t1_us: critical_path(model, t0_us, t1_us)
     timeline = step_timeline(summaries, attributions, cross.findings, path_of=path_of)  # drawn by the HTML report
     if timeline is not None:
         extra["timeline"] = timeline

@@ -145,6 +145,16 @@ def is_report_file(path: Path) -> bool:
     return isinstance(schema, str) and schema.startswith(REPORT_SCHEMA_PREFIX)
 
 
+def report_files(folder: Path) -> list[Path]:
+    """The saved reports directly inside ``folder`` (``*.json``, ``*.json.gz``), sorted by
+    name: a folder of runs to pool as a baseline. None for a folder of traces."""
+    try:
+        children = sorted(folder.iterdir())
+    except OSError:
+        return []
+    return [c for c in children if c.name.endswith((".json", ".json.gz")) and is_report_file(c)]
+
+
 def read_report(path: Path, limits: ReadLimits | None = None) -> Report:
     """Load a saved JSON report; any problem becomes one :class:`GpuprofError` naming the
     file and, for a malformed report, the JSON path of the first problem.

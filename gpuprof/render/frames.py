@@ -10,7 +10,8 @@ same tables as the analysis that made it.
 kind                      one row per
 ========================  ==========================================================
 ``ranks``                 rank: window, compute, lost time per cause, mean step
-``steps``                 profiled step of each rank: its number and duration
+``steps``                 profiled step of each rank: its number, duration, compute
+                          and lost time per cause
 ``kernels``               device kernel (or timer op) of each rank with the most time:
                           calls, total time, share of the rank's window
 ``collectives``           collective of each rank: message size and time, and the
@@ -82,14 +83,29 @@ def _median(values: tuple[float, ...]) -> float:
     return s[n // 2] if n % 2 else 0.5 * (s[n // 2 - 1] + s[n // 2])
 
 
+def _per_step(values: Any, n: int) -> list[Any] | None:
+    """A rank's per-step list when it has one entry per step, else ``None`` (older reports)."""
+    return values if isinstance(values, list) and len(values) == n else None
+
+
 def steps_frame(report: Report) -> pd.DataFrame:
     rows = []
+    causes = [c.value for c in CAUSES]
     for r in report.ranks:
-        numbers = r.extra.get("step_numbers")
-        nums = numbers if isinstance(numbers, list) and len(numbers) == len(r.step_times_us) else None
+        n = len(r.step_times_us)
+        nums = _per_step(r.extra.get("step_numbers"), n)
+        compute = _per_step(r.extra.get("step_compute_us"), n)
+        by_cause = r.extra.get("step_lost_us")
+        lost = {c: _per_step(by_cause.get(c), n) for c in causes} if isinstance(by_cause, Mapping) else {}
         for i, us in enumerate(r.step_times_us):
-            rows.append({"rank": r.rank, "step": nums[i] if nums else i + 1, "duration_us": float(us)})
-    return _frame(rows, ["rank", "step", "duration_us"], ["rank", "step"])
+            row = {"rank": r.rank, "step": nums[i] if nums else i + 1, "duration_us": float(us)}
+            row["compute_us"] = _num(compute[i]) if compute else math.nan
+            for c in causes:
+                values = lost.get(c)
+                row[f"lost_{c}_us"] = _num(values[i]) if values else math.nan
+            rows.append(row)
+    columns = ["rank", "step", "duration_us", "compute_us", *(f"lost_{c}_us" for c in causes)]
+    return _frame(rows, columns, ["rank", "step"])
 
 
 def kernels_frame(report: Report) -> pd.DataFrame:

@@ -33,7 +33,9 @@ The modules, by job:
 
 from __future__ import annotations
 
+import math
 from collections.abc import Mapping
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -74,6 +76,7 @@ __all__ = [
     "read_truth",
     "resolve_knobs",
     "truth_path",
+    "with_noise",
 ]
 
 LAYOUTS = ("kineto", "megatron")
@@ -151,6 +154,8 @@ def generate(
     layout: str | None = None,
     whatif: str | None = None,
     whatifs: bool = True,
+    step_noise_pct: float = 0.0,
+    run_noise_pct: float = 0.0,
     **knobs: Any,
 ) -> Path:
     """Simulate ``scenario`` and write its traces and the ground truth (``TRUTH_FILE``) into ``out_dir``.
@@ -168,6 +173,7 @@ def generate(
     make no sense.
     """
     params, plan = prepare(scenario, knobs, seed=seed, platform=platform, layout=layout, whatif=whatif)
+    plan = with_noise(plan, step_noise_pct, run_noise_pct)
     layout = layout_of(scenario, layout)
     pf = _platform(platform or plan.platform)
     megatron = layout == "megatron"
@@ -244,6 +250,8 @@ def generate(
     doc["platform"] = pf.name
     doc["layout"] = layout
     doc["fixes"] = [w for w in WHATIFS if w in fixes]
+    if step_noise_pct or run_noise_pct:
+        doc["noise"] = {"step_pct": step_noise_pct, "run_pct": run_noise_pct}
     doc["whatif"] = whatif_truth(sims, plan, run, fixes) if whatifs else None
     if plan.session:
         write_session(out, sims, scenario)
@@ -251,6 +259,17 @@ def generate(
         doc = renumber_ranks(doc, int(plan.parallel.get("tp_size", 1)))
     write_truth(out, doc)
     return out
+
+
+def with_noise(plan: Plan, step_noise_pct: float, run_noise_pct: float) -> Plan:
+    """``plan`` with noise like real jobs' (see :func:`generate`), as percentages."""
+    for name, value in (("step noise", step_noise_pct), ("run noise", run_noise_pct)):
+        if not (isinstance(value, (int, float)) and math.isfinite(value) and 0 <= value <= 100):
+            raise GpuprofError(f"{name}: expected a percentage from 0 to 100, got {value!r}")
+    if not step_noise_pct and not run_noise_pct:
+        return plan
+    timing = replace(plan.timing, step_cv=step_noise_pct / 100.0, run_cv=run_noise_pct / 100.0)
+    return replace(plan, timing=timing)
 
 
 def _platform(name: str | None) -> Platform:

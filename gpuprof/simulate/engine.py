@@ -49,6 +49,12 @@ class Timing:
     queue_us: float = 3.0  # from the end of the launch call to the earliest device start
     op_us: float = 9.0  # framework + Python overhead of one operator around its launches
     jitter: float = 0.03  # relative standard deviation of every duration
+    # Noise like real jobs' (issue 30): every duration of a rank's step is scaled by
+    # exp(N(0, step_cv)), drawn per (seed, rank, step), and every duration of the run by
+    # exp(N(0, run_cv)), drawn per seed (the same for every rank: the run's machine).
+    # 0 draws nothing, so traces without noise stay exactly as they were.
+    step_cv: float = 0.0
+    run_cv: float = 0.0
 
 
 @dataclass

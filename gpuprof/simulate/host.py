@@ -29,10 +29,13 @@ Random draws
     step): ``host`` (operator, launch and Python costs), ``device`` (kernel durations),
     ``data`` (DataLoader waits) and ``alloc`` (allocator calls). A fix that removes a call
     still makes its draw, so that the fixed job differs from the original only by the fix.
+    With noise (``Timing.step_cv``, ``run_cv``), every duration of a step is also scaled by
+    the step's and the run's factor, each from a stream of its own.
 """
 
 from __future__ import annotations
 
+import math
 import random
 from array import array
 from collections.abc import Iterator, Mapping
@@ -94,6 +97,8 @@ class Host:
         self.seen: set[str] = set()  # fixes that this rank's work gives something to remove
         self._rngs: dict[str, random.Random] = {}
         self._step_no = 0
+        self._run_noise = self._noise_factor(timing.run_cv, f"{seed}/run-noise")
+        self._noise = self._run_noise
         self._cpu_depth = 0  # framework operators (cpu_op) open around the host's work
         self._free_host = FREE_HOST in self.fixes
         self._free_ops = FREE_LAUNCHES in self.fixes or self._free_host
@@ -133,7 +138,12 @@ class Host:
         if rng is None:
             rng = random.Random(f"{self.seed}/{self.rank}/{purpose}/{self._step_no}")
             self._rngs[purpose] = rng
-        return max(us * 0.05, us * (1.0 + rng.gauss(0.0, self.timing.jitter)))
+        return max(us * 0.05, us * (1.0 + rng.gauss(0.0, self.timing.jitter))) * self._noise
+
+    @staticmethod
+    def _noise_factor(cv: float, stream: str) -> float:
+        """exp(N(0, cv)) from its own stream (1.0, drawing nothing, for cv 0)."""
+        return math.exp(random.Random(stream).gauss(0.0, cv)) if cv > 0 else 1.0
 
     def timer(self, lane: str, name: str, start_us: float, end_us: float, **args: Any) -> None:
         """A Megatron-style timer op (kept only when the op-level timeline is written)."""
@@ -204,6 +214,8 @@ class Host:
         start = self.t
         self._step_no = number
         self._rngs = {}
+        step_noise = self._noise_factor(self.timing.step_cv, f"{self.seed}/{self.rank}/step-noise/{number}")
+        self._noise = self._run_noise * step_noise
         if self.window is None:
             self.window = (start, start)
             for s in (COMPUTE_STREAM, COPY_STREAM, NCCL_STREAM, P2P_STREAM):
