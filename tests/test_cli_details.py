@@ -81,7 +81,7 @@ def test_check_and_diff_take_jobs_and_check_takes_color(tmp_path: Path) -> None:
 @pytest.mark.parametrize(
     "command,expected",
     [
-        (("check",), [re.escape("Usage: gpuprof check [OPTIONS] PATH..."), r"--junit\s+FILE", r"--config\s+FILE", r"--baseline\s+REPORT",
+        (("check",), [re.escape("Usage: gpuprof check [OPTIONS] PATH..."), r"--junit\s+FILE", r"--config\s+FILE", r"--baseline\s+PATH",
                       r"--jobs\s+-j\s+N", r"--color\s+\[auto\|always\|never\]", r"--force"]),
         (("diff",), [r"--jobs\s+-j\s+N", r"--color", r"--force"]),
         (("run",), [r"--format\s+-f\s+FORMAT", r"--output\s+-o\s+FILE"]),
