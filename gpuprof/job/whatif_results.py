@@ -87,7 +87,8 @@ class WhatIfResults:
             pct = self.savings_pct(name)
             if pct is None:
                 continue
-            out["savings_pct"][name] = round(pct, 3)
+            # two decimals, as a recommendation carries its saving: one number reads alike everywhere
+            out["savings_pct"][name] = round(pct, 2)
             if name in self.results:
                 step = self._bounded(self.results[name].step_us, (name,))
                 out["step_us"][name] = round(max(step, self.baseline.step_us - self._headroom_us((name,))), 3)
@@ -100,7 +101,7 @@ class WhatIfResults:
             together = self.combined_pct(even) if even else None
             out["bound"] = {
                 "whatif": "no_variation",
-                "savings_pct": round(bound, 3),
+                "savings_pct": round(bound, 2),
                 "reached_pct": {n: round(min(100.0, 100.0 * out["savings_pct"][n] / bound), 1) for n in even},
                 "reached_together_pct": None if together is None else round(min(100.0, 100.0 * together / bound), 1),
             }
