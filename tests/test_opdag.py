@@ -19,6 +19,7 @@ import numpy as np
 import pytest
 
 from gpuprof.job.opdag import applies
+from gpuprof.job.whatif_registry import names_where
 from gpuprof.job.opdag_order import BATCH_US, program_deps
 from gpuprof.model.report import report_to_dict
 from gpuprof.pipeline import run_analysis
@@ -27,14 +28,9 @@ LANES = ("compute", "pp-comm", "tp-comm", "dp-comm", "misc")
 SHARED = Path(os.environ.get("GPUPROF_SHARED_TRACES", Path(__file__).resolve().parents[2] / "shared" / "traces"))
 SAMPLES = Path(__file__).resolve().parents[1] / "sample_traces"
 
-# What-ifs that only shorten work or remove waits: their replay is never longer.
-SHORTENING = frozenset(
-    {
-        "no_dataloader", "no_sync", "free_launches", "free_launch_calls", "free_host", "no_allocator",
-        "no_ddp_buffer_sync", "pinned_copies", "hidden_copies", "peer_median_compute", "overlap_collectives",
-        "double_bandwidth", "on_time_start", "peer_median_link", "peer_median_collective", "peer_median_host",
-    }
-)
+# What-ifs that only shorten work or remove waits (their declarations say): their replay is
+# never longer.
+SHORTENING = names_where(shortens=True)
 
 
 def _op(name: str, pid: int, tid: int, ts: float, dur: float, step: int, mb: int = -1) -> dict[str, Any]:

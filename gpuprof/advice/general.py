@@ -28,6 +28,7 @@ from gpuprof.advice.phrasebook import recommendation, sentence
 from gpuprof.advice.phrasebook.general import AGREE_MARK
 from gpuprof.advice.replayed import replayed, results
 from gpuprof.advice.savings import MIN_WINDOW_US, cause_savings_pct
+from gpuprof.job.whatif_registry import for_cause
 from gpuprof.model.report import CAUSES, Cause, Recommendation
 
 # A cause holding this share of a rank's step always gets a recommendation.
@@ -41,17 +42,6 @@ AGREE_FACTOR = 3.0
 QUEUED_SHARE = 0.5
 
 
-# The what-ifs whose replay gives a cause's general saving, the first replayed that saves.
-_WHATIFS: Mapping[Cause, tuple[str, ...]] = {
-    Cause.PIPELINE_BUBBLE: ("double_microbatches", "balanced_stages"),
-    Cause.COMMUNICATION: ("overlap_collectives", "double_bandwidth"),
-    Cause.STRAGGLER: ("peer_median_compute",),
-    Cause.MEMORY: ("hidden_copies", "no_allocator", "pinned_copies"),
-    Cause.DATALOADER: ("no_dataloader",),
-    Cause.SYNC: ("no_sync",),
-    Cause.HOST: ("free_host",),
-    Cause.OTHER: (),
-}
 
 
 def _shares(ctx: AdviceContext) -> dict[Cause, tuple[float, list[int]]]:
@@ -102,7 +92,9 @@ def general_findings(ctx: AdviceContext, recs: Sequence[Recommendation]) -> list
     for cause, (top, ranks) in _shares(ctx).items():
         if top < NEVER_SILENT_PCT or cause in covered:
             continue
-        got = next((x for x in (replayed(ctx, n) for n in _WHATIFS[cause]) if x is not None and x.pct > 0), None)
+        # The what-ifs whose replay gives a cause's general saving (their declarations say
+        # which), the first replayed that saves.
+        got = next((x for x in (replayed(ctx, n) for n in for_cause(cause)) if x is not None and x.pct > 0), None)
         evidence = [said("general.share", cause=cause.value, top_pct=top, ranks=tuple(ranks))]
         pipe = ctx.cross.get("pipeline") if cause is Cause.PIPELINE_BUBBLE else None
         known = isinstance(pipe, Mapping) and bool(pipe.get("microbatches")) and (

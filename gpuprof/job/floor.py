@@ -29,22 +29,20 @@ import numpy as np
 import numpy.typing as npt
 
 from gpuprof.accounting.graph import EV_COLLECTIVE, EV_COMPUTE, RankGraph
+from gpuprof.job import whatif_registry as registry
 from gpuprof.job.replay_types import Group
 from gpuprof.model import intervals as iv
 
-# What-ifs that change compute durations, or the transfers of one path (a slow link or
-# group brought to its peers' speed): the floor does not bound them.
-CHANGES_COMPUTE: frozenset[str] = frozenset(
-    {
-        "peer_median_compute",
-        "balanced_stages",
-        "balanced_batches",
-        "no_variation",
-        "double_microbatches",
-        "peer_median_link",
-        "peer_median_collective",
-    }
-)
+
+def changes_compute() -> frozenset[str]:
+    """The what-ifs the floor does not bound: those that change compute durations, or the
+    transfers of one path (a slow link or group at its peers' speed) -- the declarations
+    that do not keep the compute (:mod:`gpuprof.job.whatif_registry`)."""
+    return registry.names_where(keeps_compute=False)
+
+
+# The built-in ones (a what-if registered later is read live by step_floor_us).
+CHANGES_COMPUTE: frozenset[str] = changes_compute()
 
 
 def transfer_us(graphs: Sequence[RankGraph], groups: Sequence[Group]) -> dict[int, npt.NDArray[np.float64]]:
@@ -73,7 +71,7 @@ def step_floor_us(
     """The shortest job step (µs) the what-ifs ``names`` together can give; 0 when one of
     them changes compute durations (no floor)."""
     names = set(names)
-    if names & CHANGES_COMPUTE:
+    if names & changes_compute():
         return 0.0
     factor = 0.0 if "overlap_collectives" in names else 0.5 if "double_bandwidth" in names else 1.0
     best = 0.0
@@ -92,4 +90,4 @@ def step_floor_us(
     return best
 
 
-__all__ = ["CHANGES_COMPUTE", "step_floor_us", "transfer_us"]
+__all__ = ["CHANGES_COMPUTE", "changes_compute", "step_floor_us", "transfer_us"]

@@ -92,14 +92,12 @@ import numpy as np
 import numpy.typing as npt
 
 from gpuprof.accounting.graph import (
-    BLOCK_ALLOC,
-    BLOCK_COPY,
-    BLOCK_SYNC,
     EV_COMPUTE,
     EV_COPY,
     RankGraph,
 )
 from gpuprof.job import peercomm, samework
+from gpuprof.job import whatif_registry as registry
 from gpuprof.job.floor import step_floor_us, transfer_us
 from gpuprof.job.opdag_compile import OpDag
 from gpuprof.job.opdag_run import run_opdag
@@ -111,46 +109,12 @@ from gpuprof.model.timeline import CopyKind
 
 FloatArray = npt.NDArray[np.float64]
 
-WHATIFS: Mapping[str, str] = {
-    "no_dataloader": "the DataLoader waits cost nothing",
-    "no_sync": "no blocking host-device syncs (the host runs ahead)",
-    "free_launches": "the operators that launch kernels cost no host time (CUDA graphs / torch.compile)",
-    "free_launch_calls": "the kernel launch calls cost no host time",
-    "free_host": "the host's own work between launches (Python, framework) costs nothing",
-    "no_allocator": "no device allocator calls",
-    "no_ddp_buffer_sync": "no DDP buffer broadcast at each forward",
-    "pinned_copies": "pageable copies made asynchronous and hidden behind compute",
-    "hidden_copies": "the other copies and memsets hidden behind compute",
-    "peer_median_compute": "every rank computes no slower than the median of the ranks that do the same work",
-    "balanced_stages": "the pipeline's compute spread evenly over its stages",
-    "double_microbatches": "twice the microbatches at half the size",
-    "overlap_collectives": "collective transfers fully hidden behind compute",
-    "double_bandwidth": "communication transfers twice as fast",
-    "on_time_start": "every rank begins its step with the median rank",
-    "balanced_batches": "every replica and microbatch of a step carries the same work (sequence packing, length bucketing)",
-    "no_variation": "the job without stragglers: every op at its type's mean (compute) or median (transfers)",
-    "peer_median_link": "every pipeline link transfers no slower than the same link on the other replicas",
-    "peer_median_collective": "every data-parallel group's collectives no slower than the same collective on the other groups",
-    "peer_median_host": "every rank's own host work no slower than the median of the ranks that do the same work",
-}
-# What-ifs that bound the others rather than stand for a fix a user makes.
-BOUNDS: frozenset[str] = frozenset({"no_variation"})
-# The fixes that even out the work (what the no_variation bound is the limit of).
-EVENING: tuple[str, ...] = ("peer_median_compute", "balanced_stages", "balanced_batches")
-
-# Host what-ifs: which removable host time they delete and which blocking tags they free.
-_HOST: Mapping[str, tuple[str, tuple[int, ...]]] = {
-    "no_dataloader": ("dataloader", ()),
-    "no_sync": ("sync", (BLOCK_SYNC,)),
-    "free_launches": ("operators", ()),
-    "free_launch_calls": ("launch", ()),
-    "free_host": ("host_work", ()),
-    "no_allocator": ("allocator", (BLOCK_ALLOC,)),
-    "no_ddp_buffer_sync": ("ddp_buffers", ()),
-    "pinned_copies": ("blocking_copies", (BLOCK_COPY,)),
-}
-# What-ifs that take copies off the critical path (see JobModel.copy_floor_us).
-HIDES_COPIES = frozenset({"pinned_copies", "hidden_copies"})
+# The what-ifs and what each says, the bound, the fixes that even out the work, the copy
+# what-ifs: all read from their declarations (gpuprof.job.whatif_registry).
+WHATIFS: Mapping[str, str] = registry.WHATIFS
+BOUNDS: frozenset[str] = registry.names_where(bound=True)
+EVENING: tuple[str, ...] = tuple(s.name for s in registry.REGISTRY if s.evening)
+HIDES_COPIES: frozenset[str] = registry.names_where(hides_copies=True)
 
 
 @dataclass(frozen=True)
@@ -184,42 +148,9 @@ class JobModel:
     _cache: dict[str, Any] = field(default_factory=dict, compare=False, repr=False)
 
     def applicable(self) -> list[str]:
-        """The what-ifs that change something in this job."""
-        out: list[str] = []
-        for name, (key, _) in _HOST.items():
-            if any(iv.total(g.removable.get(key, iv.empty())) > 0 for g in self.graphs):
-                out.append(name)
-        for g in self.graphs:
-            copies = g.kind == EV_COPY
-            pageable = g.pageable if g.pageable is not None else np.zeros(g.n_events, dtype=bool)
-            if (copies & pageable).any() and "pinned_copies" not in out:
-                out.append("pinned_copies")
-            if (copies & ~pageable).any() and "hidden_copies" not in out:
-                out.append("hidden_copies")
-        if any(float(np.min(f)) < 0.999 for f in self._peer_factors().values() if f.size):
-            out.append("peer_median_compute")
-        if len(set(self.stage_of.values())) >= 2 and any(abs(f - 1.0) > 1e-3 for f in self._stage_factors().values()):
-            out.append("balanced_stages")
-        if self.pipeline is not None and self.pipeline.p > 1:
-            out.append("double_microbatches")
-        kinds = np.concatenate([g.kind for g in self.graphs]) if self.graphs else np.zeros(0)
-        if np.isin(kinds, (1, 2)).any():
-            if (kinds == 1).any() and (kinds == EV_COMPUTE).any():
-                # Hidden behind compute: with none, nothing hides them (it said 100 %).
-                out.append("overlap_collectives")
-            out.append("double_bandwidth")
-        if self.late_start_us:
-            out.append("on_time_start")
-        if self.dag is not None:
-            for name, kind in (("peer_median_link", "link"), ("peer_median_collective", "collective")):
-                if any(float(np.min(f)) < 0.999 for f in self._comm_factors(kind).values()):
-                    out.append(name)
-        if any(r for r in self._host_removed().values()):
-            out.append("peer_median_host")
-        for name, factors in (("balanced_batches", self._batch_factors()), ("no_variation", self._variation_factors())):
-            if any(f.size and float(np.max(np.abs(f - 1.0))) > 1e-3 for f in factors.values()):
-                out.append(name)
-        return out
+        """The what-ifs that change something in this job (each declaration says,
+        :mod:`gpuprof.job.whatif_registry`)."""
+        return [spec.name for spec in registry.REGISTRY if spec.applies(self)]
 
     def op_variation(self) -> dict[str, tuple[float, float, int]]:
         """Op-level timelines: per compute op type, its mean duration (us), its coefficient
@@ -311,103 +242,38 @@ class JobModel:
         return samework.stage_factors(self.stage_of, self.compute_us_per_step if base is None else base)
 
     def whatif(self, names: Iterable[str]) -> WhatIf:
-        """One change combining ``names`` (``double_microbatches`` is not a graph change)."""
+        """One change combining ``names``: each declaration makes its change, in order
+        (``double_microbatches`` is not a graph change)."""
         names = list(names)
-        removed: dict[int, Intervals] = {}
-        unblock: set[int] = set()
-        for name in names:
-            if name not in _HOST:
-                continue
-            key, tags = _HOST[name]
-            unblock.update(tags)
-            for g in self.graphs:
-                rem = g.removable.get(key)
-                if rem is None or rem[0].size == 0:
-                    continue
-                prev = removed.get(g.rank)
-                removed[g.rank] = (
-                    rem
-                    if prev is None
-                    else iv.union(np.concatenate((prev[0], rem[0])), np.concatenate((prev[1], rem[1])))
-                )
-        # Duration factors of compute (and, for no_variation, communication) events, in
-        # order: the op-type what-ifs, then the slow ranks at their peers' median (with
-        # balanced batches only the persistently slow ranks: the batches already even out
-        # the rest), then the stages at their mean, on the compute the earlier ones leave.
-        if "peer_median_host" in names:
-            for r, cut in self._host_removed().items():
-                prev = removed.get(r)
-                removed[r] = cut if prev is None else iv.union(
-                    np.concatenate((prev[0], cut[0])), np.concatenate((prev[1], cut[1]))
-                )
-        if "on_time_start" in names:
-            for r, late in self.late_start_us.items():
-                lead = (np.array([0.0]), np.array([late]))
-                prev = removed.get(r)
-                removed[r] = lead if prev is None else iv.union(
-                    np.concatenate((prev[0], lead[0])), np.concatenate((prev[1], lead[1]))
-                )
-        per_event: dict[int, FloatArray] = {}
-        for name, table_of in (("balanced_batches", self._batch_factors), ("no_variation", self._variation_factors)):
-            if name in names:
-                for r, f in table_of().items():
-                    per_event[r] = per_event[r] * f if r in per_event else f
-        for name, kind in (("peer_median_link", "link"), ("peer_median_collective", "collective")):
-            if name in names:
-                for r, f in self._comm_factors(kind).items():
-                    per_event[r] = per_event[r] * f if r in per_event else f
-        if "peer_median_compute" in names:
-            keep = set(self.slow_ranks()) if "balanced_batches" in names else None
-            graphs_by_rank = {g.rank: g for g in self.graphs}
-            for r, f in self._peer_factors().items():
-                if keep is not None and r not in keep:
-                    continue
-                pg = graphs_by_rank.get(r)
-                if pg is None or f.size != pg.n_events:
-                    continue
-                f = np.where(pg.kind == EV_COMPUTE, f, 1.0)
-                per_event[r] = per_event[r] * f if r in per_event else f
-        factor: dict[int, float] = {}
-        if "balanced_stages" in names:
-            after = dict(self.compute_us_per_step)
-            for g in self.graphs:
-                if g.rank in per_event and g.rank in after:
-                    comp = g.kind == EV_COMPUTE
-                    steps = max(int(self.compute_by_step[g.rank].size), 1)
-                    after[g.rank] = float(np.sum(g.dur[comp] * per_event[g.rank][comp])) / steps
-            factor = self._stage_factors(after)
+        change = registry.Change(frozenset(names))
+        for spec in registry.in_change_order(frozenset(names)):
+            if spec.change is not None:
+                spec.change(self, change)
         scale: dict[int, FloatArray] = {}
         for g in self.graphs:
             f_ev = np.ones(g.n_events)
-            compute = g.kind == EV_COMPUTE
-            got = per_event.get(g.rank)
+            got = change.per_event.get(g.rank)
             if got is not None and got.size == g.n_events:
                 f_ev = got.copy()
-            fr = factor.get(g.rank)
+            fr = change.compute_factor.get(g.rank)
             if fr is not None and abs(fr - 1.0) > 1e-9:
-                f_ev = np.where(compute, f_ev * fr, f_ev)
+                f_ev = np.where(g.kind == EV_COMPUTE, f_ev * fr, f_ev)
             copies = g.kind == EV_COPY
             pageable = g.pageable if g.pageable is not None else np.zeros(g.n_events, dtype=bool)
-            if "pinned_copies" in names:
+            if change.zero_pageable_copies:
                 f_ev = np.where(copies & pageable, 0.0, f_ev)
-            if "hidden_copies" in names:
+            if change.zero_other_copies:
                 f_ev = np.where(copies & ~pageable, 0.0, f_ev)
             if (f_ev != 1.0).any():
                 scale[g.rank] = f_ev
-        transfer = 1.0
-        p2p = 1.0
-        if "double_bandwidth" in names:
-            transfer = p2p = 0.5
-        if "overlap_collectives" in names:
-            transfer = 0.0
         return WhatIf(
             name="+".join(names),
-            removed=removed,
-            unblock=frozenset(unblock),
+            removed=change.removed,
+            unblock=frozenset(change.unblock),
             scale=scale,
-            transfer_scale=transfer,
-            p2p_scale=p2p,
-            no_delays="no_variation" in names,
+            transfer_scale=change.transfer_scale,
+            p2p_scale=change.p2p_scale,
+            no_delays=change.no_delays,
         )
 
     def on_time_pct(self, ranks: Iterable[int], baseline_step_us: float) -> float | None:
