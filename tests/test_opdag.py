@@ -19,8 +19,8 @@ import numpy as np
 import pytest
 
 from gpuprof.job.opdag import applies
-from gpuprof.job.whatif_registry import names_where
 from gpuprof.job.opdag_order import BATCH_US, program_deps
+from gpuprof.job.whatif_registry import names_where
 from gpuprof.model.report import report_to_dict
 from gpuprof.pipeline import run_analysis
 
