@@ -199,6 +199,24 @@ def read_window_files(root: Path) -> tuple[WindowFiles, ...]:
 # -- demands (gpuprof trigger) ------------------------------------------------------------
 
 
+def running_with_windows(root: Path) -> None:
+    """``None`` when ``root`` is a session whose ``gpuprof run`` is running and follows windows;
+    otherwise a :class:`GpuprofError` saying why a demand would go unanswered."""
+    from gpuprof.errors import GpuprofError
+    from gpuprof.session.layout import META_FILE
+
+    meta = read_json_small(root / META_FILE)
+    if not isinstance(meta, dict) or not str(meta.get("schema", "")).startswith("gpuprof.session/"):
+        raise GpuprofError("not a gpuprof session folder", root)
+    if meta.get("status") != "running":
+        raise GpuprofError(f"the run has ended (status {meta.get('status')!r}): a window is recorded only while it runs",
+                           root)
+    if not isinstance(meta.get("windows"), dict):
+        raise GpuprofError("this run takes no windows after the first (an older gpuprof, --no-hooks or "
+                           "--profile-active 0)", root)
+
+
+
 @dataclass(frozen=True)
 class Demand:
     name: str  # the file's name in control/
@@ -241,7 +259,20 @@ def take_demand(root: Path, demand: Demand) -> None:
 
 
 __all__ = [
-    "DIAGNOSIS_FILE", "REQUEST_FILE", "WINDOW_REPORT_FILE", "Demand", "WindowFiles", "WindowRequest",
-    "read_demands", "read_json_small", "read_window_files", "request_from_dict", "take_demand", "window_dir",
-    "window_name", "write_demand", "write_request",
+    "DIAGNOSIS_FILE",
+    "REQUEST_FILE",
+    "WINDOW_REPORT_FILE",
+    "Demand",
+    "WindowFiles",
+    "WindowRequest",
+    "read_demands",
+    "read_json_small",
+    "read_window_files",
+    "request_from_dict",
+    "running_with_windows",
+    "take_demand",
+    "window_dir",
+    "window_name",
+    "write_demand",
+    "write_request",
 ]
