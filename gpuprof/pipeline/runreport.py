@@ -28,7 +28,7 @@ from gpuprof.accounting.runphases import detect_phases
 from gpuprof.model.report import Report
 from gpuprof.pipeline.windowdiag import diagnose, diagnose_window
 from gpuprof.record.changepoint import Change
-from gpuprof.session.windows import WindowFiles, read_window_files
+from gpuprof.session.windows import WindowFiles, diagnosis_from_dict, read_window_files
 from gpuprof.util import phrases
 
 MAX_CAUSES = 3
@@ -113,12 +113,9 @@ def _later_window(root: Path, w: WindowFiles, missed: set[int], last_step: int |
 
 
 def _small(diag: Mapping[str, Any] | None) -> dict[str, Any] | None:
-    """The diagnosis as the report keeps it (its per-rank rows stay in the window's folder)."""
-    if diag is None:
-        return None
-    keys = ("ok", "error", "cpu_only", "step_us", "critical_rank", "waiting_ranks", "profiled_steps",
-            "breakdown_us_per_step", "top")
-    return {k: diag.get(k) for k in keys if k in diag}
+    """The diagnosis as the report keeps it: checked key by key (it was read from the
+    session), its per-rank rows left in the window's folder."""
+    return diagnosis_from_dict(dict(diag)) if diag is not None else None
 
 
 def _skip_ranges(windows: Sequence[Mapping[str, Any]], warmup: int) -> list[tuple[int, int]]:

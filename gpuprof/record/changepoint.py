@@ -132,7 +132,7 @@ class StepChangeDetector:
             self._since = []
             return None
         self._since.append((step, x))
-        if max(self._up, self._down) < self.test.threshold * shift:
+        if max(self._up, self._down) < self.test.threshold * shift * (1.0 - 1e-9):  # reached, up to rounding
             return None
         # The new level starts where the steps since the sums last stood at zero have their
         # largest sum of (deviation - slack) to the end, unclipped: noise before the change

@@ -5,7 +5,9 @@ that tests run them step by step without a job. The controller (:mod:`gpuprof.re
 does the reading and writing.
 
 **When.** One window at a time: while a window is asked for and not yet recorded, nothing else
-is. Then, first to last in priority: a demand (``gpuprof trigger``, SIGUSR1 to gpuprof), a
+is; while a recorded window waits for its diagnosis, only a demand is answered (so windows
+never pile up faster than they are diagnosed, and the disk stays bounded). Then, first to
+last in priority: a demand (``gpuprof trigger``, SIGUSR1 to gpuprof), a
 change of the step time (:mod:`gpuprof.record.changepoint`; at most one such window per
 ``trigger_gap_s``), and the schedule of ``--profile-every`` (every N steps: windows start
 at steps N, 2N, ... exactly, so that several nodes each running gpuprof agree without talking;
@@ -105,7 +107,8 @@ class WindowPlanner:
         self.next_every_s = start_s + opts.every_s if opts.every_s else None
 
     def busy(self, lead_step: int) -> bool:
-        return lead_step <= self.busy_until_step + 1
+        """A window is asked for and its trace not yet written (on the step after its last)."""
+        return lead_step <= self.busy_until_step
 
     def tick(
         self,
@@ -115,10 +118,12 @@ class WindowPlanner:
         step_s: float | None,
         change: Change | None = None,
         demands: Sequence[Demand] = (),
+        ready: bool = True,
     ) -> WindowRequest | None:
         """The window to ask for now, if any. ``now_s``: the controller's clock (monotonic);
         ``lead_step``: the furthest step any rank has reached (as far as the controller can
-        tell); ``step_s``: the step time."""
+        tell); ``step_s``: the step time; ``ready``: no window waits for its diagnosis (else
+        only a demand is answered)."""
         o = self.opts
         soonest = lead_step + lead_steps(step_s, o.warmup)
         if self.busy(lead_step):
@@ -130,6 +135,8 @@ class WindowPlanner:
             if d.at_step is not None and start != d.at_step:
                 detail += f"; step {d.at_step} had passed"
             return self._issue(start, "demand", detail, now_unix_s, lead_step, demand=d.name)
+        if not ready:
+            return None
         if change is not None and o.on_change and now_s - self.last_change_s >= o.trigger_gap_s:
             self.last_change_s = now_s
             detail = f"step time {change.direction} {abs(change.change_pct):.0f} % from step {change.step}"

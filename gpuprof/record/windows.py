@@ -61,6 +61,7 @@ from gpuprof.util import phrases
 from gpuprof.util.phrases import duration
 
 TICK_S = 0.5
+UNSEEN_S = 1.5  # steps of at most this long ago may not be in the hooks' logs yet
 WINDOW_TIMEOUT_S = 120.0  # after its last step, a window waits this long for late traces
 SLOWEST_EVERY_S = 2.0
 FINISH_WAIT_S = 10.0  # at the end of the run, a diagnosis still running gets this long
@@ -325,8 +326,14 @@ class WindowController(RunObserver):
         durations = self._lead_durations()
         step_s = statistics.median(durations) if durations else None
         change, self.pending_change = self.pending_change, None  # taken now, or dropped (a window is on its way)
-        req = self.planner.tick(now, self.wall(), self._reached(step_s), step_s, change, demands)
+        # A window waiting for its diagnosis holds traces: no other is asked for (but on
+        # demand) until it is diagnosed, so windows never pile up faster than that.
+        ready = self._running is None and not self._queue
+        reached = self._reached(step_s)
+        req = self.planner.tick(now, self.wall(), reached, step_s, change, demands, ready=ready)
         if req is None:
+            if change is not None and not ready and not self.planner.busy(reached):
+                self.pending_change = change  # its window waits for the diagnosis before it
             return
         try:
             write_request(self.root, req)
@@ -345,11 +352,13 @@ class WindowController(RunObserver):
 
     def _reached(self, step_s: float | None) -> int:
         """The furthest step any rank has reached by now: the last one logged, plus the steps
-        the time since it holds (the log is up to a second behind), at most 10 s of them."""
+        the time since it holds, at most :data:`UNSEEN_S` of them (the hooks write their log
+        every second and the controller looks every half second: older steps are in the log,
+        so a job that logged nothing for longer has stalled rather than run ahead)."""
         t = self.lead_time_s
         if t is None or not step_s or step_s <= 0:
             return self.lead_step
-        ahead = min(max(0.0, self.wall() - t), 10.0) / step_s
+        ahead = min(max(0.0, self.wall() - t), UNSEEN_S) / step_s
         return self.lead_step + int(ahead)
 
     def _lead_durations(self) -> list[float]:

@@ -99,6 +99,51 @@ def request_from_dict(doc: Any) -> WindowRequest | None:
     )
 
 
+def _ranks(v: Any) -> list[int] | None:
+    if not isinstance(v, list):
+        return None
+    out = [_int(x) for x in v]
+    return [x for x in out if x is not None] if None not in out else None
+
+
+def diagnosis_from_dict(doc: Any) -> dict[str, Any] | None:
+    """A window's diagnosis (:mod:`gpuprof.pipeline.windowdiag`) as a report may carry it:
+    every key checked, a value of the wrong type left out (read as unknown), the per-rank
+    rows left in the window's folder. ``None`` when it is not a diagnosis at all."""
+    if not isinstance(doc, dict) or not isinstance(doc.get("ok"), bool):
+        return None
+    out: dict[str, Any] = {"ok": doc["ok"]}
+    for key in ("error",):
+        out[key] = doc.get(key) if isinstance(doc.get(key), str) else None
+    if isinstance(doc.get("cpu_only"), bool):
+        out["cpu_only"] = doc["cpu_only"]
+    for key in ("step_us",):
+        v = _num(doc.get(key))
+        out[key] = v if v is not None and v >= 0 else None
+    out["critical_rank"] = _int(doc.get("critical_rank"))
+    out["waiting_ranks"] = _ranks(doc.get("waiting_ranks")) or []
+    out["profiled_steps"] = _int(doc.get("profiled_steps")) or 0
+    parts = doc.get("breakdown_us_per_step")
+    if isinstance(parts, dict):
+        out["breakdown_us_per_step"] = {str(k): v for k, v in parts.items() if isinstance(k, str) and _num(v) is not None}
+    top = []
+    raw = doc.get("top")
+    for t in raw if isinstance(raw, list) else []:
+        if not isinstance(t, dict) or not isinstance(t.get("cause"), str):
+            continue
+        row: dict[str, Any] = {"cause": t["cause"]}
+        for key in ("us_per_step", "pct_of_step", "saved_us_per_step", "savings_pct"):
+            if key in t:
+                row[key] = _num(t.get(key))
+        if isinstance(t.get("title"), str):
+            row["title"] = t["title"]
+        if (ranks := _ranks(t.get("ranks"))) is not None:
+            row["ranks"] = ranks
+        top.append(row)
+    out["top"] = top
+    return out
+
+
 def write_request(root: Path, req: WindowRequest) -> Path:
     """Make the window's folder with its request, whole (see the module docstring).
     Raises ``OSError``; a folder of that number already there is ``FileExistsError``."""
@@ -265,6 +310,7 @@ __all__ = [
     "Demand",
     "WindowFiles",
     "WindowRequest",
+    "diagnosis_from_dict",
     "read_demands",
     "read_json_small",
     "read_window_files",
