@@ -226,3 +226,44 @@ def test_the_real_diagnosis_process_is_launched_at_the_lowest_priority(tmp_path:
         os._exit(os.nice(0))
     _, status = os.waitpid(pid, 0)
     assert os.WEXITSTATUS(status) == 19
+
+
+def test_a_change_waits_for_the_diagnosis_before_it_and_one_covered_by_a_window_waits_not(tmp_path: Path) -> None:
+    class Slow(FakeDiagnosis):
+        done = False
+
+        def __call__(self, root: Path, window: int) -> Any:
+            inner = super().__call__(root, window)
+            outer = self
+
+            class Running:
+                def poll(self) -> int | None:
+                    return inner.poll() if outer.done else None
+
+            return Running()
+
+    hooks = Hooks(tmp_path)
+    slow = Slow()
+    c, now = controller(tmp_path, launch=slow, trigger_gap_s=0.0)
+    hooks.steps(100, 0, 1, 20, 0.1)
+    now[0] = hooks.t[100]
+    write_demand(tmp_path)
+    c.tick()
+    first = c.windows[1].request
+    hooks.record(100, 0, kind="profiler_start", window=1, step=first.start_step - 3)
+    hooks.steps(100, 0, 21, first.last_step + 25, 0.1)
+    hooks.record(100, 0, kind="trace", window=1, path="x")
+    hooks.steps(100, 0, first.last_step + 26, first.last_step + 40, 0.2)  # the step time doubles
+    now[0] = hooks.t[100]
+    c.tick()
+    c.tick()
+    assert c.windows[1].state == "diagnosing" and len(c.windows) == 1 and c.pending_change is not None
+    slow.done = True
+    c.tick()  # diagnosed: the change gets its window now
+    assert c.windows[2].request.reason == "change"
+    assert c.windows[2].request.change is not None and c.windows[2].request.change["step"] == first.last_step + 26
+    # A change before a window that is already on its way is that window's to record.
+    hooks.steps(100, 0, first.last_step + 41, first.last_step + 60, 0.05)
+    now[0] = hooks.t[100]
+    c.tick()
+    assert c.pending_change is None and len(c.windows) == 2

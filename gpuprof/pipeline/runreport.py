@@ -87,7 +87,7 @@ def _first_window(session: Any, report: Report | None) -> dict[str, Any] | None:
             "traces_kept": bool(rel), "status": "recorded" if rel else "unfinished", "diagnosis": diag}
 
 
-def _later_window(root: Path, w: WindowFiles, missed: set[int], last_step: int | None,
+def _later_window(root: Path, w: WindowFiles, started: set[int], missed: set[int], last_step: int | None,
                   diagnose_missing: bool) -> dict[str, Any]:
     req = w.request
     diag = dict(w.diagnosis) if w.diagnosis is not None else None
@@ -95,11 +95,11 @@ def _later_window(root: Path, w: WindowFiles, missed: set[int], last_step: int |
         diag, _ = diagnose_window(root, w.window)
     if w.traces or (diag is not None and diag.get("ok")):
         status = "recorded"
-    elif w.unfinished:
-        status = "unfinished"
+    elif w.unfinished or w.window in started:
+        status = "unfinished"  # a process opened it and never wrote its trace (the run was killed)
     elif w.window in missed:
         status = "missed"
-    elif req is not None and last_step is not None and last_step < req.last_step:
+    elif req is not None and (last_step is None or last_step < req.start_step):
         status = "not reached"
     else:
         status = "unfinished"
@@ -184,14 +184,14 @@ def run_section(session: Any, report: Report | None, diagnose_missing: bool = Tr
     clock = sc.step_clock(session.hook_events)
     missed_by = {_window_of(r) for r in _hook_rows(session, "window_missed")}
     started = {_window_of(r) for r in _hook_rows(session, "profiler_start")}
-    missed = missed_by - started
+    missed = missed_by - started  # every process that saw it was past its start
     last_step = int(clock.steps[-1]) if clock is not None and len(clock.steps) else None
     windows: list[dict[str, Any]] = []
     first = _first_window(session, report)
     if first is not None:
         windows.append(first)
     for w in read_window_files(root):
-        windows.append(_later_window(root, w, missed, last_step, diagnose_missing))
+        windows.append(_later_window(root, w, started, missed, last_step, diagnose_missing))
     out: dict[str, Any] = {}
     if windows and (len(windows) > 1 or clock is not None):
         out["windows"] = windows

@@ -16,8 +16,9 @@ shift is a ratio (+31 %) whatever the step's length:
    must change more before it counts.
 3. **The sums.** Each later step adds ``x = clip(log(t) - mu, -2 shift, +2 shift)`` to
    ``up = max(0, up + x - shift/2)`` and ``down = max(0, down - x - shift/2)``; a change is
-   declared when either reaches ``4 shift``. The change's first step is the step after the
-   sum last stood at zero.
+   declared when either reaches ``4 shift``. The change's first step is, among the steps
+   since the sum last stood at zero, the one after which a shifted level explains them best
+   (the largest squared sum of deviations after it, divided by their number).
 4. **After a change** the detector learns a new reference from the steps since the change
    and goes on.
 
@@ -134,16 +135,18 @@ class StepChangeDetector:
         self._since.append((step, x))
         if max(self._up, self._down) < self.test.threshold * shift * (1.0 - 1e-9):  # reached, up to rounding
             return None
-        # The new level starts where the steps since the sums last stood at zero have their
-        # largest sum of (deviation - slack) to the end, unclipped: noise before the change
-        # adds less than the slack and is left out, the change's own steps are kept.
+        # Where the new level starts, among the steps since the sums last stood at zero: the
+        # split that best explains them as the old level, then a new one (the likelihood of a
+        # shift of the mean: the largest (sum of deviations after the split)^2 / steps after
+        # it, unclipped), so that noise before the change is not taken for its start.
         sign = 1.0 if self._up >= self._down else -1.0
         run = self._since
         best, best_i, acc = -math.inf, 0, 0.0
         for i in range(len(run) - 1, -1, -1):
-            acc += sign * (run[i][1] - self.mu) - k
-            if acc > best:
-                best, best_i = acc, i
+            acc += sign * (run[i][1] - self.mu)
+            score = acc * acc / (len(run) - i) if acc > 0 else -math.inf
+            if score > best:
+                best, best_i = score, i
         run = run[best_i:]
         change = Change(
             step=run[0][0], detected_step=step, before_s=math.exp(self.mu),

@@ -232,8 +232,8 @@ class WindowController(RunObserver):
             self._slow_at = now
             self.slow = slowest_rank(self.to_backward, self.step_s)
         self._check_windows(now)
+        self._diagnose()  # first: a diagnosis just finished lets the next window be asked for now
         self._plan(now)
-        self._diagnose()
 
     def _skip(self, step: int) -> bool:
         """Steps a profiler slowed (a window's warm-up, steps and trace export)."""
@@ -273,7 +273,9 @@ class WindowController(RunObserver):
                 for s in sorted(self.step_s)[: len(self.step_s) - RECENT_STEPS]:
                     del self.step_s[s]
         change = p.detector.add(m.step, dt)
-        if change is not None and (self.pending_change is None or change.detected_step < self.pending_change.detected_step):
+        pending = self.pending_change
+        # Another rank declaring the same change keeps the first; a later change replaces it.
+        if change is not None and (pending is None or change.step > pending.detected_step):
             self.pending_change = change
 
     def _take_record(self, rec: Mapping[str, Any], now: float) -> None:
@@ -332,8 +334,10 @@ class WindowController(RunObserver):
         reached = self._reached(step_s)
         req = self.planner.tick(now, self.wall(), reached, step_s, change, demands, ready=ready)
         if req is None:
-            if change is not None and not ready and not self.planner.busy(reached):
-                self.pending_change = change  # its window waits for the diagnosis before it
+            # A change keeps waiting until a window starts after it (one in flight now began
+            # before it, or the last one is still being diagnosed, or the gap is not over).
+            if change is not None and not any(w.request.start_step >= change.step for w in self.windows.values()):
+                self.pending_change = change
             return
         try:
             write_request(self.root, req)

@@ -10,12 +10,12 @@ A small MLP trained with SGD on synthetic batches served by a ``torch.utils.data
 
 ``--step-ms Z`` makes every step cost at least Z ms of loading (so that steps are long enough
 to follow on a busy machine). ``--ddp`` trains with DistributedDataParallel over gloo from
-torchrun's environment. ``--hold-at STEP --hold-file F``: before STEP, wait until F exists
-(a test's way to stop the job at a known step). Prints ``done STEPS`` at the end (rank 0).
+torchrun's environment. ``--hold-in-window K --hold-file F``: the K-th time a profiler is
+recording, write F and wait there for good (a test's way to kill a run inside a window).
+Prints ``done STEPS`` at the end (rank 0).
 """
 
 import argparse
-import os
 import sys
 import time
 
@@ -51,7 +51,7 @@ def main() -> int:
     p.add_argument("--step-ms", type=float, default=0.0)
     p.add_argument("--hidden", type=int, default=32)
     p.add_argument("--ddp", action="store_true")
-    p.add_argument("--hold-at", type=int, default=0)
+    p.add_argument("--hold-in-window", type=int, default=0)
     p.add_argument("--hold-file", default="")
     args = p.parse_args()
 
@@ -68,11 +68,18 @@ def main() -> int:
         model = torch.nn.parallel.DistributedDataParallel(model)
     opt = torch.optim.SGD(model.parameters(), lr=0.01)
     loader = DataLoader(Batches(args.steps, args), batch_size=None, shuffle=False, num_workers=0)
+    recording, windows = False, 0
     for i, (x, y) in enumerate(loader):
         step = i + 1
-        if args.hold_at and step == args.hold_at:
-            while not os.path.exists(args.hold_file):
-                time.sleep(0.02)
+        if args.hold_in_window:
+            now = bool(torch._C._autograd._profiler_enabled())
+            windows += now and not recording
+            recording = now
+            if now and windows == args.hold_in_window:
+                with open(args.hold_file, "w") as fh:
+                    fh.write(str(step))
+                while True:
+                    time.sleep(1.0)
         if rank == args.slow_rank and step >= args.change_at:
             time.sleep(args.sleep_ms / 1000.0)
         opt.zero_grad()

@@ -275,6 +275,7 @@ class _ProfilerWindow:
         self.window_steps = (first, first + active - 1)
         if self.window:
             self.record("profiler_start", step=self.step, window=self.window, window_steps=list(self.window_steps))
+            self.flush()  # a run killed inside the window still says that it was recording
         else:
             self.record("profiler_start", step=self.step, window_steps=list(self.window_steps))
 
