@@ -198,7 +198,7 @@ class _Hooks(_ProfilerWindow):
         register_optimizer_step_post_hook(self.post_step)
         try:
             self._watch_backward(torch)
-        except Exception as exc:  # without it, no rank is named slowest; nothing else changes
+        except Exception as exc:  # noqa: BLE001  (without it no rank is named slowest; nothing else changes)
             self.error("backward watch", exc)
         try:
             self._watch_profilers(torch)
