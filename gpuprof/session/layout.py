@@ -94,9 +94,11 @@ window). ``control/demand-<ns>-<pid>.json``: a window asked for (``requested_uni
 gains ``windows`` (``every_steps``, ``every_s``, ``on_change``, ``keep``, ``trigger_gap_s``).
 Hook records gain: ``backward_unix_s`` on ``step`` (when the step's first
 ``torch.autograd.backward`` started), ``window`` on ``profiler_start`` and ``trace`` (absent
-or 0: the first window), ``window_steps`` on ``profiler_start`` and ``trace``
-(``[first, last]``: the optimizer steps the window records) and the kind ``window_missed`` (``window``, ``step``: the process was past the
-window's start when it saw the request).
+or 0: the first window), ``window_steps`` on ``profiler_start`` and ``trace`` (``[first,
+last]``: the optimizer steps the window records) and the kind ``window_missed``
+(``window``, ``step``, ``start_step``: the process was past the window's start when it saw
+the request). Every path a window writes is inside the session folder, and the records name
+it relative to it. How windows are asked for: docs/long-runs.md.
 
 Every ``*.jsonl`` file is readable with ``pandas.read_json(path, lines=True)`` once the
 run has finished; a run killed mid-write may leave a torn last line, which
