@@ -104,16 +104,26 @@ def rates(cmd: list[str]) -> tuple[float, float]:
     return float(wall.group(1)), float(cpu.group(1))
 
 
-def end_to_end(steps: int, repeats: int, from_step: int = 500) -> list[tuple[float, float, float, float]]:
+ARMS = {
+    "plain": None,
+    "hooks and sampler only (--profile-active 0)": ["--profile-active", "0"],
+    "gpuprof run (windows, change trigger on)": [],
+}
+
+
+def end_to_end(steps: int, repeats: int, from_step: int = 500) -> dict[str, list[tuple[float, float]]]:
+    """(wall, CPU) steps per second of each arm, the arms alternated ``repeats`` times."""
     script = [str(TINY), "--steps", str(steps), "--hidden", "256", "--report-rate", str(from_step)]
-    pairs = []
-    for _ in range(repeats):  # alternated: slow drifts in machine load hit both sides
-        plain = rates([sys.executable, *script])
-        with tempfile.TemporaryDirectory() as d:
-            under = rates([sys.executable, "-m", "gpuprof", "run", "--no-report", "--session-dir",
-                           os.path.join(d, "s"), "--", sys.executable, *script])
-        pairs.append((*plain, *under))
-    return pairs
+    out: dict[str, list[tuple[float, float]]] = {k: [] for k in ARMS}
+    for _ in range(repeats):  # alternated: slow drifts in machine load hit every arm
+        for name, opts in ARMS.items():
+            if opts is None:
+                out[name].append(rates([sys.executable, *script]))
+                continue
+            with tempfile.TemporaryDirectory() as d:
+                out[name].append(rates([sys.executable, "-m", "gpuprof", "run", "--no-report", "--session-dir",
+                                        os.path.join(d, "s"), *opts, "--", sys.executable, *script]))
+    return out
 
 
 def controller_cost(steps: int = 20_000) -> float:
@@ -209,17 +219,17 @@ def main() -> int:
     costs = hook_costs()
     for k, v in costs.items():
         print(f"   {k:28s} {v:8.3f} us per step")
-    pairs = end_to_end(args.steps, args.repeats)
-    for pw, pc, uw, uc in pairs:
-        print(f"   tiny_train plain {pc:9.1f} steps/CPU-s ({1e3 / pc:.3f} ms CPU/step), gpuprof run {uc:9.1f} "
-              f"steps/CPU-s: {100 * (1 - uc / pc):+.2f} % (wall {pw:.0f} vs {uw:.0f} steps/s)")
-    # Best of the runs on each side: load from other programs only ever slows a run down.
-    best_plain, best_under = max(pc for _, pc, _, _ in pairs), max(uc for _, _, _, uc in pairs)
-    step_us = 1e6 / best_plain
+    arms = end_to_end(args.steps, args.repeats)
+    # Best of the runs of each arm: load from other programs only ever slows a run down.
+    best = {name: max(c for _, c in runs) for name, runs in arms.items()}
+    plain = best["plain"]
+    for name, runs in arms.items():
+        cpu = ", ".join(f"{c:.0f}" for _, c in runs)
+        print(f"   tiny_train, {name}: best {best[name]:.1f} steps/CPU-s ({1e3 / best[name]:.3f} ms CPU/step, "
+              f"{100 * (1 - best[name] / plain):+.2f} % against plain; runs {cpu})")
+    step_us = 1e6 / plain
     hooked = costs["step hook, windows polled"] + costs["backward mark"]
-    print(f"   best of {len(pairs)}: plain {best_plain:.1f}, gpuprof run {best_under:.1f} steps/CPU-s: "
-          f"{100 * (1 - best_under / best_plain):+.2f} %; the hooks alone {hooked:.2f} us = "
-          f"{100 * hooked / step_us:.3f} % of its {step_us:.0f} us step")
+    print(f"   the hooks alone {hooked:.2f} us = {100 * hooked / step_us:.3f} % of its {step_us:.0f} us step")
     print("\n2. between windows, in gpuprof's process")
     print(f"   window controller            {controller_cost():8.3f} us CPU per step per rank followed")
     print(f"\n3. each window (shifting_train.py, 20 ms steps, --profile-every {args.every})")

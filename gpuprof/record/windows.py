@@ -24,6 +24,7 @@ failure is one line in the session's events and the controller goes on or stops.
 from __future__ import annotations
 
 import contextlib
+import itertools
 import math
 import os
 import shutil
@@ -167,8 +168,10 @@ class WindowController(RunObserver):
         self.planner = WindowPlanner(opts, clock(), busy_until_step=first_end)
         self.windows: dict[int, _Window] = {}
         self.procs: dict[int, _Process] = {}
-        self.to_backward: dict[int, dict[int, float]] = {}  # rank -> step -> seconds
-        self.step_s: dict[int, float] = {}  # step -> the lead process's step time
+        # The recent steps the slowest rank is judged on: rank -> (step, seconds to backward),
+        # and (step, the lead process's step time).
+        self.to_backward: dict[int, deque[tuple[int, float]]] = {}
+        self.step_s: deque[tuple[int, float]] = deque(maxlen=RECENT_STEPS)
         self.lead_step = 0
         self.lead_time_s: float | None = None  # when the lead step ended (wall clock)
         self.pending_change: Change | None = None
@@ -230,7 +233,7 @@ class WindowController(RunObserver):
             self._take_step(mark)
         if now - self._slow_at >= SLOWEST_EVERY_S:
             self._slow_at = now
-            self.slow = slowest_rank(self.to_backward, self.step_s)
+            self.slow = slowest_rank({r: dict(v) for r, v in self.to_backward.items()}, dict(self.step_s))
         self._check_windows(now)
         self._diagnose()  # first: a diagnosis just finished lets the next window be asked for now
         self._plan(now)
@@ -239,7 +242,9 @@ class WindowController(RunObserver):
         """Steps a profiler slowed (a window's warm-up, steps and trace export)."""
         if self.first_window is not None and self.first_window[0] <= step <= self.first_window[1] + 1:
             return True
-        for w in self.windows.values():
+        # Windows are asked for in step order and the steps read are the recent ones: only the
+        # latest windows can hold them (this runs once per step followed).
+        for w in itertools.islice(reversed(self.windows.values()), 3):
             r = w.request
             if r.start_step - r.warmup - 1 <= step <= r.last_step + 2:
                 return True
@@ -259,19 +264,15 @@ class WindowController(RunObserver):
             return
         dt = m.time_unix_s - prev_t
         if m.rank is not None and m.backward_unix_s is not None and m.backward_unix_s >= prev_t:
-            per = self.to_backward.setdefault(m.rank, {})
-            per[m.step] = m.backward_unix_s - prev_t
-            if len(per) > RECENT_STEPS:
-                for s in sorted(per)[: len(per) - RECENT_STEPS]:
-                    del per[s]
+            per = self.to_backward.get(m.rank)
+            if per is None:
+                per = self.to_backward[m.rank] = deque(maxlen=RECENT_STEPS)
+            per.append((m.step, m.backward_unix_s - prev_t))
         if self._skip(m.step):
             return
         p.durations.append(dt)
         if m.step >= self.lead_step - 1:
-            self.step_s[m.step] = dt
-            if len(self.step_s) > RECENT_STEPS:
-                for s in sorted(self.step_s)[: len(self.step_s) - RECENT_STEPS]:
-                    del self.step_s[s]
+            self.step_s.append((m.step, dt))
         change = p.detector.add(m.step, dt)
         pending = self.pending_change
         # Another rank declaring the same change keeps the first; a later change replaces it.
