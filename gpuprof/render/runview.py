@@ -151,8 +151,9 @@ def _phase_strip(view: rf.RunView, lo_step: int, span: int, height: int) -> str:
         return ""
     rects = []
     for b in bands:
-        a = 1000.0 * ((b.first_step or 0) - lo_step) / span
-        w = max(1.0, 1000.0 * ((b.last_step or 0) - (b.first_step or 0) + 1) / span)
+        a = min(max(1000.0 * ((b.first_step or 0) - lo_step) / span, 0.0), 1000.0)
+        end = min(max(1000.0 * ((b.last_step or 0) + 1 - lo_step) / span, 0.0), 1000.0)
+        w = max(1.0, end - a)  # within the plot: the series starts at the first timed step
         color = PHASE_COLORS.get(b.kind, "#888888")
         rects.append(f'<rect x="{a:.2f}" y="0" width="{w:.2f}" height="{height}" fill="{color}">'
                      f'<title>{e(f"{b.kind}: steps {b.first_step}-{b.last_step}")}</title></rect>')
