@@ -156,7 +156,7 @@ def window_run(steps: int, every: int) -> Path:
     d = Path(tempfile.mkdtemp(prefix="gpuprof-bench-windows-"))
     s = d / "s"
     subprocess.run([sys.executable, "-m", "gpuprof", "run", "--no-report", "--session-dir", str(s), "--profile-every",
-                    str(every), "--keep", "100", "--no-trigger-on-change", "--", sys.executable, str(SHIFTING),
+                    str(every), "--keep", "100", "--no-trigger", "--", sys.executable, str(SHIFTING),
                     "--steps", str(steps), "--step-ms", "20"], check=True, capture_output=True)
     return s
 

@@ -76,20 +76,23 @@ def profiler_steps(trace: Path) -> list[str]:
 
 
 def assert_triggered_in_time(req: dict[str, Any], change_at: int, slow_step_s: float) -> None:
+    """Declared at most DETECT_STEPS after the change (a loaded machine's noise may tip it a
+    step or two early), and recording the new level within the stated lead after that."""
     c = req["change"]
-    assert req["reason"] == "change" and change_at <= c["detected_step"] <= change_at + DETECT_STEPS, req
-    assert change_at - 1 <= c["step"] <= change_at + 1, req
-    assert req["start_step"] <= c["detected_step"] + WARMUP + 1 + math.ceil(3.5 / slow_step_s), req
+    assert req["reason"] == "change" and c["detected_step"] <= change_at + DETECT_STEPS, req
+    lead = DETECT_STEPS + WARMUP + 1 + math.ceil(3.5 / slow_step_s)
+    assert change_at <= req["start_step"] <= change_at + lead, req
 
 
 def test_a_slower_dataloader_triggers_a_window_and_analyze_names_it(tmp_path: Path) -> None:
     s = tmp_path / "s"
-    p = run(s, [sys.executable, str(SCRIPT), "--steps", "110", "--step-ms", "10", "--change-at", "45",
+    # Steps of 40 ms, then 110 ms: long enough that a loaded machine's jitter stays small beside them.
+    p = run(s, [sys.executable, str(SCRIPT), "--steps", "100", "--step-ms", "40", "--change-at", "45",
                 "--slow-data-ms", "70"], "--trigger-gap", "0")
     assert p.returncode == 0, p.stderr[-3000:]
-    assert p.stdout.strip() == "done 110"  # the job's own output, unchanged
+    assert p.stdout.strip() == "done 100"  # the job's own output, unchanged
     [req] = requests(s)
-    assert_triggered_in_time(req, 45, 0.075)
+    assert_triggered_in_time(req, 45, 0.11)
     # Diagnosed while the job ran (no terminal: a line on stderr), in the window's folder.
     assert f"gpuprof: window 1 (steps {req['start_step']}-{req['start_step'] + 2}" in p.stderr
     diag = json.loads((s / "windows" / "0001" / "diagnosis.json").read_text())
@@ -101,7 +104,7 @@ def test_a_slower_dataloader_triggers_a_window_and_analyze_names_it(tmp_path: Pa
     assert top["cause"] == "dataloader" and 50_000 <= top["delta_us_per_step"] <= 95_000
     assert change["text"].startswith(f"from step {change['step']} the step rose ") and "dataloader +" in change["text"]
     assert [w["status"] for w in doc["windows"]] == ["recorded", "recorded"]
-    assert doc["step_clock"]["steps"] == 109 and doc["phases"]["source"] == "steps"
+    assert doc["step_clock"]["steps"] == 99 and doc["phases"]["source"] == "steps"
     text = subprocess.run([*GPUPROF, "analyze", str(s)], capture_output=True, text=True, timeout=240, check=True).stdout
     assert change["text"] in text and "Over the run" in text
 
@@ -109,9 +112,9 @@ def test_a_slower_dataloader_triggers_a_window_and_analyze_names_it(tmp_path: Pa
 def test_two_ranks_trigger_records_the_same_steps_and_a_slow_rank_is_named(tmp_path: Path) -> None:
     """torchrun, 2 gloo ranks: `gpuprof trigger` asked for a window as soon as the run starts
     (answered once the first window is over and the hooks' log shows it, at most a second
-    later), then rank 1 sleeps 100 ms a step from step 180."""
+    later), then rank 1 sleeps 100 ms a step from step 150."""
     s = tmp_path / "s"
-    job = [*torchrun(), str(SCRIPT), "--ddp", "--steps", "240", "--step-ms", "15", "--change-at", "180",
+    job = [*torchrun(), str(SCRIPT), "--ddp", "--steps", "210", "--step-ms", "30", "--change-at", "150",
            "--slow-rank", "1", "--sleep-ms", "100"]
     with subprocess.Popen([*GPUPROF, "run", "--no-report", "--trigger-gap", "0", "--session-dir", str(s), "--", *job],
                           stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True) as proc:
@@ -127,7 +130,7 @@ def test_two_ranks_trigger_records_the_same_steps_and_a_slow_rank_is_named(tmp_p
     reqs = {r["window"]: r for r in requests(s)}
     demand = reqs[1]
     a, b = demand["start_step"], demand["start_step"] + demand["active"] - 1
-    assert b < 170, "the demanded window came too late to leave the change its own window"
+    assert b < 140, "the demanded window came too late to leave the change its own window"
     assert trig.stdout == (f"window 1: every rank records optimizer steps {a}-{b} (asked for at step "
                            f"{demand['requested_at_step']}; asked for (gpuprof trigger or SIGUSR1))\n")
     traces = [r for r in hook_records(s, "trace") if r.get("window") == 1]
@@ -136,12 +139,12 @@ def test_two_ranks_trigger_records_the_same_steps_and_a_slow_rank_is_named(tmp_p
     t0, t1 = (s / "windows" / "0001" / "traces" / f"rank{r}.pt.trace.json.gz" for r in (0, 1))
     assert profiler_steps(t0) == profiler_steps(t1) and len(profiler_steps(t0)) == 3
     doc = analyze(s)
-    [change] = [c for c in doc["changes"] if abs(c["step"] - 180) <= 1]
+    [change] = [c for c in doc["changes"] if abs(c["step"] - 150) <= 1]
     after = reqs[change["window_after"]]
     if after["reason"] == "change":
-        assert_triggered_in_time(after, 180, 0.12)
+        assert_triggered_in_time(after, 150, 0.135)
     else:  # a loaded machine shifted the step time on its own just before: its window came first
-        assert 180 <= after["start_step"] <= change["detected_step"] + WARMUP + 1 + math.ceil(3.5 / 0.12)
+        assert 150 <= after["start_step"] <= change["detected_step"] + WARMUP + 1 + math.ceil(3.5 / 0.135)
     assert change["causes"][0]["cause"] == "host" and change["causes"][0]["rank"] == 1
     assert "on rank 1, which rank 0 waits for (straggler)" in change["text"]
     slow = doc["step_clock"]["slowest_rank"]
@@ -152,7 +155,7 @@ def test_profile_every_keeps_the_disk_bounded(tmp_path: Path) -> None:
     s = tmp_path / "s"
     keep = 0
     p = run(s, [sys.executable, str(SCRIPT), "--steps", "260", "--step-ms", "20"], "--profile-every", "25",
-            "--keep", str(keep), "--no-trigger-on-change")
+            "--keep", str(keep), "--no-trigger")
     assert p.returncode == 0, p.stderr[-3000:]
     reqs = requests(s)
     # Windows come every 25 steps, or as soon as the one before is diagnosed (a few seconds).
@@ -170,6 +173,8 @@ def test_profile_every_keeps_the_disk_bounded(tmp_path: Path) -> None:
     assert len(doc["windows"]) == len(folders) + 1
     pruned = [w for w in doc["windows"] if w["window"] and not w["traces_kept"]]
     assert pruned and all(w["status"] == "recorded" and w["diagnosis"]["ok"] for w in pruned)
+    # The session keeps every window's report: pruning takes the traces only.
+    assert all((s / "windows" / f"{w['window']:04d}" / "report.json").is_file() for w in pruned)
 
 
 def test_a_run_killed_inside_a_window_keeps_every_finished_window(tmp_path: Path) -> None:
@@ -177,7 +182,7 @@ def test_a_run_killed_inside_a_window_keeps_every_finished_window(tmp_path: Path
     hold = tmp_path / "holding"
     job = [sys.executable, str(SCRIPT), "--steps", "400", "--step-ms", "20", "--hold-in-window", "3",
            "--hold-file", str(hold)]
-    proc = subprocess.Popen([*GPUPROF, "run", "--no-report", "--profile-every", "20", "--no-trigger-on-change",
+    proc = subprocess.Popen([*GPUPROF, "run", "--no-report", "--profile-every", "20", "--no-trigger",
                              "--session-dir", str(s), "--", *job], stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
                             start_new_session=True)
     try:

@@ -42,12 +42,12 @@ the elapsed time, steps and steps/s, the profiler phase and each GPU's utilizati
 and power; CMD's own output scrolls above it.
 
 Long runs: besides that first window, gpuprof profiles the same few steps on every rank again
-when the step time shifts beyond its own noise (--trigger-on-change, on by default; at most one
+when the step time shifts beyond its own noise (--trigger, on by default; at most one
 such window per --trigger-gap), every --profile-every N steps or duration (e.g. 500, 10m), and
 on demand (`gpuprof trigger DIR`, or `kill -USR1` of gpuprof). Each window is diagnosed while
 the job runs, in a low-priority process; the status line shows the latest window's top cause
 and a rank that is consistently slowest. --keep K windows keep their traces (plus the first
-and the worst); the others keep their diagnosis only.
+and the worst); the others keep their diagnosis and report only.
 
 When CMD ends, the report is saved in the session folder (report.json, report.html) and
 printed on stderr (--format text or markdown); stdout stays CMD's. -o FILE writes it
@@ -219,13 +219,13 @@ def run(
     profile_every: str | None = typer.Option(None, "--profile-every", metavar="N|DURATION",
                                              help="Also profile a window every N optimizer steps (500) or every "
                                              "DURATION (90s, 10m, 2h)."),
-    trigger_on_change: bool = typer.Option(True, "--trigger-on-change/--no-trigger-on-change",
+    trigger_on_change: bool = typer.Option(True, "--trigger/--no-trigger",
                                            help="Profile a window when the step time shifts beyond its own noise."),
     trigger_gap: str = typer.Option("5m", "--trigger-gap", metavar="DURATION",
                                     help="At most one window triggered by a change per DURATION (0s: no limit)."),
     keep: int = typer.Option(DEFAULT_KEEP, "--keep", min=0, metavar="K",
                              help="Windows after the first whose traces are kept, besides the worst one; older "
-                             "ones keep only their diagnosis."),
+                             "ones keep their diagnosis and report only."),
 ) -> None:
     from gpuprof import render
 

@@ -60,6 +60,11 @@ class RunView:
     series: StepSeries | None
 
     @property
+    def sentences(self) -> tuple[str, ...]:
+        """The run's lines before its phases, in the order every format shows them."""
+        return tuple(x for x in (self.headline, *self.changes, self.slowest) if x)
+
+    @property
     def empty(self) -> bool:
         return not (self.headline or self.changes or self.phases or len(self.windows) > 1 or self.slowest)
 

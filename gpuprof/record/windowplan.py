@@ -24,8 +24,8 @@ looks, 1 s of lead), plus the warm-up and one step.
 
 **Which are kept** (``--keep K``): the first window (``traces/``, never removed), the
 window whose profiled steps were slowest (the worst), and the K most recent diagnosed ones.
-Pruning a window removes its traces and full report; its request and diagnosis stay, so the
-run's report still lists it with its causes.
+Pruning a window removes its traces; its request, diagnosis and report stay, so the run's
+report still lists it with its causes.
 """
 
 from __future__ import annotations

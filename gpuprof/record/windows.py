@@ -14,7 +14,7 @@ A window is recorded when every process that started it has written its trace (o
 :data:`WINDOW_TIMEOUT_S`). Then ``python -m gpuprof.pipeline.windowdiag SESSION N`` analyzes
 it at the lowest CPU priority (``nice`` 19), one window at a time, and writes
 ``diagnosis.json`` and ``report.json`` beside its traces; the latest diagnosis is what the
-live line shows. Then windows beyond ``--keep`` lose their traces and full report.
+live line shows. Then windows beyond ``--keep`` lose their traces (their reports stay).
 
 On demand: ``gpuprof trigger SESSION`` writes a demand into ``control/``; ``kill -USR1``
 of gpuprof's own process asks for a window too. Nothing here may cost the job its run: every
@@ -49,7 +49,6 @@ from gpuprof.record.windowplan import KeptWindow, WindowOptions, WindowPlanner, 
 from gpuprof.session.layout import CONTROL_DIR, HOOKS_DIR, TRACES_DIR, WINDOWS_DIR
 from gpuprof.session.windows import (
     DIAGNOSIS_FILE,
-    WINDOW_REPORT_FILE,
     Demand,
     WindowRequest,
     read_demands,
@@ -407,9 +406,7 @@ class WindowController(RunObserver):
         kept = [KeptWindow(n, w.state == "done", w.pruned, _step_us(w.diagnosis)) for n, w in self.windows.items()]
         for n in to_prune(kept, self.opts.keep):
             folder = window_dir(self.root, n)
-            shutil.rmtree(folder / TRACES_DIR, ignore_errors=True)
-            with contextlib.suppress(OSError):
-                (folder / WINDOW_REPORT_FILE).unlink()
+            shutil.rmtree(folder / TRACES_DIR, ignore_errors=True)  # its report and diagnosis stay
             self.windows[n].pruned = True
 
     def _finish_diagnosis(self) -> None:

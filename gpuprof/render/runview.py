@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import html
 import math
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 
 from rich.console import RenderableType
 from rich.text import Text
@@ -34,31 +34,29 @@ def e(value: object) -> str:
 
 def _lines(view: rf.RunView) -> tuple[list[str], list[str]]:
     """(sentences, phase lines) of the run, in the order every format shows them."""
-    head: list[str] = []
-    if view.headline:
-        head.append(view.headline)
-    head.extend(view.changes)
-    if view.slowest:
-        head.append(view.slowest)
-    return head, list(view.phases)
+    return list(view.sentences), list(view.phases)
 
 
-def text_section(report: Report) -> list[RenderableType]:
-    """The run for the terminal report (empty for a report without it)."""
+Bullet = Callable[[str, str, str], RenderableType]
+
+
+def text_section(report: Report, bullet: Bullet) -> list[RenderableType]:
+    """The run for the terminal report (empty for a report without it); ``bullet(marker,
+    text, style)`` is the text report's own bullet (wrapped or not, as it is)."""
     view = rf.run_view(report)
     if view is None or view.empty:
         return []
     head, phases = _lines(view)
     out: list[RenderableType] = [Text(TITLE, style="bold underline")]
-    out.extend(Text("   - ").append(x) for x in head)
+    out.extend(bullet("-", x, "dim") for x in head)
     if phases:
-        out.append(Text("   Phases:", style="bold"))
-        out.extend(Text("     ").append(x) for x in phases)
+        out.append(Text("Phases", style="bold"))
+        out.extend(bullet("-", x, "dim") for x in phases)
     rows = rf.window_table(view)
     if rows:
-        out.append(Text("   Profiled windows:", style="bold"))
+        out.append(Text("Profiled windows", style="bold"))
         for w, steps, why, kept, found in rows:
-            out.append(Text(f"     #{w} steps {steps} ({why}; traces {kept}): ").append(found or "-", style="cyan"))
+            out.append(bullet(f"#{w}", f"steps {steps} ({why}; traces {kept}): {found or '-'}", "cyan"))
     return out
 
 

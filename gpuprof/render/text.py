@@ -165,7 +165,7 @@ def _renderables(report: Report, width: int, wrap: bool = True, view: fg.View = 
         if samples:
             parts.append(Text(""))
             parts.extend(samples)
-        whole = text_section(report)  # a long run: its windows, changes and phases
+        whole = text_section(report, lambda marker, line, style: _bullet(marker, line, style, wrap))  # a long run: its windows, changes and phases
         if whole:
             parts.append(Text(""))
             parts.extend(whole)
@@ -195,7 +195,7 @@ def _renderables(report: Report, width: int, wrap: bool = True, view: fg.View = 
         if samples:
             parts.append(Text(""))
             parts.extend(samples)
-        whole = text_section(report)
+        whole = text_section(report, lambda marker, line, style: _bullet(marker, line, style, wrap))
         if whole:
             parts.append(Text(""))
             parts.extend(whole)

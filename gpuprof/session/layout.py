@@ -88,8 +88,7 @@ steps every rank records and why: ``window``, ``start_step``, ``warmup``, ``acti
 ``reason`` -- ``every``, ``change`` or ``demand`` --, ``detail``, ``requested_unix_s``,
 ``requested_at_step``, ``change``, ``demand``), ``traces/`` (one trace per rank, named as in
 ``traces/``), ``diagnosis.json`` (the window's diagnosis, made while the job runs) and
-``report.json`` (its full report; removed with the traces when ``--keep`` prunes the
-window). ``control/demand-<ns>-<pid>.json``: a window asked for (``requested_unix_s``,
+``report.json`` (its full report; both stay when ``--keep`` prunes the window's traces). ``control/demand-<ns>-<pid>.json``: a window asked for (``requested_unix_s``,
 ``at_step``), removed once ``gpuprof run`` answered it with a window. ``session.json``
 gains ``windows`` (``every_steps``, ``every_s``, ``on_change``, ``keep``, ``trigger_gap_s``).
 Hook records gain: ``backward_unix_s`` on ``step`` (when the step's first

@@ -4,8 +4,8 @@ Layout (revision 2 of ``gpuprof.session/1``, see :mod:`gpuprof.session.layout`):
 
     <session>/windows/0001/request.json      which steps every rank records, and why
     <session>/windows/0001/traces/rank<R>.pt.trace.json.gz
-    <session>/windows/0001/diagnosis.json    the window's diagnosis (kept when traces are pruned)
-    <session>/windows/0001/report.json       the window's full report (pruned with its traces)
+    <session>/windows/0001/diagnosis.json    the window's diagnosis, made while the job runs
+    <session>/windows/0001/report.json       the window's full report (both kept when traces are pruned)
     <session>/control/demand-<ns>-<pid>.json a window asked for by ``gpuprof trigger``
 
 A window folder appears whole: ``gpuprof run`` writes ``request.json`` into a hidden folder
@@ -190,7 +190,7 @@ class WindowFiles:
     traces: tuple[str, ...] = ()
     unfinished: tuple[str, ...] = ()  # traces whose process stopped while writing them
     diagnosis: Mapping[str, Any] | None = None
-    report: str | None = None  # report.json, while the traces are kept
+    report: str | None = None  # report.json, when the window was diagnosed
     problems: tuple[str, ...] = field(default=())
 
 
