@@ -3,9 +3,11 @@
     python benchmarks/bench_windows.py [--steps 6000] [--repeats 3] [--window-run-steps 600]
 
 1. **Between windows, in the job** -- the step hook (with the window requests it polls) and
-   the backward mark, timed alone in-process, in microseconds per step; and the CPU test
-   job (``tests/data/tiny_train.py``) bare and under ``gpuprof run`` (change trigger on, the
-   default), alternated ``--repeats`` times, its steady steps per CPU second of the training
+   the backward mark, timed alone in-process, in microseconds per step; the CPU test job's
+   training loop in its own process, bare and with the hooks installed, as the fastest of
+   many 100-step chunks (the steady figure on a shared machine); and the CPU test job
+   (``tests/data/tiny_train.py``) bare and under ``gpuprof run`` (hooks and sampler only;
+   and with windows and the change trigger, the default), alternated ``--repeats`` times, its steady steps per CPU second of the training
    process after the first window (the figure an in-process hook moves; wall-clock rates on
    shared CPUs swing by more than the effect), best of the runs on each side (load from
    other programs only ever slows a run; on a machine loaded past its cores even the CPU
@@ -92,6 +94,98 @@ def hook_costs(calls: int = 200_000) -> dict[str, float]:
             fn()
         out[label] = (time.perf_counter() - t0) / calls * 1e6
     out["backward mark"] = out.pop("backward, marked") - out.pop("backward, bare")
+    return out
+
+
+# The CPU test job's step, timed in its own process with and without the hooks installed as
+# gpuprof run installs them (the step hook, the backward mark, the profiler watch; no window
+# open): the fastest chunk of 100 steps of many, which load from other programs cannot
+# make faster -- on a shared machine, the only steady figure of a few microseconds.
+_IN_PROCESS = r"""
+import os, sys, tempfile, time, torch
+torch.manual_seed(0); torch.set_num_threads(1)
+x, y = torch.randn(256, 32), torch.randn(256, 1)
+model = torch.nn.Sequential(torch.nn.Linear(32, 256), torch.nn.ReLU(), torch.nn.Linear(256, 1))
+opt = torch.optim.SGD(model.parameters(), lr=0.01)
+if sys.argv[1] == "hooks":
+    sys.path.insert(0, sys.argv[2])
+    os.environ["GPUPROF_WINDOWS"] = "1"
+    import gpuprof_torch_hooks as gh
+    d = tempfile.mkdtemp()
+    os.makedirs(os.path.join(d, "windows"))
+    gh._Hooks(d, (0, 0, 0)).on_torch_imported(torch)
+def step():
+    opt.zero_grad(); torch.nn.functional.mse_loss(model(x), y).backward(); opt.step()
+for _ in range(500):
+    step()
+best = 1e9
+for _ in range(200):
+    t = time.perf_counter()
+    for _ in range(100):
+        step()
+    best = min(best, time.perf_counter() - t)
+print(best / 100 * 1e6)
+"""
+
+
+# The same loop counted in instructions under valgrind (cachegrind, no cache model): exact
+# where timing is not. Under valgrind a step takes ~50x longer, so the wall clock is replaced
+# by one that runs at the native pace (two reads a step, 0.4 ms a step): the hooks' once-a-
+# second log write and twice-a-second look for window requests happen as often per step as
+# they do natively. Two runs per arm (200 and 1200 steps) cancel the start-up.
+_COUNTED = r"""
+import os, sys, tempfile, time, torch
+calls, t0 = [0], time.time()
+def native_pace() -> float:
+    calls[0] += 1
+    return t0 + 0.0002 * calls[0]
+time.time = native_pace
+torch.manual_seed(0); torch.set_num_threads(1)
+x, y = torch.randn(256, 32), torch.randn(256, 1)
+model = torch.nn.Sequential(torch.nn.Linear(32, 256), torch.nn.ReLU(), torch.nn.Linear(256, 1))
+opt = torch.optim.SGD(model.parameters(), lr=0.01)
+if sys.argv[1] == "hooks":
+    sys.path.insert(0, sys.argv[3])
+    os.environ["GPUPROF_WINDOWS"] = "1"
+    import gpuprof_torch_hooks as gh
+    d = tempfile.mkdtemp()
+    os.makedirs(os.path.join(d, "windows"))
+    gh._Hooks(d, (0, 0, 0)).on_torch_imported(torch)
+for _ in range(int(sys.argv[2])):
+    opt.zero_grad(); torch.nn.functional.mse_loss(model(x), y).backward(); opt.step()
+"""
+
+
+def instructions_per_step() -> dict[str, float] | None:
+    """Instructions per step of the CPU test job's loop, bare and hooked (None without valgrind)."""
+    import shutil
+
+    if shutil.which("valgrind") is None:
+        return None
+    out = {}
+    env = dict(os.environ, PYTHONHASHSEED="0")
+    for arm in ("bare", "hooks"):
+        refs = []
+        for n in (200, 1200):
+            p = subprocess.run(["valgrind", "--tool=cachegrind", "--cache-sim=no", "--cachegrind-out-file=/dev/null",
+                                sys.executable, "-c", _COUNTED, arm, str(n), str(HOOKS)], capture_output=True,
+                               text=True, check=True, env=env)
+            m = re.search(r"I\s+refs:\s+([\d,]+)", p.stderr)
+            if m is None:
+                raise SystemExit(f"no instruction count from valgrind: {p.stderr[-500:]}")
+            refs.append(int(m.group(1).replace(",", "")))
+        out[arm] = (refs[1] - refs[0]) / 1000
+    return out
+
+
+def in_process(rounds: int) -> dict[str, list[float]]:
+    """Microseconds per step of the CPU test job's loop, bare and hooked, alternated."""
+    out: dict[str, list[float]] = {"bare": [], "hooks": []}
+    for _ in range(rounds):
+        for arm in out:
+            p = subprocess.run([sys.executable, "-c", _IN_PROCESS, arm, str(HOOKS)], capture_output=True, text=True,
+                               check=True)
+            out[arm].append(float(p.stdout.strip().splitlines()[-1]))
     return out
 
 
@@ -213,12 +307,27 @@ def main() -> int:
     ap.add_argument("--repeats", type=int, default=3)
     ap.add_argument("--window-run-steps", type=int, default=600)
     ap.add_argument("--every", type=int, default=100)
+    ap.add_argument("--instructions", action="store_true",
+                    help="also count the loop's instructions under valgrind (about 6 minutes)")
     args = ap.parse_args()
     print(f"load average {os.getloadavg()[0]:.2f} on {os.cpu_count()} CPUs")
     print("\n1. between windows, in the job")
     costs = hook_costs()
     for k, v in costs.items():
         print(f"   {k:28s} {v:8.3f} us per step")
+    loop = in_process(args.repeats)
+    bare, hooked_us = min(loop["bare"]), min(loop["hooks"])
+    print(f"   the CPU test job's step in its own process, fastest 100-step chunk of {args.repeats} x 200: bare "
+          f"{bare:.1f} us, hooked {hooked_us:.1f} us: {100 * (hooked_us / bare - 1):+.2f} % "
+          f"(rounds: bare {', '.join(f'{v:.0f}' for v in loop['bare'])}; "
+          f"hooked {', '.join(f'{v:.0f}' for v in loop['hooks'])})")
+    if args.instructions:
+        counted = instructions_per_step()
+        if counted is None:
+            print("   (no valgrind: instructions not counted)")
+        else:
+            print(f"   instructions per step (valgrind, clock at the native pace): bare {counted['bare']:,.0f}, "
+                  f"hooked {counted['hooks']:,.0f}: {100 * (counted['hooks'] / counted['bare'] - 1):+.2f} %")
     arms = end_to_end(args.steps, args.repeats)
     # Best of the runs of each arm: load from other programs only ever slows a run down.
     best = {name: max(c for _, c in runs) for name, runs in arms.items()}
