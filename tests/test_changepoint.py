@@ -43,6 +43,13 @@ def test_a_clean_shift_is_declared_exactly_when_stated(ratio: float, delay: int)
 
 def test_a_shift_below_the_smallest_is_never_declared() -> None:
     assert run([0.1] * 30 + [0.104] * 2000) == []  # +4 %: under 10 %, the slack eats it
+    assert run([0.1] * 30 + [0.107] * 2000) == []  # +7 %: its sums reach the threshold, slowly; still no change
+    # A slow drift is declared once it has moved three quarters of the smallest shift.
+    drift = [0.1] * 30 + [0.1 * (1 + 0.0005 * i) for i in range(400)]
+    found = run(drift)
+    assert found, "a drift of +20 % over the run is a change"
+    step, detected, before, after = found[0]
+    assert after / before >= math.exp(0.75 * MIN) and detected < 30 + 400
 
 
 def test_one_or_two_spikes_in_a_row_never_declare_a_change() -> None:

