@@ -60,12 +60,11 @@ def text_section(report: Report, bullet: Bullet) -> list[RenderableType]:
     return out
 
 
-def md_section(report: Report, escape: object) -> list[str]:
-    """The run as Markdown lines (``escape``: the renderer's own escaping)."""
+def md_section(report: Report, esc: Callable[[object], str]) -> list[str]:
+    """The run as Markdown lines (``esc``: the renderer's own escaping)."""
     view = rf.run_view(report)
     if view is None or view.empty:
         return []
-    esc = escape if callable(escape) else str
     head, phases = _lines(view)
     out = [f"#### {TITLE}", ""] + [f"- {esc(x)}" for x in head] + [""]
     if phases:
