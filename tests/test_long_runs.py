@@ -33,6 +33,11 @@ SCRIPT = Path(__file__).resolve().parent / "data" / "shifting_train.py"
 GPUPROF = [sys.executable, "-m", "gpuprof"]
 DETECT_STEPS = 8
 WARMUP = 2
+# torch 2.13 on CPUs: a gloo process that ran torch.profiler (gpuprof's first window is
+# enough) aborts now and then at interpreter exit, after the job finished, with this line
+# (about 1 run in 10 of the two-rank job here; never seen without a profiler). Not gpuprof's
+# to fix; the test accepts it only after the job said it was done.
+EXIT_ABORT = "terminate called without an active exception"
 
 
 def torchrun() -> list[str]:
@@ -124,8 +129,8 @@ def test_two_ranks_trigger_records_the_same_steps_and_a_slow_rank_is_named(tmp_p
             time.sleep(0.05)
         trig = subprocess.run([*GPUPROF, "trigger", str(s), "--wait", "90"], capture_output=True, text=True, timeout=120,
                               check=False)
-        _, err = proc.communicate(timeout=240)
-    assert proc.returncode == 0, err[-3000:]
+        out, err = proc.communicate(timeout=240)
+    assert proc.returncode == 0 or (EXIT_ABORT in err and out.strip() == "done 210"), err[-3000:]
     assert trig.returncode == 0, trig.stderr
     reqs = {r["window"]: r for r in requests(s)}
     demand = reqs[1]
