@@ -155,6 +155,8 @@ def _stretches_from_steps(ends: np.ndarray, steps: np.ndarray, run_end: float) -
     first_start = max(0.0, float(ends[0]) - median)
     if first_start >= MIN_PHASE_S:
         out.append(("startup", 0.0, first_start, None, None))
+    else:
+        first_start = 0.0  # too short to be a phase: part of the first stretch
     a, a_step = first_start, int(steps[0])
     for i, g in enumerate(gaps):
         if g < limit:
@@ -162,9 +164,11 @@ def _stretches_from_steps(ends: np.ndarray, steps: np.ndarray, run_end: float) -
         out.append(("stepping", a, float(ends[i]), a_step, int(steps[i])))
         out.append(("pause", float(ends[i]), float(ends[i + 1]) - median, None, None))
         a, a_step = float(ends[i + 1]) - median, int(steps[i + 1])
-    out.append(("stepping", a, float(ends[-1]), a_step, int(steps[-1])))
     if run_end - float(ends[-1]) >= MIN_PHASE_S:
+        out.append(("stepping", a, float(ends[-1]), a_step, int(steps[-1])))
         out.append(("shutdown", float(ends[-1]), run_end, None, None))
+    else:  # too short to be a phase: part of the last stretch
+        out.append(("stepping", a, max(run_end, float(ends[-1])), a_step, int(steps[-1])))
     return out
 
 
