@@ -182,17 +182,17 @@ def in_process(rounds: int) -> dict[str, list[float]]:
     """Microseconds per step of the CPU test job's loop, bare and hooked, alternated."""
     out: dict[str, list[float]] = {"bare": [], "hooks": []}
     for _ in range(rounds):
-        for arm in out:
+        for arm, times in out.items():
             p = subprocess.run([sys.executable, "-c", _IN_PROCESS, arm, str(HOOKS)], capture_output=True, text=True,
                                check=True)
-            out[arm].append(float(p.stdout.strip().splitlines()[-1]))
+            times.append(float(p.stdout.strip().splitlines()[-1]))
     return out
 
 
 def rates(cmd: list[str]) -> tuple[float, float]:
     p = subprocess.run(cmd, capture_output=True, text=True, check=True)
-    wall = re.search(r"^steps_per_s=([0-9.]+)", p.stdout, re.M)
-    cpu = re.search(r"^cpu_steps_per_s=([0-9.]+)", p.stdout, re.M)
+    wall = re.search(r"^steps_per_s=([0-9.]+)", p.stdout, re.MULTILINE)
+    cpu = re.search(r"^cpu_steps_per_s=([0-9.]+)", p.stdout, re.MULTILINE)
     if not wall or not cpu:
         raise SystemExit(f"no rate in the output of {cmd}: {p.stdout!r} {p.stderr[-500:]!r}")
     return float(wall.group(1)), float(cpu.group(1))

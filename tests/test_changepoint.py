@@ -48,7 +48,7 @@ def test_a_shift_below_the_smallest_is_never_declared() -> None:
     drift = [0.1] * 30 + [0.1 * (1 + 0.0005 * i) for i in range(400)]
     found = run(drift)
     assert found, "a drift of +20 % over the run is a change"
-    step, detected, before, after = found[0]
+    _, detected, before, after = found[0]
     assert after / before >= math.exp(0.75 * MIN) and detected < 30 + 400
 
 
