@@ -22,19 +22,25 @@ run of a few minutes, and writes what it learns under ``$OUT`` (else ``--out DIR
               step against the step measured.
 ``torchrun``  two processes on the same GPU under ``gpuprof run`` (NCCL, else gloo), analyzed
               across ranks.
+``window``    a window triggered by a change of the step time (issue 31): the planted script
+              with every batch 40 ms slower from step 90 (``--slow-from``); the change is
+              declared within 8 steps, a window records the new steps (CUDA kernels in its
+              trace), is diagnosed while the job runs, and ``analyze`` names the change, its
+              step and its cause (dataloader).
 ``overhead``  the planted script bare and under ``gpuprof run``, interleaved, best of N.
 
 Every step has its own timeout inside one overall budget (``--budget-s``, default 450 s);
 a step that fails or times out is recorded and the next one runs; ``summary.json`` and
 ``summary.txt`` are rewritten after every step, so even a killed check leaves them. Without
 a GPU (or with ``--cpu``) the same command runs ``run``, ``analyze``, ``whatif``, ``torchrun``
-(gloo) and ``overhead`` on the CPU, says what it skipped and why, and exits 0 when nothing
+(gloo), ``window`` and ``overhead`` on the CPU, says what it skipped and why, and exits 0 when nothing
 failed. Exit code 1: some check failed (the summary says which).
 
 What comes back from the device machine is at most 8 files, so ``$OUT`` holds only:
 ``summary.json``, ``summary.txt``, ``check.log``, ``nvml.txt`` (the side-by-side table),
-``report.txt`` and ``report_torchrun.txt`` (the text reports) and ``results.tar.gz`` (the
-whole work folder: sessions, reports, raw outputs; the largest traces left out past 15 MiB).
+``report.txt``, ``report_torchrun.txt`` and ``report_window.txt`` (the text reports) and
+``results.tar.gz`` (the whole work folder: sessions, reports, raw outputs; the largest
+traces left out past 15 MiB).
 
 This script uses the standard library only and never imports gpuprof itself: it runs the
 installed gpuprof in subprocesses, so a broken install is a finding, not a crash.
@@ -71,8 +77,8 @@ RUNTIME = {"typer": "typer", "rich": "rich", "pandas": "pandas", "numpy": "numpy
            "nvidia-ml-py": "pynvml", "jsonschema": "jsonschema"}
 # The planted causes and the change to the training script that fixes each.
 FIXES = {"dataloader": ["--num-workers", "4"], "sync": ["--no-item"]}
-STEPS = ("install", "env", "nvml", "run", "analyze", "whatif", "torchrun", "overhead")
-TIMEOUTS_S = {"install": 180, "env": 90, "nvml": 90, "run": 180, "analyze": 120, "whatif": 180,
+STEPS = ("install", "env", "nvml", "run", "analyze", "whatif", "torchrun", "window", "overhead")
+TIMEOUTS_S = {"install": 180, "env": 90, "nvml": 90, "run": 180, "analyze": 120, "whatif": 180, "window": 150,
               "torchrun": 240, "overhead": 240}
 RESERVE_S = 15.0  # kept back from the budget for the summary and the archive
 PACK_LIMIT_BYTES = 15 * 2**20  # the device returns files of at most 16 MiB
@@ -1045,11 +1051,75 @@ def step_overhead(c: Check, rec: StepRecord) -> None:
         rec.figures["overhead_steady_pct"] = steady
         if c.gpu_mode():
             rec.expect("steady-state step overhead under 5 % (best of each)", steady < 5.0, steady)
+            # Issue 31's bound between windows: the hooks and the sampler under 1 % of a step.
+            rec.expect("steady-state step overhead under 1 % (best of each)", steady < 1.0, steady)
+
+
+WINDOW_SLOW_FROM, WINDOW_SLOW_MS, DETECT_STEPS = 90, 40.0, 8
+
+
+def window_facts(session: Path) -> dict[str, Any]:
+    """The windows after the first of a session (issue 31): each request, its traces (with
+    their kernels), its diagnosis, read as plain JSON."""
+    out: list[dict[str, Any]] = []
+    for folder in sorted((session / "windows").glob("[0-9]*")) if (session / "windows").is_dir() else []:
+        try:
+            req = json.loads((folder / "request.json").read_text())
+        except (OSError, ValueError):
+            req = None
+        try:
+            diag = json.loads((folder / "diagnosis.json").read_text())
+        except (OSError, ValueError):
+            diag = None
+        traces = {p.name: trace_facts(p) for p in sorted((folder / "traces").glob("*.json.gz"))}
+        out.append({"window": folder.name, "request": req, "traces": traces, "diagnosis": diag})
+    return {"windows": out}
+
+
+def step_window(c: Check, rec: StepRecord) -> None:
+    steps = max(c.state["steps"], WINDOW_SLOW_FROM + 70)
+    session = c.work / "s_window"
+    argv = c.gpuprof + ["run", "--no-live", "--trigger-gap", "0", "--out", str(session), "--"]
+    argv += train_argv(c, "--slow-from", str(WINDOW_SLOW_FROM), "--slow-ms", str(WINDOW_SLOW_MS), steps=steps)
+    p = c.sh(argv, c.left_s(), name="run_window")
+    rec.expect("the run with a mid-run slowdown exits 0", p.rc == 0, p.tail(300) if p.rc else None)
+    if not session.is_dir():
+        return
+    facts = window_facts(session)
+    (c.work / "s_window_facts.json").write_text(json.dumps(facts, indent=2, default=str))
+    changed = [w for w in facts["windows"] if (w["request"] or {}).get("reason") == "change"
+               and abs(((w["request"] or {}).get("change") or {}).get("step", -99) - WINDOW_SLOW_FROM) <= 2]
+    rec.figures["windows"] = [{"window": w["window"], "request": w["request"],
+                               "diagnosis_top": (w["diagnosis"] or {}).get("top"),
+                               "diagnosis_s": (w["diagnosis"] or {}).get("seconds"),
+                               "traces": {k: v.get("kernels") for k, v in w["traces"].items()}}
+                              for w in facts["windows"]]
+    ok = rec.expect(f"a window triggered by the change at step {WINDOW_SLOW_FROM}", bool(changed),
+                    [w["request"] for w in facts["windows"]])
+    if ok:
+        w = changed[0]
+        detected = w["request"]["change"]["detected_step"]
+        rec.expect(f"declared within {DETECT_STEPS} steps of the change", detected - WINDOW_SLOW_FROM <= DETECT_STEPS,
+                   detected)
+        rec.expect("the window's trace was written", bool(w["traces"]), list(w["traces"]))
+        if c.gpu_mode():
+            rec.expect("the window's trace holds CUDA kernels",
+                       any((t.get("kernels") or 0) > 0 for t in w["traces"].values()), w["traces"])
+        rec.expect("diagnosed while the job ran", bool(w["diagnosis"] and w["diagnosis"].get("ok")),
+                   (w["diagnosis"] or {}).get("error"))
+    doc, _, pj = analyze_session(c, session, "report_window", "report_window.txt")
+    rec.expect("gpuprof analyze of the session exits 0", pj.rc == 0 and doc is not None,
+               pj.tail(300) if pj.rc else None)
+    changes = [x for x in (doc or {}).get("changes") or [] if abs(x.get("step", -99) - WINDOW_SLOW_FROM) <= 2]
+    rec.figures["changes"] = (doc or {}).get("changes")
+    if rec.expect("analyze names the change and its step", bool(changes), (doc or {}).get("changes")):
+        causes = [x.get("cause") for x in changes[0].get("causes") or []]
+        rec.expect("... and its cause, the slower DataLoader", causes[:1] == ["dataloader"], changes[0].get("text"))
 
 
 STEP_FUNCS: dict[str, Callable[[Check, StepRecord], None]] = {
     "install": step_install, "env": step_env, "nvml": step_nvml, "run": step_run, "analyze": step_analyze,
-    "whatif": step_whatif, "torchrun": step_torchrun, "overhead": step_overhead,
+    "whatif": step_whatif, "torchrun": step_torchrun, "window": step_window, "overhead": step_overhead,
 }
 
 

@@ -11,6 +11,9 @@ nothing about gpuprof. Two causes of lost GPU time are planted, each with its sw
 * ``--item`` (default): ``loss.item()`` every step, a blocking device-to-host copy that stops
   the host from queueing the next step ahead of the GPU: *sync*. ``--no-item`` removes it.
 
+``--slow-from STEP --slow-ms MS`` makes every batch from STEP on cost MS more: the step time
+changes mid-run, for the check of windows that follow the run (issue 31).
+
 ``--size`` picks the model: ``gpu`` (about 90 M parameters, tens of milliseconds a step on one
 H100/H200), ``small`` (about 15 M, for two ranks on one GPU) or ``cpu`` (tiny, for machines
 without a GPU); ``auto`` is ``gpu`` or ``cpu`` after the device.
@@ -65,11 +68,15 @@ class Tokens(Dataset):
 class Collate:
     """Stacks a batch after ``work_ms`` of busy CPU time (holding the GIL, like Python decoding)."""
 
-    def __init__(self, work_ms: float) -> None:
+    def __init__(self, work_ms: float, slow_from: int = 0, slow_ms: float = 0.0) -> None:
         self.work_s = work_ms / 1000.0
+        self.slow_from, self.slow_s = slow_from, slow_ms / 1000.0
+        self.calls = 0
 
     def __call__(self, items: list[torch.Tensor]) -> torch.Tensor:
-        end = time.perf_counter() + self.work_s
+        self.calls += 1  # one batch per step (in the training process, --num-workers 0)
+        slow = self.slow_s if self.slow_from and self.calls >= self.slow_from else 0.0
+        end = time.perf_counter() + self.work_s + slow
         while time.perf_counter() < end:
             pass
         return torch.stack(items)
@@ -98,6 +105,9 @@ def parse() -> argparse.Namespace:
                     help="call loss.item() every step (a host-device sync); --no-item removes it")
     ap.add_argument("--work-ms", type=float, default=20.0, help="CPU milliseconds each batch costs to prepare")
     ap.add_argument("--steady-from", type=int, default=20, help="first step of the steady-state rate")
+    ap.add_argument("--slow-from", type=int, default=0,
+                    help="from this step on, each batch costs --slow-ms more (the step time changes mid-run)")
+    ap.add_argument("--slow-ms", type=float, default=0.0)
     ap.add_argument("--ddp", action="store_true", help="torch.distributed from torchrun's environment")
     ap.add_argument("--backend", default="nccl", choices=("nccl", "gloo"))
     ap.add_argument("--all-ranks-print", action="store_true")
@@ -138,7 +148,7 @@ def main() -> int:
     loss_fn = nn.CrossEntropyLoss()
     data = Tokens(args.steps * size["batch"], size["seq"], size["vocab"], seed=rank)
     loader = DataLoader(data, batch_size=size["batch"], shuffle=False, num_workers=args.num_workers,
-                        collate_fn=Collate(args.work_ms), pin_memory=device.type == "cuda",
+                        collate_fn=Collate(args.work_ms, args.slow_from, args.slow_ms), pin_memory=device.type == "cuda",
                         persistent_workers=args.num_workers > 0,
                         prefetch_factor=4 if args.num_workers > 0 else None)
 

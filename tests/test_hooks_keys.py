@@ -38,9 +38,24 @@ def test_the_hooks_load_from_their_folder_alone_with_the_standard_library() -> N
     loaded = _load_alone()["hooks"]
     assert isinstance(loaded, dict)
     # Every module of the hooks came from their folder; gpuprof itself was never imported.
-    assert set(loaded) == {"gpuprof_torch_hooks", "gpuprof_hook_profiler", "gpuprof_hook_files"}
+    assert set(loaded) == {"gpuprof_torch_hooks", "gpuprof_hook_profiler", "gpuprof_hook_files", "gpuprof_hook_windows"}
     assert set(loaded.values()) == {str(HOOKS)}
 
 
 def test_hook_memory_stat_keys_match_the_session_layout() -> None:
     assert _load_alone()["keys"] == MEMORY_STAT_KEYS
+
+
+def test_hook_window_names_match_the_session_layout() -> None:
+    """The hooks read window requests by their own copy of the folder and file names."""
+    import sys
+
+    from gpuprof.session import layout, windows
+
+    sys.path.insert(0, str(HOOKS))
+    try:
+        import gpuprof_hook_windows as hw
+    finally:
+        sys.path.remove(str(HOOKS))
+    assert hw.WINDOWS_DIR == layout.WINDOWS_DIR and hw.REQUEST_FILE == windows.REQUEST_FILE
+    assert windows.window_name(7) == f"{7:04d}"  # the hooks' own spelling of a window's folder

@@ -43,6 +43,7 @@ from gpuprof.job.whatifs import WHATIFS
 from gpuprof.model import figures as fg
 from gpuprof.model import sample_figures as sf
 from gpuprof.model.report import Report
+from gpuprof.model.run_figures import run_view
 from gpuprof.render import render
 from gpuprof.render.findings import findings_context, job_blocks
 from gpuprof.render.text import render_text
@@ -192,6 +193,8 @@ def test_nothing_is_wrapped_off_a_terminal(folder: Path) -> None:
     expected += len(cpu.lines) if cpu else 0
     sentences = [x for b in job_blocks(r.extra.get("job"), findings_context(r)) for x in b.sentences]
     expected += len(sentences) + len(sf.sample_notes(r))
+    run = run_view(r)  # a session's whole run: its sentences and phases (its windows go by number)
+    expected += len(run.sentences) + len(run.phases) if run is not None and not run.empty else 0
     assert len(bullets) == expected
 
 

@@ -252,3 +252,22 @@ def test_live_status_on_a_terminal_stays_below_the_jobs_output(tmp_path: Path) -
     for i in range(4):
         assert f"job line {i}\r\n" in text  # the job's lines arrive whole, never split by the status
     assert text.rstrip().endswith("\x1b[r\x1b8") or "\x1b[r\x1b8" in text[text.index("job line 3"):]
+
+
+def test_status_line_shows_the_latest_window_and_the_slowest_rank() -> None:
+    line = _render(_snap(phase="trace written", gpus=(),
+                         window="window 3 @1200: dataloader, saves 38.0 ms/step (31%)",
+                         slowest="slowest rank 5 (+52.0 ms before backward)"))
+    assert line == ("gpuprof 1:23 │ step 412 · 3.2/s │ profiler trace written │ "
+                    "window 3 @1200: dataloader, saves 38.0 ms/step (31%) │ slowest rank 5 (+52.0 ms before backward)")
+
+
+def test_live_status_asks_the_window_controller(tmp_path: Path) -> None:
+    from gpuprof.record.windows import WindowsStatus
+
+    (tmp_path / "hooks").mkdir()
+    live = LiveStatus(tmp_path, None, Console(file=io.StringIO(), force_terminal=True, width=200),
+                      BottomRow(_Rows().write, _Rows().size), interval_s=3600,
+                      windows=lambda: WindowsStatus(window="window 1: steps 50-52 (change)", slowest=None))
+    snap = live.snapshot()
+    assert snap.window == "window 1: steps 50-52 (change)" and snap.slowest is None

@@ -28,6 +28,11 @@ class HostSteps:
     op_us: float | None  # mean time per step inside operators (nested calls counted once)
     collective_us: float | None = None  # mean time per step inside host collectives (gloo)
     backend: str | None = None  # the collectives' backend when their names say it ("gloo")
+    # Mean time per step waiting for the DataLoader's next batch (``enumerate(DataLoader)``),
+    # and outside any operator, collective or DataLoader call (Python code, sleeps, waits
+    # nothing marks): with the operators' and collectives' own time they split the step.
+    dataloader_us: float | None = None
+    outside_us: float | None = None
 
     @property
     def op_pct(self) -> float | None:
@@ -46,6 +51,8 @@ class HostSteps:
             "op_us": r(self.op_us),
             "collective_us": r(self.collective_us),
             "collective_backend": self.backend,
+            "dataloader_us": r(self.dataloader_us),
+            "outside_us": r(self.outside_us),
         }
 
 
@@ -65,6 +72,8 @@ def host_steps(trace: RankTrace) -> HostSteps:
     start, end = host["start_us"], host["end_us"]
     is_op = (kind == int(Kind.OP)) & (category != int(Category.STEP))
     is_coll = category == int(Category.COLLECTIVE)
+    is_data = category == int(Category.DATALOAD)
+    busy = is_op | is_coll | is_data
     durations = np.array([b - a for a, b in steps], dtype=np.float64)
     backend = None
     if is_coll.any():
@@ -76,4 +85,6 @@ def host_steps(trace: RankTrace) -> HostSteps:
         op_us=_per_step(iv.union(start[is_op], end[is_op]), steps),
         collective_us=_per_step(iv.union(start[is_coll], end[is_coll]), steps),
         backend=backend,
+        dataloader_us=_per_step(iv.union(start[is_data], end[is_data]), steps),
+        outside_us=float(np.mean(durations)) - _per_step(iv.union(start[busy], end[busy]), steps),
     )

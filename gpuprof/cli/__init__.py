@@ -32,6 +32,7 @@ _COMMAND_MODULES = {
     "annotate": "gpuprof.cli.annotate",
     "simulate": "gpuprof.cli.simulate",
     "schema": "gpuprof.cli.schema",
+    "trigger": "gpuprof.cli.trigger",
 }
 
 

@@ -25,8 +25,9 @@ from gpuprof.pipeline.session_report import (
     session_report,
 )
 from gpuprof.record.jobsignals import LateSignal, SignalRelay
-from gpuprof.record.runner import RunOptions, RunResult, run_command
+from gpuprof.record.runner import RunObserver, RunOptions, RunResult, run_command
 from gpuprof.record.sampler import DEFAULT_INTERVAL_MS
+from gpuprof.record.windowplan import DEFAULT_KEEP, WindowOptions, parse_duration_s, parse_every
 from gpuprof.session.writer import SessionDirTaken, claim_session_dir, describe_os_error
 from gpuprof.util.atomic import silence_fd
 
@@ -43,6 +44,15 @@ rank. Everything goes to a session folder (--session-dir) that `gpuprof analyze 
 even if the run was killed. When stderr is a terminal, a status line at its bottom shows
 the elapsed time, steps and steps/s, the profiler phase and each GPU's utilization, memory
 and power; CMD's own output scrolls above it.
+
+Long runs: besides that first window, gpuprof profiles the same few steps on every rank again
+when the step time shifts beyond its own noise (--trigger, on by default; at most one
+such window per --trigger-gap), every --profile-every N steps or duration (e.g. 500, 10m), and
+on demand (`gpuprof trigger DIR`, or `kill -s RTMIN+1` of gpuprof: USR1 and USR2 are the
+job's, forwarded to it). Each window is diagnosed while
+the job runs, in a low-priority process; the status line shows the latest window's top cause
+and a rank that is consistently slowest. --keep K windows keep their traces (plus the first
+and the worst); the others keep their diagnosis and report only.
 
 When CMD ends, the report is saved in the session folder (report.json, report.html) and
 printed on stderr (--format text or markdown); stdout stays CMD's. -o FILE writes it
@@ -235,6 +245,16 @@ def run(
     save_report: Path | None = typer.Option(None, "--save-report", metavar="FILE", hidden=True),
     no_live: bool = typer.Option(False, "--no-live",
                                  help="No live status line (it is drawn only when stderr is a terminal)."),
+    profile_every: str | None = typer.Option(None, "--profile-every", metavar="N|DURATION",
+                                             help="Also profile a window every N optimizer steps (500) or every "
+                                             "DURATION (90s, 10m, 2h)."),
+    trigger_on_change: bool = typer.Option(True, "--trigger/--no-trigger",
+                                           help="Profile a window when the step time shifts beyond its own noise."),
+    trigger_gap: str = typer.Option("5m", "--trigger-gap", metavar="DURATION",
+                                    help="At most one window triggered by a change per DURATION (0s: no limit)."),
+    keep: int = typer.Option(DEFAULT_KEEP, "--keep", min=0, metavar="K",
+                             help="Windows after the first whose traces are kept, besides the worst one; older "
+                             "ones keep their diagnosis and report only."),
 ) -> None:
     from gpuprof import render
 
@@ -258,21 +278,35 @@ def run(
         # As a shell says it, and before a session folder is made for a job that never runs.
         say(f"cannot run {argv[0]!r}: {cannot[1]}")
         sys.exit(cannot[0])
+    windows = window_options(profile_every, trigger_on_change, trigger_gap, keep, profile_warmup, profile_active)
     session_dir, recorded = claim_session(out, argv)
     opts = RunOptions(interval_ms=interval_ms, hooks=not no_hooks, profile_wait=profile_wait,
-                      profile_warmup=profile_warmup, profile_active=profile_active)
+                      profile_warmup=profile_warmup, profile_active=profile_active,
+                      windows=windows if not no_hooks and recorded else None)
+    schedule = (profile_wait, profile_warmup, profile_active) if opts.hooks else None
+    controller = None
+    if opts.windows is not None:
+        from gpuprof.record.windows import WindowController
+
+        controller = WindowController(session_dir, opts.windows, schedule)
     live = None
     if recorded and not no_live:
         from gpuprof.record.live import terminal_live_status
 
-        schedule = (profile_wait, profile_warmup, profile_active) if opts.hooks else None
-        live = terminal_live_status(session_dir, schedule)
+        live = terminal_live_status(session_dir, schedule, windows=controller.status if controller else None)
+    observer: RunObserver | None = live
+    if controller is not None:
+        from gpuprof.record.windows import Observers
+
+        if live is None:
+            controller.note = lambda line: say(line)  # no status line: a line per diagnosed window
+        observer = Observers(controller, live)
     if recorded:
         say(f"recording {argv[0]} into {session_dir}")
     # Installed for good: after the job ended, its exit code is gpuprof's whatever arrives
     # (gpuprof/record/jobsignals.py); the process ends below.
     relay = SignalRelay().install()
-    result = run_command(argv, session_dir, opts, observer=live, claimed=True, recorded=recorded,
+    result = run_command(argv, session_dir, opts, observer=observer, claimed=True, recorded=recorded,
                          warn=say, closed_fds=streams.CLOSED_AT_START, relay=relay)
     # A command that could not start ran nothing to report on: its error was the last word.
     if result.recorded and result.finished and result.launched and not no_report:  # else a line said why
@@ -292,6 +326,23 @@ def run(
     relay.settle()
     # SystemExit, not typer.Exit: in non-standalone mode click turns Exit into a return value.
     sys.exit(result.exit_code)
+
+
+def window_options(every: str | None, on_change: bool, gap: str, keep: int, warmup: int,
+                   active: int) -> WindowOptions | None:
+    """The windows after the first, from ``run``'s options; ``None`` without a profiler
+    (``--profile-active 0``). A bad value is a usage error before the job runs."""
+    try:
+        every_steps, every_s = parse_every(every) if every is not None else (None, None)
+        gap_s = 0.0 if gap.strip() in ("0", "0s") else parse_duration_s(gap)
+    except ValueError as exc:
+        raise GpuprofError(str(exc)) from None
+    if active <= 0:
+        if every is not None:
+            raise GpuprofError("--profile-every needs a profiler window: --profile-active 0 switches it off")
+        return None
+    return WindowOptions(every_steps=every_steps, every_s=every_s, on_change=on_change, keep=keep,
+                         trigger_gap_s=gap_s, warmup=warmup, active=active)
 
 
 __all__ = ["claim_session", "default_session_dir", "report_run", "run", "samples_only_report", "session_report"]

@@ -28,6 +28,7 @@ from pathlib import Path
 from typing import Any
 
 from gpuprof.model.report import CAUSES, SCHEMA, Cause, RankReport, Recommendation, Report, Totals
+from gpuprof.model.run_schema import RUN_PROPERTIES
 from gpuprof.model.validate import SCHEMA_FILE_NAME, first_problem, json_path, shipped_schema_text
 
 __all__ = ["SCHEMA_FILE_NAME", "first_problem", "json_path", "main", "report_schema", "schema_text", "shipped_schema_text"]
@@ -223,6 +224,7 @@ def report_schema() -> dict[str, Any]:
         "additionalProperties": True,
     }
     ordered["timeline"] = _TIMELINE
+    ordered.update(RUN_PROPERTIES)  # a session's whole run: step clock, phases, windows, changes
     required = body["required"]
     required.insert(required.index("ranks") + 1, "totals")
     return {

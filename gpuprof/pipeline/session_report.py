@@ -153,6 +153,11 @@ def session_report(session_dir: Path, options: Any = None, progress: Any = None)
             report = replace(report, warnings=quiet)
     if run:
         report = replace(report, extra={**report.extra, "run": run})
+    from gpuprof.pipeline.runreport import run_section
+
+    whole = run_section(session, report if session.trace_paths else None)  # the windows, phases and changes
+    if whole:
+        report = replace(report, extra={**report.extra, **whole})
     return report
 
 

@@ -2,7 +2,9 @@
 
 What it shows: elapsed time; optimizer steps and steps per second (from the hook logs,
 followed incrementally by :class:`~gpuprof.record.hooktail.HookTail`); the profiler phase
-(waiting / warm-up / recording step k of n / trace written); and per GPU the utilization,
+(waiting / warm-up / recording step k of n / trace written); the windows after the first
+(the one being recorded, else the latest one's top cause and saving) and a rank that is
+consistently slowest (:mod:`gpuprof.record.windows`); and per GPU the utilization,
 memory used/total and power of the sampler's latest poll. At most twice a second, and only
 when stderr is a terminal.
 
@@ -62,6 +64,8 @@ class StatusSnapshot:
     phase: str | None  # the profiler phase, None when there is no profiler
     gpus: tuple[GpuStatus, ...] = ()
     processes: int = 0  # Python processes with hooks
+    window: str | None = None  # the latest window after the first, and what it found
+    slowest: str | None = None  # a rank that is consistently slowest
 
 
 def profiler_phase(processes: Iterable[ProcessState], schedule: tuple[int, int, int] | None) -> str | None:
@@ -176,6 +180,10 @@ class StatusLine:
         if s.phase is not None:
             style = "magenta" if s.phase.startswith("recording") else ""
             out.append(Text.assemble("profiler ", (s.phase, style)))
+        if s.window is not None:
+            out.append(Text(s.window, style="magenta" if "steps" in s.window else ""))
+        if s.slowest is not None:
+            out.append(Text(s.slowest, style="yellow"))
         out.extend(Text(f) for f in gpu_fields)
         return out
 
@@ -252,8 +260,10 @@ class LiveStatus(RunObserver):
         clock: Callable[[], float] = time.monotonic,
         wall: Callable[[], float] = time.time,
         interval_s: float = REFRESH_S,
+        windows: Callable[[], Any] | None = None,
     ) -> None:
         self.tail = HookTail(session_dir / "hooks")
+        self.windows = windows  # () -> WindowsStatus (gpuprof.record.windows), when windows follow the run
         self.schedule = schedule
         self.console = console
         self.row = row
@@ -283,7 +293,10 @@ class LiveStatus(RunObserver):
                 idle = self.wall() - lead.step_time_unix_s
                 typical = 10.0 / steps_per_s if steps_per_s else 0.0
                 since = idle if idle >= max(STALL_AFTER_S, typical) else None
+        win = self.windows() if self.windows is not None else None
         return StatusSnapshot(
+            window=getattr(win, "window", None),
+            slowest=getattr(win, "slowest", None),
             elapsed_s=self.clock() - self.start_s,
             steps=steps,
             steps_per_s=steps_per_s,
@@ -373,7 +386,8 @@ class LiveStatus(RunObserver):
             thread.join(timeout=2.0)
 
 
-def terminal_live_status(session_dir: Path, schedule: tuple[int, int, int] | None, fd: int = 2) -> LiveStatus | None:
+def terminal_live_status(session_dir: Path, schedule: tuple[int, int, int] | None, fd: int = 2,
+                         windows: Callable[[], Any] | None = None) -> LiveStatus | None:
     """A live status on the terminal at ``fd`` (stderr), or ``None`` when it is not a terminal."""
     try:
         if not os.isatty(fd) or os.environ.get("TERM", "") in ("dumb", ""):
@@ -390,4 +404,4 @@ def terminal_live_status(session_dir: Path, schedule: tuple[int, int, int] | Non
         s = os.get_terminal_size(fd)
         return s.columns, s.lines
 
-    return LiveStatus(session_dir, schedule, console, BottomRow(write, size))
+    return LiveStatus(session_dir, schedule, console, BottomRow(write, size), windows=windows)

@@ -36,7 +36,8 @@ from typing import Any, Callable, Iterator, Sequence
 from gpuprof.record.backend import BackendUnavailable, GpuBackend
 from gpuprof.record.jobsignals import SignalRelay, Watchdog
 from gpuprof.record.sampler import DEFAULT_INTERVAL_MS, Sampler, process_tree_pids
-from gpuprof.session.layout import NO_SAMPLING, SESSION_SCHEMA
+from gpuprof.record.windowplan import WindowOptions
+from gpuprof.session.layout import NO_SAMPLING, SESSION_REVISION, SESSION_SCHEMA
 from gpuprof.session.writer import RESERVE_BYTES, SessionWriter, claim_session_dir, describe_os_error
 
 HOOKS_DIR = Path(__file__).resolve().parent / "hooks"
@@ -51,6 +52,8 @@ class RunOptions:
     profile_wait: int = 5
     profile_warmup: int = 2
     profile_active: int = 3
+    # Windows after the first (the hooks read their requests; gpuprof.record.windows asks).
+    windows: WindowOptions | None = None
 
 
 @dataclass(frozen=True)
@@ -119,6 +122,8 @@ def child_env(base: dict[str, str], session_dir: Path, opts: RunOptions) -> dict
     if opts.hooks:
         env["GPUPROF_HOOKS"] = "1"
         env["GPUPROF_PROFILE"] = f"{opts.profile_wait},{opts.profile_warmup},{opts.profile_active}"
+        if opts.windows is not None:
+            env["GPUPROF_WINDOWS"] = "1"
         old = env.get("PYTHONPATH")
         env["PYTHONPATH"] = str(HOOKS_DIR) + (os.pathsep + old if old else "")
     else:
@@ -329,6 +334,7 @@ def run_command(
         versions.update(backend.versions())
     meta: dict[str, Any] = {
         "schema": SESSION_SCHEMA,
+        "revision": SESSION_REVISION,
         "status": "running",
         "command": list(argv),
         "cwd": _cwd(),
@@ -341,6 +347,7 @@ def run_command(
         "sample_interval_ms": opts.interval_ms,
         "hooks_enabled": opts.hooks,
         "profile_schedule": {"wait": opts.profile_wait, "warmup": opts.profile_warmup, "active": opts.profile_active},
+        "windows": opts.windows.to_meta() if opts.windows is not None and opts.hooks else None,
         "gpus": gpus,
         "versions": versions,
         "warnings": warnings,

@@ -23,6 +23,7 @@ from gpuprof.render import charts as ch
 from gpuprof.render.findings import findings_context, job_blocks, section_title
 from gpuprof.render.jsontables import Table
 from gpuprof.render.registry import register
+from gpuprof.render.runview import html_section
 
 MAX_WARNINGS = 200
 
@@ -329,6 +330,7 @@ def render_html(report: Report, width: int = 100, annotated: str | None = None, 
         body.append(f'<p class="empty">{e(empty)}</p>')
     if empty is not None:
         body.append(_samples_section(report))
+        body.append(html_section(report))
     else:
         body.append(_cards(report))
         body.extend(f'<p class="caveat">{e(c)}</p>' for c in fg.report_caveats(report))
@@ -343,6 +345,7 @@ def render_html(report: Report, width: int = 100, annotated: str | None = None, 
         body.append("<h2>Per rank</h2>" + _rank_table(report))
         body.append(_job_findings(report))
         body.append(_samples_section(report))
+        body.append(html_section(report))
     warnings = fg.shown_warnings(report)
     if warnings:
         items = "".join(f"<li>{e(w)}</li>" for w in warnings[:MAX_WARNINGS])

@@ -14,6 +14,7 @@ from gpuprof.model import sample_figures as sf
 from gpuprof.model.report import CAUSES, Report
 from gpuprof.render.findings import findings_context, job_blocks, section_title
 from gpuprof.render.registry import register
+from gpuprof.render.runview import md_section
 
 TOP_RECOMMENDATIONS = 3  # with evidence; the rest as one line each
 MAX_WARNINGS = 10
@@ -123,6 +124,7 @@ def render_markdown(report: Report, width: int = 100, view: fg.View = fg.FULL) -
         lines += [f"### gpuprof: {md_escape(empty)}", ""]
     if empty is not None:
         lines += _samples(report)
+        lines += md_section(report, md_escape)
     else:
         s = fg.job_shares(report)
         lines += [
@@ -139,6 +141,7 @@ def render_markdown(report: Report, width: int = 100, view: fg.View = fg.FULL) -
         lines += _ranks(report)
         lines += _findings(report)
         lines += _samples(report)
+        lines += md_section(report, md_escape)
     warnings = fg.shown_warnings(report)
     if warnings:
         lines += ["<details><summary>Warnings</summary>", ""]

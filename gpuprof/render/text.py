@@ -23,6 +23,7 @@ from gpuprof.model import sample_figures as sf
 from gpuprof.model.report import CAUSES, Report
 from gpuprof.render.findings import findings_context, job_blocks, section_title
 from gpuprof.render.registry import register
+from gpuprof.render.runview import text_section
 
 TOP_RECOMMENDATIONS = 5  # shown with evidence and actions; the rest as one line each
 MAX_WARNINGS = 10
@@ -165,6 +166,10 @@ def _renderables(report: Report, width: int, wrap: bool = True, view: fg.View = 
         if samples:
             parts.append(Text(""))
             parts.extend(samples)
+        whole = text_section(report, lambda marker, line, style: _bullet(marker, line, style, wrap))  # a long run: its windows, changes and phases
+        if whole:
+            parts.append(Text(""))
+            parts.extend(whole)
         if report.recommendations:  # advice from NVML samples alone (e.g. periodic idle phases)
             parts.append(Text(""))
             parts.extend(_recommendations(report, wrap))
@@ -191,6 +196,10 @@ def _renderables(report: Report, width: int, wrap: bool = True, view: fg.View = 
         if samples:
             parts.append(Text(""))
             parts.extend(samples)
+        whole = text_section(report, lambda marker, line, style: _bullet(marker, line, style, wrap))
+        if whole:
+            parts.append(Text(""))
+            parts.extend(whole)
     warnings = fg.shown_warnings(report)
     if warnings:
         parts.append(Text(""))

@@ -12,9 +12,11 @@ folder stays readable by ``gpuprof analyze`` whatever moment the run stopped at:
       events.jsonl              gpuprof's own events: warnings, GPU lost, sampler errors
       hooks/rank<R>-<pid>.jsonl torch hook records: steps, memory stats, hook errors
                                 (hooks/pid<pid>.jsonl when the process has no RANK)
-      traces/rank<R>.pt.trace.json.gz   one Kineto (PyTorch profiler) trace per rank
+      traces/rank<R>.pt.trace.json.gz   one Kineto (PyTorch profiler) trace per rank (the first window)
       traces/job/pid<P>-<name>  the last trace the job's own profiler wrote in process P,
                                 brought in when the run ended (a hard link, else a copy)
+      windows/0001/...          later profiling windows (revision 2, below)
+      control/                  windows asked for by ``gpuprof trigger`` (revision 2)
       report.json, report.html  the report made when the run ended (not with --no-report)
 
 Trace names: ``rank<R>`` with the rank from torch.distributed, else ``RANK``; a process
@@ -87,6 +89,24 @@ a hook failed and switched itself off; the job went on), ``exit`` (``steps``; ``
 15 when SIGTERM ended the process inside the profiler window, after the trace was written). Steps are
 counted on the first optimizer that steps; ``rank`` is ``RANK`` from the environment.
 
+**Revision 2** (``"revision": 2`` in ``session.json``; still ``gpuprof.session/1``: a
+reader of revision 1 reads such a session as one window, ``traces/``). Windows after the
+first, each in ``windows/<NNNN>/`` (:mod:`gpuprof.session.windows`): ``request.json`` (the
+steps every rank records and why: ``window``, ``start_step``, ``warmup``, ``active``,
+``reason`` -- ``every``, ``change`` or ``demand`` --, ``detail``, ``requested_unix_s``,
+``requested_at_step``, ``change``, ``demand``), ``traces/`` (one trace per rank, named as in
+``traces/``), ``diagnosis.json`` (the window's diagnosis, made while the job runs) and
+``report.json`` (its full report; both stay when ``--keep`` prunes the window's traces). ``control/demand-<ns>-<pid>.json``: a window asked for (``requested_unix_s``,
+``at_step``), removed once ``gpuprof run`` answered it with a window. ``session.json``
+gains ``windows`` (``every_steps``, ``every_s``, ``on_change``, ``keep``, ``trigger_gap_s``).
+Hook records gain: ``backward_unix_s`` on ``step`` (when the step's first
+``torch.autograd.backward`` started), ``window`` on ``profiler_start`` and ``trace`` (absent
+or 0: the first window), ``window_steps`` on ``profiler_start`` and ``trace`` (``[first,
+last]``: the optimizer steps the window records) and the kind ``window_missed``
+(``window``, ``step``, ``start_step``: the process was past the window's start when it saw
+the request). Every path a window writes is inside the session folder, and the records name
+it relative to it. How windows are asked for: docs/long-runs.md.
+
 Every ``*.jsonl`` file is readable with ``pandas.read_json(path, lines=True)`` once the
 run has finished; a run killed mid-write may leave a torn last line, which
 :func:`gpuprof.session.read_session` drops.
@@ -106,6 +126,10 @@ HOOKS_DIR = "hooks"
 TRACES_DIR = "traces"
 # The traces the job's own profiler wrote, brought into the session when the run ended.
 JOB_TRACES_DIR = "traces/job"
+WINDOWS_DIR = "windows"  # revision 2: windows after the first
+CONTROL_DIR = "control"  # revision 2: demands for a window
+# Additive revisions within gpuprof.session/1 (readers of an older revision still read it).
+SESSION_REVISION = 2
 RESERVE_FILE = ".gpuprof-reserve"
 # How a ``warnings`` entry of session.json starts when no GPU could be sampled (no driver,
 # NVML failed): a report on a job that ran on the CPU leaves it out.

@@ -143,6 +143,8 @@ _META_TYPES: dict[str, tuple[Callable[[Any], bool], str, bool]] = {
         "an object of integer wait, warmup and active steps",
         True,
     ),
+    "revision": (_is_int, "an integer", True),
+    "windows": (lambda v: isinstance(v, dict), "an object", True),
     "gpus": (_is_list_of(dict), "a list of objects", False),
     "versions": (lambda v: isinstance(v, dict), "an object", False),
     "warnings": (_is_list_of(str), "a list of strings", False),
@@ -196,6 +198,8 @@ _HOOK_FIELDS = {
     "step": Field(INDEX),
     "steps": Field(INDEX),
     "signal": Field(INDEX),
+    "window": Field(INDEX),
+    "backward_unix_s": Field(NUMBER),
     **{col: Field(NUMBER) for col in MEMORY_STAT_KEYS.values()},
     **{key: Field(STRING) for key in ("message", "where", "path", "traceback", "torch_version")},
 }

@@ -6,6 +6,11 @@ warm-up, active) from its step count; the trace is written to
 rank is unknown, see :meth:`_ProfilerWindow._trace_names`), under a temporary name first,
 so that a reader never sees half a trace.
 
+Later windows (:mod:`gpuprof_hook_windows`: ``gpuprof run`` asks for them in the session
+folder) open the same way at the step the request names, with no wait, and write their
+traces to ``<session>/windows/<NNNN>/traces/``; a process already past a window's first
+step when it reads the request records ``window_missed`` instead.
+
 A job that runs its own profiler keeps it (:meth:`_ProfilerWindow._watch_profilers`):
 gpuprof steps aside, and the traces the job writes are recorded for the session to
 analyze.
@@ -29,6 +34,9 @@ from collections.abc import Callable
 from typing import Any
 
 from gpuprof_hook_files import claim_name
+from gpuprof_hook_windows import WINDOWS_DIR, WindowRequests
+
+NO_WINDOW = 1 << 62  # the step "at which the next window opens" when none is asked for
 
 # Kineto's log levels run from 0 (verbose) to 5 (USDT, the profiler_start/stop lines);
 # a minimum above the highest silences them all, for the profiler gpuprof starts itself.
@@ -68,12 +76,21 @@ class _ProfilerWindow:
         self._export_depth = 0
         self.job_profiler = False
         self._discard_trace = False
+        # The window being recorded (0: the first, into traces/) and its optimizer steps.
+        self.window = 0
+        self.window_steps: tuple[int, int] | None = None
+        self._traces_rel = "traces"
+        # Later windows, when gpuprof run asks for them (None: it does not).
+        self.requests: WindowRequests | None = None
+        self.window_at = NO_WINDOW  # the step after which the next window's profiler starts
 
     def _forget_window_in_child(self) -> None:
         """In a forked child: the profiler session, its SIGTERM handler and the Kineto
         setting belong to the parent."""
         self.prof = None
         self.profiler_done = True
+        self.requests = None
+        self.window_at = NO_WINDOW
         if self._term_installed:
             self._term_installed = False
             try:
@@ -149,6 +166,8 @@ class _ProfilerWindow:
             self.job_profiler = True
             if self.profiler_done and self.prof is None:
                 return  # gpuprof's window is over (or never opened): nothing to step aside from
+            self.requests = None  # no later window either: two Kineto sessions would spoil each other
+            self.window_at = NO_WINDOW
             if self.prof is not None:
                 self._discard_trace = True  # the job's profiler records these steps; ours would be half
                 self._stop_own_profiler()
@@ -183,15 +202,54 @@ class _ProfilerWindow:
         finally:
             self._own_call = False
 
-    def _start_profiler(self) -> None:
+    # -- later windows ----------------------------------------------------------------------
+    def _poll_windows(self, now: float) -> None:
+        """Read new window requests (at most every POLL_S; called from the step hook)."""
+        if self.requests is None:
+            return
+        if self.requests.poll(now):
+            nxt = self.requests.next_start()
+            self.window_at = NO_WINDOW if nxt is None else nxt
+
+    def _open_window(self) -> None:
+        """The step after which the next requested window's profiler starts has come."""
+        requests = self.requests
+        req = requests.take() if requests is not None else None
+        nxt = requests.next_start() if requests is not None else None
+        self.window_at = NO_WINDOW if nxt is None else nxt
+        if req is None or self.job_profiler:
+            return
+        start, window, _, active = req
+        if start <= self.step:
+            # Too late for this process: the others record it; the session says why this one did not.
+            self.record("window_missed", window=window, step=self.step, start_step=start)
+            self.flush()
+            return
+        self._own_call = True
+        try:
+            self.window = window
+            self._traces_rel = os.path.join(WINDOWS_DIR, f"{window:04d}", "traces")
+            self.profiler_done = False
+            # No wait; the warm-up is what is left before the first recorded step.
+            self._start_profiler((0, start - self.step - 1, active))
+        except Exception as exc:  # noqa: BLE001  (one failure: no window in this process, the job goes on)
+            self.profiler_done = True
+            self.prof = None
+            self.error("profiler", exc)
+        finally:
+            self._own_call = False
+
+    def _start_profiler(self, schedule: tuple[int, int, int] | None = None) -> None:
         enabled = getattr(getattr(self.torch._C, "_autograd", None), "_profiler_enabled", None)
         if enabled is not None and enabled():
             # The job runs its own profiler: two Kineto sessions would spoil each other's traces.
             self.profiler_done = True
+            self.requests = None
+            self.window_at = NO_WINDOW
             self.record("note", message="the job's own torch.profiler is active; gpuprof records no trace")
             return
         profiler = self.torch.profiler
-        wait, warmup, active = self.schedule
+        wait, warmup, active = schedule or self.schedule
         activities = [profiler.ProfilerActivity.CPU]
         if self.torch.cuda.is_available():
             activities.append(profiler.ProfilerActivity.CUDA)
@@ -213,7 +271,13 @@ class _ProfilerWindow:
         # prof.step() is called at the end of each later step: ProfilerStep#k spans one
         # optimizer step to the next. One extra step lets the schedule hand the trace over.
         self.profile_end_step = self.step + wait + warmup + active + 1
-        self.record("profiler_start", step=self.step)
+        first = self.step + wait + warmup + 1
+        self.window_steps = (first, first + active - 1)
+        if self.window:
+            self.record("profiler_start", step=self.step, window=self.window, window_steps=list(self.window_steps))
+            self.flush()  # a run killed inside the window still says that it was recording
+        else:
+            self.record("profiler_start", step=self.step, window_steps=list(self.window_steps))
 
     def _stop_profiler(self) -> None:
         prof, self.prof = self.prof, None
@@ -310,13 +374,17 @@ class _ProfilerWindow:
         tmp = None
         self._exporting = True
         try:
-            traces = os.path.join(self.session_dir, "traces")
+            traces = os.path.join(self.session_dir, self._traces_rel)
             os.makedirs(traces, exist_ok=True)
             tmp = os.path.join(traces, f".{self.pid}.tmp.pt.trace.json.gz")
             prof.export_chrome_trace(tmp)
             name = claim_name(tmp, traces, self._trace_names())  # readers never see half a trace
             tmp = None
-            self.record("trace", path=os.path.join("traces", name), step=self.step)
+            where = {"window": self.window} if self.window else {}
+            window_steps = list(self.window_steps) if self.window_steps else None
+            # Relative to the session folder, as every path a session holds.
+            self.record("trace", path=os.path.join(self._traces_rel, name), step=self.step, window_steps=window_steps,
+                        **where)
             self.flush()
         except Exception as exc:
             why = getattr(exc, "strerror", None) or str(exc) or type(exc).__name__

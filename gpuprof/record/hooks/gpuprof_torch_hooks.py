@@ -13,13 +13,19 @@ puts the folder on ``sys.path``): this one, the step clock and its records;
 job's own profiler; :mod:`gpuprof_hook_files`, the hook log and the trace's name, written
 so that a full disk loses no record silently.
 
-Outside the profiler's active window a step costs a counter increment, one clock read
-and one buffered line. Any error in here is logged to the session's hook log and the
+It also wraps ``torch.autograd.backward`` (which ``Tensor.backward`` calls) to note when
+each step's first backward pass starts: the step record's ``backward_unix_s``, from which
+``gpuprof run`` names a rank the others wait for (:mod:`gpuprof.record.rankclock`). When
+``gpuprof run`` follows the run with more windows (``GPUPROF_WINDOWS=1``), the hook reads
+their requests from the session folder every half second (:mod:`gpuprof_hook_windows`).
+
+Outside the profiler's active window a step costs a counter increment, one clock read,
+two comparisons and one buffered line; a backward pass, one clock read more. Any error in here is logged to the session's hook log and the
 failing part switches itself off; the user's job never sees an exception from gpuprof.
 
 Configuration (set by ``gpuprof run``): ``GPUPROF_SESSION_DIR``, ``GPUPROF_HOOKS``
 (``0`` = off), ``GPUPROF_PROFILE`` (``wait,warmup,active`` in steps; active ``0`` = no
-profiler). Standard library and a lazily imported torch only: these files must load in
+profiler), ``GPUPROF_WINDOWS`` (``1``: read later windows' requests). Standard library and a lazily imported torch only: these files must load in
 any interpreter the user runs.
 """
 
@@ -36,6 +42,7 @@ from typing import Any
 
 from gpuprof_hook_files import HookLog
 from gpuprof_hook_profiler import _ProfilerWindow
+from gpuprof_hook_windows import WindowRequests
 
 # torch.cuda.memory_stats() key -> session column (kept in sync with gpuprof.session.layout).
 _MEMORY_STAT_KEYS = {
@@ -98,7 +105,12 @@ class _Hooks(_ProfilerWindow):
         self.last_flush = time.time()  # wall clock: the hot path reads only one clock
         self.disabled = False
         self.forked = False
-        self._step_line = self._step_line_for()
+        self.backward_s = 0.0  # when this step's first backward started (wall clock), 0.0: none yet
+        self.next_poll_s = float("inf")  # when to look for window requests next (never without windows)
+        if os.environ.get("GPUPROF_WINDOWS") == "1":
+            self.requests = WindowRequests(session_dir)
+            self.next_poll_s = 0.0
+        self._step_line, self._step_line_b = self._step_lines()
 
     # -- the log ------------------------------------------------------------------------
     def _log_path(self) -> str:
@@ -110,10 +122,19 @@ class _Hooks(_ProfilerWindow):
     def _open_log(self) -> None:
         self.log = HookLog(self._log_path)
 
-    def _step_line_for(self) -> str:
+    def _step_lines(self) -> tuple[str, str]:
         # The hot path formats step lines by hand: json.dumps per step costs more than the step.
         rank = "null" if self.rank is None else str(self.rank)
-        return '{"time_unix_s":%.6f,"kind":"step","rank":' + rank + ',"pid":' + str(self.pid) + ',"step":%d}\n'
+        head = '{"time_unix_s":%.6f,"kind":"step","rank":' + rank + ',"pid":' + str(self.pid) + ',"step":%d'
+        return head + "}\n", head + ',"backward_unix_s":%.6f}\n'
+
+    def _write_step(self, now: float) -> None:
+        b = self.backward_s
+        if b:
+            self.log.write(self._step_line_b % (now, self.step, b))
+            self.backward_s = 0.0
+        else:
+            self.log.write(self._step_line % (now, self.step))
 
     def before_fork(self) -> None:
         # A forked child inherits our write buffer: empty it first, so no line is written twice.
@@ -125,8 +146,9 @@ class _Hooks(_ProfilerWindow):
     def after_fork_in_child(self) -> None:
         """A forked child (a DataLoader worker, a Hogwild trainer) gets its own, lazily created log."""
         self.pid = os.getpid()
-        self._step_line = self._step_line_for()
+        self._step_line, self._step_line_b = self._step_lines()
         self.log = HookLog(self._log_path)
+        self.next_poll_s = float("inf")  # windows are the parent's (see _forget_window_in_child)
         self._forget_window_in_child()
         self.clock_opt_id = None
         self.step = 0
@@ -175,12 +197,36 @@ class _Hooks(_ProfilerWindow):
 
         register_optimizer_step_post_hook(self.post_step)
         try:
+            self._watch_backward(torch)
+        except Exception as exc:  # noqa: BLE001  (without it no rank is named slowest; nothing else changes)
+            self.error("backward watch", exc)
+        try:
             self._watch_profilers(torch)
         except Exception as exc:  # without it, a job's own profiler collides with gpuprof's (as before)
             self.error("profiler watch", exc)
         atexit.register(self.at_exit)
         if hasattr(os, "register_at_fork"):
             os.register_at_fork(before=self.before_fork, after_in_child=self.after_fork_in_child)
+
+    def _watch_backward(self, torch: Any) -> None:
+        """Note when each step's first backward pass starts (``torch.autograd.backward``,
+        which ``Tensor.backward`` looks up at every call)."""
+        autograd = torch.autograd
+        original = getattr(autograd, "backward", None)
+        if original is None or getattr(original, "_gpuprof_watched", False):
+            return
+        import functools
+
+        hooks = self
+
+        @functools.wraps(original)
+        def backward(*args: Any, **kwargs: Any) -> Any:
+            if not hooks.backward_s:
+                hooks.backward_s = time.time()
+            return original(*args, **kwargs)
+
+        backward._gpuprof_watched = True  # type: ignore[attr-defined]
+        autograd.backward = backward
 
     # -- the per-step hook --------------------------------------------------------------
     def post_step(self, optimizer: Any, args: Any, kwargs: Any) -> None:
@@ -194,8 +240,9 @@ class _Hooks(_ProfilerWindow):
                 self.clock_opt_id = id(optimizer)
             self.step += 1
             now = time.time()
-            if self.profiler_done and self.cuda_checked and not self.memory_on:
-                self.log.write(self._step_line % (now, self.step))  # the steady state
+            if (self.profiler_done and self.cuda_checked and not self.memory_on and now < self.next_poll_s
+                    and self.step < self.window_at):
+                self._write_step(now)  # the steady state
             else:
                 self._slow_step(now)
             if now - self.last_flush >= _FLUSH_INTERVAL_S or now < self.last_flush:
@@ -212,9 +259,16 @@ class _Hooks(_ProfilerWindow):
         if not self.cuda_checked or (self.memory_on and self.step % self.memory_every == 0):
             self._memory_step(now)
         else:
-            self.log.write(self._step_line % (now, self.step))
+            self._write_step(now)
+        if now >= self.next_poll_s and self.requests is not None:
+            self._poll_windows(now)
+            self.next_poll_s = self.requests.next_poll_s if self.requests is not None else float("inf")
+        elif self.requests is None:
+            self.next_poll_s = float("inf")
         if not self.profiler_done:
             self._profiler_step()
+        elif self.step >= self.window_at:
+            self._open_window()
 
     def _memory_step(self, now: float) -> None:
         cuda = self.torch.cuda
@@ -231,6 +285,9 @@ class _Hooks(_ProfilerWindow):
             except Exception as exc:
                 self.memory_on = False
                 self.error("memory_stats", exc)
+        if self.backward_s:
+            stats["backward_unix_s"] = self.backward_s
+            self.backward_s = 0.0
         self.record("step", step=self.step, **stats)
         if self.memory_on and self.step_dt_s:
             # What this memory record cost (the query and the JSON line) sets how often to take it.
