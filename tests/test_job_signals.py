@@ -70,11 +70,12 @@ class Run:
     """``gpuprof run`` of the job above, started as ``preexec`` leaves the process."""
 
     def __init__(self, tmp: Path, preexec: Callable[[], None] | None = None, handles: tuple[str, ...] = (),
-                 report: bool = False, new_group: bool = False) -> None:
+                 report: bool = False, new_group: bool = False, hooks: bool = False) -> None:
         self.tmp = tmp
         opts = [] if report else ["--no-report"]
+        gpuprof = [a for a in GPUPROF if a != "--no-hooks"] if hooks else GPUPROF
         self.proc = subprocess.Popen(
-            [*GPUPROF, *opts, "--out", str(tmp / "s"), "--", sys.executable, "-c", _JOB, str(tmp), *handles],
+            [*gpuprof, *opts, "--out", str(tmp / "s"), "--", sys.executable, "-c", _JOB, str(tmp), *handles],
             stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
             preexec_fn=preexec, start_new_session=new_group,
         )
@@ -148,6 +149,23 @@ def test_user_signals_and_alarms_sent_to_gpuprof_reach_the_job(tmp_path: Path, r
     # The job's handler exits 40 + N: gpuprof forwarded it and exits with the job's code
     # (was: gpuprof died of it, 128 + N, and the job ran on).
     assert run.proc.wait(timeout=60) == 40 + getattr(signal, name)
+
+
+def test_usr1_reaches_the_job_while_windows_are_followed(tmp_path: Path, runs: list[Run]) -> None:
+    """With the hooks on, gpuprof follows the run for profiling windows (issue 31); a
+    supervisor's SIGUSR1 (Slurm's warning before preemption) is still the job's, and the
+    window trigger is a real-time signal that is not forwarded."""
+    from gpuprof.record.windows import TRIGGER_SIGNAL
+
+    run = Run(tmp_path, handles=("SIGUSR1",), hooks=True)
+    runs.append(run)
+    if TRIGGER_SIGNAL is not None:
+        time.sleep(0.5)  # the window controller is up
+        run.proc.send_signal(TRIGGER_SIGNAL)
+        time.sleep(0.3)
+        assert _alive(run.job) and run.proc.poll() is None  # asked for a window: nobody ends
+    run.proc.send_signal(signal.SIGUSR1)
+    assert run.proc.wait(timeout=60) == 40 + signal.SIGUSR1
 
 
 def test_sigkill_of_gpuprof_ends_the_whole_job(tmp_path: Path, runs: list[Run]) -> None:

@@ -83,17 +83,16 @@ def launch_diagnosis(session_dir: Path, window: int) -> subprocess.Popen[bytes]:
     )
 
 
-@dataclass
 
 # The signal that asks gpuprof for a window: a real-time signal, which no supervisor sends
 # (SIGUSR1/2, which Slurm and others use to warn a job, are the job's and are forwarded to
 # it, gpuprof/record/jobsignals.py). ``kill -s RTMIN+1 <gpuprof's pid>``; None where the
 # platform has no real-time signals (``gpuprof trigger`` works everywhere).
-TRIGGER_SIGNAL: signal.Signals | None = (
-    signal.Signals(signal.SIGRTMIN + 1) if hasattr(signal, "SIGRTMIN") else None
-)
+TRIGGER_SIGNAL: int | None = int(signal.SIGRTMIN) + 1 if hasattr(signal, "SIGRTMIN") else None
 TRIGGER_SIGNAL_NAME = "RTMIN+1"
 
+
+@dataclass
 class _Window:
     request: WindowRequest
     started: set[int] = field(default_factory=set)  # pids that opened it
