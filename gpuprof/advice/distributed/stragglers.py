@@ -169,6 +169,11 @@ def _variation(ctx: AdviceContext) -> list[Said]:
     return out
 
 
+def _job_step_us(reports: Sequence[RankReport]) -> float:
+    """The job's step: its slowest rank's mean step (the window without steps)."""
+    return max((r.window_us / max(r.steps, 1) for r in reports if r.window_us > 0), default=0.0)
+
+
 def _rotating(ctx: AdviceContext, reports: Sequence[RankReport]) -> Finding | None:
     """Lateness that moves from rank to rank: data-dependent imbalance, not one slow rank."""
     arrivals = (ctx.cross.get("straggler_analysis") or {}).get("arrivals") or {}
@@ -197,7 +202,9 @@ def _rotating(ctx: AdviceContext, reports: Sequence[RankReport]) -> Finding | No
         if more > 0
         else said("straggler.rotating_last", collectives=arrivals.get("collectives"), counts=shown),
         *_variation(ctx),
-        said("straggler.rotating_margin", margin_us_per_step=gain),
+        # Summed over collectives of groups that run side by side (a data-parallel group per
+        # stage), the margins are no one path's: said only where they fit in a step.
+        *((said("straggler.rotating_margin", margin_us_per_step=gain),) if gain < _job_step_us(reports) else ()),
         *((got.said,) if got is not None else ()),
         *skewed,
     )
