@@ -20,6 +20,8 @@ from gpuprof.accounting.evidence import Evidence
 from gpuprof.accounting.summary import RankSummary
 from gpuprof.advice.finding import Finding
 from gpuprof.advice.phrasebook import recommendation
+from gpuprof.model import causes
+from gpuprof.model.causes import REGISTRY as CAUSE_REGISTRY
 from gpuprof.model.report import Cause, RankReport, Recommendation
 from gpuprof.util.phrases import spans as rank_spans
 
@@ -95,18 +97,13 @@ NEEDS: Mapping[str, frozenset[Evidence]] = {
     # idle time no rule explains only means something beside the compute it interrupts
     "other-general": frozenset({Evidence.COMPUTE_KERNELS}),
 }
-# ... else by category (a new advisor's recommendation needs at least this).
+# ... else by category (a new advisor's recommendation needs at least this): each cause's
+# declaration says it (gpuprof.model.causes).
 CATEGORY_NEEDS: Mapping[Cause, frozenset[Evidence]] = {
-    Cause.PIPELINE_BUBBLE: _EXPOSURE,
-    Cause.COMMUNICATION: _EXPOSURE,
-    Cause.STRAGGLER: _EXPOSURE,
-    Cause.MEMORY: _EXPOSURE,
-    Cause.DATALOADER: _HOST_SIDE,
-    Cause.SYNC: frozenset({Evidence.HOST_EVENTS, Evidence.RUNTIME_CALLS}),
-    Cause.HOST: _LAUNCH_GAPS,
-    Cause.OTHER: frozenset(),
+    c: frozenset(Evidence(e) for e in s.needs) for c, s in CAUSE_REGISTRY.items()
 }
-_JOB_LEVEL = (Cause.STRAGGLER, Cause.COMMUNICATION, Cause.PIPELINE_BUBBLE)
+# Causes whose recommendations concern the whole job (time lost between ranks).
+_JOB_LEVEL = causes.where(between_ranks=True)
 
 
 @overload

@@ -29,6 +29,7 @@ from gpuprof.advice.phrasebook.general import AGREE_MARK
 from gpuprof.advice.replayed import replayed, results
 from gpuprof.advice.savings import MIN_WINDOW_US, cause_savings_pct
 from gpuprof.job.whatif_registry import for_cause
+from gpuprof.model.causes import spec_of
 from gpuprof.model.report import CAUSES, Cause, Recommendation
 
 # A cause holding this share of a rank's step always gets a recommendation.
@@ -148,7 +149,7 @@ def explain_disagreement(ctx: AdviceContext, recs: Sequence[Recommendation]) -> 
     for rec in recs:
         # A straggler's or a slow stage's own ranks are not the ones that wait: job-level
         # causes are measured on every rank.
-        job_level = rec.category in (Cause.STRAGGLER, Cause.PIPELINE_BUBBLE, Cause.COMMUNICATION)
+        job_level = spec_of(rec.category).between_ranks
         ranks = ([] if job_level else [by_rank[r] for r in rec.ranks if r in by_rank]) or list(by_rank.values())
         share = max((100.0 * float(r.lost_us.get(rec.category, 0.0)) / r.window_us for r in ranks), default=0.0)
         est = rec.estimated_savings_pct

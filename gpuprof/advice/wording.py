@@ -37,10 +37,11 @@ from gpuprof.advice.context import AdviceContext
 from gpuprof.advice.finding import said
 from gpuprof.advice.phrasebook import sentence
 from gpuprof.advice.phrasebook.general import SLOW_HOST_WARNING, window_words
-from gpuprof.model.report import Cause, Recommendation
+from gpuprof.model import causes
+from gpuprof.model.report import Recommendation
 
 # Causes whose saving is host time: the profiler's own slowing of the host inflates them.
-HOST_SIDE = (Cause.HOST, Cause.DATALOADER, Cause.SYNC)
+HOST_SIDE = causes.where(host_side=True)
 
 
 @dataclass(frozen=True)

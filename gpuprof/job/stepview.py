@@ -40,9 +40,10 @@ import numpy as np
 from gpuprof.accounting.attribution import Attribution
 from gpuprof.accounting.names import NameTrack
 from gpuprof.accounting.summary import RankSummary
+from gpuprof.model import causes
 from gpuprof.model import intervals as iv
 from gpuprof.model.intervals import Intervals
-from gpuprof.model.report import CAUSES, Cause
+from gpuprof.model.report import CAUSES
 
 KINDS: tuple[str, ...] = ("compute",) + tuple(c.value for c in CAUSES)
 BINS = 1000  # horizontal resolution: about one bin per pixel of a wide chart
@@ -126,7 +127,8 @@ def _segments(kinds: Mapping[str, Intervals], lo: float, hi: float, bin_us: floa
 
 # Where a segment's name comes from first: the device work it is, or (for time the device
 # lost to the host) what the host was doing meanwhile.
-_DEVICE_FIRST = {"compute", Cause.COMMUNICATION.value, Cause.STRAGGLER.value, Cause.PIPELINE_BUBBLE.value}
+# (the causes of time lost between ranks: the device is in, or waiting for, communication).
+_DEVICE_FIRST = {"compute"} | {c.value for c in causes.where(between_ranks=True)}
 
 
 def _segment_name(names: NameTrack, kind: str, lo_us: float, hi_us: float) -> str | None:
@@ -160,7 +162,7 @@ def _own_us(s: RankSummary, att: Attribution, span: Span, offset: float) -> floa
     lo, hi = span[0] + offset, span[1] + offset  # back on the rank's own clock
     waited = sum(
         iv.total(iv.clip(iv.normalize(att.intervals.get(c, iv.empty())), lo, hi))
-        for c in (Cause.STRAGGLER, Cause.PIPELINE_BUBBLE)
+        for c in causes.where(waits_for_ranks=True)
     )
     inside = iv.total(iv.clip(s.window_intervals, lo, hi))
     return inside - waited

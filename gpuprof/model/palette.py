@@ -4,23 +4,15 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 
-from gpuprof.model.report import Cause
+from gpuprof.model.causes import REGISTRY
+from gpuprof.model.report import CAUSES
 
-# One colour per kind of time for charts (compute first): the Okabe-Ito palette, chosen to
-# stay apart for the common colour-vision deficiencies (compute blue and straggler
-# vermillion stay far apart under deuteranopia and protanopia; tests/test_render_palette.py
-# checks every pair), plus a light grey for time no rule explains.
-CAUSE_COLORS: Mapping[str, str] = {
-    "compute": "#0072B2",  # blue
-    Cause.PIPELINE_BUBBLE.value: "#CC79A7",  # reddish purple
-    Cause.COMMUNICATION.value: "#56B4E9",  # sky blue
-    Cause.STRAGGLER.value: "#D55E00",  # vermillion
-    Cause.MEMORY.value: "#E69F00",  # orange
-    Cause.DATALOADER.value: "#F0E442",  # yellow
-    Cause.SYNC.value: "#009E73",  # bluish green
-    Cause.HOST.value: "#000000",  # black
-    Cause.OTHER.value: "#C8C8C8",  # light grey: unexplained
-}
+# One colour per kind of time for charts (compute first, then each cause's, from its
+# declaration in gpuprof.model.causes): the Okabe-Ito palette, chosen to stay apart for the
+# common colour-vision deficiencies (compute blue and straggler vermillion stay far apart
+# under deuteranopia and protanopia; tests/test_render_palette.py checks every pair), plus a
+# light grey for time no rule explains.
+CAUSE_COLORS: Mapping[str, str] = {"compute": "#0072B2"} | {c.value: REGISTRY[c].color for c in CAUSES}
 
 
 def text_color_on(background: str) -> str:
