@@ -24,9 +24,9 @@ from gpuprof.advice.finding import said
 from gpuprof.advice.phrasebook import sentence, words
 from gpuprof.advice.wording import HOST_SIDE
 from gpuprof.model import causes
-from gpuprof.model.figures import CAUSE_SHORT
-from gpuprof.model.palette import CAUSE_COLORS
 from gpuprof.model.report import CAUSES, Cause
+from gpuprof.render.figures import CAUSE_SHORT
+from gpuprof.render.palette import CAUSE_COLORS
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -97,8 +97,8 @@ from gpuprof.advice.finding import said
 from gpuprof.advice.phrasebook import sentence, words
 from gpuprof.advice.wording import HOST_SIDE
 from gpuprof.job import stepview
-from gpuprof.model.figures import CAUSE_SHORT
-from gpuprof.model.palette import CAUSE_COLORS
+from gpuprof.render.figures import CAUSE_SHORT
+from gpuprof.render.palette import CAUSE_COLORS
 from gpuprof.pipeline import windowdiag
 from gpuprof.simulate import truth
 

@@ -196,8 +196,8 @@ def check(
     from gpuprof.ci.gate_output import checks_json, checks_junit, checks_markdown, checks_text
     from gpuprof.ci.history import append_run, history_file, read_history
     from gpuprof.cli.check_gate import commit_from_env, load_baselines, run_gate
-    from gpuprof.model.figures import saving_phrase
     from gpuprof.render import format_for_path, render
+    from gpuprof.render.figures import saving_phrase
     from gpuprof.render.markdown import md_escape
 
     # Options are validated exactly as [tool.gpuprof.check] is, then override it.

@@ -19,7 +19,6 @@ from gpuprof.errors import GpuprofError
 from gpuprof.util.atomic import is_stdout, write_text_atomic
 from gpuprof.util.safetext import visible_text
 
-
 # Past this many files of a folder left out, stderr gets one line with the count (the
 # report's warnings still name every file): 10,000 empty files were 10,000 lines.
 MAX_SKIP_LINES = 5
@@ -134,7 +133,7 @@ def analyze_command(
     if (brief and chosen not in ("text", "markdown")) or (top is not None and chosen == "json"):
         what = "--brief" if brief and chosen not in ("text", "markdown") else "--top"
         raise GpuprofError(f"{what} shapes the text, Markdown and HTML reports; the {chosen} report always holds everything")
-    from gpuprof.model.figures import View
+    from gpuprof.render.figures import View
 
     view = View(brief=brief, top=top)
     check_outputs([("an input", p) for p in paths], [("-o", output)])

@@ -4,8 +4,8 @@ advice and what it needs from the trace.
 A cause is a member of :class:`~gpuprof.model.report.Cause` (its value is the JSON
 contract's name) and one :class:`CauseSpec` here; every table that lists causes reads it
 from :data:`REGISTRY`: the attribution's precedence (:data:`gpuprof.accounting.attribution.PRECEDENCE`),
-the charts' colours (:mod:`gpuprof.model.palette`), the narrow tables' labels
-(:data:`gpuprof.model.figures.CAUSE_SHORT`), the general advice the phrasebook writes
+the charts' colours (:mod:`gpuprof.render.palette`), the narrow tables' labels
+(:data:`gpuprof.render.figures.CAUSE_SHORT`), the general advice the phrasebook writes
 when no finding spoke for a cause (:mod:`gpuprof.advice.phrasebook.general`), what a
 recommendation of the cause needs from the trace (:data:`gpuprof.advice.context.CATEGORY_NEEDS`)
 and the cause's flags (a wait between ranks, time the host holds). Adding a cause is its

@@ -5,8 +5,8 @@ medium. Shares are percentages of the analysis window (0-100); times are microse
 the name says ``_ms``. Unknown values are ``None`` and render as "N/A", never as 0.
 
 These are the figures of the analysis (steps, shares, savings, what the report covers);
-those of the NVML samples are :mod:`gpuprof.model.sample_figures`, the charts' colours
-:mod:`gpuprof.model.palette`.
+those of the NVML samples are :mod:`gpuprof.render.sample_figures`, the charts' colours
+:mod:`gpuprof.render.palette`.
 """
 
 from __future__ import annotations
