@@ -18,7 +18,7 @@ largest share of a step any rank loses.
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from dataclasses import replace
 
 from gpuprof.advice.context import AdviceContext
@@ -97,10 +97,8 @@ def general_findings(ctx: AdviceContext, recs: Sequence[Recommendation]) -> list
         # which), the first replayed that saves.
         got = next((x for x in (replayed(ctx, n) for n in for_cause(cause)) if x is not None and x.pct > 0), None)
         evidence = [said("general.share", cause=cause.value, top_pct=top, ranks=tuple(ranks))]
-        pipe = ctx.cross.get("pipeline") if cause is Cause.PIPELINE_BUBBLE else None
-        known = isinstance(pipe, Mapping) and bool(pipe.get("microbatches")) and (
-            pipe.get("theoretical_bubble_fraction") is not None
-        )
+        pipe = ctx.cross.pipeline if cause is Cause.PIPELINE_BUBBLE else None
+        known = pipe is not None and bool(pipe.microbatches) and pipe.theoretical_bubble_fraction is not None
         if cause is Cause.OTHER or (known and got is None):
             # Time no rule explains has no fix to replay, nor has a bubble the schedule does
             # not make (stages waiting for a slower part of the job, named above): its share
@@ -117,12 +115,12 @@ def general_findings(ctx: AdviceContext, recs: Sequence[Recommendation]) -> list
         else:
             pct = cause_savings_pct(ctx.reports, cause)
             evidence.append(said("general.closed_form"))
-        if known and isinstance(pipe, Mapping):
+        if known and pipe is not None:
             # The schedule is known and its own fill and drain are small: the measured
             # bubble is stages waiting for a slower one (a straggler's replica, varying work).
-            evidence.append(said("general.why_pipeline_known", schedule=str(pipe.get("schedule", "unknown")),
-                                 stages=int(pipe.get("stages") or 0), microbatches=int(pipe["microbatches"]),
-                                 theory_pct=100 * float(pipe["theoretical_bubble_fraction"])))
+            evidence.append(said("general.why_pipeline_known", schedule=str(pipe.schedule),
+                                 stages=int(pipe.stages or 0), microbatches=int(pipe.microbatches or 0),
+                                 theory_pct=100 * float(pipe.theoretical_bubble_fraction or 0.0)))
         else:
             evidence.append(said("general.why", cause=cause.value))
         facts: dict[str, Fact] = {"lost_pct": top, "ranks_affected": len(ranks), **(got.facts if got is not None else {})}

@@ -59,8 +59,7 @@ def _ranks_with_data(ctx: AdviceContext) -> list[int]:
 def world_size(ctx: AdviceContext) -> int | None:
     """The job's number of ranks as its traces (or the cross-rank matching) state it."""
     known = [s.world_size for s in ctx.summaries if s.world_size]
-    info = ctx.cross.get("straggler_analysis") if isinstance(ctx.cross, dict) else None
-    inferred = info.get("world_size") if isinstance(info, dict) else None
+    inferred = ctx.cross.straggler_analysis.world_size
     sizes = [int(x) for x in [*known, inferred] if isinstance(x, int) and x > 0]
     return max(sizes) if sizes else None
 

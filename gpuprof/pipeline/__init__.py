@@ -110,9 +110,9 @@ def _rank_report(s: RankSummary, att: Attribution, cross: CrossRankResult) -> Ra
         extra["kernels"] = top_names(s.names, s.window[0], s.window[1])  # the device work with the most time
     if s.facts.get("step_marker"):
         extra["step_marker"] = s.facts["step_marker"]  # which marker the steps come from
-    per_rank = cross.findings.get("per_rank", {}).get(s.rank) if isinstance(cross.findings.get("per_rank"), dict) else None
-    if per_rank:
-        extra.update(per_rank)
+    per_rank = cross.findings.per_rank.get(s.rank)
+    if per_rank is not None:
+        extra.update(per_rank.to_dict())
     return RankReport(
         rank=s.rank,
         device=s.device_name,
@@ -194,13 +194,13 @@ def run_analysis(
     warnings = skipped + ([forced_warning(mixed)] if mixed else []) + rank_warnings(
         [(s.rank, w) for s in summaries for w in s.warnings + ((s.empty_reason,) if s.empty_reason else ())]
     )
-    world_note = (cross.findings.get("straggler_analysis") or {}).get("world_size_note")
+    world_note = cross.findings.straggler_analysis.world_size_note
     if world_note:
         warnings.append(str(world_note))
     # What the trace cannot support (see gpuprof.advice): one line each, first (a renderer
     # may show only the first few warnings), and in the JSON.
     warnings[:0] = [h.line for h in advice.held_back]
-    job: dict[str, Any] = {k: v for k, v in cross.findings.items() if k != "per_rank"}
+    job: dict[str, Any] = {k: v for k, v in cross.findings.to_dict().items() if k != "per_rank"}
     w = cross.whatifs
     job["model_error_pct"] = None if w is None else round(w.model_error_pct, 3)
     job["combined_savings_pct"] = None if advice.combined_savings_pct is None else round(advice.combined_savings_pct, 2)
