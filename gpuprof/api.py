@@ -106,28 +106,24 @@ def analyze(
     communication disagree), which otherwise raises :class:`gpuprof.GpuprofError`; the
     report then carries a warning saying what differs.
     """
-    from gpuprof.readers.saved import is_report_file, read_report
+    from gpuprof.pipeline import AnalyzeOptions
+    from gpuprof.pipeline.inputs import report_of, route
 
     path_list = _as_paths(paths)
     if isinstance(jobs, bool) or not isinstance(jobs, int) or jobs < 1:
         raise ValueError(f"jobs: expected a whole number of processes >= 1, got {jobs!r}")
     selection = _steps(steps)
-    saved = [p for p in path_list if is_report_file(p)]
-    if saved:
-        if len(path_list) > 1:
-            raise GpuprofError("a saved report cannot be combined with other inputs; give it alone", saved[0])
-        if steps is not None or jobs != 1 or scheduler or force:
-            raise ValueError("steps, jobs, scheduler and force apply to traces, not to a saved report")
-        return read_report(saved[0])
-
-    from gpuprof.pipeline import AnalyzeOptions, analyze_paths
-    from gpuprof.session import is_session
-
     if max_input_gb is not None:
         from gpuprof.readers.limits import MAX_INPUT_GB
 
         if _pct_arg("max_input_gb", max_input_gb, upper=MAX_INPUT_GB) == 0:
             raise ValueError("max_input_gb: 0 would refuse every trace")
+    inp = route(path_list)
+    if inp.saved is not None:
+        if steps is not None or jobs != 1 or scheduler or force:
+            raise ValueError("steps, jobs, scheduler and force apply to traces, not to a saved report")
+        return report_of(inp, AnalyzeOptions(max_input_gb=max_input_gb))  # bounded as the command line's
+
     if not isinstance(force, bool):
         raise TypeError(f"force: expected True or False, got {force!r}")
     options = AnalyzeOptions(steps=selection, jobs=jobs, scheduler=scheduler, max_input_gb=max_input_gb, force=force)
@@ -136,12 +132,9 @@ def analyze(
         if progress is not None:
             progress(message)  # the pipeline's counts are for progress bars; a user gets the line
 
-    if len(path_list) == 1 and is_session(path_list[0]):
-        # The same report as `gpuprof analyze SESSION` (samples alone when no trace was written).
-        from gpuprof.pipeline.session_report import session_report
-
-        return session_report(path_list[0], options, progress=told)
-    return analyze_paths(path_list, options, progress=told)
+    # The same report as `gpuprof analyze PATH...` (a session's: samples alone when no trace
+    # was written).
+    return report_of(inp, options, progress=told)
 
 
 def load_report(path: PathLike) -> Report:

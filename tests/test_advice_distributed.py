@@ -142,7 +142,7 @@ def test_megatron_advice_points_at_the_slow_stage(shared_traces: Path) -> None:
     ctx = _real_context(shared_traces / "megatron-pp4-timeline")
     recs = {r.id: r for r in advise(ctx)}
     imb = recs["pipeline-imbalance"]
-    assert list(imb.ranks) == ctx.cross["pipeline"]["slowest_stage_ranks"]
+    assert list(imb.ranks) == list(ctx.cross.pipeline.slowest.ranks)
     assert 0 < imb.estimated_savings_pct < 50
     assert "pipeline-bubble" in recs
     comm = recs.get("comm-overlap") or recs.get("exposed-communication")
@@ -154,7 +154,7 @@ def test_dlrm_straggler_advice_lists_the_named_stragglers(shared_traces: Path) -
     ctx = _real_context(shared_traces / "dlrm-8rank")
     recs = [r for r in straggler_advice(ctx)]
     assert [r.id for r in recs] == ["straggler-rank"]
-    named = [x["rank"] for x in ctx.cross["stragglers"]]
+    named = [x.rank for x in ctx.cross.stragglers]
     assert named == [7]
     # Rank 7 begins its step 3.3 ms late, and so do ranks 0, 2 and 6 (1.2-2.7 ms): the
     # replay of every late rank beginning with the median rank costs the recommendation;
@@ -290,7 +290,7 @@ def test_mi300_slow_all_reduces_are_not_called_an_overlap_problem(shared_traces:
     # One rank of 8: 5.7 MB and 17.6 MB bf16 all-reduces take 6.6-9.2 ms (1-3 GB/s of a
     # ~896 GB/s link), so most of that time is waiting for ranks that are not in the trace.
     ctx = _real_context(shared_traces / "mi300-resnet-ckpt-rank0")
-    if "collective_bandwidth" not in ctx.cross:
+    if not ctx.cross.collective_bandwidth:
         pytest.skip(
             "the Kineto reader does not yet give collective message sizes (record_param_comms nelems x dtype)"
         )
@@ -382,8 +382,8 @@ def test_two_stragglers_late_together_save_their_joint_lead_not_their_margins_ov
     arrive[4] = [b + (900.0 if k % 2 == 0 else 1_000.0) for k, b in enumerate(base)]
     job = summaries(arrivals_job(arrive, steps=2))
     ctx = context(job)
-    assert sorted(x["rank"] for x in ctx.cross["stragglers"]) == [3, 4]
-    assert all(x["gain_us_per_step"] == pytest.approx(3 * 100.0) for x in ctx.cross["stragglers"])
+    assert sorted(x.rank for x in ctx.cross.stragglers) == [3, 4]
+    assert all(x.gain_us_per_step == pytest.approx(3 * 100.0) for x in ctx.cross.stragglers)
     (rec,) = straggler_advice(ctx)
     assert rec.ranks in ((3, 4), (4, 3))
     step_us = max(s.window_us / len(s.steps) for s in job)

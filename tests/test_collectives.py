@@ -405,4 +405,4 @@ def test_wait_hidden_by_compute_on_another_stream_is_not_exposed() -> None:
     waits = per_rank_waits(match_collectives(job))
     assert waits.loc[0, "wait_us"] == pytest.approx(50_000.0)
     assert waits.loc[0, "exposed_wait_us"] == pytest.approx(0.0)
-    assert analyze_job(job).findings["stragglers"] == []
+    assert analyze_job(job).findings.to_dict()["stragglers"] == []

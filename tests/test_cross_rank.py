@@ -32,7 +32,7 @@ def _with_phases(job: list[RankSummary], slow_backward: int) -> list[RankSummary
 def test_late_rank_is_named_with_its_slow_phase_and_others_get_straggler_claims() -> None:
     job = _with_phases(summaries(allreduce_job(SLOW)), slow_backward=2)
     res = analyze_job(job)
-    f = res.findings
+    f = res.findings.to_dict()
     json.dumps(f)  # plain JSON all the way down
     assert [x["rank"] for x in f["stragglers"]] == [2]
     st = f["stragglers"][0]
@@ -54,22 +54,22 @@ def test_late_rank_is_named_with_its_slow_phase_and_others_get_straggler_claims(
 def test_clock_skew_does_not_change_the_findings() -> None:
     plain = analyze_job(summaries(allreduce_job(SLOW)))
     skewed = analyze_job(summaries(allreduce_job(SLOW, skew_us={3: 1_000_000.0, 2: -250_000.0})))
-    assert [x["rank"] for x in skewed.findings["stragglers"]] == [2]
+    assert [x["rank"] for x in skewed.findings.to_dict()["stragglers"]] == [2]
     for r in SLOW:
-        a = plain.findings["per_rank"][r]["straggler_wait_us"]
-        assert skewed.findings["per_rank"][r]["straggler_wait_us"] == pytest.approx(a)
+        a = plain.findings.to_dict()["per_rank"][r]["straggler_wait_us"]
+        assert skewed.findings.to_dict()["per_rank"][r]["straggler_wait_us"] == pytest.approx(a)
     # Claims stay on each rank's own clock.
     assert skewed.claims[3][Cause.STRAGGLER][0][0] > 1_000_000.0
 
 
 def test_jitter_below_the_threshold_names_nobody() -> None:
     res = analyze_job(summaries(allreduce_job({0: 20_000.0, 1: 20_010.0, 2: 20_005.0, 3: 20_000.0})))
-    assert res.findings["stragglers"] == []
+    assert res.findings.to_dict()["stragglers"] == []
 
 
 def test_partial_job_measures_waits_but_names_no_straggler() -> None:
     res = analyze_job(summaries(allreduce_job({0: 20_000.0, 1: 25_000.0}, world_size=8)))
-    f = res.findings
+    f = res.findings.to_dict()
     assert f["stragglers"] == []
     assert "absent" in f["straggler_analysis"]["note"]
     assert f["straggler_analysis"]["incomplete_groups"] == {"0": {"present": 2, "expected": 8}}
@@ -79,8 +79,8 @@ def test_partial_job_measures_waits_but_names_no_straggler() -> None:
 def test_single_rank_has_no_straggler_claim_but_says_why() -> None:
     res = analyze_job(summaries(allreduce_job({0: 20_000.0}, world_size=2)))
     assert res.claims == {}
-    assert "cannot be measured" in res.findings["straggler_analysis"]["note"]
-    assert res.findings["critical_rank_per_step"] == []
+    assert "cannot be measured" in res.findings.to_dict()["straggler_analysis"]["note"]
+    assert res.findings.to_dict()["critical_rank_per_step"] == []
     assert analyze_job([]).claims == {}
 
 
@@ -88,7 +88,7 @@ def test_pipeline_job_claims_bubbles_and_names_the_slow_stage_critical() -> None
     fwd = [10_000.0, 10_000.0, 20_000.0, 10_000.0]
     job = [summarize(t) for t in pipeline_job(4, 8, fwd, [2 * x for x in fwd], "1f1b")]
     res = analyze_job(job)
-    f = res.findings
+    f = res.findings.to_dict()
     json.dumps(f)
     assert f["pipeline"]["slowest_stage"] == 2
     assert {c["rank"] for c in f["critical_rank_per_step"]} == {2}
@@ -115,7 +115,7 @@ def _real(path: Path) -> list[RankSummary]:
 def test_dlrm_straggler_is_the_rank_everyone_waits_for(shared_traces: Path) -> None:
     job = _real(shared_traces / "dlrm-8rank")
     res = analyze_job(job)
-    f = res.findings
+    f = res.findings.to_dict()
     json.dumps(f)
     assert f["stragglers"], "the 8 ranks wait milliseconds per step: someone is late"
     per = f["per_rank"]
@@ -133,7 +133,7 @@ def test_dlrm_straggler_is_the_rank_everyone_waits_for(shared_traces: Path) -> N
 def test_megatron_critical_rank_is_on_the_slowest_stage(shared_traces: Path) -> None:
     job = _real(shared_traces / "megatron-pp4-timeline")
     res = analyze_job(job)
-    f = res.findings
+    f = res.findings.to_dict()
     json.dumps(f)
     slow = set(f["pipeline"]["slowest_stage_ranks"])
     assert len(f["critical_rank_per_step"]) == len(job[0].steps)
@@ -143,17 +143,17 @@ def test_megatron_critical_rank_is_on_the_slowest_stage(shared_traces: Path) -> 
 
 
 def test_partial_and_single_rank_jobs_say_what_cannot_be_known(shared_traces: Path) -> None:
-    sampled = analyze_job(_real(shared_traces / "hta-sampled-2rank")).findings
+    sampled = analyze_job(_real(shared_traces / "hta-sampled-2rank")).findings.to_dict()
     assert sampled["stragglers"] == []
     assert sampled["straggler_analysis"]["incomplete_groups"]["(unnamed)"] == {"present": 2, "expected": 128}
     single = analyze_job(_real(shared_traces / "a100-2rank-nccl"))
     assert single.claims == {}
-    assert "1 of 2 ranks" in single.findings["straggler_analysis"]["note"]
+    assert "1 of 2 ranks" in single.findings.to_dict()["straggler_analysis"]["note"]
 
 
 def test_megatron_barrier_waits_are_for_the_ranks_still_communicating(shared_traces: Path) -> None:
     job = _real(shared_traces / "megatron-pp4-timeline")
-    f = analyze_job(job).findings
+    f = analyze_job(job).findings.to_dict()
     b = f["barrier_waits"]
     assert b["barriers"] == len(job[0].steps)  # one synchronized start per step
     stage = {r: v["stage"] for r, v in f["per_rank"].items()}
@@ -177,7 +177,7 @@ def test_single_gpu_job_gets_no_note_about_missing_ranks() -> None:
     b.step(1, 0.0, 1_000.0)
     b.kernel(10.0, 900.0, launch_at=0.0)
     res = analyze_job([summarize(b.build())])
-    assert "note" not in res.findings["straggler_analysis"]
+    assert "note" not in res.findings.to_dict()["straggler_analysis"]
     assert res.claims == {}
 
 
@@ -187,7 +187,7 @@ def test_critical_path_gain_is_the_margin_over_the_next_latest_rank() -> None:
     base = [2_000.0 * k for k in range(1, 6)]
     arrive = {r: [b + d for b in base] for r, d in {0: 0.0, 1: 50.0, 3: 100.0}.items()}
     arrive[2] = [b + 1_000.0 for b in base]
-    f = analyze_job(summaries(arrivals_job(arrive, steps=3))).findings
+    f = analyze_job(summaries(arrivals_job(arrive, steps=3))).findings.to_dict()
     (st,) = f["stragglers"]
     assert st["rank"] == 2 and st["last_arrivals"] == 15
     assert st["gain_us_per_step"] == pytest.approx(5 * 900.0)
@@ -200,7 +200,7 @@ def test_critical_path_gain_is_the_margin_over_the_next_latest_rank() -> None:
 def test_lateness_that_moves_between_ranks_names_no_straggler() -> None:
     base = [2_000.0 * k for k in range(1, 9)]
     arrive = {r: [b + (800.0 if k % 4 == r else 0.0) for k, b in enumerate(base)] for r in range(4)}
-    f = analyze_job(summaries(arrivals_job(arrive, steps=2))).findings
+    f = analyze_job(summaries(arrivals_job(arrive, steps=2))).findings.to_dict()
     assert f["stragglers"] == []
     arr = f["straggler_analysis"]["arrivals"]
     assert arr["rotating"] is True and arr["last_counts"] == {"0": 4, "1": 4, "2": 4, "3": 4}
@@ -216,7 +216,7 @@ def test_ranks_that_start_the_step_early_are_reported_as_arrival_skew() -> None:
     arrive[1] = [b - 5_000.0 for b in base[:1]] + base[1:]
     arrive[3] = [b - 5_000.0 for b in base[:1]] + base[1:]
     job = arrivals_job(arrive, steps=2, step_start_us={r: 5_000.0 + early.get(r, 0.0) for r in range(6)})
-    f = analyze_job(summaries(job)).findings
+    f = analyze_job(summaries(job)).findings.to_dict()
     skew = f["straggler_analysis"]["early_starters"]
     assert sorted(e["rank"] for e in skew) == [1, 3]
     assert all(e["lead_us"] == pytest.approx(5_000.0) for e in skew)
@@ -226,7 +226,7 @@ def test_barrier_findings_say_what_the_late_ranks_communicate_before_it() -> Non
     # Ranks 0 and 3 run a 2 ms embedding all-reduce after compute (30 ms at step 0);
     # ranks 1 and 2 have nothing to do and wait at the optimizer barrier.
     comm = {0: [30_000.0, 2_000.0, 2_000.0, 2_000.0], 3: [30_000.0, 2_000.0, 2_000.0, 2_000.0]}
-    f = analyze_job(summaries(timeline_late_comm_job(comm))).findings
+    f = analyze_job(summaries(timeline_late_comm_job(comm))).findings.to_dict()
     b = f["barrier_waits"]
     assert b["waited_for_ranks"] == [0, 3]
     (op,) = b["late_comm"]
@@ -241,5 +241,5 @@ def test_a_rank_that_starts_early_but_works_longer_is_not_arrival_skew() -> None
     base = [8_000.0, 10_000.0, 12_000.0]
     arrive = {r: list(base) for r in range(6)}
     job = arrivals_job(arrive, steps=2, step_start_us={r: (0.0 if r == 1 else 5_000.0) for r in range(6)})
-    f = analyze_job(summaries(job)).findings
+    f = analyze_job(summaries(job)).findings.to_dict()
     assert "early_starters" not in f["straggler_analysis"]

@@ -288,7 +288,7 @@ def test_every_timeline_segment_has_a_title_and_one_rank_has_the_longest_step(
     trace: str, shared_traces: Path, tmp_path: Path
 ) -> None:
     from gpuprof.api import analyze
-    from gpuprof.model.figures import slowest_rank
+    from gpuprof.render.figures import slowest_rank
 
     rep = analyze(shared_traces / trace)
     page = render(rep, "html").replace("script-src 'none'", f"script-src 'nonce-{NONCE}'")

@@ -49,7 +49,9 @@ def test_bandwidth_from_message_size_and_time() -> None:
             device="NVIDIA A100-SXM4-40GB",
         )
     )
-    b = rank_bandwidth(job[0])
+    got = rank_bandwidth(job[0])
+    assert got is not None
+    b = got.to_dict()
     assert b is not None
     assert b["calls"] == 10 and b["bytes_per_step"] == pytest.approx(5e8)
     # The other 7 members are absent: how much of the 5 ms is waiting for them is not
@@ -84,7 +86,7 @@ def _late_rank_job(transfer_us: float) -> list:
 def test_waiting_for_a_late_rank_is_not_counted_as_a_slow_transfer() -> None:
     from gpuprof.job.cross_rank import analyze_job
 
-    bw = analyze_job(_late_rank_job(120.0)).findings["collective_bandwidth"]
+    bw = analyze_job(_late_rank_job(120.0)).findings.to_dict()["collective_bandwidth"]
     for r in ("0", "1", "2", "3"):
         # Every call's transfer takes 120 us once the last member is there.
         assert bw[r]["duration_us"] == pytest.approx([120.0, 120.0])
@@ -98,7 +100,7 @@ def test_a_transfer_too_short_to_time_has_no_bandwidth() -> None:
     from gpuprof.job.cross_rank import analyze_job
 
     # 2 us after the last arrival: a 10 MB all-reduce would run at 7500 GB/s
-    bw = analyze_job(_late_rank_job(2.0)).findings["collective_bandwidth"]
+    bw = analyze_job(_late_rank_job(2.0)).findings.to_dict()["collective_bandwidth"]
     for r in ("0", "1", "2", "3"):
         assert bw[r]["busbw_gbps"] is None and bw[r]["algbw_gbps"] is None
         assert "under 20 µs" in bw[r]["bandwidth_note"]
@@ -109,18 +111,18 @@ def test_no_bandwidth_above_the_link_peak() -> None:
 
     # 10 MB all-reduced over 4 ranks in 24 us: 625 GB/s of bus bandwidth, above the A100's
     # 600 GB/s datasheet peak: not a figure any A100 reaches
-    bw = analyze_job(_late_rank_job(24.0)).findings["collective_bandwidth"]
+    bw = analyze_job(_late_rank_job(24.0)).findings.to_dict()["collective_bandwidth"]
     for r in ("0", "1", "2", "3"):
         assert bw[r]["busbw_gbps"] is None
         assert bw[r]["bandwidth_note"] == "not measurable: the transfer times give more than the link peak (600 GB/s)"
-    ok = analyze_job(_late_rank_job(30.0)).findings["collective_bandwidth"]
+    ok = analyze_job(_late_rank_job(30.0)).findings.to_dict()["collective_bandwidth"]
     assert ok["0"]["busbw_gbps"] == pytest.approx(10e6 * 1.5 / 30.0 / 1e3)  # 500 GB/s
 
 
 def test_a_slow_transfer_among_complete_groups_is_named_on_the_ranks_present() -> None:
     from gpuprof.job.cross_rank import analyze_job
 
-    bw = analyze_job(_late_rank_job(3_000.0)).findings["collective_bandwidth"]
+    bw = analyze_job(_late_rank_job(3_000.0)).findings.to_dict()["collective_bandwidth"]
     assert all(bw[r]["slow_calls"] == 10 for r in ("0", "1", "2", "3"))
     # 10 MB all-reduce over 4 ranks in 3 ms: 3.3 GB/s algorithm, 5 GB/s bus bandwidth.
     assert bw["0"]["busbw_gbps"] == pytest.approx(10e6 * 1.5 / 3_000.0 / 1e3)

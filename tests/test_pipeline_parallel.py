@@ -136,7 +136,7 @@ def test_balanced_pipeline_measures_the_theoretical_bubble(schedule: str) -> Non
     job = summaries(pipeline_job(p, m, [10_000.0] * p, [20_000.0] * p, schedule))
     res = analyze_pipeline(job, {s.rank: 0.0 for s in job})
     assert res is not None
-    f = res.findings
+    f = res.findings.to_dict()
     assert (f["stages"], f["microbatches"], f["chunks"]) == (4, 8, 1)
     assert f["schedule"] == schedule
     assert f["theoretical_bubble_fraction"] == pytest.approx(3 / 11, abs=1e-4)
@@ -158,7 +158,7 @@ def test_slow_stage_inflates_the_bubble_of_the_others() -> None:
     job = summaries(pipeline_job(p, m, fwd, bwd, "1f1b"))
     res = analyze_pipeline(job, {s.rank: 0.0 for s in job})
     assert res is not None
-    f = res.findings
+    f = res.findings.to_dict()
     assert f["slowest_stage"] == 2
     assert f["slowest_stage_ranks"] == [2]
     assert f["slowest_stage_ratio"] == pytest.approx(2.0)
@@ -193,7 +193,7 @@ def test_stages_are_ordered_by_timing_when_the_layout_is_unknown() -> None:
     job = summaries(shuffled)
     res = analyze_pipeline(job, {s.rank: 0.0 for s in job})
     assert res is not None
-    assert res.findings["stage_source"] == "p2p timing"
+    assert res.findings.to_dict()["stage_source"] == "p2p timing"
     assert res.stage_of == {2: 0, 0: 1, 1: 2}
 
 
@@ -203,7 +203,7 @@ def test_megatron_last_stage_is_the_bottleneck(shared_traces: Path) -> None:
     job = [summarize(t) for t in load_all([shared_traces / "megatron-pp4-timeline"])]
     res = analyze_pipeline(job, {s.rank: 0.0 for s in job})
     assert res is not None
-    f = res.findings
+    f = res.findings.to_dict()
     assert f["stages"] == 4 and f["stage_source"] == "layout"
     assert f["microbatches"] == 4 and f["schedule"] == "1f1b"
     assert f["steps_measured"] == len(job[0].steps)
@@ -239,7 +239,7 @@ def test_stage_order_and_chunks_from_pipelining_annotations() -> None:
         job.append(replace(s, phases_us=phases))
     res = analyze_pipeline(job, {s.rank: 0.0 for s in job})
     assert res is not None
-    f = res.findings
+    f = res.findings.to_dict()
     assert f["stage_source"] == "annotations"
     assert res.stage_of == {0: 0, 1: 1, 2: 2}
     assert (f["chunks"], f["microbatches"], f["schedule"]) == (2, 4, "interleaved-1f1b")
@@ -317,7 +317,7 @@ def test_kineto_pipeline_without_layout_is_found_and_measured() -> None:
     job = summaries(kineto_pipeline_job(p, m, 10_000.0))
     res = analyze_pipeline(job, {s.rank: 0.0 for s in job})
     assert res is not None
-    f = res.findings
+    f = res.findings.to_dict()
     assert f["stage_source"] == "p2p timing"
     assert res.stage_of == {0: 0, 1: 1, 2: 2, 3: 3}
     assert f["span_us"] == pytest.approx((m + p - 1) * 30_000.0, rel=0.01)
@@ -338,7 +338,7 @@ def test_replicated_pipeline_stages_come_from_the_p2p_process_groups() -> None:
     job = summaries(kineto_pipeline_job(2, 4, 10_000.0, dp=2, drain_allreduce=True))
     res = analyze_pipeline(job, {s.rank: 0.0 for s in job})
     assert res is not None
-    f = res.findings
+    f = res.findings.to_dict()
     assert f["stage_source"] == "process groups"
     assert res.stage_of == {0: 0, 1: 0, 2: 1, 3: 1}
     assert f["stages"] == 2 and [r["ranks"] for r in f["per_stage"]] == [[0, 1], [2, 3]]

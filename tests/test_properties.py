@@ -159,8 +159,21 @@ def _check_report(doc: dict[str, Any]) -> None:
         total = r["compute_us"] + sum(lost.values())
         assert math.isclose(total, r["window_us"], rel_tol=1e-3, abs_tol=1e-3), r
     savings = [rec["estimated_savings_pct"] for rec in doc["recommendations"]]
-    assert savings == sorted(savings, reverse=True)
     assert all(0 <= s <= 100 for s in savings)
+    # Ranked by estimate, except (gpuprof.advice.rank_recommendations) faults saving at
+    # least FAULT_FIRST_PCT lead, and a fix moved up for what it adds to the ones above it
+    # says so: every other recommendation keeps its place by estimate.
+    from gpuprof.advice import FAULT_FIRST_PCT, FAULTS
+
+    def _fault(rec: dict[str, Any]) -> bool:
+        kind = (rec.get("facts") or {}).get("kind")
+        return rec["id"] in FAULTS or (rec["id"] == "straggler-rank" and kind == "hardware")
+
+    recs = list(doc["recommendations"])
+    while recs and _fault(recs[0]) and recs[0]["estimated_savings_pct"] >= FAULT_FIRST_PCT:
+        recs.pop(0)
+    kept = [r["estimated_savings_pct"] for r in recs if not any("it adds" in e for e in r["evidence"])]
+    assert kept == sorted(kept, reverse=True)
 
 
 @settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])

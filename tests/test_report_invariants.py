@@ -40,12 +40,12 @@ from conftest import SHARED_TRACES
 
 from gpuprof.job.floor import CHANGES_COMPUTE
 from gpuprof.job.whatifs import WHATIFS
-from gpuprof.model import figures as fg
-from gpuprof.model import sample_figures as sf
 from gpuprof.model.report import Report
-from gpuprof.model.run_figures import run_view
+from gpuprof.render import figures as fg
 from gpuprof.render import render
+from gpuprof.render import sample_figures as sf
 from gpuprof.render.findings import findings_context, job_blocks
+from gpuprof.render.run_figures import run_view
 from gpuprof.render.text import render_text
 from gpuprof.simulate import generate
 from gpuprof.simulate.scenarios import SCENARIOS

@@ -13,9 +13,9 @@ import pytest
 from clirun import run_cli
 from reportfactory import rank, report
 
-from gpuprof.model import figures as fg
 from gpuprof.model.report import Report
 from gpuprof.pipeline import run_analysis
+from gpuprof.render import figures as fg
 from gpuprof.render.text import render_text
 from gpuprof.util import phrases
 

@@ -97,8 +97,8 @@ def test_cpu_only_run_says_the_same_summary_in_all_four_places(tmp_path: Path, c
     """stderr at the end of the run, report.json, report.html and `gpuprof analyze SESSION`
     all carry the one CPU-only summary (figures.cpu_only_summary), never "nothing to analyze"."""
     from gpuprof.api import analyze
-    from gpuprof.model.figures import cpu_only_summary
     from gpuprof.render import render
+    from gpuprof.render.figures import cpu_only_summary
 
     root = _session(tmp_path / "s", SAMPLES / "cpu-training" / "worker0.pt.trace.json.gz", steps=9)
     report_run(root, "text", None, _result(root))

@@ -12,6 +12,7 @@ import pytest
 
 from gpuprof.accounting.attribution import Attribution, attribute
 from gpuprof.accounting.summary import RankSummary
+from gpuprof.job.findings import CriticalStep, JobFindings, RankRow
 from gpuprof.job.stepview import BINS, MAX_SEGMENTS, step_timeline
 from gpuprof.model import intervals as iv
 from gpuprof.model.report import Cause
@@ -35,13 +36,19 @@ def _att(s: RankSummary, claims: dict[Cause, list[tuple[float, float]]]) -> Attr
 
 
 def _findings(offsets: dict[int, float] | None = None, stages: dict[int, int] | None = None,
-              critical: list[dict[str, Any]] | None = None) -> dict[str, Any]:
-    per_rank: dict[int, dict[str, Any]] = {}
-    for r, o in (offsets or {}).items():
-        per_rank.setdefault(r, {})["clock_offset_us"] = o
-    for r, st in (stages or {}).items():
-        per_rank.setdefault(r, {})["stage"] = st
-    return {"per_rank": per_rank, "critical_rank_per_step": critical or []}
+              critical: list[tuple[int, int]] | None = None) -> JobFindings:
+    """Job findings with only what the step view reads: clock offsets, stages, and the
+    rank that set the pace of each step (``(step, rank)``)."""
+    ranks = set(offsets or {}) | set(stages or {})
+    per_rank = {
+        r: RankRow(straggler_wait_us=0.0, hidden_wait_us=0.0, straggler_wait_us_per_step=0.0,
+                   is_straggler=False, last_arrivals=0, collectives=0,
+                   clock_offset_us=(offsets or {}).get(r, 0.0), stage=(stages or {}).get(r))
+        for r in ranks
+    }
+    crit = tuple(CriticalStep(step=st, rank=r, waited_us=0.0, others_median_waited_us=0.0)
+                 for st, r in (critical or []))
+    return JobFindings(measured=True, per_rank=per_rank, critical_rank_per_step=crit)
 
 
 def _lane(tl: dict[str, Any], rank: int) -> dict[str, Any]:
@@ -72,7 +79,7 @@ def test_slowest_rank_is_the_one_the_others_wait_for_and_critical_path_is_marked
     slow = _summary(1, [(1, 0, 1000)], [(0, 1000)])
     a_fast = _att(fast, {Cause.STRAGGLER: [(600, 1000)]})
     a_slow = _att(slow, {})
-    crit = [{"step": 1, "rank": 1, "waited_us": 0.0, "others_median_waited_us": 400.0}]
+    crit = [(1, 1)]
     tl = step_timeline([fast, slow], {0: a_fast, 1: a_slow}, _findings(critical=crit))
     assert tl is not None
     assert tl["slowest_rank"] == 1 and tl["critical_rank"] == 1
@@ -114,7 +121,7 @@ def test_many_ranks_keep_slowest_critical_and_a_stage_head_each() -> None:
         summaries.append(s)
         atts[r] = _att(s, {Cause.STRAGGLER: [(work, 1500)]} if work < 1500 else {})
     stages = {r: r // 25 for r in range(100)}
-    crit = [{"step": 1, "rank": 90}]
+    crit = [(1, 90)]
     tl = step_timeline(summaries, atts, _findings(stages=stages, critical=crit), max_lanes=8)
     assert tl is not None
     ranks = [x["rank"] for x in tl["lanes"]]

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import gzip
 import json
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -262,9 +263,8 @@ def test_a_slow_worker_is_named_when_only_other_groups_are_incomplete(
 
     out = generate("megatron_slow_worker", tmp_path / "full", seed=0, microbatches=4, steps=2, whatifs=False)
     a = run_analysis([out])
-    info = dict(a.cross.findings.get("straggler_analysis") or {})
-    info["incomplete_groups"] = {"layernorm[pp=0,dp=0]": {"present": 1, "expected": 4}}
-    cross = {**a.cross.findings, "straggler_analysis": info}
+    info = replace(a.cross.findings.straggler_analysis, incomplete_groups={"layernorm[pp=0,dp=0]": (1, 4)})
+    cross = replace(a.cross.findings, straggler_analysis=info)
 
     def advice(analysis: Any) -> Any:
         ctx = AdviceContext(summaries=analysis.summaries, reports=analysis.report.ranks,

@@ -16,8 +16,8 @@ import pytest
 
 from gpuprof.job.floor import CHANGES_COMPUTE
 from gpuprof.job.replay_types import JobReplay, RankReplay
-from gpuprof.model import figures as fg
 from gpuprof.pipeline import run_analysis
+from gpuprof.render import figures as fg
 
 ROOT = Path(__file__).resolve().parents[1]
 

@@ -56,10 +56,11 @@ def test_an_unknown_group_size_is_said_so() -> None:
 
     from gpuprof.advice import AdviceContext
     from gpuprof.advice.distributed import straggler_advice
+    from gpuprof.job.findings import JobFindings, StragglerAnalysis
 
     reports = [rank(0, lost_ms={"straggler": 20.0}), rank(1, lost_ms={"straggler": 22.0})]
-    info = {"incomplete_groups": {"0": {"present": 2, "expected": -1}}, "note": "partly in the input"}
-    ctx = AdviceContext(summaries=[], reports=reports, cross={"straggler_analysis": info})
+    info = StragglerAnalysis(incomplete_groups={"0": (2, -1)})
+    ctx = AdviceContext(summaries=[], reports=reports, cross=JobFindings(measured=True, straggler_analysis=info))
     [rec] = straggler_advice(ctx)
     assert rec.id == "straggler-absent-rank"
     assert "process groups only partly in the input (0: 2 of an unknown number of ranks)" in rec.evidence

@@ -2,7 +2,8 @@
 
 Every rule (local ones in :mod:`gpuprof.accounting.rules`, job-level ones in the cross-rank
 analysis) only *claims* intervals for its cause. This module decides, in one place, who
-gets each lost microsecond: the first cause in :data:`PRECEDENCE` whose claim covers it.
+gets each lost microsecond: the first cause in :data:`PRECEDENCE` whose claim covers it
+(each cause's place is in its declaration, :mod:`gpuprof.model.causes`).
 What no claim covers is ``other``. Compute time is never lost time, so a claim that
 overlaps compute is simply cut down to the lost part.
 
@@ -28,20 +29,12 @@ from typing import Mapping
 
 import numpy as np
 
+from gpuprof.model import causes
 from gpuprof.model import intervals as iv
 from gpuprof.model.intervals import Intervals
 from gpuprof.model.report import CAUSES, Cause
 
-PRECEDENCE: tuple[Cause, ...] = (
-    Cause.PIPELINE_BUBBLE,
-    Cause.STRAGGLER,
-    Cause.COMMUNICATION,
-    Cause.MEMORY,
-    Cause.DATALOADER,
-    Cause.SYNC,
-    Cause.HOST,
-    Cause.OTHER,
-)
+PRECEDENCE: tuple[Cause, ...] = causes.precedence()
 
 
 @dataclass(frozen=True)

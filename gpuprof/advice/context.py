@@ -14,28 +14,35 @@ from __future__ import annotations
 import functools
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any, overload
+from typing import TYPE_CHECKING, Any, overload
 
 from gpuprof.accounting.evidence import Evidence
 from gpuprof.accounting.summary import RankSummary
 from gpuprof.advice.finding import Finding
 from gpuprof.advice.phrasebook import recommendation
+from gpuprof.job.findings import JobFindings
+from gpuprof.model import causes
+from gpuprof.model.causes import REGISTRY as CAUSE_REGISTRY
 from gpuprof.model.report import Cause, RankReport, Recommendation
 from gpuprof.util.phrases import spans as rank_spans
+
+if TYPE_CHECKING:
+    from gpuprof.accounting.samples import SampleFindings
+    from gpuprof.job.whatif_results import WhatIfResults
 
 
 @dataclass(frozen=True)
 class AdviceContext:
-    """Everything an advisor may look at. ``cross`` is the job-level findings dict of the
-    cross-rank analysis; ``samples`` the NVML sample findings of a ``gpuprof run`` session
-    (``None`` when the input has no samples); ``whatifs`` the job's what-if replays
-    (:class:`gpuprof.job.whatif_results.WhatIfResults`, ``None`` when none could be built)."""
+    """Everything an advisor may look at. ``cross`` is what the cross-rank analysis found
+    (:class:`gpuprof.job.findings.JobFindings`); ``samples`` the NVML sample findings of a
+    ``gpuprof run`` session (``None`` when the input has no samples); ``whatifs`` the job's
+    what-if replays (``None`` when none could be built)."""
 
     summaries: Sequence[RankSummary]
     reports: Sequence[RankReport]
-    cross: Mapping[str, Any] = field(default_factory=dict)
-    samples: Any = None
-    whatifs: Any = None
+    cross: JobFindings = field(default_factory=JobFindings)
+    samples: SampleFindings | None = None
+    whatifs: WhatIfResults | None = None
 
 
 Advisor = Callable[[AdviceContext], list[Recommendation]]
@@ -95,18 +102,13 @@ NEEDS: Mapping[str, frozenset[Evidence]] = {
     # idle time no rule explains only means something beside the compute it interrupts
     "other-general": frozenset({Evidence.COMPUTE_KERNELS}),
 }
-# ... else by category (a new advisor's recommendation needs at least this).
+# ... else by category (a new advisor's recommendation needs at least this): each cause's
+# declaration says it (gpuprof.model.causes).
 CATEGORY_NEEDS: Mapping[Cause, frozenset[Evidence]] = {
-    Cause.PIPELINE_BUBBLE: _EXPOSURE,
-    Cause.COMMUNICATION: _EXPOSURE,
-    Cause.STRAGGLER: _EXPOSURE,
-    Cause.MEMORY: _EXPOSURE,
-    Cause.DATALOADER: _HOST_SIDE,
-    Cause.SYNC: frozenset({Evidence.HOST_EVENTS, Evidence.RUNTIME_CALLS}),
-    Cause.HOST: _LAUNCH_GAPS,
-    Cause.OTHER: frozenset(),
+    c: frozenset(Evidence(e) for e in s.needs) for c, s in CAUSE_REGISTRY.items()
 }
-_JOB_LEVEL = (Cause.STRAGGLER, Cause.COMMUNICATION, Cause.PIPELINE_BUBBLE)
+# Causes whose recommendations concern the whole job (time lost between ranks).
+_JOB_LEVEL = causes.where(between_ranks=True)
 
 
 @overload

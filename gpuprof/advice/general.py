@@ -18,7 +18,7 @@ largest share of a step any rank loses.
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from dataclasses import replace
 
 from gpuprof.advice.context import AdviceContext
@@ -29,6 +29,7 @@ from gpuprof.advice.phrasebook.general import AGREE_MARK
 from gpuprof.advice.replayed import replayed, results
 from gpuprof.advice.savings import MIN_WINDOW_US, cause_savings_pct
 from gpuprof.job.whatif_registry import for_cause
+from gpuprof.model.causes import spec_of
 from gpuprof.model.report import CAUSES, Cause, Recommendation
 
 # A cause holding this share of a rank's step always gets a recommendation.
@@ -96,10 +97,8 @@ def general_findings(ctx: AdviceContext, recs: Sequence[Recommendation]) -> list
         # which), the first replayed that saves.
         got = next((x for x in (replayed(ctx, n) for n in for_cause(cause)) if x is not None and x.pct > 0), None)
         evidence = [said("general.share", cause=cause.value, top_pct=top, ranks=tuple(ranks))]
-        pipe = ctx.cross.get("pipeline") if cause is Cause.PIPELINE_BUBBLE else None
-        known = isinstance(pipe, Mapping) and bool(pipe.get("microbatches")) and (
-            pipe.get("theoretical_bubble_fraction") is not None
-        )
+        pipe = ctx.cross.pipeline if cause is Cause.PIPELINE_BUBBLE else None
+        known = pipe is not None and bool(pipe.microbatches) and pipe.theoretical_bubble_fraction is not None
         if cause is Cause.OTHER or (known and got is None):
             # Time no rule explains has no fix to replay, nor has a bubble the schedule does
             # not make (stages waiting for a slower part of the job, named above): its share
@@ -116,12 +115,12 @@ def general_findings(ctx: AdviceContext, recs: Sequence[Recommendation]) -> list
         else:
             pct = cause_savings_pct(ctx.reports, cause)
             evidence.append(said("general.closed_form"))
-        if known and isinstance(pipe, Mapping):
+        if known and pipe is not None:
             # The schedule is known and its own fill and drain are small: the measured
             # bubble is stages waiting for a slower one (a straggler's replica, varying work).
-            evidence.append(said("general.why_pipeline_known", schedule=str(pipe.get("schedule", "unknown")),
-                                 stages=int(pipe.get("stages") or 0), microbatches=int(pipe["microbatches"]),
-                                 theory_pct=100 * float(pipe["theoretical_bubble_fraction"])))
+            evidence.append(said("general.why_pipeline_known", schedule=str(pipe.schedule),
+                                 stages=int(pipe.stages or 0), microbatches=int(pipe.microbatches or 0),
+                                 theory_pct=100 * float(pipe.theoretical_bubble_fraction or 0.0)))
         else:
             evidence.append(said("general.why", cause=cause.value))
         facts: dict[str, Fact] = {"lost_pct": top, "ranks_affected": len(ranks), **(got.facts if got is not None else {})}
@@ -148,7 +147,7 @@ def explain_disagreement(ctx: AdviceContext, recs: Sequence[Recommendation]) -> 
     for rec in recs:
         # A straggler's or a slow stage's own ranks are not the ones that wait: job-level
         # causes are measured on every rank.
-        job_level = rec.category in (Cause.STRAGGLER, Cause.PIPELINE_BUBBLE, Cause.COMMUNICATION)
+        job_level = spec_of(rec.category).between_ranks
         ranks = ([] if job_level else [by_rank[r] for r in rec.ranks if r in by_rank]) or list(by_rank.values())
         share = max((100.0 * float(r.lost_us.get(rec.category, 0.0)) / r.window_us for r in ranks), default=0.0)
         est = rec.estimated_savings_pct

@@ -37,10 +37,11 @@ from gpuprof.advice.context import AdviceContext
 from gpuprof.advice.finding import said
 from gpuprof.advice.phrasebook import sentence
 from gpuprof.advice.phrasebook.general import SLOW_HOST_WARNING, window_words
-from gpuprof.model.report import Cause, Recommendation
+from gpuprof.model import causes
+from gpuprof.model.report import Recommendation
 
 # Causes whose saving is host time: the profiler's own slowing of the host inflates them.
-HOST_SIDE = (Cause.HOST, Cause.DATALOADER, Cause.SYNC)
+HOST_SIDE = causes.where(host_side=True)
 
 
 @dataclass(frozen=True)
@@ -58,8 +59,7 @@ def _ranks_with_data(ctx: AdviceContext) -> list[int]:
 def world_size(ctx: AdviceContext) -> int | None:
     """The job's number of ranks as its traces (or the cross-rank matching) state it."""
     known = [s.world_size for s in ctx.summaries if s.world_size]
-    info = ctx.cross.get("straggler_analysis") if isinstance(ctx.cross, dict) else None
-    inferred = info.get("world_size") if isinstance(info, dict) else None
+    inferred = ctx.cross.straggler_analysis.world_size
     sizes = [int(x) for x in [*known, inferred] if isinstance(x, int) and x > 0]
     return max(sizes) if sizes else None
 

@@ -18,8 +18,8 @@ from typing import Any
 
 from gpuprof.ci.samples import run_steps
 from gpuprof.ci.verdict import DEFAULT_SETTINGS, GateSettings, Kind, Verdict, compare
-from gpuprof.model import figures as fg
 from gpuprof.model.report import CAUSES, Cause, RankReport, Report
+from gpuprof.render import figures as fg
 
 DIFF_SCHEMA = "gpuprof.ci.diff/1"
 NOISE_PP = 0.5

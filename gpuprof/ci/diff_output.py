@@ -17,9 +17,9 @@ from rich.text import Text
 from gpuprof.ci.diff import RankDiff, ReportDiff, ShareChange, diff_to_dict
 from gpuprof.ci.verdict import Kind
 from gpuprof.ci.verdict_text import verdict_lines, verdict_markdown
-from gpuprof.model import figures as fg
-from gpuprof.model.palette import CAUSE_COLORS
+from gpuprof.render import figures as fg
 from gpuprof.render.markdown import md_escape
+from gpuprof.render.palette import CAUSE_COLORS
 from gpuprof.util import phrases
 
 MAX_RANK_ROWS = 16  # ranks with the largest change are listed; the JSON has them all

@@ -25,8 +25,8 @@ from dataclasses import dataclass, field
 
 from gpuprof.ci.samples import RunSteps
 from gpuprof.ci.verdict import DEFAULT_SETTINGS, GateSettings, Verdict, compare
-from gpuprof.model import figures as fg
 from gpuprof.model.report import CAUSES, Cause, Report
+from gpuprof.render import figures as fg
 from gpuprof.util import phrases
 
 DEFAULT_TOLERANCE_PP = 5.0

@@ -27,7 +27,7 @@ from rich.text import Text
 from gpuprof.ci.gate import CheckResult
 from gpuprof.ci.verdict import Kind
 from gpuprof.ci.verdict_text import verdict_lines, verdict_markdown
-from gpuprof.model import figures as fg
+from gpuprof.render import figures as fg
 from gpuprof.render.markdown import md_escape
 from gpuprof.util import phrases
 

@@ -27,8 +27,8 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
-from gpuprof.model import figures as fg
 from gpuprof.model.report import CAUSES, Cause, RankReport, Report
+from gpuprof.render import figures as fg
 
 FloatArray = npt.NDArray[np.float64]
 PARTS: tuple[str, ...] = ("compute", *(c.value for c in CAUSES))

@@ -6,7 +6,7 @@ so that ``check``, ``diff`` and the API say it the same way.
 from __future__ import annotations
 
 from gpuprof.ci.verdict import Kind, PartChange, Verdict
-from gpuprof.model import figures as fg
+from gpuprof.render import figures as fg
 from gpuprof.render.markdown import md_escape
 from gpuprof.util import phrases
 

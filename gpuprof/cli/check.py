@@ -47,20 +47,22 @@ def load_or_analyze(
     jobs: int = 1,
     force: bool = False,
 ) -> Report:
-    """A report from a saved report file, or by analyzing traces (``jobs`` processes)."""
-    reports = [p for p in paths if is_report_file(p)]
-    if reports:
-        if len(paths) > 1:
-            raise GpuprofError("a saved report cannot be combined with other inputs; give it alone", reports[0])
-        return read_report(reports[0], _limits(max_input_gb))
+    """A report from a saved report file, a session, or by analyzing traces (``jobs``
+    processes): the inputs as ``gpuprof analyze`` reads them (:mod:`gpuprof.pipeline.inputs`).
+    ``steps`` and ``jobs`` apply to traces: a saved report beside traces on the other side
+    of a diff, or as a baseline, is read as saved."""
     from gpuprof.accounting.window import StepSelection
-    from gpuprof.pipeline import AnalyzeOptions, analyze_paths
+    from gpuprof.pipeline import AnalyzeOptions
+    from gpuprof.pipeline.inputs import report_of, route
 
+    inp = route(paths)
+    if inp.saved is not None:
+        return report_of(inp, AnalyzeOptions(max_input_gb=max_input_gb))
     options = AnalyzeOptions(
         steps=StepSelection.parse(steps), jobs=jobs, max_input_gb=max_input_gb, strict=strict, force=force
     )
     with StderrProgress() as progress:
-        report = analyze_paths(paths, options, progress=progress)
+        report = report_of(inp, options, progress)
     warn_skipped(report)
     return report
 
@@ -194,8 +196,8 @@ def check(
     from gpuprof.ci.gate_output import checks_json, checks_junit, checks_markdown, checks_text
     from gpuprof.ci.history import append_run, history_file, read_history
     from gpuprof.cli.check_gate import commit_from_env, load_baselines, run_gate
-    from gpuprof.model.figures import saving_phrase
     from gpuprof.render import format_for_path, render
+    from gpuprof.render.figures import saving_phrase
     from gpuprof.render.markdown import md_escape
 
     # Options are validated exactly as [tool.gpuprof.check] is, then override it.

@@ -19,7 +19,6 @@ from gpuprof.errors import GpuprofError
 from gpuprof.util.atomic import is_stdout, write_text_atomic
 from gpuprof.util.safetext import visible_text
 
-
 # Past this many files of a folder left out, stderr gets one line with the count (the
 # report's warnings still name every file): 10,000 empty files were 10,000 lines.
 MAX_SKIP_LINES = 5
@@ -124,10 +123,9 @@ def analyze_command(
 ) -> None:
     """``gpuprof analyze`` with its options parsed (see the command's help for each)."""
     from gpuprof.accounting.window import StepSelection
-    from gpuprof.pipeline import AnalyzeOptions, analyze_paths
-    from gpuprof.readers.saved import is_report_file, read_report
+    from gpuprof.pipeline import AnalyzeOptions
+    from gpuprof.pipeline.inputs import report_of, route
     from gpuprof.render import render
-    from gpuprof.session import is_session
 
     if is_stdout(output):
         output = None
@@ -135,35 +133,25 @@ def analyze_command(
     if (brief and chosen not in ("text", "markdown")) or (top is not None and chosen == "json"):
         what = "--brief" if brief and chosen not in ("text", "markdown") else "--top"
         raise GpuprofError(f"{what} shapes the text, Markdown and HTML reports; the {chosen} report always holds everything")
-    from gpuprof.model.figures import View
+    from gpuprof.render.figures import View
 
     view = View(brief=brief, top=top)
     check_outputs([("an input", p) for p in paths], [("-o", output)])
-    saved = [p for p in paths if is_report_file(p)]
-    if saved:
+    inp = route(paths)
+    if inp.saved is not None:
         # A report saved with --format json is rendered again (e.g. as HTML) without the traces.
-        if len(paths) > 1:
-            raise GpuprofError("a saved report cannot be combined with other inputs; give it alone", saved[0])
         if steps or jobs != 1 or scheduler:
-            raise GpuprofError("--steps, --jobs and --scheduler apply to traces, not to a saved report", saved[0])
-        from gpuprof.readers.limits import ReadLimits
-
-        report = read_report(saved[0], ReadLimits.from_gb(max_input_gb))
+            raise GpuprofError("--steps, --jobs and --scheduler apply to traces, not to a saved report", inp.saved)
+        report = report_of(inp, AnalyzeOptions(max_input_gb=max_input_gb))
     else:
         options = AnalyzeOptions(
             steps=StepSelection.parse(steps), jobs=jobs, scheduler=scheduler, max_input_gb=max_input_gb, strict=strict,
             force=force,
         )
-        if len(paths) == 1 and is_session(paths[0]):
-            # A `gpuprof run` session: the same report as at the end of the run (samples alone
-            # when the job left no trace). Added by the `run` helper.
-            from gpuprof.pipeline.session_report import session_report
-
-            with ReadProgress() as progress:
-                report = session_report(paths[0], options, progress=progress)
-        else:
-            with ReadProgress() as progress:
-                report = analyze_paths(paths, options, progress=progress)
+        # A `gpuprof run` session gives the same report as at the end of the run (samples
+        # alone when the job left no trace).
+        with ReadProgress() as progress:
+            report = report_of(inp, options, progress)
         warn_skipped(report)
     if chosen == "text":
         from gpuprof.render.text import render_text

@@ -22,6 +22,7 @@ from gpuprof.accounting.graph import EV_COLLECTIVE, EV_COMPUTE, RankGraph
 from gpuprof.accounting.summary import RankSummary
 from gpuprof.job import opdag
 from gpuprof.job.coupling import barrier_groups, collective_groups, p2p_groups
+from gpuprof.job.findings import PipelineFindings
 from gpuprof.job.replay_types import Group
 from gpuprof.job.schedule import pipeline_shape
 from gpuprof.job.whatifs import JobModel
@@ -35,7 +36,7 @@ def build_job_model(
     matched: Any = None,
     offsets_us: Mapping[int, float] | None = None,
     stage_of: Mapping[int, int] | None = None,
-    pipeline: Mapping[str, Any] | None = None,
+    pipeline: PipelineFindings | None = None,
     barrier_points_us: Sequence[float] = (),
     bubble_us_per_step: Mapping[int, float] | None = None,
 ) -> JobModel | None:

@@ -16,11 +16,11 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any
 
 import numpy as np
 
 from gpuprof.accounting.summary import RankSummary
+from gpuprof.job.findings import BarrierFindings, LateComm
 from gpuprof.job.untimed import SYNC_TOL_US
 from gpuprof.model import intervals as iv
 from gpuprof.model.table import Table
@@ -168,7 +168,7 @@ def _late_comm(
     summaries: Sequence[RankSummary],
     offsets: Mapping[int, float],
     late: Sequence[int],
-) -> list[dict[str, Any]]:
+) -> list[LateComm]:
     """What the ranks everyone waits for communicate between their last compute and the
     barriers, per op name, against the same ops on the waiting ranks."""
     by_rank = {s.rank: s for s in summaries}
@@ -180,51 +180,47 @@ def _late_comm(
                 mine.setdefault(name, []).append((j, dur))
             else:
                 theirs.setdefault(name, []).append(dur)
-    out: list[dict[str, Any]] = []
+    out: list[LateComm] = []
     for name, rows in mine.items():
         durs = np.array([d for _, d in rows])
         med = float(np.median(durs))
         odd = durs > OUTLIER_FACTOR * max(med, 1.0)
         other = theirs.get(name)
         out.append(
-            {
-                "name": name,
-                "calls": int(durs.size),
-                "median_us": round(med, 3),
-                "outliers": int(odd.sum()),
-                "outlier_us": [round(float(durs[odd].min()), 3), round(float(durs[odd].max()), 3)]
-                if odd.any()
-                else None,
-                "outlier_barriers": sorted({rows[i][0] for i in np.flatnonzero(odd)}),
-                "total_us": round(float(durs.sum()), 3),
-                "only_late_ranks": other is None,
-                "waiting_median_us": None if other is None else round(float(np.median(other)), 3),
-            }
+            LateComm(
+                name=name,
+                calls=int(durs.size),
+                median_us=round(med, 3),
+                outliers=int(odd.sum()),
+                outlier_us=(round(float(durs[odd].min()), 3), round(float(durs[odd].max()), 3)) if odd.any() else None,
+                outlier_barriers=tuple(sorted({rows[i][0] for i in np.flatnonzero(odd)})),
+                total_us=round(float(durs.sum()), 3),
+                only_late_ranks=other is None,
+                waiting_median_us=None if other is None else round(float(np.median(other)), 3),
+            )
         )
-    out.sort(key=lambda x: -float(x["total_us"]))
+    out.sort(key=lambda x: -float(x.total_us))
     return out
 
 
 def barrier_findings(
     b: BarrierWaits, summaries: Sequence[RankSummary], offsets: Mapping[int, float] | None = None
-) -> dict[str, Any]:
-    """The ``barrier_waits`` finding (keys in :mod:`gpuprof.job.cross_rank`) of the barrier
-    waits ``b``; ``offsets``: the ranks' clock offsets, to place the barriers on each rank."""
+) -> BarrierFindings:
+    """The barrier finding of the barrier waits ``b``; ``offsets``: the ranks' clock
+    offsets, to place the barriers on each rank."""
     steps = {s.rank: s.step_count for s in summaries}
     per_step = {r: w / steps.get(r, 1) for r, w in b.wait_us.items()}
     top = max(per_step.values(), default=0.0)
     # The ranks the others wait for: they themselves (almost) never wait.
     waited_for = sorted(r for r, w in per_step.items() if w <= 0.1 * top) if top > 0 else []
-    out: dict[str, Any] = {
-        "barriers": b.points,
-        "wait_us_per_step": {str(r): round(w, 3) for r, w in sorted(per_step.items())},
-        "last_arrivals": {str(r): n for r, n in sorted(b.last.items())},
-        "waited_for_ranks": waited_for,
-        "last_activity": dict(sorted(b.last_activity.items(), key=lambda kv: -kv[1])),
-    }
-    if waited_for and b.points_us:
-        out["late_comm"] = _late_comm(b, summaries, offsets or {}, waited_for)
-    return out
+    return BarrierFindings(
+        barriers=b.points,
+        wait_us_per_step={r: round(w, 3) for r, w in sorted(per_step.items())},
+        last_arrivals=dict(sorted(b.last.items())),
+        waited_for_ranks=tuple(waited_for),
+        last_activity=dict(sorted(b.last_activity.items(), key=lambda kv: -kv[1])),
+        late_comm=tuple(_late_comm(b, summaries, offsets or {}, waited_for)) if waited_for and b.points_us else None,
+    )
 
 
 __all__ = [

@@ -16,61 +16,16 @@ Steps, each in its own module:
    the findings put together, and the job model built (:mod:`gpuprof.job.assemble`) and
    replayed once per what-if (:mod:`gpuprof.job.whatifs`).
 
-Findings (all JSON-serializable), keys of :attr:`CrossRankResult.findings`:
-
-``per_rank``           ``{rank: {...}}`` merged into each rank's JSON row: ``straggler_wait_us``
-                       (waiting in collectives with no compute beside it; before precedence),
-                       ``straggler_wait_us_per_step``, ``hidden_wait_us`` (waiting that compute
-                       on another stream hid), ``is_straggler``, ``clock_offset_us``,
-                       ``collectives`` (matched), ``last_arrivals`` (arrived last among those present),
-                       and for pipeline stages ``stage``, ``bubble_fraction``.
-``stragglers``         list of ``{rank, caused_wait_us_per_step, last_arrivals, collectives,
-                       phase, phase_ratio, phase_excess_us_per_step, late_start_us,
-                       gain_us_per_step, gains_us}``: ``gain_us_per_step`` is what the job's
-                       critical path loses to that rank per step, the sum over the collectives
-                       it arrives last at of its arrival minus the next-latest member's
-                       (``gains_us`` lists them, largest first); a
-                       straggler is a rank that arrives last at collectives and whose lateness
-                       accounts for a fair share of everyone else's waiting.
-``straggler_analysis`` how the waits were measured: collectives matched, clock offsets,
-                       incomplete groups and why no straggler could be named;
-                       ``world_size`` and ``world_size_note`` when the world size was
-                       inferred from the collectives; ``arrivals``:
-                       how lateness is spread over the complete collectives (``collectives``,
-                       ``last_counts`` {rank: times last}, ``rotating``: no rank is last at
-                       most of them, ``gain_us_per_step``: sum over collectives of the last
-                       arrival minus the next-latest, per step), and ``early_starters``:
-                       ranks that begin the step well before the others and wait for them
-                       (``{rank, lead_us, lead_over_last_us, wait_us_per_step}``: lead over the
-                       median rank and over the last rank to start); ``stragglers_gain_us_per_step``:
-                       the critical-path gain per step if all named stragglers arrived with
-                       the latest other member.
-``critical_rank_per_step`` list of ``{step, rank, waited_us}``: the rank that waited least
-                       (in collectives and pipeline bubbles) in that step, i.e. set the pace.
-``compute_imbalance``  ``{across_ranks: {...}, across_stages: {...}}``: max over median of
-                       compute per step (per microbatch for stages) and who is the max; for
-                       stages also ``max_over_others_median`` (over the other stages' median,
-                       the pipeline's ``slowest_stage_ratio``).
-``barrier_waits``      op-level timelines only: waits at barriers (ops that start at the same
-                       instant on every worker): ``barriers``, ``wait_us_per_step`` (measured,
-                       before precedence), ``last_arrivals``, ``waited_for_ranks``,
-                       ``last_activity`` (what the last arriver did just before, counted),
-                       ``late_comm``: per op name, what the waited-for ranks communicate
-                       between their last compute and the barriers (``name``, ``calls``,
-                       ``median_us``, ``outliers`` (> 5x the median), ``outlier_us``,
-                       ``outlier_barriers``, ``total_us``, ``only_late_ranks``: the
-                       waiting ranks run no such op there, ``waiting_median_us``).
-``pipeline``           see :func:`gpuprof.job.pipeline_parallel.analyze_pipeline`.
-``collective_bandwidth`` ``{rank: {...}}`` for ranks whose collectives have known sizes:
-                       achieved bus bandwidth against the link peak, see
-                       :func:`gpuprof.job.linkspeed.rank_bandwidth`.
+The findings are typed records (:class:`gpuprof.job.findings.JobFindings`: each rank's
+waits, the named stragglers and how the waits were measured, the rank that set the pace of
+each step, the compute imbalance, barrier waits, the pipeline, the collectives' bandwidth,
+the what-if replays); their ``to_dict`` is the report's ``job`` section (docs/report.md).
 """
 
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
-from typing import Any
 
 import numpy as np
 
@@ -78,6 +33,14 @@ from gpuprof.accounting.summary import RankSummary
 from gpuprof.job.assemble import build_job_model
 from gpuprof.job.barriers import barrier_findings, barrier_waits
 from gpuprof.job.collectives import match_collectives, own_pipeline_claims, rank_totals, wait_claims
+from gpuprof.job.findings import (
+    ComputeImbalance,
+    CriticalStep,
+    JobFindings,
+    RankImbalance,
+    RankRow,
+    StageImbalance,
+)
 from gpuprof.job.linkspeed import job_bandwidth
 from gpuprof.job.opdag import wait_claims as opdag_wait_claims
 from gpuprof.job.pipeline_parallel import PipelineResult, analyze_pipeline
@@ -91,10 +54,10 @@ from gpuprof.model.report import Cause
 @dataclass(frozen=True)
 class CrossRankResult:
     """``claims[rank][cause]``: intervals (on that rank's own clock) claimed by job-level
-    rules; ``findings``: JSON-serializable job-level facts for the report and the advice."""
+    rules; ``findings``: what the job-level analysis found, for the report and the advice."""
 
     claims: Mapping[int, Mapping[Cause, Intervals]] = field(default_factory=dict)
-    findings: Mapping[str, Any] = field(default_factory=dict)
+    findings: JobFindings = field(default_factory=JobFindings)
     # The job model replayed with each cause removed (None: nothing could be replayed).
     whatifs: WhatIfResults | None = None
 
@@ -108,7 +71,7 @@ def _per_step_lost(s: RankSummary, claim: Intervals) -> dict[int, float]:
     return {x.number: float(g) for x, g in zip(s.steps, got)}
 
 
-def _critical(summaries: Sequence[RankSummary], waited: Mapping[int, Intervals]) -> list[dict[str, Any]]:
+def _critical(summaries: Sequence[RankSummary], waited: Mapping[int, Intervals]) -> list[CriticalStep]:
     table: dict[int, dict[int, float]] = {}
     for s in summaries:
         for step, us in _per_step_lost(s, waited.get(s.rank, iv.empty())).items():
@@ -120,47 +83,45 @@ def _critical(summaries: Sequence[RankSummary], waited: Mapping[int, Intervals])
             continue
         rank = min(row, key=lambda r: (row[r], r))
         out.append(
-            {
-                "step": step,
-                "rank": rank,
-                "waited_us": round(row[rank], 3),
-                "others_median_waited_us": round(
-                    float(np.median([v for r, v in row.items() if r != rank])), 3
-                ),
-            }
+            CriticalStep(
+                step=step,
+                rank=rank,
+                waited_us=round(row[rank], 3),
+                others_median_waited_us=round(float(np.median([v for r, v in row.items() if r != rank])), 3),
+            )
         )
     return out
 
 
-def _imbalance(summaries: Sequence[RankSummary], pipe: PipelineResult | None) -> dict[str, Any]:
-    out: dict[str, Any] = {}
+def _imbalance(summaries: Sequence[RankSummary], pipe: PipelineResult | None) -> ComputeImbalance:
+    ranks = stages = None
     per = {s.rank: iv.total(s.compute) / s.step_count for s in summaries if s.window_us > 0}
     if len(per) >= 2:
         med = float(np.median(list(per.values())))
         top = max(per, key=lambda r: per[r])
-        out["across_ranks"] = {
-            "max_over_median": round(per[top] / med, 4) if med > 0 else None,
-            "max_rank": top,
-            "max_compute_us_per_step": round(per[top], 3),
-            "median_compute_us_per_step": round(med, 3),
-        }
+        ranks = RankImbalance(
+            max_over_median=round(per[top] / med, 4) if med > 0 else None,
+            max_rank=top,
+            max_compute_us_per_step=round(per[top], 3),
+            median_compute_us_per_step=round(med, 3),
+        )
     if pipe is not None:
-        rows = [r for r in pipe.findings.get("per_stage", []) if "compute_per_microbatch_us" in r]
+        rows = [r for r in pipe.findings.per_stage if r.compute_per_microbatch_us is not None]
         if len(rows) >= 2:
-            vals = [float(r["compute_per_microbatch_us"]) for r in rows]
+            vals = [float(r.compute_per_microbatch_us or 0.0) for r in rows]
             med = float(np.median(vals))
-            top = rows[int(np.argmax(vals))]
+            top_row = rows[int(np.argmax(vals))]
             # Against the other stages, as the pipeline's slowest_stage_ratio (one number
             # for one stage in every part of the report).
             others = float(np.median([x for i, x in enumerate(vals) if i != int(np.argmax(vals))]))
-            out["across_stages"] = {
-                "max_over_median": round(max(vals) / med, 4) if med > 0 else None,
-                "max_over_others_median": round(max(vals) / others, 4) if others > 0 else None,
-                "max_stage": top["stage"],
-                "max_compute_per_microbatch_us": round(max(vals), 3),
-                "median_compute_per_microbatch_us": round(med, 3),
-            }
-    return out
+            stages = StageImbalance(
+                max_over_median=round(max(vals) / med, 4) if med > 0 else None,
+                max_over_others_median=round(max(vals) / others, 4) if others > 0 else None,
+                max_stage=top_row.stage,
+                max_compute_per_microbatch_us=round(max(vals), 3),
+                median_compute_per_microbatch_us=round(med, 3),
+            )
+    return ComputeImbalance(across_ranks=ranks, across_stages=stages)
 
 
 def analyze_job(summaries: Sequence[RankSummary]) -> CrossRankResult:
@@ -199,31 +160,31 @@ def analyze_job(summaries: Sequence[RankSummary]) -> CrossRankResult:
                 claims.setdefault(rank, {})[Cause.PIPELINE_BUBBLE] = b
 
     stragglers, info = name_stragglers(active, matched, pipe.claims if pipe is not None else None)
-    slow = {x["rank"] for x in stragglers}
+    slow = {x.rank for x in stragglers}
     totals = rank_totals(matched)
-    per_rank: dict[int, dict[str, Any]] = {}
+    per_rank: dict[int, RankRow] = {}
     for s in active:
         wait = float(totals["exposed_wait_us"].get(s.rank, 0.0))
         hidden = float(totals["wait_us"].get(s.rank, 0.0)) - wait
-        row: dict[str, Any] = {
-            "straggler_wait_us": round(wait, 3),
-            "hidden_wait_us": round(max(hidden, 0.0), 3),
-            "straggler_wait_us_per_step": round(wait / s.step_count, 3),
-            "is_straggler": s.rank in slow,
-            "last_arrivals": int(totals["last_calls"].get(s.rank, 0)),
-            "collectives": int(totals["calls"].get(s.rank, 0)),
-            "clock_offset_us": round(float(matched.offsets_us.get(s.rank, 0.0)), 3),
-        }
-        if barriers is not None:
-            row["barrier_wait_us_per_step"] = round(barriers.wait_us.get(s.rank, 0.0) / s.step_count, 3)
-        if pipe is not None and s.rank in pipe.stage_of:
-            row["stage"] = pipe.stage_of[s.rank]
-            stage_row = next(
-                (r for r in pipe.findings.get("per_stage", []) if r["stage"] == row["stage"]), None
-            )
-            if stage_row is not None:
-                row["bubble_fraction"] = stage_row["bubble_fraction"]
-        per_rank[s.rank] = row
+        stage = pipe.stage_of.get(s.rank) if pipe is not None else None
+        stage_row = (
+            next((r for r in pipe.findings.per_stage if r.stage == stage), None)
+            if pipe is not None and stage is not None else None
+        )
+        per_rank[s.rank] = RankRow(
+            straggler_wait_us=round(wait, 3),
+            hidden_wait_us=round(max(hidden, 0.0), 3),
+            straggler_wait_us_per_step=round(wait / s.step_count, 3),
+            is_straggler=s.rank in slow,
+            last_arrivals=int(totals["last_calls"].get(s.rank, 0)),
+            collectives=int(totals["calls"].get(s.rank, 0)),
+            clock_offset_us=round(float(matched.offsets_us.get(s.rank, 0.0)), 3),
+            barrier_wait_us_per_step=(
+                round(barriers.wait_us.get(s.rank, 0.0) / s.step_count, 3) if barriers is not None else None
+            ),
+            stage=stage,
+            bubble_fraction=stage_row.bubble_fraction if stage_row is not None else None,
+        )
 
     waited: dict[int, Intervals] = {}
     for s in active:
@@ -233,20 +194,17 @@ def analyze_job(summaries: Sequence[RankSummary]) -> CrossRankResult:
                 np.concatenate([p[0] for p in parts]), np.concatenate([p[1] for p in parts])
             )
 
-    findings: dict[str, Any] = {
-        "per_rank": per_rank,
-        "stragglers": stragglers,
-        "straggler_analysis": info,
-        "critical_rank_per_step": _critical(active, waited) if len(active) >= 2 else [],
-        "compute_imbalance": _imbalance(active, pipe),
-    }
-    if barriers is not None:
-        findings["barrier_waits"] = barrier_findings(barriers, active, matched.offsets_us)
-    if pipe is not None:
-        findings["pipeline"] = dict(pipe.findings)
-    bandwidth = job_bandwidth(active, matched.calls_table if matched.n_calls else None)
-    if bandwidth:
-        findings["collective_bandwidth"] = dict(bandwidth)
+    findings = JobFindings(
+        measured=True,
+        per_rank=per_rank,
+        stragglers=stragglers,
+        straggler_analysis=info,
+        critical_rank_per_step=tuple(_critical(active, waited)) if len(active) >= 2 else (),
+        compute_imbalance=_imbalance(active, pipe),
+        barrier_waits=barrier_findings(barriers, active, matched.offsets_us) if barriers is not None else None,
+        pipeline=pipe.findings if pipe is not None else None,
+        collective_bandwidth=job_bandwidth(active, matched.calls_table if matched.n_calls else None),
+    )
     model = build_job_model(
         active,
         matched,
@@ -266,5 +224,5 @@ def analyze_job(summaries: Sequence[RankSummary]) -> CrossRankResult:
                     np.concatenate((prior[0], got[0])), np.concatenate((prior[1], got[1]))
                 )
     whatifs = run_whatifs(model) if model is not None else None
-    findings["whatif"] = whatifs.to_dict() if whatifs is not None else None
+    findings = replace(findings, whatif=whatifs)
     return CrossRankResult(claims=claims, findings=findings, whatifs=whatifs)

@@ -41,11 +41,13 @@ from __future__ import annotations
 
 import re
 from collections.abc import Mapping, Sequence
-from typing import TYPE_CHECKING, Any
+from dataclasses import replace
+from typing import TYPE_CHECKING
 
 import numpy as np
 
 from gpuprof.accounting.summary import RankSummary
+from gpuprof.job.findings import RankBandwidth, SlowCalls
 from gpuprof.model import intervals as iv
 from gpuprof.model.dtypes import DTYPE_BYTES, message_bytes  # noqa: F401 (re-exported: moved to the model for readers)
 from gpuprof.model.table import Table
@@ -127,7 +129,7 @@ def _group_size(s: RankSummary, pg: str) -> int | None:
     return s.world_size if pg in ("", "0") and s.world_size else None
 
 
-def rank_bandwidth(s: RankSummary, arrivals: Table | pd.DataFrame | None = None) -> dict[str, Any] | None:
+def rank_bandwidth(s: RankSummary, arrivals: Table | pd.DataFrame | None = None) -> RankBandwidth | None:
     """Bandwidth findings of one rank's sized collectives; ``None`` when none has a size.
 
     ``arrivals`` holds the rank's calls as matched by the cross-rank analysis
@@ -181,40 +183,40 @@ def rank_bandwidth(s: RankSummary, arrivals: Table | pd.DataFrame | None = None)
     measurable = timed & plausible
     exposed = iv.overlap_with_each((xfer_start, end), s.lost)
     bus_ok = measurable & ~np.isnan(busbw)
-    out: dict[str, Any] = {
-        "calls": len(rows),
-        "bytes_per_step": round(float(nbytes.sum()) / steps, 1),
-        "algbw_gbps": round(float(np.median(algbw[measurable])), 3) if measurable.any() else None,
-        "busbw_gbps": round(float(np.median(busbw[bus_ok])), 3) if bus_ok.any() else None,
-        "measurable_calls": int(measurable.sum()),
-        "bandwidth_note": None if measurable.any() else _not_measurable(known, timed, ceiling, peak),
-        "peak_gbps": peak,
-        "sizes_bytes": [int(nbytes.min()), int(nbytes.max())],
-        "duration_us": [round(float(dur.min()), 3), round(float(dur.max()), 3)],
-        "exposed_us_per_step": round(float(exposed.sum()) / steps, 3),
-        "names": sorted({str(n) for n in rows["coll_name"] if str(n)}),
-        "at_link_us_per_step": None,
-        "slow_calls": None,
-        "excess_us_per_step": None,
-    }
+    out = RankBandwidth(
+        calls=len(rows),
+        bytes_per_step=round(float(nbytes.sum()) / steps, 1),
+        algbw_gbps=round(float(np.median(algbw[measurable])), 3) if measurable.any() else None,
+        busbw_gbps=round(float(np.median(busbw[bus_ok])), 3) if bus_ok.any() else None,
+        measurable_calls=int(measurable.sum()),
+        bandwidth_note=None if measurable.any() else _not_measurable(known, timed, ceiling, peak),
+        peak_gbps=peak,
+        sizes_bytes=(int(nbytes.min()), int(nbytes.max())),
+        duration_us=(round(float(dur.min()), 3), round(float(dur.max()), 3)),
+        exposed_us_per_step=round(float(exposed.sum()) / steps, 3),
+        names=tuple(sorted({str(n) for n in rows["coll_name"] if str(n)})),
+    )
     if peak is not None:
         bus_bytes = nbytes * np.nan_to_num(factors, nan=1.0)
         expect = LATENCY_US + bus_bytes / (LINK_EFFICIENCY * peak * 1e3)
         slow = dur > SLOW_FACTOR * expect
-        out["at_link_us_per_step"] = round(float(np.minimum(exposed, expect).sum()) / steps, 3)
-        out["slow_calls"] = int(slow.sum())
-        out["excess_us_per_step"] = round(float(np.maximum(exposed - expect, 0.0)[slow].sum()) / steps, 3)
-        out["busbw_share_of_peak"] = (
-            None if out["busbw_gbps"] is None else round(float(out["busbw_gbps"]) / peak, 5)
-        )
+        slow_calls = None
         if slow.any():
             bw = np.where(np.isnan(busbw), algbw, busbw)[slow & measurable]
-            out["slow"] = {
-                "names": sorted({str(n) for n in rows["coll_name"][slow] if str(n)}),
-                "sizes_bytes": [int(nbytes[slow].min()), int(nbytes[slow].max())],
-                "duration_us": [round(float(dur[slow].min()), 3), round(float(dur[slow].max()), 3)],
-                "busbw_gbps": [round(float(bw.min()), 3), round(float(bw.max()), 3)] if bw.size else None,
-            }
+            slow_calls = SlowCalls(
+                names=tuple(sorted({str(n) for n in rows["coll_name"][slow] if str(n)})),
+                sizes_bytes=(int(nbytes[slow].min()), int(nbytes[slow].max())),
+                duration_us=(round(float(dur[slow].min()), 3), round(float(dur[slow].max()), 3)),
+                busbw_gbps=(round(float(bw.min()), 3), round(float(bw.max()), 3)) if bw.size else None,
+            )
+        out = replace(
+            out,
+            at_link_us_per_step=round(float(np.minimum(exposed, expect).sum()) / steps, 3),
+            slow_calls=int(slow.sum()),
+            excess_us_per_step=round(float(np.maximum(exposed - expect, 0.0)[slow].sum()) / steps, 3),
+            busbw_share_of_peak=None if out.busbw_gbps is None else round(float(out.busbw_gbps) / peak, 5),
+            slow=slow_calls,
+        )
     return out
 
 
@@ -260,8 +262,8 @@ def _not_measurable(known: np.ndarray, timed: np.ndarray, ceiling: float, peak: 
 
 def job_bandwidth(
     summaries: Sequence[RankSummary], calls: Table | pd.DataFrame | None = None
-) -> Mapping[str, dict[str, Any]]:
-    """:func:`rank_bandwidth` of every rank that has sized collectives, keyed by rank (str);
+) -> Mapping[int, RankBandwidth]:
+    """:func:`rank_bandwidth` of every rank that has sized collectives, keyed by rank;
     ``calls`` are the matched calls of all ranks (``rank``, ``start_us``, ``wait_us``,
     ``complete``, ``n_expected``)."""
     by_rank: dict[int, Table] = {}
@@ -269,9 +271,9 @@ def job_bandwidth(
         table = calls if isinstance(calls, Table) else Table.from_pandas(calls)
         ranks = np.asarray(table["rank"])
         by_rank = {int(r): table.take(ranks == r) for r in np.unique(ranks)}
-    out: dict[str, dict[str, Any]] = {}
+    out: dict[int, RankBandwidth] = {}
     for s in summaries:
         b = rank_bandwidth(s, by_rank.get(s.rank))
         if b is not None:
-            out[str(s.rank)] = b
+            out[s.rank] = b
     return out

@@ -57,12 +57,13 @@ Imbalance
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 import numpy as np
 
 from gpuprof.accounting.summary import RankSummary
+from gpuprof.job.findings import PipelineFindings, SlowestStage, StageRow
 from gpuprof.job.samework import typical
 from gpuprof.model import intervals as iv
 from gpuprof.model.table import Table
@@ -71,11 +72,11 @@ from gpuprof.model.timeline import Category
 
 @dataclass(frozen=True)
 class PipelineResult:
-    """``claims[rank]``: bubble intervals on the rank's own clock; ``findings``: JSON-ready
-    facts (see :func:`analyze_pipeline`); ``stage_of[rank]``: stage index of each rank."""
+    """``claims[rank]``: bubble intervals on the rank's own clock; ``findings``: what was
+    found (see :func:`analyze_pipeline`); ``stage_of[rank]``: stage index of each rank."""
 
-    claims: Mapping[int, iv.Intervals] = field(default_factory=dict)
-    findings: Mapping[str, Any] = field(default_factory=dict)
+    claims: Mapping[int, iv.Intervals]
+    findings: PipelineFindings
     stage_of: Mapping[int, int] = field(default_factory=dict)
     bubble_us_per_step: Mapping[int, float] = field(default_factory=dict)
 
@@ -387,57 +388,61 @@ def analyze_pipeline(summaries: Sequence[RankSummary], offsets: Mapping[int, flo
         bubble_per_step[s.rank] = iv.total(claim) / max(len(mine), 1)
 
     span_us = float(np.median([b - a for a, b in spans.values()])) if spans else None
-    per_stage = []
+    per_stage: list[StageRow] = []
     t_mb: dict[int, float] = {}
     for st, ss in sorted(members.items()):
         fwd = [s.phases_us.get("forward") for s in ss]
         bwd = [s.phases_us.get("backward") for s in ss]
-        row: dict[str, Any] = {"stage": st, "ranks": [s.rank for s in ss]}
+        row = StageRow(
+            stage=st,
+            ranks=tuple(s.rank for s in ss),
+            bubble_fraction=round(float(np.mean([fraction[s.rank] for s in ss])), 4),
+            bubble_us_per_step=round(float(np.mean([bubble_per_step[s.rank] for s in ss])), 3),
+        )
         if m and all(f is not None for f in fwd) and all(b is not None for b in bwd):
             # The typical replica (the median; of two, the faster): one slow replica is a slow
             # rank, not a heavier stage.
             f_mb = typical([float(f) for f in fwd if f is not None]) / (m * chunks)
             b_mb = typical([float(b) for b in bwd if b is not None]) / (m * chunks)
-            row["forward_per_microbatch_us"] = round(f_mb, 3)
-            row["backward_per_microbatch_us"] = round(b_mb, 3)
             t_mb[st] = f_mb + b_mb
-            row["compute_per_microbatch_us"] = round(f_mb + b_mb, 3)
-        row["bubble_fraction"] = round(float(np.mean([fraction[s.rank] for s in ss])), 4)
-        row["bubble_us_per_step"] = round(float(np.mean([bubble_per_step[s.rank] for s in ss])), 3)
+            row = replace(row, forward_per_microbatch_us=round(f_mb, 3), backward_per_microbatch_us=round(b_mb, 3),
+                          compute_per_microbatch_us=round(f_mb + b_mb, 3))
         per_stage.append(row)
 
     theory = theoretical_bubble_fraction(p, m, chunks) if m else None
-    findings: dict[str, Any] = {
-        "stages": p,
-        "stage_source": source,
-        "microbatches": m,
-        "microbatches_source": m_source,
-        "chunks": chunks,
-        "schedule": schedule,
-        "theoretical_bubble_fraction": None if theory is None else round(theory, 4),
-        "span_us": None if span_us is None else round(span_us, 3),
-        "steps_measured": len(spans),
-        "per_stage": per_stage,
-    }
+    slowest_stage = None
     if len(t_mb) >= 2 and m:
         slowest = max(t_mb, key=lambda k: t_mb[k])
         others = [t for k, t in t_mb.items() if k != slowest]
         ratio = t_mb[slowest] / float(np.median(others)) if float(np.median(others)) > 0 else None
         times = [t_mb[k] for k in sorted(t_mb)]
         balanced = [float(np.mean(times))] * len(times)
-        findings["slowest_stage"] = slowest
-        findings["slowest_stage_ranks"] = [s.rank for s in members[slowest]]
-        findings["slowest_stage_ratio"] = None if ratio is None else round(ratio, 3)
-        findings["modelled_span_us"] = round(modelled_span_us(times, m * chunks), 3)
-        findings["modelled_balanced_span_us"] = round(modelled_span_us(balanced, m * chunks), 3)
+        slowest_stage = SlowestStage(
+            stage=slowest,
+            ranks=tuple(s.rank for s in members[slowest]),
+            ratio=None if ratio is None else round(ratio, 3),
+            modelled_span_us=round(modelled_span_us(times, m * chunks), 3),
+            modelled_balanced_span_us=round(modelled_span_us(balanced, m * chunks), 3),
+        )
         span = modelled_span_us(times, m * chunks)
-        for row in per_stage:
-            k = row["stage"]
+        for i, row in enumerate(per_stage):
+            k = row.stage
             if k in t_mb and span > 0:  # 0 when every op has no duration
                 # What the bottleneck model predicts for this stage's bubble.
-                row["modelled_bubble_fraction"] = round(
-                    1.0 - m * chunks * t_mb[k] / span, 4
-                )
+                per_stage[i] = replace(row, modelled_bubble_fraction=round(1.0 - m * chunks * t_mb[k] / span, 4))
+    findings = PipelineFindings(
+        stages=p,
+        stage_source=source,
+        microbatches=m,
+        microbatches_source=m_source,
+        chunks=chunks,
+        schedule=schedule,
+        theoretical_bubble_fraction=None if theory is None else round(theory, 4),
+        span_us=None if span_us is None else round(span_us, 3),
+        steps_measured=len(spans),
+        per_stage=tuple(per_stage),
+        slowest=slowest_stage,
+    )
     return PipelineResult(
         claims=claims, findings=findings, stage_of=stage_of, bubble_us_per_step=bubble_per_step
     )

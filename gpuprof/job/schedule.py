@@ -15,12 +15,12 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any
 
 import numpy as np
 
 from gpuprof.accounting.graph import EV_P2P
 from gpuprof.accounting.summary import RankSummary
+from gpuprof.job.findings import PipelineFindings
 from gpuprof.model import intervals as iv
 
 
@@ -44,26 +44,26 @@ class PipelineShape:
 
 
 def pipeline_shape(
-    pipe: Mapping[str, Any] | None, summaries: Sequence[RankSummary], bubble_us_per_step: Mapping[int, float]
+    pipe: PipelineFindings | None, summaries: Sequence[RankSummary], bubble_us_per_step: Mapping[int, float]
 ) -> PipelineShape | None:
     """The schedule model's inputs, from the job's pipeline finding ``pipe`` (``None`` when
     it lacks the microbatches, the stages, the span or the per-stage times)."""
-    if not pipe:
+    if pipe is None:
         return None
-    m = pipe.get("microbatches")
-    p = int(pipe.get("stages") or 0)
-    span = pipe.get("span_us")
-    rows = sorted(pipe.get("per_stage", []), key=lambda r: r["stage"])
+    m = pipe.microbatches
+    p = pipe.stages
+    span = pipe.span_us
+    rows = sorted(pipe.per_stage, key=lambda r: r.stage)
     if not m or p < 2 or not span or len(rows) != p:
         return None
     f: list[float] = []
     b: list[float] = []
     for row in rows:
-        if "forward_per_microbatch_us" in row:
-            f.append(float(row["forward_per_microbatch_us"]))
-            b.append(float(row["backward_per_microbatch_us"]))
-        elif "compute_per_microbatch_us" in row:
-            c = float(row["compute_per_microbatch_us"])
+        if row.forward_per_microbatch_us is not None and row.backward_per_microbatch_us is not None:
+            f.append(float(row.forward_per_microbatch_us))
+            b.append(float(row.backward_per_microbatch_us))
+        elif row.compute_per_microbatch_us is not None:
+            c = float(row.compute_per_microbatch_us)
             f.append(c / 3.0)
             b.append(2.0 * c / 3.0)
         else:
@@ -78,8 +78,8 @@ def pipeline_shape(
     return PipelineShape(
         p=p,
         m=int(m),
-        v=int(pipe.get("chunks") or 1),
-        schedule=str(pipe.get("schedule") or "1f1b"),
+        v=int(pipe.chunks or 1),
+        schedule=str(pipe.schedule or "1f1b"),
         forward_us=tuple(f),
         backward_us=tuple(b),
         transfer_us=min(transfer, 0.1 * float(np.median(f + b))),

@@ -8,7 +8,7 @@ report draws the same timeline as the run that made it.
   step) is the median over the steps every rank profiled; without step markers, each
   rank's whole window is shown.
 - Each rank's times are moved to the common clock by subtracting its clock offset (the
-  cross-rank findings' ``per_rank[rank]["clock_offset_us"]``) and made relative to the
+  cross-rank findings' ``per_rank[rank].clock_offset_us``) and made relative to the
   earliest start, so ``0`` is when the first rank began the step.
 - Bounded size: the shown span is cut into :data:`BINS` equal bins; each bin goes to the
   kind (``compute`` or a cause) with the most time in it, or to nothing when less than half
@@ -40,9 +40,11 @@ import numpy as np
 from gpuprof.accounting.attribution import Attribution
 from gpuprof.accounting.names import NameTrack
 from gpuprof.accounting.summary import RankSummary
+from gpuprof.job.findings import JobFindings
+from gpuprof.model import causes
 from gpuprof.model import intervals as iv
 from gpuprof.model.intervals import Intervals
-from gpuprof.model.report import CAUSES, Cause
+from gpuprof.model.report import CAUSES
 
 KINDS: tuple[str, ...] = ("compute",) + tuple(c.value for c in CAUSES)
 BINS = 1000  # horizontal resolution: about one bin per pixel of a wide chart
@@ -52,24 +54,12 @@ MAX_LANES = 32  # ranks drawn; the rest are summarized in the tables
 Span = tuple[float, float]
 
 
-def _offsets(findings: Mapping[str, Any]) -> dict[int, float]:
-    per_rank = findings.get("per_rank")
-    out: dict[int, float] = {}
-    if isinstance(per_rank, Mapping):
-        for rank, row in per_rank.items():
-            if isinstance(row, Mapping) and isinstance(row.get("clock_offset_us"), (int, float)):
-                out[int(rank)] = float(row["clock_offset_us"])
-    return out
+def _offsets(findings: JobFindings) -> dict[int, float]:
+    return {int(rank): float(row.clock_offset_us) for rank, row in findings.per_rank.items()}
 
 
-def _stages(findings: Mapping[str, Any]) -> dict[int, int]:
-    per_rank = findings.get("per_rank")
-    out: dict[int, int] = {}
-    if isinstance(per_rank, Mapping):
-        for rank, row in per_rank.items():
-            if isinstance(row, Mapping) and isinstance(row.get("stage"), int):
-                out[int(rank)] = int(row["stage"])
-    return out
+def _stages(findings: JobFindings) -> dict[int, int]:
+    return {int(rank): int(row.stage) for rank, row in findings.per_rank.items() if isinstance(row.stage, int)}
 
 
 def _representative_step(summaries: Sequence[RankSummary], offsets: Mapping[int, float]) -> int | None:
@@ -126,7 +116,8 @@ def _segments(kinds: Mapping[str, Intervals], lo: float, hi: float, bin_us: floa
 
 # Where a segment's name comes from first: the device work it is, or (for time the device
 # lost to the host) what the host was doing meanwhile.
-_DEVICE_FIRST = {"compute", Cause.COMMUNICATION.value, Cause.STRAGGLER.value, Cause.PIPELINE_BUBBLE.value}
+# (the causes of time lost between ranks: the device is in, or waiting for, communication).
+_DEVICE_FIRST = {"compute"} | {c.value for c in causes.where(between_ranks=True)}
 
 
 def _segment_name(names: NameTrack, kind: str, lo_us: float, hi_us: float) -> str | None:
@@ -160,7 +151,7 @@ def _own_us(s: RankSummary, att: Attribution, span: Span, offset: float) -> floa
     lo, hi = span[0] + offset, span[1] + offset  # back on the rank's own clock
     waited = sum(
         iv.total(iv.clip(iv.normalize(att.intervals.get(c, iv.empty())), lo, hi))
-        for c in (Cause.STRAGGLER, Cause.PIPELINE_BUBBLE)
+        for c in causes.where(waits_for_ranks=True)
     )
     inside = iv.total(iv.clip(s.window_intervals, lo, hi))
     return inside - waited
@@ -169,7 +160,7 @@ def _own_us(s: RankSummary, att: Attribution, span: Span, offset: float) -> floa
 def step_timeline(
     summaries: Sequence[RankSummary],
     attributions: Mapping[int, Attribution],
-    findings: Mapping[str, Any],
+    findings: JobFindings,
     max_lanes: int = MAX_LANES,
     path_of: Callable[[float, float], Sequence[Mapping[str, Any]]] | None = None,
 ) -> dict[str, Any] | None:
@@ -195,9 +186,9 @@ def step_timeline(
     own = {s.rank: _own_us(s, attributions[s.rank], spans[s.rank], offsets.get(s.rank, 0.0)) for s in active}
     slowest = max(own, key=lambda r: (own[r], -r))
     critical = None
-    for row in findings.get("critical_rank_per_step") or []:
-        if isinstance(row, Mapping) and (step is None or row.get("step") == step) and isinstance(row.get("rank"), int):
-            critical = int(row["rank"])
+    for row in findings.critical_rank_per_step:
+        if step is None or row.step == step:
+            critical = int(row.rank)
             break
     stage_heads: list[int | None] = []
     for stage in sorted(set(stages.values())):

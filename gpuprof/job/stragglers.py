@@ -15,14 +15,14 @@ from __future__ import annotations
 
 import math
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
-from typing import Any
+from dataclasses import dataclass, replace
 
 import numpy as np
 
 from gpuprof.accounting.phases import PHASES
 from gpuprof.accounting.summary import RankSummary
 from gpuprof.job.collectives import MatchedCollectives, inferred_world_note, rank_totals
+from gpuprof.job.findings import AloneInput, Arrivals, EarlyStarter, Straggler, StragglerAnalysis
 from gpuprof.model import grouping
 from gpuprof.model import intervals as iv
 from gpuprof.model.intervals import Intervals
@@ -186,7 +186,7 @@ def _group_gain_us(
 
 def _early_starters(
     summaries: Sequence[RankSummary], matched: MatchedCollectives, floor_us: float
-) -> list[dict[str, Any]]:
+) -> list[EarlyStarter]:
     """Ranks that begin their steps well before the median rank and wait for the others:
     the spread of arrivals at the first collective is their early start, not someone's
     lateness."""
@@ -212,12 +212,12 @@ def _early_starters(
         if wait / s.step_count < EARLY_LEAD_SHARE * lead[r]:
             continue  # it spends its lead working, not waiting
         out.append(
-            {
-                "rank": r,
-                "lead_us": round(lead[r], 3),
-                "lead_over_last_us": round(max(starts.values()) - starts[r], 3),
-                "wait_us_per_step": round(wait / s.step_count, 3),
-            }
+            EarlyStarter(
+                rank=r,
+                lead_us=round(lead[r], 3),
+                lead_over_last_us=round(max(starts.values()) - starts[r], 3),
+                wait_us_per_step=round(wait / s.step_count, 3),
+            )
         )
     return out
 
@@ -261,46 +261,33 @@ def name_stragglers(
     summaries: Sequence[RankSummary],
     matched: MatchedCollectives,
     bubbles: Mapping[int, Intervals] | None = None,
-) -> tuple[list[dict[str, Any]], dict[str, Any]]:
-    """The ``stragglers`` and ``straggler_analysis`` findings of the job (keys in
-    :mod:`gpuprof.job.cross_rank`); ``bubbles``: the pipeline-bubble claims per rank."""
-    info: dict[str, Any] = {
-        "clock_offsets_us": {str(r): round(o, 3) for r, o in matched.offsets_us.items()},
-        "unmatched_calls": matched.unmatched,
-    }
-    if len(summaries) >= 2:  # one rank's calls are matched with nobody's
-        info["collectives_matched"] = int(np.unique(matched.calls_table["key"]).size) if matched.n_calls else 0
+) -> tuple[tuple[Straggler, ...], StragglerAnalysis]:
+    """The named stragglers of the job and how the waits were measured
+    (:mod:`gpuprof.job.findings`); ``bubbles``: the pipeline-bubble claims per rank."""
+    offsets = {r: round(o, 3) for r, o in matched.offsets_us.items()}
     world = max((s.world_size or 0) for s in summaries) if summaries else 0
     if len(summaries) < 2:
-        # A single-GPU job (no collectives, no world size) has nobody to wait for.
-        if world > 1 or matched.n_calls:
-            info["note"] = (
-                f"only {len(summaries)} of {world or 'an unknown number of'} ranks in the input: "
-                "waiting for other ranks cannot be measured"
-            )
-            info["ranks_present"] = len(summaries)
-            info["world_size"] = world or None
-        return [], info
-    if matched.world_size_inferred is not None:
-        info["world_size"] = matched.world_size_inferred
-        info["world_size_note"] = inferred_world_note(matched.world_size_inferred)
-    if matched.incomplete_groups:
-        info["incomplete_groups"] = {
-            pg or "(unnamed)": {"present": a, "expected": b}
-            for pg, a, b in ((pg, a, b) for pg, (a, b) in matched.incomplete_groups.items())
-        }
-        info["note"] = (
-            "some process groups are only partly in the input: waits measured among the ranks "
-            "present are lower bounds, and the slowest member may be one of the absent ranks, "
-            "so no straggler is named for those groups"
-        )
+        # A single-GPU job (no collectives, no world size) has nobody to wait for; one rank's
+        # calls are matched with nobody's.
+        alone = AloneInput(len(summaries), world or None) if world > 1 or matched.n_calls else None
+        return (), StragglerAnalysis(offsets, matched.unmatched, alone=alone)
+    info = StragglerAnalysis(
+        offsets,
+        matched.unmatched,
+        collectives_matched=int(np.unique(matched.calls_table["key"]).size) if matched.n_calls else 0,
+        world_size_inferred=matched.world_size_inferred,
+        world_size_note=(
+            inferred_world_note(matched.world_size_inferred) if matched.world_size_inferred is not None else None
+        ),
+        incomplete_groups={pg or "(unnamed)": (a, b) for pg, (a, b) in matched.incomplete_groups.items()},
+    )
     caused = _caused_waits(matched)
     total = sum(c for c, _ in caused.values())
     steps = float(np.median([s.step_count for s in summaries]))
     floor = STRAGGLER_MIN_STEP_SHARE * _median_step_us(summaries) * steps
     by_rank = {s.rank: s for s in summaries}
     complete_calls = rank_totals(matched)["complete_calls"]
-    out: list[dict[str, Any]] = []
+    out: list[Straggler] = []
     names = [r for r, (c, _) in caused.items() if total > 0 and c >= STRAGGLER_SHARE * total and c >= floor]
     gain_rank, gain_us = _critical_gains(matched, bubbles or {})
     if gain_rank.size:
@@ -310,20 +297,18 @@ def name_stragglers(
             and next(iter(counts.values())) <= ROTATING_MAX_SHARE * gain_rank.size
             and float(np.sum(gain_us)) >= floor
         )
-        info["arrivals"] = {
-            "collectives": int(gain_rank.size),
-            "last_counts": {str(r): int(n) for r, n in counts.items()},
-            "rotating": rotating,
-            "gain_us_per_step": round(float(np.sum(gain_us)) / steps, 3),
-        }
+        info = replace(info, arrivals=Arrivals(
+            collectives=int(gain_rank.size),
+            last_counts={int(r): int(n) for r, n in counts.items()},
+            rotating=rotating,
+            gain_us_per_step=round(float(np.sum(gain_us)) / steps, 3),
+        ))
         if rotating:
             # Every rank takes its turn at being last: no one rank to fix.
             names = []
     if names:
-        info["stragglers_gain_us_per_step"] = round(_group_gain_us(matched, bubbles or {}, names) / steps, 3)
-    early = _early_starters(summaries, matched, floor / max(steps, 1.0))
-    if early:
-        info["early_starters"] = early
+        info = replace(info, stragglers_gain_us_per_step=round(_group_gain_us(matched, bubbles or {}, names) / steps, 3))
+    info = replace(info, early_starters=tuple(_early_starters(summaries, matched, floor / max(steps, 1.0))))
     for rank in sorted(names, key=lambda r: -caused[r][0]):
         s = by_rank[rank]
         others = [x for x in summaries if x.rank not in names]
@@ -334,20 +319,20 @@ def name_stragglers(
         late = _late_start_us(s, summaries, matched.offsets_us)
         mine = gain_us[gain_rank == rank]
         out.append(
-            {
-                "rank": rank,
-                "caused_wait_us_per_step": round(caused[rank][0] / s.step_count, 3),
-                "last_arrivals": caused[rank][1],
-                "collectives": int(complete_calls.get(rank, 0)),
-                "phase": phase,
-                "phase_ratio": None if ratio is None else round(ratio, 3),
-                "phase_excess_us_per_step": None if excess is None else round(excess, 3),
-                "late_start_us": None if late is None else round(late, 3),
-                "gain_us_per_step": round(float(np.sum(mine)) / s.step_count, 3),
-                "gains_us": [round(float(g), 3) for g in sorted(mine.tolist(), reverse=True)],
-            }
+            Straggler(
+                rank=rank,
+                caused_wait_us_per_step=round(caused[rank][0] / s.step_count, 3),
+                last_arrivals=caused[rank][1],
+                collectives=int(complete_calls.get(rank, 0)),
+                phase=phase,
+                phase_ratio=None if ratio is None else round(ratio, 3),
+                phase_excess_us_per_step=None if excess is None else round(excess, 3),
+                late_start_us=None if late is None else round(late, 3),
+                gain_us_per_step=round(float(np.sum(mine)) / s.step_count, 3),
+                gains_us=tuple(round(float(g), 3) for g in sorted(mine.tolist(), reverse=True)),
+            )
         )
-    return out, info
+    return tuple(out), info
 
 
 __all__ = ["name_stragglers"]

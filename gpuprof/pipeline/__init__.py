@@ -19,7 +19,7 @@ from gpuprof.accounting.names import top_names
 from gpuprof.accounting.summary import RankSummary
 from gpuprof.accounting.window import StepSelection
 from gpuprof.advice import AdviceContext, advise_all, rank_spans
-from gpuprof.errors import BadTraceError, GpuprofError
+from gpuprof.errors import GpuprofError
 from gpuprof.job.critical import critical_path
 from gpuprof.job.cross_rank import CrossRankResult, analyze_job
 from gpuprof.job.onejob import differences, forced_warning, refusal
@@ -27,6 +27,7 @@ from gpuprof.job.stepview import step_timeline
 from gpuprof.model import intervals as iv
 from gpuprof.model.report import CAUSES, RankReport, Recommendation, Report
 from gpuprof.pipeline.executors import Executor, LocalExecutor, Progress, summarize_source
+from gpuprof.readers.ranks import check_ranks
 
 
 @dataclass(frozen=True)
@@ -93,14 +94,6 @@ def _summaries(
     return out
 
 
-def _check_unique_ranks(summaries: Sequence[RankSummary]) -> None:
-    seen: dict[int, str] = {}
-    for s in summaries:
-        if s.rank in seen and seen[s.rank] != s.source:
-            raise BadTraceError(f"rank {s.rank} is claimed by two files: {seen[s.rank]} and {s.source}", s.source)
-        seen.setdefault(s.rank, s.source)
-
-
 def _rank_report(s: RankSummary, att: Attribution, cross: CrossRankResult) -> RankReport:
     step_times = tuple(st.duration_us for st in s.steps)
     extra: dict[str, Any] = {}
@@ -117,9 +110,9 @@ def _rank_report(s: RankSummary, att: Attribution, cross: CrossRankResult) -> Ra
         extra["kernels"] = top_names(s.names, s.window[0], s.window[1])  # the device work with the most time
     if s.facts.get("step_marker"):
         extra["step_marker"] = s.facts["step_marker"]  # which marker the steps come from
-    per_rank = cross.findings.get("per_rank", {}).get(s.rank) if isinstance(cross.findings.get("per_rank"), dict) else None
-    if per_rank:
-        extra.update(per_rank)
+    per_rank = cross.findings.per_rank.get(s.rank)
+    if per_rank is not None:
+        extra.update(per_rank.to_dict())
     return RankReport(
         rank=s.rank,
         device=s.device_name,
@@ -145,15 +138,16 @@ def _step_partition(s: RankSummary, att: Attribution) -> dict[str, Any]:
     }
 
 
-def _load_samples(paths: Sequence[str | Path]) -> Any:
-    """NVML sample findings when an input is a ``gpuprof run`` session, else ``None``."""
+def _load_samples(paths: Sequence[str | Path], known: Any = None) -> Any:
+    """NVML sample findings when an input is a ``gpuprof run`` session, else ``None``.
+    ``known``: the session already read (of the one path), not read again."""
     try:
         from gpuprof.session import is_session, read_session
     except ModuleNotFoundError:
         return None
     for p in paths:
         if is_session(Path(p)):
-            session = read_session(Path(p))
+            session = known if known is not None and Path(known.path) == Path(p) else read_session(Path(p))
             if session.samples is not None and len(session.samples):
                 # Imported here: only sessions with NVML samples need it (its import costs
                 # ~10 ms, most of a small trace's analysis).
@@ -167,7 +161,11 @@ def run_analysis(
     paths: Sequence[str | Path],
     options: AnalyzeOptions = AnalyzeOptions(),
     progress: Progress | None = None,
+    session: Any = None,
 ) -> Analysis:
+    """The analysis of trace files, folders of per-rank traces and session folders.
+    ``session``: the session folder among ``paths`` as already read
+    (:class:`gpuprof.session.reader.Session`), so that it is not read again."""
     from gpuprof.readers import ReadLimits, discover
 
     skipped: list[str] = []  # files found in folders that are not traces
@@ -176,7 +174,7 @@ def run_analysis(
     mixed = differences(summaries)
     if mixed and not options.force:
         raise GpuprofError(refusal(mixed))
-    _check_unique_ranks(summaries)
+    check_ranks(summaries)
     if progress:
         progress(f"analyzing {len(summaries)} rank(s)")
     cross = analyze_job(summaries)
@@ -186,7 +184,7 @@ def run_analysis(
         att = attribute(s.lost, merge_claims(s.claims, cross.claims.get(s.rank, {})))
         attributions[s.rank] = att
         reports.append(_rank_report(s, att, cross))
-    samples = _load_samples(paths)
+    samples = _load_samples(paths, session)
     advice = advise_all(
         AdviceContext(
             summaries=summaries, reports=reports, cross=cross.findings, samples=samples, whatifs=cross.whatifs
@@ -196,13 +194,13 @@ def run_analysis(
     warnings = skipped + ([forced_warning(mixed)] if mixed else []) + rank_warnings(
         [(s.rank, w) for s in summaries for w in s.warnings + ((s.empty_reason,) if s.empty_reason else ())]
     )
-    world_note = (cross.findings.get("straggler_analysis") or {}).get("world_size_note")
+    world_note = cross.findings.straggler_analysis.world_size_note
     if world_note:
         warnings.append(str(world_note))
     # What the trace cannot support (see gpuprof.advice): one line each, first (a renderer
     # may show only the first few warnings), and in the JSON.
     warnings[:0] = [h.line for h in advice.held_back]
-    job: dict[str, Any] = {k: v for k, v in cross.findings.items() if k != "per_rank"}
+    job: dict[str, Any] = {k: v for k, v in cross.findings.to_dict().items() if k != "per_rank"}
     w = cross.whatifs
     job["model_error_pct"] = None if w is None else round(w.model_error_pct, 3)
     job["combined_savings_pct"] = None if advice.combined_savings_pct is None else round(advice.combined_savings_pct, 2)
@@ -293,9 +291,11 @@ def analyze_paths(
     paths: Sequence[str | Path],
     options: AnalyzeOptions = AnalyzeOptions(),
     progress: Progress | None = None,
+    session: Any = None,
 ) -> Report:
-    """Analyze trace files, folders of per-rank traces, or session folders into a Report."""
-    return run_analysis(paths, options, progress).report
+    """Analyze trace files, folders of per-rank traces, or session folders into a Report
+    (``session``: as for :func:`run_analysis`)."""
+    return run_analysis(paths, options, progress, session).report
 
 
 def default_jobs() -> int:

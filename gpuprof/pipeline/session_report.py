@@ -9,23 +9,35 @@ from __future__ import annotations
 
 from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from gpuprof.errors import GpuprofError
 from gpuprof.model.report import Report, sort_recommendations
 from gpuprof.session.layout import NO_SAMPLING
 from gpuprof.util.phrases import duration
 
+if TYPE_CHECKING:
+    from gpuprof.session.reader import Session
+
 SAVED_FORMATS = ("json", "html")  # always saved in the session folder as report.<ext>
 
 
-def samples_only_report(session_dir: Path, note: str | None = None) -> Report:
+def _read(session: Session | Path) -> Session:
+    """The session as read (one read per analysis: a caller that has it passes it on)."""
+    if isinstance(session, (str, Path)):
+        from gpuprof.session import read_session
+
+        return read_session(session)
+    return session
+
+
+def samples_only_report(session: Session | Path, note: str | None = None) -> Report:
     """A report from the session's NVML samples alone (no trace was recorded)."""
     from gpuprof.accounting.samples import summarize_samples
     from gpuprof.advice.samples import advise_samples
-    from gpuprof.session import read_session
 
-    session = read_session(session_dir)
+    session = _read(session)
+    session_dir = session.path
     findings = summarize_samples(session.samples) if session.samples is not None else None
     warnings = list(session.warnings)
     if note:
@@ -40,11 +52,10 @@ def samples_only_report(session_dir: Path, note: str | None = None) -> Report:
     )
 
 
-def no_trace_note(session_dir: Path) -> str:
+def no_trace_note(session: Session | Path) -> str:
     """Why the session holds no trace, as one report warning."""
-    from gpuprof.session import read_session
-
-    s = read_session(session_dir)
+    s = _read(session)
+    session_dir = s.path
     h = s.hook_events
     # What the report stands on instead: the samples, where there are any.
     only = (
@@ -113,8 +124,9 @@ def _first_host_figures(report: Report) -> dict[str, Any] | None:
     return None
 
 
-def session_report(session_dir: Path, options: Any = None, progress: Any = None) -> Report:
-    """The report of a session: traces and samples through the pipeline, or samples alone.
+def session_report(session: Session | Path, options: Any = None, progress: Any = None) -> Report:
+    """The report of a session (its folder, or the session as read): traces and samples
+    through the pipeline, or samples alone.
 
     ``options`` (a ``pipeline.AnalyzeOptions``) and ``progress`` go to the pipeline. The
     report gains a ``run`` key with the job's optimizer steps as the hooks counted them
@@ -124,13 +136,12 @@ def session_report(session_dir: Path, options: Any = None, progress: Any = None)
     report: they came from one command.
     """
     from gpuprof.pipeline import AnalyzeOptions, analyze_paths
-    from gpuprof.session import read_session
 
-    session = read_session(session_dir)
+    session = _read(session)
     if not session.trace_paths:
-        report = samples_only_report(session_dir, no_trace_note(session_dir))
+        report = samples_only_report(session, no_trace_note(session))
     else:
-        report = analyze_paths([session_dir], options or AnalyzeOptions(force=True), progress)
+        report = analyze_paths([session.path], options or AnalyzeOptions(force=True), progress, session=session)
         # The session's own warnings (no driver, killed run) belong in every format of the report.
         extra_warnings = tuple(w for w in session.warnings if w not in report.warnings)
         if extra_warnings:

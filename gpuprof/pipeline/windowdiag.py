@@ -34,6 +34,7 @@ from pathlib import Path
 from typing import Any
 
 from gpuprof.errors import GpuprofError
+from gpuprof.model import causes
 from gpuprof.model.report import CAUSES, Report
 from gpuprof.session.layout import TRACES_DIR
 from gpuprof.session.windows import DIAGNOSIS_FILE, WINDOW_REPORT_FILE, window_dir
@@ -41,7 +42,7 @@ from gpuprof.session.windows import DIAGNOSIS_FILE, WINDOW_REPORT_FILE, window_d
 SCHEMA = "gpuprof.window/1"
 WAITING_SHARE = 0.10  # a rank that waits this share of a step for the critical rank is named
 TOP = 3
-_WAIT_CAUSES = ("straggler", "pipeline_bubble")
+_WAIT_CAUSES = tuple(c.value for c in causes.where(waits_for_ranks=True))
 
 
 def window_traces(session_dir: Path, window: int) -> Path:

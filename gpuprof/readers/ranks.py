@@ -5,9 +5,9 @@ from __future__ import annotations
 import re
 from collections.abc import Sequence
 from pathlib import Path
+from typing import Protocol
 
 from gpuprof.errors import BadTraceError
-from gpuprof.model.timeline import RankTrace
 
 # rank-3, rank3, rank_3, _rank_3, worker3, worker_3, worker-3 (case-insensitive). The
 # number must not run into more digits or letters of a longer word ("workers" is no hint).
@@ -49,8 +49,21 @@ def resolve_rank(trace_rank: int | None, hint: int | None, order: int) -> tuple[
     )
 
 
-def check_ranks(traces: Sequence[RankTrace]) -> None:
-    """Raise :class:`BadTraceError` when two traces claim the same rank (naming both files)."""
+class Ranked(Protocol):
+    """A rank read from a file: a :class:`~gpuprof.model.timeline.RankTrace`, or the
+    :class:`~gpuprof.accounting.summary.RankSummary` made of it."""
+
+    @property
+    def rank(self) -> int: ...
+
+    @property
+    def source(self) -> str: ...
+
+
+def check_ranks(traces: Sequence[Ranked]) -> None:
+    """Raise :class:`BadTraceError` when two traces claim the same rank (naming both files),
+    or one file holds a rank twice. The one rule: the readers apply it to traces, the
+    pipeline to the summaries its executor gives back (read in other processes)."""
     seen: dict[int, str] = {}
     for t in traces:
         other = seen.get(t.rank)

@@ -18,10 +18,10 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from gpuprof.model import figures as fg
-from gpuprof.model import sample_figures as sf
-from gpuprof.model.palette import CAUSE_COLORS, text_color_on
 from gpuprof.model.report import CAUSES, RankReport
+from gpuprof.render import figures as fg
+from gpuprof.render import sample_figures as sf
+from gpuprof.render.palette import CAUSE_COLORS, text_color_on
 
 KINDS: tuple[str, ...] = ("compute",) + tuple(c.value for c in CAUSES)
 CRITICAL_COLOR = "#000000"

@@ -12,9 +12,9 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from gpuprof.model import figures as fg
-from gpuprof.model.figures import number
 from gpuprof.model.report import Report
+from gpuprof.render import figures as fg
+from gpuprof.render.figures import number
 from gpuprof.render.jsontables import MAX_ROWS, Table, caption_for, fmt_value, humanize, tables_of
 from gpuprof.util import phrases
 

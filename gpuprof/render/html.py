@@ -15,13 +15,13 @@ import html
 import json
 from collections.abc import Mapping, Sequence
 
-from gpuprof.model import figures as fg
-from gpuprof.model import sample_figures as sf
-from gpuprof.model.palette import CAUSE_COLORS, text_color_on
 from gpuprof.model.report import CAUSES, Cause, Report, report_to_dict
 from gpuprof.render import charts as ch
+from gpuprof.render import figures as fg
+from gpuprof.render import sample_figures as sf
 from gpuprof.render.findings import findings_context, job_blocks, section_title
 from gpuprof.render.jsontables import Table
+from gpuprof.render.palette import CAUSE_COLORS, text_color_on
 from gpuprof.render.registry import register
 from gpuprof.render.runview import html_section
 

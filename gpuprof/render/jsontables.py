@@ -15,8 +15,8 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from gpuprof.model import figures as fg
-from gpuprof.model.figures import number
+from gpuprof.render import figures as fg
+from gpuprof.render.figures import number
 
 MAX_ROWS = 64  # rows per table; the JSON report has them all
 MAX_LIST_ITEMS = 6  # items of a list shown inside one cell

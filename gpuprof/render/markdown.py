@@ -9,9 +9,9 @@ from __future__ import annotations
 
 import html
 
-from gpuprof.model import figures as fg
-from gpuprof.model import sample_figures as sf
 from gpuprof.model.report import CAUSES, Report
+from gpuprof.render import figures as fg
+from gpuprof.render import sample_figures as sf
 from gpuprof.render.findings import findings_context, job_blocks, section_title
 from gpuprof.render.registry import register
 from gpuprof.render.runview import md_section

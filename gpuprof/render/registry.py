@@ -1,7 +1,9 @@
 """The renderers' registry: each renderer registers by name and file extension.
 
 ``render(report, "json")`` returns the document as a string; ``format_for_path("x.html")``
-finds the renderer a ``-o`` file name asks for.
+finds the renderer a ``-o`` file name asks for. A format from elsewhere (a plug-in) is one
+``@register("name", (".ext",))`` on a function ``(report, width) -> str``; once its module
+is imported, ``--format name`` and ``-o x.ext`` find it like a built-in one.
 """
 
 from __future__ import annotations
@@ -71,11 +73,12 @@ def names() -> list[str]:
 
 
 def get(name: str) -> Renderer:
-    found = match_name(name, _MODULES) or _ALIASES.get(name.strip().lower())
+    found = match_name(name, [*_MODULES, *RENDERERS]) or _ALIASES.get(name.strip().lower())
     if found is None:
         _load()
         raise GpuprofError(f"unknown format {name!r}{did_you_mean(name, RENDERERS)}; choose one of: {', '.join(names())}")
-    importlib.import_module(_MODULES[found])
+    if found in _MODULES:
+        importlib.import_module(_MODULES[found])
     return RENDERERS[found]
 
 

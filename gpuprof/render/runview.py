@@ -1,5 +1,5 @@
 """The whole run in every format: the step time over the run, its changes, its phases, the
-profiling windows and a consistently slowest rank (:mod:`gpuprof.model.run_figures` holds
+profiling windows and a consistently slowest rank (:mod:`gpuprof.render.run_figures` holds
 the figures; this module only lays them out).
 
 The HTML chart plots the job's step time at every step (or, past 2,000 steps, bins of
@@ -18,9 +18,9 @@ from collections.abc import Callable, Sequence
 from rich.console import RenderableType
 from rich.text import Text
 
-from gpuprof.model import run_figures as rf
-from gpuprof.model.figures import fmt_duration
 from gpuprof.model.report import Report
+from gpuprof.render import run_figures as rf
+from gpuprof.render.figures import fmt_duration
 
 TITLE = "Over the run"
 PHASE_COLORS = {"training": "#0072B2", "update": "#0072B2", "eval": "#009E73", "rollout": "#E69F00",

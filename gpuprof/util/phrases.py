@@ -148,7 +148,7 @@ def ranks(nums: Sequence[int], every: str = "every rank") -> str:
 
 
 # The summarizer's warning for a window of a single step; the renderers say it once under
-# the report's headline instead (gpuprof.model.figures.report_caveats).
+# the report's headline instead (gpuprof.render.figures.report_caveats).
 ONE_PROFILED_STEP = "only one profiled step: estimates rest on a single step and may not be typical (low confidence)"
 
 

@@ -12,6 +12,7 @@ from gpuprof.advice.context import AdviceContext
 from gpuprof.advice.distributed.slowranks import MIN_SAVINGS_PCT
 from gpuprof.advice.finding import Fact, Finding, said
 from gpuprof.advice.savings import savings_pct
+from gpuprof.job.findings import LateComm
 from gpuprof.model.report import Cause, RankReport
 
 # Late communication worth naming takes at least this long per call (median).
@@ -20,26 +21,28 @@ LATE_OP_MIN_US = 1000.0
 
 def stages_of(ctx: AdviceContext, ranks: Sequence[int]) -> tuple[int, ...] | None:
     """The pipeline stages of ``ranks`` when every one of them has a known stage."""
-    per = ctx.cross.get("per_rank") or {}
-    stages = sorted({int(per[r]["stage"]) for r in ranks if r in per and "stage" in per[r]})
-    return tuple(stages) if stages and all(r in per and "stage" in per[r] for r in ranks) else None
+    per = ctx.cross.per_rank
+    known = {r: per[r].stage for r in ranks if r in per and per[r].stage is not None}
+    stages = sorted({int(st) for st in known.values() if st is not None})
+    return tuple(stages) if stages and len(known) == len(ranks) else None
 
 
-def _late_ops(ops: Sequence[Mapping[str, Any]]) -> tuple[dict[str, Any], ...]:
-    """The late ranks' communication before the barriers worth naming, with its numbers."""
+def _late_ops(ops: Sequence[LateComm]) -> tuple[dict[str, Any], ...]:
+    """The late ranks' communication before the barriers worth naming, with its numbers
+    (the phrase's values: ``barrier.late_comm``)."""
     out = []
     for op in ops:
-        if float(op["total_us"]) <= 0 or float(op["median_us"]) < LATE_OP_MIN_US:
+        if float(op.total_us) <= 0 or float(op.median_us) < LATE_OP_MIN_US:
             continue
         out.append({
-            "name": op["name"],
-            "median_us": float(op["median_us"]),
-            "calls": op["calls"],
-            "only_late_ranks": bool(op["only_late_ranks"]),
-            "waiting_median_us": None if op.get("waiting_median_us") is None else float(op["waiting_median_us"]),
-            "outliers": op["outliers"],
-            "outlier_us": tuple(float(x) for x in op["outlier_us"]) if op["outliers"] else None,
-            "outlier_barriers": tuple(int(j) + 1 for j in op["outlier_barriers"]) if op["outliers"] else (),
+            "name": op.name,
+            "median_us": float(op.median_us),
+            "calls": op.calls,
+            "only_late_ranks": bool(op.only_late_ranks),
+            "waiting_median_us": None if op.waiting_median_us is None else float(op.waiting_median_us),
+            "outliers": op.outliers,
+            "outlier_us": tuple(float(x) for x in op.outlier_us) if op.outliers and op.outlier_us else None,
+            "outlier_barriers": tuple(int(j) + 1 for j in op.outlier_barriers) if op.outliers else (),
         })
     return tuple(out)
 
@@ -50,10 +53,10 @@ def barrier_finding(ctx: AdviceContext, reports: Sequence[RankReport], wait: Map
     The estimate follows the critical-path model of the named stragglers: if the late
     ranks arrived with the latest waiting rank, the barrier would come sooner by that
     rank's wait (the smallest wait among the waiting ranks), on every rank."""
-    b: Mapping[str, Any] | None = ctx.cross.get("barrier_waits")
-    if not b or not b.get("waited_for_ranks"):
+    b = ctx.cross.barrier_waits
+    if b is None or not b.waited_for_ranks:
         return None
-    slow = [int(r) for r in b["waited_for_ranks"]]
+    slow = [int(r) for r in b.waited_for_ranks]
     waiting = [r for r in reports if r.rank not in slow and wait[r.rank] > 0]
     if not waiting:
         return None
@@ -62,27 +65,27 @@ def barrier_finding(ctx: AdviceContext, reports: Sequence[RankReport], wait: Map
     pct = savings_pct(reports, {r.rank: gain * max(r.steps, 1) for r in reports})
     if pct < MIN_SAVINGS_PCT:
         return None
-    activity: Mapping[str, int] = b.get("last_activity") or {}
-    late_ops: list[Mapping[str, Any]] = list(b.get("late_comm") or [])
+    activity = b.last_activity
+    late_ops = list(b.late_comm or ())
     comm_bound = any(name != "compute" for name in list(activity)[:1])
     steps = max(1, int(np.median([max(r.steps, 1) for r in waiting])))
     late, stages = tuple(slow), stages_of(ctx, slow)
-    barriers = int(b["barriers"])
-    evidence = [said("barrier.waits", barriers=b["barriers"], waiting=tuple(r.rank for r in waiting),
+    barriers = int(b.barriers)
+    evidence = [said("barrier.waits", barriers=b.barriers, waiting=tuple(r.rank for r in waiting),
                      wait_us_per_step=median_wait / steps, who=(late, stages))]
     named = _late_ops(late_ops)
     if named:
         evidence.append(said("barrier.late_comm", ops=named, barriers=barriers, ranks=late, stages=stages))
     else:
-        doing = tuple((name, n, b["barriers"]) for name, n in activity.items())
+        doing = tuple((name, n, b.barriers) for name, n in activity.items())
         evidence.append(said("barrier.last_activity", activity=doing))
     evidence.append(said("barrier.estimate", margin_us_per_step=gain))
-    embedding = [op for op in late_ops if "embedding" in str(op["name"]).lower() and float(op["median_us"]) >= LATE_OP_MIN_US]
+    embedding = [op for op in late_ops if "embedding" in str(op.name).lower() and float(op.median_us) >= LATE_OP_MIN_US]
     holds = "embedding" if embedding else "communication" if late_ops or comm_bound else "none"
     actions = []
     if embedding:
         actions.append(said("barrier.untie_embeddings"))
-        if any(op["outliers"] for op in embedding):
+        if any(op.outliers for op in embedding):
             actions.append(said("barrier.embedding_outliers"))
     if comm_bound or late_ops:
         actions.append(said("barrier.overlap_reduce"))

@@ -4,8 +4,7 @@ link's, the time beyond the link speed, the share that overlaps compute."""
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
-from typing import Any
+from collections.abc import Sequence
 
 import numpy as np
 
@@ -14,6 +13,7 @@ from gpuprof.advice.distributed.slowranks import MIN_SAVINGS_PCT
 from gpuprof.advice.finding import Fact, Finding, Said, said
 from gpuprof.advice.replayed import replayed
 from gpuprof.advice.savings import savings_pct
+from gpuprof.job.findings import RankBandwidth, SlowCalls
 from gpuprof.model import intervals as iv
 from gpuprof.model.report import Cause, RankReport
 from gpuprof.model.timeline import Category
@@ -42,54 +42,53 @@ def slow_excess_us(ctx: AdviceContext, reports: Sequence[RankReport]) -> dict[in
     """Per rank, exposed collective time beyond what the bytes need at link speed (slow
     collectives only), capped by the rank's lost ``communication`` time (waits measured
     against ranks present are ``straggler`` already)."""
-    bw: Mapping[str, Mapping[str, Any]] = ctx.cross.get("collective_bandwidth") or {}
+    bw = ctx.cross.collective_bandwidth
     out: dict[int, float] = {}
     for r in reports:
-        b = bw.get(str(r.rank))
-        if not b or not b.get("excess_us_per_step"):
+        b = bw.get(r.rank)
+        if b is None or not b.excess_us_per_step:
             continue
-        excess = float(b["excess_us_per_step"]) * max(r.steps, 1)
+        excess = float(b.excess_us_per_step) * max(r.steps, 1)
         out[r.rank] = min(excess, float(r.lost_us.get(Cause.COMMUNICATION, 0.0)))
     return out
 
 
-def _slow_calls(b: Mapping[str, Any], rank: int, device: str | None) -> Said:
-    """A rank's slow collectives: sizes, durations, the bus bandwidth they reach (when the
-    transfer part could be timed) and how far below the link's peak that is."""
-    d = b["slow"]
-    peak = float(b["peak_gbps"])
-    s_lo, s_hi = (float(x) for x in d["sizes_bytes"])
-    d_lo, d_hi = (float(x) for x in d["duration_us"])
-    bus = tuple(float(x) for x in d["busbw_gbps"]) if d.get("busbw_gbps") else None
+def _slow_calls(b: RankBandwidth, d: SlowCalls, rank: int, device: str | None) -> Said:
+    """A rank's slow collectives ``d``: sizes, durations, the bus bandwidth they reach (when
+    the transfer part could be timed) and how far below the link's peak that is."""
+    peak = float(b.peak_gbps or 0.0)  # slow calls are told against a known peak
+    s_lo, s_hi = (float(x) for x in d.sizes_bytes)
+    d_lo, d_hi = (float(x) for x in d.duration_us)
+    bus = tuple(float(x) for x in d.busbw_gbps) if d.busbw_gbps else None
     return said(
-        "collectives.slow_calls", rank=rank, calls=b["slow_calls"], names=tuple(d["names"]), sizes_bytes=(s_lo, s_hi),
+        "collectives.slow_calls", rank=rank, calls=b.slow_calls, names=d.names, sizes_bytes=(s_lo, s_hi),
         duration_us=(d_lo, d_hi), busbw_gbps=bus, peak_gbps=peak, device=device,
         below=None if bus is None else (peak / max(bus[1], 1e-9), peak / max(bus[0], 1e-9)),
-        note=b.get("bandwidth_note"),
+        note=b.bandwidth_note,
     )
 
 
-def bandwidth(b: Mapping[str, Any], rank: int, device: str | None) -> Said:
+def bandwidth(b: RankBandwidth, rank: int, device: str | None) -> Said:
     """A rank's collectives: sizes, durations and the median bandwidth they reach (bus
     bandwidth where known, else algorithm bandwidth) against the link's peak."""
-    bw = b.get("busbw_gbps")
+    bw = b.busbw_gbps
     kind = "bus" if bw is not None else "algorithm"
-    bw = bw if bw is not None else b.get("algbw_gbps")
-    peak = b.get("peak_gbps")
+    bw = bw if bw is not None else b.algbw_gbps
+    peak = b.peak_gbps
     return said(
-        "collectives.bandwidth", rank=rank, calls=b["calls"], names=tuple(b.get("names") or ["collective"]),
-        sizes_bytes=tuple(b["sizes_bytes"]), duration_us=tuple(b["duration_us"]), kind=kind,
+        "collectives.bandwidth", rank=rank, calls=b.calls, names=b.names or ("collective",),
+        sizes_bytes=b.sizes_bytes, duration_us=b.duration_us, kind=kind,
         gbps=None if bw is None else float(bw), peak_gbps=float(peak) if peak else None, device=device,
-        of_peak_pct=100.0 * float(bw) / float(peak) if bw is not None and peak else None, note=b.get("bandwidth_note"),
+        of_peak_pct=100.0 * float(bw) / float(peak) if bw is not None and peak else None, note=b.bandwidth_note,
     )
 
 
-def bandwidth_facts(b: Mapping[str, Any]) -> dict[str, Fact]:
+def bandwidth_facts(b: RankBandwidth) -> dict[str, Fact]:
     """The bandwidth a rank's collectives reach, and the link's peak."""
     return {
-        "busbw_gbps": b.get("busbw_gbps"),
-        "algbw_gbps": b.get("algbw_gbps"),
-        "peak_gbps": b.get("peak_gbps"),
+        "busbw_gbps": b.busbw_gbps,
+        "algbw_gbps": b.algbw_gbps,
+        "peak_gbps": b.peak_gbps,
     }
 
 
@@ -103,9 +102,8 @@ def slow_collectives_advice(ctx: AdviceContext) -> list[Finding]:
     if not excess:
         return []
     upper = savings_pct(reports, excess)
-    bw: Mapping[str, Mapping[str, Any]] = ctx.cross.get("collective_bandwidth") or {}
-    info = ctx.cross.get("straggler_analysis") or {}
-    absent = bool(info.get("note"))
+    bw = ctx.cross.collective_bandwidth
+    absent = bool(ctx.cross.straggler_analysis.note)
     # With every member present, a faster transport is the fix: its what-if is transfers
     # at twice the bandwidth, replayed; the excess vanishing altogether (link speed) is
     # the upper end. With ranks missing the time may be waiting: the closed form stays.
@@ -117,11 +115,11 @@ def slow_collectives_advice(ctx: AdviceContext) -> list[Finding]:
     evidence: list[Said] = []
     per_step: dict[int, float] = {}
     for rank in sorted(excess):
-        b = bw[str(rank)]
-        evidence.append(_slow_calls(b, rank, devices.get(rank)) if b.get("slow") else bandwidth(b, rank, devices.get(rank)))
+        b = bw[rank]
+        evidence.append(_slow_calls(b, b.slow, rank, devices.get(rank)) if b.slow else bandwidth(b, rank, devices.get(rank)))
         per_step[rank] = excess[rank] / max(next((r.steps for r in reports if r.rank == rank), 1), 1)
-        evidence.append(said("collectives.beyond_link", rank=rank, at_link_us_per_step=float(b["at_link_us_per_step"]),
-                             excess_us_per_step=per_step[rank], calls=b["slow_calls"]))
+        evidence.append(said("collectives.beyond_link", rank=rank, at_link_us_per_step=float(b.at_link_us_per_step or 0.0),
+                             excess_us_per_step=per_step[rank], calls=b.slow_calls))
     share = overlap_share(ctx)
     if share is not None:
         evidence.append(said("collectives.overlap_already", share_pct=100 * share))
@@ -133,11 +131,11 @@ def slow_collectives_advice(ctx: AdviceContext) -> list[Finding]:
     else:
         evidence.append(said("collectives.estimate_upper"))
     worst = max(per_step, key=lambda r: per_step[r])
-    b = bw[str(worst)]
+    b = bw[worst]
     facts: dict[str, Fact] = {
         "rank": worst,
-        "slow_calls": b["slow_calls"],
-        "at_link_us_per_step": float(b["at_link_us_per_step"]),
+        "slow_calls": b.slow_calls,
+        "at_link_us_per_step": float(b.at_link_us_per_step or 0.0),
         "excess_us_per_step": per_step[worst],
         **bandwidth_facts(b),
         "overlap_pct": None if share is None else 100.0 * share,

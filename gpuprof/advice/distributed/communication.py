@@ -5,8 +5,6 @@ collectives of an inference job, on its critical path by design."""
 from __future__ import annotations
 
 import re
-from collections.abc import Mapping
-from typing import Any
 
 import numpy as np
 
@@ -16,6 +14,7 @@ from gpuprof.advice.distributed.slowranks import MIN_SAVINGS_PCT
 from gpuprof.advice.finding import Fact, Finding, Said, said
 from gpuprof.advice.replayed import replayed
 from gpuprof.advice.savings import savings_pct, step_time_us
+from gpuprof.job.findings import RankBandwidth
 from gpuprof.model.report import Cause
 
 # Exposed collectives whose device time overlaps compute less than this are not overlapped.
@@ -25,10 +24,10 @@ LOW_OVERLAP = 0.15
 _MEGATRON_COMMS = re.compile("grads-reduce-scatter|params-all-gather")
 
 
-def _measured(b: Mapping[str, Any] | None) -> bool:
+def _measured(b: RankBandwidth | None) -> bool:
     """A rank's collectives have a measured bandwidth (their transfer could be told from
     the wait for the other members)."""
-    return b is not None and (b.get("busbw_gbps") is not None or b.get("algbw_gbps") is not None)
+    return b is not None and (b.busbw_gbps is not None or b.algbw_gbps is not None)
 
 
 def _is_megatron(ctx: AdviceContext) -> bool:
@@ -73,8 +72,8 @@ def communication_advice(ctx: AdviceContext) -> list[Finding]:
     excess = slow_excess_us(ctx, reports)
     closed = savings_pct(reports, {r: 0.5 * max(comm[r] - excess.get(r, 0.0), 0.0) for r in comm})
     share = overlap_share(ctx)
-    info = ctx.cross.get("straggler_analysis") or {}
-    partial = bool(info.get("note")) and not ctx.cross.get("stragglers")
+    info = ctx.cross.straggler_analysis
+    partial = bool(info.note) and not ctx.cross.stragglers
     # What-if: collectives that run after compute are overlapped; ones already beside
     # compute but longer than it transfer faster. With ranks missing, part of the time is
     # waiting for them, which neither removes: the closed form (half the exposed time) stays.
@@ -91,13 +90,15 @@ def communication_advice(ctx: AdviceContext) -> list[Finding]:
     if share is not None:
         evidence.append(said("collectives.overlap" if low else "collectives.overlap_tail", share_pct=100 * share))
     if partial:
-        evidence.append(said("communication.maybe_waiting", note=str(info["note"]).split(":")[0]))
+        alone = info.alone
+        evidence.append(said("communication.maybe_waiting", ranks_present=alone.ranks_present if alone else None,
+                             world_size=alone.world_size if alone else None))
     if got is not None:
         evidence.append(got.said)
     else:
         evidence.append(said("communication.estimate_half_excess" if excess else "communication.estimate_half"))
-    bw: Mapping[str, Mapping[str, Any]] = ctx.cross.get("collective_bandwidth") or {}
-    mine = bw.get(str(worst.rank))
+    bw = ctx.cross.collective_bandwidth
+    mine = bw.get(worst.rank)
     if mine is not None:
         evidence.append(bandwidth(mine, worst.rank, worst.device))
     ranks = tuple(r.rank for r in reports if comm[r.rank] > 0)
@@ -116,7 +117,7 @@ def communication_advice(ctx: AdviceContext) -> list[Finding]:
                         ranks=ranks, whatif=whatif, facts=facts)]
     # Ranks missing and no measured transfer to tell it from waiting: the first thing to do
     # is to see the other ranks.
-    unsure = partial and not any(_measured(bw.get(str(r.rank))) for r in reports)
+    unsure = partial and not any(_measured(bw.get(r.rank)) for r in reports)
     rec_id = "comm-overlap" if low else "exposed-communication"
     fix = ("communication.overlap_megatron" if _is_megatron(ctx) else "communication.overlap_ddp_fsdp") if low else (
         "communication.send_less"

@@ -125,12 +125,12 @@ def _host(ctx: AdviceContext) -> Finding | None:
     ranks = sorted(slow, key=lambda r: -slow[r][0] / slow[r][1])
     first = ranks[0]
     own, peer = slow[first]
-    named = {int(x["rank"]): x for x in ctx.cross.get("stragglers") or []}
+    named = {int(x.rank): x for x in ctx.cross.stragglers}
     evidence = [said("slowpath.host", rank=first, own_us=own, peers_us=peer, ratio=own / peer)]
     x = named.get(first)
     if x is not None:
-        evidence.append(said("slowrank.waited_at", rank=first, wait_us_per_step=float(x["caused_wait_us_per_step"]),
-                             last_arrivals=x["last_arrivals"]))
+        evidence.append(said("slowrank.waited_at", rank=first, wait_us_per_step=float(x.caused_wait_us_per_step),
+                             last_arrivals=x.last_arrivals))
     evidence.append(got.said)
     facts: dict[str, Fact] = {
         "slow_rank": first, "host_us_per_step": own, "peers_host_us_per_step": peer, "host_ratio": own / peer,

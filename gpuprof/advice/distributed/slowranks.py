@@ -76,11 +76,10 @@ def slow_rank_advice(ctx: AdviceContext, reports: Sequence[RankReport]) -> Findi
     ``peer_median_compute`` replay: their compute at their peers' median, the whole job
     replayed (whoever waited for them, in collectives or the pipeline, waits less)."""
     w = results(ctx)
-    info = ctx.cross.get("straggler_analysis") or {}
     if w is None:
         return None
     slow = w.model.slow_ranks()
-    if info.get("incomplete_groups"):
+    if ctx.cross.straggler_analysis.incomplete_groups:
         # With ranks missing, a slower peer may be among them: a rank is called slow only
         # where every rank doing the same work is in the input (the same stage on every
         # data-parallel replica the layout names: TP peers, absent from a timeline that
@@ -90,13 +89,14 @@ def slow_rank_advice(ctx: AdviceContext, reports: Sequence[RankReport]) -> Findi
     if not slow or got is None or got.pct < MIN_SAVINGS_PCT:
         return None
     ranks = sorted(slow)
-    per = ctx.cross.get("per_rank") or {}
+    per = ctx.cross.per_rank
     comp = w.model.compute_us_per_step
     evidence: list[Said] = []
     peers = {r: [q for q in w.model.peers.get(r, ()) if q != r] for r in ranks}
     peer_median = {r: float(np.median([comp[q] for q in peers[r]])) for r in ranks}
     for r in ranks:
-        stage = per.get(r, {}).get("stage")
+        row = per.get(r)
+        stage = row.stage if row is not None else None
         if stage is not None:
             evidence.append(said("slowrank.computes_stage", rank=r, compute_us=comp[r], ratio=slow[r], stage=stage,
                                  peers=tuple(peers[r]), peer_median_us=peer_median[r]))
@@ -108,19 +108,19 @@ def slow_rank_advice(ctx: AdviceContext, reports: Sequence[RankReport]) -> Findi
     if waited:
         wait_share = max(float(rp.lost_us.get(Cause.STRAGGLER, 0.0)) / max(rp.window_us, 1e-9) for rp in waited)
         evidence.append(said("slowrank.others_wait", ranks=tuple(rp.rank for rp in waited), share_pct=100 * wait_share))
-    named = {int(x["rank"]): x for x in ctx.cross.get("stragglers") or []}
+    named = {int(x.rank): x for x in ctx.cross.stragglers}
     phase = None
     for r in ranks:
         x = named.get(r)
         if x is None:
             continue
-        evidence.append(said("slowrank.waited_at", rank=r, wait_us_per_step=float(x["caused_wait_us_per_step"]),
-                             last_arrivals=x["last_arrivals"]))
-        if x.get("phase"):
-            phase = phase or x["phase"]
-            evidence.append(said("slowrank.phase", rank=r, phase=x["phase"], ratio=float(x["phase_ratio"]),
-                                 excess_us_per_step=float(x["phase_excess_us_per_step"])))
-    stages = {per.get(r, {}).get("stage") for r in ranks} - {None}
+        evidence.append(said("slowrank.waited_at", rank=r, wait_us_per_step=float(x.caused_wait_us_per_step),
+                             last_arrivals=x.last_arrivals))
+        if x.phase:
+            phase = phase or x.phase
+            evidence.append(said("slowrank.phase", rank=r, phase=x.phase, ratio=float(x.phase_ratio or 0.0),
+                                 excess_us_per_step=float(x.phase_excess_us_per_step or 0.0)))
+    stages = {per[r].stage for r in ranks if r in per} - {None}
     kinds = {r: _work_or_hardware(ctx, r, w.model.peers.get(r, ())) for r in ranks}
     work = all(k == "work" for k, _ in kinds.values())
     unknown = any(k == "unknown" for k, _ in kinds.values())
@@ -138,10 +138,10 @@ def slow_rank_advice(ctx: AdviceContext, reports: Sequence[RankReport]) -> Findi
         "peer_median_compute_us_per_step": peer_median[first],
         "compute_ratio": slow[first],
         "peers": len(peers[first]),
-        "stage": per.get(first, {}).get("stage"),
+        "stage": per[first].stage if first in per else None,
         "kind": "work" if work else "unknown" if unknown else "hardware",
         "max_wait_pct": None if wait_share is None else 100.0 * wait_share,
-        "caused_wait_us_per_step": None if x0 is None else float(x0["caused_wait_us_per_step"]),
+        "caused_wait_us_per_step": None if x0 is None else float(x0.caused_wait_us_per_step),
         "phase": phase,
         **got.facts,
     }

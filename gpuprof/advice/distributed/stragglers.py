@@ -11,9 +11,6 @@ to rank (``straggler-rotating``), ranks late at the barriers of an op-level time
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from typing import Any
-
-import numpy as np
 
 from gpuprof.advice.context import AdviceContext, advisor
 from gpuprof.advice.distributed.barriers import barrier_finding
@@ -22,6 +19,7 @@ from gpuprof.advice.distributed.slowranks import MIN_SAVINGS_PCT, slow_rank_advi
 from gpuprof.advice.finding import Fact, Finding, Said, said
 from gpuprof.advice.replayed import best, replayed, results
 from gpuprof.advice.savings import cause_savings_pct, job_step_time_us, savings_pct
+from gpuprof.job.findings import Straggler
 from gpuprof.model.report import Cause, RankReport
 
 # The ranks named as last to arrive when the lateness moves from rank to rank.
@@ -30,13 +28,13 @@ ROTATING_SHOWN = 8
 
 def skew(ctx: AdviceContext) -> tuple[list[Said], list[int]]:
     """Ranks that start their steps early and wait (arrival skew): the line, and the ranks."""
-    early = list((ctx.cross.get("straggler_analysis") or {}).get("early_starters") or [])
+    early = ctx.cross.straggler_analysis.early_starters
     if not early:
         return [], []
-    ranks = [int(e["rank"]) for e in early]
-    leads = [float(e["lead_us"]) for e in early]
-    waits = [float(e["wait_us_per_step"]) for e in early]
-    last = [float(e["lead_over_last_us"]) for e in early if e.get("lead_over_last_us") is not None]
+    ranks = [int(e.rank) for e in early]
+    leads = [float(e.lead_us) for e in early]
+    waits = [float(e.wait_us_per_step) for e in early]
+    last = [float(e.lead_over_last_us) for e in early]
     # one lead where the ranks start about together, else the range; the same for the waits
     lead = (min(leads),) if max(leads) - min(leads) < 0.1 * max(leads) else (min(leads), max(leads))
     waited = (min(waits),) if len(waits) == 1 else (min(waits), max(waits))
@@ -50,34 +48,25 @@ def skew(ctx: AdviceContext) -> tuple[list[Said], list[int]]:
 def _named(
     ctx: AdviceContext,
     reports: Sequence[RankReport],
-    stragglers: Sequence[Mapping[str, Any]],
-    wait: Mapping[int, float],
+    stragglers: Sequence[Straggler],
 ) -> Finding | None:
     """Named slow ranks. The estimate is the critical-path gain: if a slow rank arrived
     with the next-latest member, each collective it is last at would end that much
-    sooner on every rank; the rest of the spread of arrivals is not its doing. Without the
-    gains (older findings) the waits of the others are the estimate."""
-    slow = [int(x["rank"]) for x in stragglers]
+    sooner on every rank; the rest of the spread of arrivals is not its doing."""
+    slow = [int(x.rank) for x in stragglers]
     others = [r for r in reports if r.rank not in slow]
     if not others:
         return None
-    have_gain = all(x.get("gain_us_per_step") is not None for x in stragglers)
-    if have_gain:
-        joint = (ctx.cross.get("straggler_analysis") or {}).get("stragglers_gain_us_per_step")
-        gain = float(joint) if joint is not None else sum(float(x["gain_us_per_step"]) for x in stragglers)
-        removed = {r.rank: gain * max(r.steps, 1) for r in reports}
-    else:
-        median_wait = float(np.median([wait[r.rank] for r in others]))
-        removed = {r.rank: wait[r.rank] for r in others}
-        removed.update({r: median_wait for r in slow})
-    pct = savings_pct(reports, removed)
+    joint = ctx.cross.straggler_analysis.stragglers_gain_us_per_step
+    gain = float(joint) if joint is not None else sum(float(x.gain_us_per_step) for x in stragglers)
+    pct = savings_pct(reports, {r.rank: gain * max(r.steps, 1) for r in reports})
     # A straggler that is late because it begins its step late (no phase inside the step
     # is slower): the replay of every late rank beginning with the median rank.
     w = results(ctx)
     late_ranks = sorted(w.model.late_start_us) if w is not None else []
     on_time = (
         replayed(ctx, "on_time_start")
-        if late_ranks and all(not x.get("phase") and int(x["rank"]) in late_ranks for x in stragglers)
+        if late_ranks and all(not x.phase and int(x.rank) in late_ranks for x in stragglers)
         else None
     )
     if on_time is not None:
@@ -86,25 +75,25 @@ def _named(
         return None
     evidence: list[Said] = []
     for x in stragglers:
-        gains = tuple(float(g) for g in x.get("gains_us") or [])
+        gains = tuple(float(g) for g in x.gains_us)
         if gains:
-            evidence.append(said("straggler.arrived_last_by", rank=x["rank"], last_arrivals=x["last_arrivals"],
-                                 collectives=x["collectives"], margins_us=gains,
-                                 margin_us_per_step=float(x["gain_us_per_step"])))
+            evidence.append(said("straggler.arrived_last_by", rank=x.rank, last_arrivals=x.last_arrivals,
+                                 collectives=x.collectives, margins_us=gains,
+                                 margin_us_per_step=float(x.gain_us_per_step)))
         else:
-            evidence.append(said("straggler.arrived_last", rank=x["rank"], last_arrivals=x["last_arrivals"],
-                                 collectives=x["collectives"]))
-        evidence.append(said("straggler.others_waited", wait_us_per_step=float(x["caused_wait_us_per_step"])))
-        if x.get("phase"):
-            evidence.append(said("straggler.phase", rank=x["rank"], phase=x["phase"], ratio=float(x["phase_ratio"]),
-                                 peers=len(others), excess_us_per_step=float(x["phase_excess_us_per_step"])))
-        elif x.get("late_start_us") is not None and float(x["late_start_us"]) > 0:
-            evidence.append(said("straggler.late_start", rank=x["rank"], late_us=float(x["late_start_us"])))
-    arrivals = (ctx.cross.get("straggler_analysis") or {}).get("arrivals") or {}
-    counts = {int(r): int(n) for r, n in (arrivals.get("last_counts") or {}).items()}
+            evidence.append(said("straggler.arrived_last", rank=x.rank, last_arrivals=x.last_arrivals,
+                                 collectives=x.collectives))
+        evidence.append(said("straggler.others_waited", wait_us_per_step=float(x.caused_wait_us_per_step)))
+        if x.phase:
+            evidence.append(said("straggler.phase", rank=x.rank, phase=x.phase, ratio=float(x.phase_ratio or 0.0),
+                                 peers=len(others), excess_us_per_step=float(x.phase_excess_us_per_step or 0.0)))
+        elif x.late_start_us is not None and float(x.late_start_us) > 0:
+            evidence.append(said("straggler.late_start", rank=x.rank, late_us=float(x.late_start_us)))
+    arrivals = ctx.cross.straggler_analysis.arrivals
+    counts = dict(arrivals.last_counts) if arrivals is not None else {}
     also = [(r, counts[r]) for r in counts if r not in slow]
-    if also:
-        evidence.append(said("straggler.last_elsewhere", counts=tuple(also), collectives=arrivals.get("collectives")))
+    if also and arrivals is not None:
+        evidence.append(said("straggler.last_elsewhere", counts=tuple(also), collectives=arrivals.collectives))
     skewed, early = skew(ctx)
     evidence.extend(skewed)
     if on_time is not None and w is not None:
@@ -116,26 +105,26 @@ def _named(
             if alone is not None:
                 evidence.append(said("straggler.alone_on_time", slow=tuple(slow), alone_pct=alone, pct=on_time.pct))
         evidence.append(on_time.said)
-    elif have_gain:
+    else:
         evidence.append(said("straggler.estimate_margin"))
-    n_last = sum(int(x["last_arrivals"]) for x in stragglers)
-    n_coll = max(int(x["collectives"]) for x in stragglers)
+    n_last = sum(int(x.last_arrivals) for x in stragglers)
+    n_coll = max(int(x.collectives) for x in stragglers)
     first = stragglers[0]
-    phase = first.get("phase")
+    phase = first.phase
     actions = [said("straggler.phase_actions", phase=phase)] + ([said("straggler.skew_action")] if early else [])
     facts: dict[str, Fact] = {
-        "slow_rank": int(first["rank"]),
+        "slow_rank": int(first.rank),
         "slow_ranks": len(slow),
-        "last_arrivals": int(first["last_arrivals"]),
-        "collectives": int(first["collectives"]),
-        "margin_us_per_step": first.get("gain_us_per_step"),
-        "joint_margin_us_per_step": gain if have_gain else None,
-        "max_margin_us": max((float(g) for g in first.get("gains_us") or []), default=None),
-        "caused_wait_us_per_step": float(first["caused_wait_us_per_step"]),
+        "last_arrivals": int(first.last_arrivals),
+        "collectives": int(first.collectives),
+        "margin_us_per_step": first.gain_us_per_step,
+        "joint_margin_us_per_step": gain,
+        "max_margin_us": max((float(g) for g in first.gains_us), default=None),
+        "caused_wait_us_per_step": float(first.caused_wait_us_per_step),
         "phase": phase or None,
-        "phase_ratio": first.get("phase_ratio") if phase else None,
-        "phase_excess_us_per_step": first.get("phase_excess_us_per_step") if phase else None,
-        "late_start_us": first.get("late_start_us"),
+        "phase_ratio": first.phase_ratio if phase else None,
+        "phase_excess_us_per_step": first.phase_excess_us_per_step if phase else None,
+        "late_start_us": first.late_start_us,
         "peers": len(others),
         **(on_time.facts if on_time is not None else {}),
     }
@@ -176,10 +165,10 @@ def _job_step_us(reports: Sequence[RankReport]) -> float:
 
 def _rotating(ctx: AdviceContext, reports: Sequence[RankReport]) -> Finding | None:
     """Lateness that moves from rank to rank: data-dependent imbalance, not one slow rank."""
-    arrivals = (ctx.cross.get("straggler_analysis") or {}).get("arrivals") or {}
-    if not arrivals.get("rotating"):
+    arrivals = ctx.cross.straggler_analysis.arrivals
+    if arrivals is None or not arrivals.rotating:
         return None
-    gain = float(arrivals.get("gain_us_per_step") or 0.0)
+    gain = float(arrivals.gain_us_per_step or 0.0)
     # The fix is the same work per rank in every step: balanced batches where the ops are
     # known (every replica's and microbatch's op at the step's mean), else each rank's
     # compute in each step at its peers' median, replayed; the critical-path gain (the last
@@ -188,7 +177,7 @@ def _rotating(ctx: AdviceContext, reports: Sequence[RankReport]) -> Finding | No
     pct = got.pct if got is not None else savings_pct(reports, {r.rank: gain * max(r.steps, 1) for r in reports})
     if pct < MIN_SAVINGS_PCT:
         return None
-    counts = {int(r): int(n) for r, n in (arrivals.get("last_counts") or {}).items()}
+    counts = dict(arrivals.last_counts)
     ranks = sorted(counts, key=lambda r: (-counts[r], r))
     w = results(ctx)
     # Where the batches are balanced, the fix takes work from the ranks that carried more
@@ -198,9 +187,9 @@ def _rotating(ctx: AdviceContext, reports: Sequence[RankReport]) -> Finding | No
     shown = tuple((r, counts[r]) for r in ranks[:ROTATING_SHOWN])
     more = len(ranks) - ROTATING_SHOWN
     evidence = (
-        said("straggler.rotating_last_more", collectives=arrivals.get("collectives"), counts=shown, more=more)
+        said("straggler.rotating_last_more", collectives=arrivals.collectives, counts=shown, more=more)
         if more > 0
-        else said("straggler.rotating_last", collectives=arrivals.get("collectives"), counts=shown),
+        else said("straggler.rotating_last", collectives=arrivals.collectives, counts=shown),
         *_variation(ctx),
         # Summed over collectives of groups that run side by side (a data-parallel group per
         # stage), the margins are no one path's: said only where they fit in a step.
@@ -209,7 +198,7 @@ def _rotating(ctx: AdviceContext, reports: Sequence[RankReport]) -> Finding | No
         *skewed,
     )
     facts: dict[str, Fact] = {
-        "collectives": arrivals.get("collectives"),
+        "collectives": arrivals.collectives,
         "ranks_last": len(ranks),
         "most_last_rank": ranks[0] if ranks else None,
         "most_last_arrivals": counts[ranks[0]] if ranks else None,
@@ -222,12 +211,11 @@ def _rotating(ctx: AdviceContext, reports: Sequence[RankReport]) -> Finding | No
 
 
 def _arrivals(ctx: AdviceContext) -> list[Said]:
-    per = ctx.cross.get("per_rank") or {}
-    rows = [(int(r), v) for r, v in per.items() if v.get("collectives")]
+    rows = [(int(r), v) for r, v in ctx.cross.per_rank.items() if v.collectives]
     if len(rows) < 2:
         return []
-    rank, v = max(rows, key=lambda x: x[1].get("last_arrivals", 0))
-    return [said("straggler.present_last", rank=rank, last_arrivals=v["last_arrivals"], collectives=v["collectives"])]
+    rank, v = max(rows, key=lambda x: x[1].last_arrivals)
+    return [said("straggler.present_last", rank=rank, last_arrivals=v.last_arrivals, collectives=v.collectives)]
 
 
 def _absent(ctx: AdviceContext, reports: Sequence[RankReport], wait: Mapping[int, float]) -> Finding | None:
@@ -235,16 +223,15 @@ def _absent(ctx: AdviceContext, reports: Sequence[RankReport], wait: Mapping[int
     measured waits saves under the critical-rank model is often nothing, since the slow
     rank is not known; the advice is still given when the waits are a visible share of the
     step: the fix is to collect the missing ranks."""
-    info = ctx.cross.get("straggler_analysis") or {}
-    if not info.get("incomplete_groups") or sum(wait.values()) <= 0:
+    groups = ctx.cross.straggler_analysis.incomplete_groups
+    if not groups or sum(wait.values()) <= 0:
         return None
     pct = cause_savings_pct(reports, Cause.STRAGGLER)
     per_step = {r.rank: wait[r.rank] / max(r.steps, 1) for r in reports}
     worst = max(per_step.values())
     if 100.0 * worst / max(job_step_time_us(reports), 1e-9) < MIN_SAVINGS_PCT:
         return None
-    groups = info["incomplete_groups"]
-    parts = tuple((g, v["present"], v["expected"] if int(v["expected"]) > 0 else None) for g, v in groups.items())
+    parts = tuple((g, present, expected if int(expected) > 0 else None) for g, (present, expected) in groups.items())
     evidence = (
         said("straggler.groups_partial", groups=parts),
         said("straggler.waits_present", waits=tuple(per_step.items())),
@@ -257,7 +244,7 @@ def _absent(ctx: AdviceContext, reports: Sequence[RankReport], wait: Mapping[int
 
 @advisor
 def straggler_advice(ctx: AdviceContext) -> list[Finding]:
-    stragglers: list[Mapping[str, Any]] = list(ctx.cross.get("stragglers") or [])
+    stragglers = ctx.cross.stragglers
     reports = list(ctx.reports)
     if not reports:
         return []
@@ -267,9 +254,9 @@ def straggler_advice(ctx: AdviceContext) -> list[Finding]:
         return [peer]
     if stragglers:
         hosts = slow_hosts(ctx)
-        if hosts and replayed(ctx, "peer_median_host") is not None and {int(x["rank"]) for x in stragglers} <= set(hosts):
+        if hosts and replayed(ctx, "peer_median_host") is not None and {int(x.rank) for x in stragglers} <= set(hosts):
             return []  # the ranks the others wait for have a slow host: said by straggler-host
-        named = _named(ctx, reports, stragglers, wait)
+        named = _named(ctx, reports, stragglers)
         return [named] if named is not None else []
     rotating = _rotating(ctx, reports)
     if rotating is not None:

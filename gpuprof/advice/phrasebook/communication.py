@@ -23,6 +23,17 @@ def _times(factor: float) -> str:
     return f"{factor:.0f}x"
 
 
+@phrase("communication.maybe_waiting")
+def maybe_waiting(ranks_present: int | None, world_size: int | None) -> str:
+    """``ranks_present`` of ``world_size`` ranks in the input (``None``: some process groups
+    are only partly in it)."""
+    missing = (
+        "some process groups are only partly in the input" if ranks_present is None
+        else f"only {ranks_present} of {world_size or 'an unknown number of'} ranks in the input"
+    )
+    return f"part of this may be waiting for ranks that are not in the input: {missing}"
+
+
 @phrase("collectives.slow_calls")
 def slow_calls(
     rank: int,
@@ -146,7 +157,6 @@ templates({
     "title.exposed-communication.unsure": _SEND_LESS_TITLE + _MAY_WAIT,
     "communication.exposed": _EXPOSED + " (waiting for late ranks excluded)",
     "communication.exposed_partial": _EXPOSED,
-    "communication.maybe_waiting": "part of this may be waiting for ranks that are not in the input: {note}",
     "communication.estimate_half": _HALF,
     "communication.estimate_half_excess": (
         _HALF + ", leaving out the time slow collectives spend beyond their transfer at link speed"

@@ -6,9 +6,10 @@ the line for advice held back."""
 from __future__ import annotations
 
 import re
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 
 from gpuprof.advice.phrasebook.book import phrase, templates
+from gpuprof.model.causes import spec_of
 from gpuprof.util.phrases import spans
 
 # The line that explains a saving far from its cause's lost share starts so.
@@ -18,65 +19,8 @@ SLOW_HOST_WARNING = "host ops run slow"
 
 
 # --- general advice, by cause ---------------------------------------------------------------
+# Each cause's title, what was missing and actions are in its declaration (gpuprof.model.causes).
 
-_TITLES: Mapping[str, str] = {
-    "pipeline_bubble": "Pipeline stages sit idle waiting for their neighbours: shrink the bubble",
-    "communication": "Collectives run with no compute beside them: overlap them or make them cheaper",
-    "straggler": "Ranks wait in collectives for slower ranks: find what makes those ranks late",
-    "memory": "The GPU waits on memory management and transfers: overlap copies, pin memory, stop allocator churn",
-    "dataloader": "The GPU waits for input data: speed up the input pipeline",
-    "sync": "The host blocks on the GPU inside the loop: remove the syncs",
-    "host": "The host issues GPU work too slowly: cut framework and Python overhead",
-    "other": "Idle GPU time that no rule explains: profile with more detail",
-}
-_ACTIONS: Mapping[str, tuple[str, ...]] = {
-    "pipeline_bubble": (
-        "Use more microbatches per step (at least 4x the number of stages) at the same global batch.",
-        "Use an interleaved or zero-bubble schedule (virtual pipeline stages).",
-        "Balance the layers across stages so that no stage computes longer per microbatch than the others.",
-    ),
-    "communication": (
-        "Overlap gradient collectives with backward (DDP buckets, FSDP prefetch, Megatron --overlap-grad-reduce).",
-        "Check the transport with NCCL_DEBUG=INFO and send less (larger buckets, reduce-scatter, compression).",
-    ),
-    "straggler": (
-        "Profile every rank and compare the slowest one's GPU (clocks, throttling), node and data with the others.",
-        "Balance the work per rank (length bucketing, sequence packing, balanced sharding).",
-    ),
-    "memory": (
-        "Pin host buffers and copy with non_blocking=True on a side stream, one step ahead.",
-        "Set PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True and keep shapes stable.",
-    ),
-    "dataloader": ("Raise DataLoader num_workers, use pin_memory=True and persistent_workers=True.",),
-    "sync": (
-        "Remove .item() / .cpu() / print(loss) from the step; read metrics every N steps.",
-        "Find hidden syncs with torch.cuda.set_sync_debug_mode('warn').",
-    ),
-    "host": (
-        "torch.compile the model (mode='reduce-overhead' also captures CUDA graphs).",
-        "Profile the host side (py-spy, the profiler's CPU view) and move Python work out of the step.",
-    ),
-    "other": (
-        (
-            "Record the trace with the host side (activities CPU and CUDA, record_shapes=True) and without "
-            "filters, so that every idle gap can be tied to what the host or another stream was doing."
-        ),
-        "Look at the gaps in Perfetto: gpuprof annotate TRACE -o annotated.json marks each one.",
-    ),
-}
-# What was missing to name a more specific fix.
-_MISSING: Mapping[str, str] = {
-    "pipeline_bubble": "the pipeline's schedule could not be worked out from the trace (microbatch count or stage "
-    "times unknown)",
-    "communication": "no specific communication finding stood out (message sizes or the other ranks are missing)",
-    "straggler": "no single rank could be named as the one the others wait for",
-    "memory": "no single kind of memory operation stood out",
-    "dataloader": "the DataLoader calls are not in the trace",
-    "sync": "the blocking calls could not be tied to the device's idle time",
-    "host": "the trace does not show which host work delays the launches (no launch calls or host ops)",
-    "other": "nothing in the trace explains this idle time (waits on other streams, device scheduling, or events "
-    "the trace left out)",
-}
 _COMPILED = (
     "The model is already compiled: capture CUDA graphs too (torch.compile(mode='reduce-overhead')) and "
     "look for graph breaks (TORCH_LOGS=graph_breaks)."
@@ -85,19 +29,19 @@ _COMPILED = (
 
 @phrase("title.general")
 def general_title(cause: str) -> str:
-    return _TITLES[cause]
+    return spec_of(cause).title
 
 
 @phrase("general.why")
 def why_general(cause: str) -> str:
-    return f"general advice: {_MISSING[cause]}, so no more specific fix can be named"
+    return f"general advice: {spec_of(cause).missing}, so no more specific fix can be named"
 
 
 @phrase("general.actions")
 def general_actions(cause: str, compiled: bool) -> tuple[str, ...]:
     """The general actions, fitted to the trace: a model already compiled (most of its
     kernels Inductor's) is not told to compile itself."""
-    actions = _ACTIONS[cause]
+    actions = spec_of(cause).actions
     if cause == "host" and compiled:
         return tuple(_COMPILED if a.startswith("torch.compile") else a for a in actions)
     return actions

@@ -11,8 +11,8 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from gpuprof.model.figures import fmt_duration, number
 from gpuprof.model.report import Report
+from gpuprof.render.figures import fmt_duration, number
 
 
 @dataclass(frozen=True)

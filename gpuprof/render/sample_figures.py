@@ -14,8 +14,8 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from gpuprof.model.figures import fmt_pct, number
 from gpuprof.model.report import Report
+from gpuprof.render.figures import fmt_pct, number
 
 
 @dataclass(frozen=True)

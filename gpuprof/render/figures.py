@@ -5,8 +5,8 @@ medium. Shares are percentages of the analysis window (0-100); times are microse
 the name says ``_ms``. Unknown values are ``None`` and render as "N/A", never as 0.
 
 These are the figures of the analysis (steps, shares, savings, what the report covers);
-those of the NVML samples are :mod:`gpuprof.model.sample_figures`, the charts' colours
-:mod:`gpuprof.model.palette`.
+those of the NVML samples are :mod:`gpuprof.render.sample_figures`, the charts' colours
+:mod:`gpuprof.render.palette`.
 """
 
 from __future__ import annotations
@@ -17,22 +17,15 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from gpuprof.model.causes import REGISTRY
 from gpuprof.model.report import CAUSES, Cause, RankReport, Recommendation, Report
 from gpuprof.util import phrases
 
 NA = phrases.NA
 
-# Short labels for narrow tables; the full cause names appear in the totals.
-CAUSE_SHORT: Mapping[Cause, str] = {
-    Cause.PIPELINE_BUBBLE: "bubble",
-    Cause.COMMUNICATION: "comm",
-    Cause.STRAGGLER: "straggler",
-    Cause.MEMORY: "memory",
-    Cause.DATALOADER: "data",
-    Cause.SYNC: "sync",
-    Cause.HOST: "host",
-    Cause.OTHER: "other",
-}
+# Short labels for narrow tables (each cause's declaration, gpuprof.model.causes); the full
+# cause names appear in the totals.
+CAUSE_SHORT: Mapping[Cause, str] = {c: REGISTRY[c].short for c in CAUSES}
 
 # Above this many ranks, tables summarize (lowest and highest compute share) instead of
 # printing one row per rank.
