@@ -89,7 +89,9 @@ def test_to_dict_gives_every_field_in_order_as_json() -> None:
     f = _facts()
     d = f.to_dict()
     assert list(d) == [x.name for x in dataclasses.fields(RankFacts)]
-    assert d["trust"] == f.trust.to_dict() and list(d["trust"]) == [x.name for x in dataclasses.fields(TrustFacts)]
+    assert d["trust"] == f.trust.to_dict() and list(d["trust"]) == [
+        x.name for x in dataclasses.fields(TrustFacts)
+    ]
     assert d["warmup"] == f.warmup.to_dict()
     assert f.ddp_buffer_sync is not None and d["ddp_buffer_sync"] == f.ddp_buffer_sync.to_dict()
     assert list(d["ddp_buffer_sync"]) == [x.name for x in dataclasses.fields(DdpBufferSync)]
@@ -101,8 +103,16 @@ def test_to_dict_gives_every_field_in_order_as_json() -> None:
 def test_an_op_loss_writes_its_few_call_keys_only_where_known() -> None:
     plain = OpLoss(op="aten::mm", lost_us=5.0, lost_us_per_step=None, calls=2)
     assert plain.to_dict() == {"op": "aten::mm", "lost_us": 5.0, "lost_us_per_step": None, "calls": 2}
-    inner = OpLoss(op="x", lost_us=5.0, lost_us_per_step=1.0, calls=1, launches_per_call=3.0, inner_op="y",
-                   inner_lost_us=4.0, inner_longest_us=2.0)
+    inner = OpLoss(
+        op="x",
+        lost_us=5.0,
+        lost_us_per_step=1.0,
+        calls=1,
+        launches_per_call=3.0,
+        inner_op="y",
+        inner_lost_us=4.0,
+        inner_longest_us=2.0,
+    )
     assert list(inner.to_dict())[4:] == ["launches_per_call", "inner_op", "inner_lost_us", "inner_longest_us"]
 
 

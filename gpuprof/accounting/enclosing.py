@@ -250,12 +250,18 @@ class OpLoss:
 
     def to_dict(self) -> dict[str, Any]:
         """As a plain dict; the few-call keys only where known."""
-        out: dict[str, Any] = {"op": self.op, "lost_us": self.lost_us, "lost_us_per_step": self.lost_us_per_step,
-                               "calls": self.calls}
+        out: dict[str, Any] = {
+            "op": self.op,
+            "lost_us": self.lost_us,
+            "lost_us_per_step": self.lost_us_per_step,
+            "calls": self.calls,
+        }
         if self.launches_per_call is not None:
             out["launches_per_call"] = self.launches_per_call
         if self.inner_op is not None:
-            out.update(inner_op=self.inner_op, inner_lost_us=self.inner_lost_us, inner_longest_us=self.inner_longest_us)
+            out["inner_op"] = self.inner_op
+            out["inner_lost_us"] = self.inner_lost_us
+            out["inner_longest_us"] = self.inner_longest_us
         return out
 
 
@@ -315,9 +321,18 @@ def lost_by_op(
             # often tops the host, sync and other time alike).
             launches, children = few.of_name(n)
             inner = few.inner_of(lost, children, us)
-            out.append(OpLoss(op=n, lost_us=us, lost_us_per_step=per, calls=int(n_calls), launches_per_call=launches,
-                              inner_op=inner.get("inner_op"), inner_lost_us=inner.get("inner_lost_us"),
-                              inner_longest_us=inner.get("inner_longest_us")))
+            out.append(
+                OpLoss(
+                    op=n,
+                    lost_us=us,
+                    lost_us_per_step=per,
+                    calls=int(n_calls),
+                    launches_per_call=launches,
+                    inner_op=inner.get("inner_op"),
+                    inner_lost_us=inner.get("inner_lost_us"),
+                    inner_longest_us=inner.get("inner_longest_us"),
+                )
+            )
         else:
             out.append(OpLoss(op=n, lost_us=us, lost_us_per_step=per, calls=int(n_calls)))
     return out

@@ -62,13 +62,17 @@ class RankFacts:
         "kept busy by one host thread issuing them one by one"
     )
     launches_per_ms: float | None = _doc("compute kernels launched per millisecond of window")
-    host_wait_us: float = _doc("lost time during which the device waited for a late launch (any host activity)")
+    host_wait_us: float = _doc(
+        "lost time during which the device waited for a late launch (any host activity)"
+    )
     queued_gap_us: float = _doc(
         "lost time during which the next kernel was already launched (the device waited for something else, "
         "e.g. another stream's event)"
     )
     # Host calls that block on the device.
-    sync_calls: int = _doc("host calls that block on the device (runtime syncs, blocking copies, ``aten::item``)")
+    sync_calls: int = _doc(
+        "host calls that block on the device (runtime syncs, blocking copies, ``aten::item``)"
+    )
     sync_calls_by_name: Mapping[str, int] = _doc(
         "the outermost of those calls per name, most frequent first (one ``.item()`` is one call)"
     )
@@ -83,7 +87,9 @@ class RankFacts:
     dataloader_call_mean_us: float | None = _doc(
         "mean full duration of the (outermost) ``__next__`` calls overlapping the window"
     )
-    dataloader_wait_us: float = _doc("host time in DataLoader ``__next__`` inside the window (union over threads)")
+    dataloader_wait_us: float = _doc(
+        "host time in DataLoader ``__next__`` inside the window (union over threads)"
+    )
     dataloader_wait_per_step_us: float | None = _doc("that per step (``None`` without steps)")
     dataloader_single_process: bool | None = _doc(
         "the DataLoader iterator is ``_SingleProcessDataLoaderIter`` (``num_workers=0``); ``None``: no DataLoader"
@@ -133,11 +139,15 @@ class RankFacts:
     )
     workload: str | None = _doc("``training``, ``inference`` or ``None`` (unknown), from op names")
     # (``field`` itself for the record-typed fields, which ruff would take for shared defaults.)
-    ddp_buffer_sync: DdpBufferSync | None = field(metadata={"doc": "DDP's per-forward buffer broadcast (``None``: not seen)"})
-    trust: TrustFacts = field(metadata={"doc": 
-        "how far host times and the trace's completeness can be trusted "
-        "(:func:`gpuprof.accounting.hostfacts.trust`)"
-    })
+    ddp_buffer_sync: DdpBufferSync | None = field(
+        metadata={"doc": "DDP's per-forward buffer broadcast (``None``: not seen)"}
+    )
+    trust: TrustFacts = field(
+        metadata={
+            "doc": "how far host times and the trace's completeness can be trusted "
+            "(:func:`gpuprof.accounting.hostfacts.trust`)"
+        }
+    )
     # The window.
     device_aligned_steps: bool = _doc(
         "whether step bounds follow the device (see :mod:`gpuprof.accounting.window`)"
@@ -150,7 +160,9 @@ class RankFacts:
     trace_lacks: Mapping[str, str] = _doc(
         "what the trace lacks, evidence -> why (:func:`gpuprof.accounting.evidence.trace_lacks`)"
     )
-    warmup: WarmupFacts = field(metadata={"doc": "the first step against the others (:mod:`gpuprof.accounting.warmup`)"})
+    warmup: WarmupFacts = field(
+        metadata={"doc": "the first step against the others (:mod:`gpuprof.accounting.warmup`)"}
+    )
 
     def to_dict(self) -> dict[str, Any]:
         """The facts as plain JSON types, fields in order, records as nested dicts."""
