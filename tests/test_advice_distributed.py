@@ -275,13 +275,13 @@ def test_inference_gets_no_backward_overlap_advice() -> None:
     job = summaries(allreduce_job({0: 20_000.0, 1: 20_000.0}))
     from dataclasses import replace
 
-    job = [replace(s, facts={**s.facts, "workload": "inference"}) for s in job]
+    job = [replace(s, facts=replace(s.facts, workload="inference")) for s in job]
     (rec,) = communication_advice(context(job))
     assert rec.id == "exposed-communication"
     words = " ".join((rec.title, *rec.actions)).lower()
     assert "backward" not in rec.title.lower() and "bucket" not in words and "fsdp" not in words
     assert "tensor-parallel" in words
-    train = [replace(s, facts={**s.facts, "workload": "training"}) for s in job]
+    train = [replace(s, facts=replace(s.facts, workload="training")) for s in job]
     (rec,) = communication_advice(context(train))
     assert rec.id == "comm-overlap" and any("bucket" in a for a in rec.actions)
 

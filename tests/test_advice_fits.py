@@ -48,8 +48,8 @@ def _warm_up_trace() -> RankTrace:
 def test_one_time_allocation_in_a_warm_up_step_is_warm_up() -> None:
     trace = _warm_up_trace()
     s = summarize(trace)
-    assert s.facts["alloc_first_step_share"] == pytest.approx(1.0)
-    assert s.facts["alloc_steps"] == 1 and s.facts["first_step_ratio"] > 10
+    assert s.facts.warmup.alloc_first_step_share == pytest.approx(1.0)
+    assert s.facts.warmup.alloc_steps == 1 and s.facts.warmup.first_step_ratio > 10
     (warning,) = [w for w in s.warnings if "warm-up" in w]
     assert warning.startswith("step 1, the first profiled, takes 2.30 s, 11.5x the median of the others")
     assert "aten::conv2d, takes 2.00 s" in warning

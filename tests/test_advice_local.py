@@ -119,7 +119,7 @@ def test_tiny_kernels_are_launch_bound() -> None:
     assert any("100% of 200 kernels ran shorter than their own launch call" in e for e in rec.evidence)
     # The device idles from one kernel's end (t+8) to the next one's start (t+16); the next
     # launch call (t+10..t+18) fills 6 of those 8 µs: that is what decides it.
-    assert ctx.summaries[0].facts["host_wait_in_launch_share"] == pytest.approx(0.75, abs=0.02)
+    assert ctx.summaries[0].facts.host_wait_in_launch_share == pytest.approx(0.75, abs=0.02)
 
 
 def test_tiny_kernels_with_framework_work_between_them_are_host_overhead() -> None:
@@ -134,8 +134,8 @@ def test_tiny_kernels_with_framework_work_between_them_are_host_overhead() -> No
         b.kernel(t + 44, t + 46, launch_at=t + 35)
     ctx = _ctx(b.build())
     rec = _one(local.host_launch, ctx)
-    assert ctx.summaries[0].facts["kernels_shorter_than_launch_share"] == 1.0
-    assert ctx.summaries[0].facts["host_wait_in_launch_share"] < local.LAUNCH_BOUND_CALL_SHARE
+    assert ctx.summaries[0].facts.kernels_shorter_than_launch_share == 1.0
+    assert ctx.summaries[0].facts.host_wait_in_launch_share < local.LAUNCH_BOUND_CALL_SHARE
     assert rec.id == "host-overhead"
     assert any("aten::add_" in e and "sits under" in e for e in rec.evidence)
 

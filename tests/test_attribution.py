@@ -63,7 +63,7 @@ def _analysis(name: str) -> Analysis:
 def test_partition_is_exact_on_every_real_trace(name: str, shared_traces: Path) -> None:
     a = _analysis(name)
     assert a.report.ranks
-    aligned = {s.rank: bool(s.facts.get("device_aligned_steps", True)) for s in a.summaries}
+    aligned = {s.rank: s.facts.device_aligned_steps if s.facts is not None else True for s in a.summaries}
     for r in a.report.ranks:
         assert set(r.lost_us) == set(CAUSES)
         assert all(v >= 0 for v in r.lost_us.values())
@@ -94,9 +94,9 @@ def test_dataloader_workers_remove_the_input_stall(shared_traces: Path) -> None:
     assert step0 > 1.4 * step4
     # The DataLoader wait per step on the host is about what the device lost to it.
     f0 = nw0.summaries[0].facts
-    assert nw0.report.ranks[0].lost_us[Cause.DATALOADER] / 6 <= f0["dataloader_wait_per_step_us"]
-    assert f0["dataloader_single_process"] is True
-    assert nw4.summaries[0].facts["dataloader_single_process"] is False
+    assert nw0.report.ranks[0].lost_us[Cause.DATALOADER] / 6 <= f0.dataloader_wait_per_step_us
+    assert f0.dataloader_single_process is True
+    assert nw4.summaries[0].facts.dataloader_single_process is False
 
 
 def test_complete_kineto_traces_leave_little_unexplained(shared_traces: Path) -> None:

@@ -87,7 +87,7 @@ def _lacks(path: Path) -> dict[str, str]:
     from gpuprof.accounting.summarize import summarize
 
     [trace] = load_file(path)
-    return dict(summarize(trace).facts["trace_lacks"])
+    return dict(summarize(trace).facts.trace_lacks)
 
 
 def test_trace_lacks(job: Path, tmp_path: Path) -> None:
@@ -110,12 +110,12 @@ def test_a_trace_filtered_to_launch_calls(write_trace: Any, kineto: Any, event: 
     [trace] = load_file(write_trace("t.json", kineto(events)))
     from gpuprof.accounting.summarize import summarize
 
-    lacks = summarize(trace).facts["trace_lacks"]
+    lacks = summarize(trace).facts.trace_lacks
     assert list(lacks) == ["runtime_calls"] and "only launch calls among its 120" in lacks["runtime_calls"]
     # one usual non-launch call among them: not filtered
     events.append(event("cuda_runtime", "cudaStreamSynchronize", 2000.0, 5.0, pid=1, tid=1, correlation=999))
     [trace] = load_file(write_trace("t2.json", kineto(events)))
-    assert trace_lacks(trace, summarize(trace).facts) == {}
+    assert trace_lacks(trace, summarize(trace).facts.trust) == {}
 
 
 # --- whole jobs in filtered layouts ------------------------------------------------------
@@ -178,7 +178,7 @@ def test_real_export_filtered_to_launches(shared_traces: Path) -> None:
 
     for src in discover([shared_traces / "hta-sampled-2rank"]):
         [trace] = src.load()
-        assert list(summarize(trace).facts["trace_lacks"]) == ["runtime_calls"]
+        assert list(summarize(trace).facts.trace_lacks) == ["runtime_calls"]
     assert Evidence.RUNTIME_CALLS in NEEDS["sync-host-blocking"]
     assert Evidence.RUNTIME_CALLS not in NEEDS["host-overhead"]
     got = _report(shared_traces / "hta-sampled-2rank")

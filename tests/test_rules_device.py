@@ -82,10 +82,10 @@ def test_memory_facts_from_samples_and_copies() -> None:
     samples = (MemorySample(0, 60 << 30, 75 << 30), MemorySample(10, 40 << 30, 70 << 30))
     s = summarize(b.build(memory=samples, device_memory_bytes=80 << 30))
     f = s.facts
-    assert f["pageable_copies"] == 1 and f["pageable_copy_bytes"] == 3 << 20
-    assert f["exposed_copy_us_by_kind"] == {"HtoD": 60.0, "DtoH": 40.0}
-    assert f["alloc_calls_by_name"] == {"cudaMalloc": 1} and f["alloc_time_us"] == 60
-    assert f["mem_peak_reserved_bytes"] == 75 << 30
-    assert f["mem_peak_share"] == 75 / 80
-    assert f["local_lost_us_by_rule"]["exposed_copies"] == 100
-    assert f["local_lost_us_by_rule"]["allocator"] == 60
+    assert f.pageable_copies == 1 and f.pageable_copy_bytes == 3 << 20
+    assert f.exposed_copy_us_by_kind == {"HtoD": 60.0, "DtoH": 40.0}
+    assert f.alloc_calls_by_name == {"cudaMalloc": 1} and f.alloc_time_us == 60
+    assert f.mem_peak_reserved_bytes == 75 << 30
+    assert f.mem_peak_share == 75 / 80
+    assert f.local_lost_us_by_rule["exposed_copies"] == 100
+    assert f.local_lost_us_by_rule["allocator"] == 60

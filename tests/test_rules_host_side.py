@@ -198,10 +198,10 @@ def test_sync_facts_count_nested_scalar_reads_once() -> None:
         b.host(h0 + 21, h0 + 809, "aten::_local_scalar_dense")
         b.host(h0 + 30, h0 + 805, "cudaStreamSynchronize", kind=Kind.RUNTIME)
     f = summarize(b.build()).facts
-    assert f["scalar_reads"] == 2 and f["scalar_reads_per_step"] == 1.0
+    assert f.scalar_reads == 2 and f.scalar_reads_per_step == 1.0
     # One .item() is one blocking call: the calls nested inside it are not counted again.
-    assert f["sync_calls_by_name"] == {"aten::item": 2}
-    assert f["sync_wait_us"] == 2 * 790
+    assert f.sync_calls_by_name == {"aten::item": 2}
+    assert f.sync_wait_us == 2 * 790
 
 
 def test_launch_still_in_flight_when_the_device_went_idle_is_host() -> None:

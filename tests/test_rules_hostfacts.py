@@ -32,13 +32,13 @@ def test_gap_inside_a_long_launch_free_optimizer_op_is_host_and_named() -> None:
     for k in range(2):
         _optimizer_stall(b, k * 10000.0)
     s = summarize(b.build())
-    top = s.facts["lost_by_op"]["host"][0]
-    assert top["op"] == "Optimizer.step#Shampoo.step"
-    assert top["lost_us_per_step"] == pytest.approx(5000, rel=0.01)
-    assert top["inner_op"] == "aten::_foreach_mul_"
-    assert top["inner_longest_us"] == pytest.approx(5100)
-    assert s.facts["local_lost_us_by_rule"]["blocked_host"] == pytest.approx(10000, rel=0.01)
-    assert s.facts["local_lost_us_by_rule"]["unclaimed"] < 100
+    top = s.facts.lost_by_op["host"][0]
+    assert top.op == "Optimizer.step#Shampoo.step"
+    assert top.lost_us_per_step == pytest.approx(5000, rel=0.01)
+    assert top.inner_op == "aten::_foreach_mul_"
+    assert top.inner_longest_us == pytest.approx(5100)
+    assert s.facts.local_lost_us_by_rule["blocked_host"] == pytest.approx(10000, rel=0.01)
+    assert s.facts.local_lost_us_by_rule["unclaimed"] < 100
     rec = _one(local.host_launch, _ctx(b.build()))
     assert any("Optimizer.step#Shampoo.step" in e and "aten::_foreach_mul_" in e for e in rec.evidence)
     assert any(a.startswith("Optimizer.step#Shampoo.step runs long") for a in rec.actions)
@@ -58,9 +58,9 @@ def test_enclosing_op_counts_its_launches() -> None:
             b.kernel(t + 6, t + 8, launch_at=t)
         b.kernel(t0 + 700, t0 + 2000, launch_at=t0 + 690)
     ctx = _ctx(b.build())
-    top = ctx.summaries[0].facts["lost_by_op"]["host"][0]
-    assert top["op"] == "Optimizer.zero_grad#SGD.zero_grad"
-    assert top["launches_per_call"] == 12
+    top = ctx.summaries[0].facts.lost_by_op["host"][0]
+    assert top.op == "Optimizer.zero_grad#SGD.zero_grad"
+    assert top.launches_per_call == 12
     rec = _one(local.host_launch, ctx)
     assert any("2 calls, 12 kernel launches each" in e for e in rec.evidence)
     assert any("set_to_none=True" in a for a in rec.actions)
@@ -75,7 +75,7 @@ def test_phase_annotations_are_looked_through() -> None:
     b.host(100, 300, "aten::conv2d")
     b.kernel(410, 1000, launch_at=395)
     s = summarize(b.build())
-    got = {o["op"]: o["lost_us"] for o in s.facts["lost_by_op"]["host"]}
+    got = {o.op: o.lost_us for o in s.facts.lost_by_op["host"]}
     assert got["aten::conv2d"] == pytest.approx(200)
     assert got["## forward ##"] == pytest.approx(110)
 
@@ -96,7 +96,7 @@ def test_workload_from_op_names(ops: list[str], expected: str | None) -> None:
     b.kernel(0, 100, launch_at=-20)
     for i, name in enumerate(ops):
         b.host(10 * i, 10 * i + 5, name)
-    assert summarize(b.build()).facts["workload"] == expected
+    assert summarize(b.build()).facts.workload == expected
 
 
 def test_inference_host_advice_is_not_training_advice() -> None:
@@ -107,7 +107,7 @@ def test_inference_host_advice_is_not_training_advice() -> None:
         b.host(t, t + 25, "vllm::moe_forward")
         b.kernel(t + 24, t + 26, launch_at=t + 15)
     ctx = _ctx(b.build())
-    assert ctx.summaries[0].facts["workload"] == "inference"
+    assert ctx.summaries[0].facts.workload == "inference"
     rec = _one(local.host_launch, ctx)
     text = " ".join(rec.actions)
     assert "enforce_eager" in text and "CUDA graph" in text
@@ -130,9 +130,9 @@ def test_ddp_buffer_sync_is_found_and_replayed() -> None:
     for k in range(3):
         _ddp_step(b, k * 10000.0)
     ctx = _ctx(b.build())
-    ddp = ctx.summaries[0].facts["ddp_buffer_sync"]
-    assert ddp["broadcasts"] == 3
-    assert ddp["host_us_per_step"] == pytest.approx(3000)
+    ddp = ctx.summaries[0].facts.ddp_buffer_sync
+    assert ddp.broadcasts == 3
+    assert ddp.host_us_per_step == pytest.approx(3000)
     rec = _one(local.host_ddp_buffer_sync, ctx)
     assert rec.category is Cause.HOST
     assert any("broadcast_buffers=False" in a for a in rec.actions)

@@ -222,7 +222,7 @@ def test_time_between_timeline_steps_is_left_out_of_the_window(write_trace: Call
     gaps = iv.make([700.0, 1700.0], [1000.0, 2000.0])
     assert s.window == (0, 2700) and s.window_us == 2100 and s.gaps_us == 600
     assert s.window_us == sum(st.duration_us for st in s.steps)
-    assert s.facts["window_gaps_us"] == 600
+    assert s.facts.window_gaps_us == 600
     compute, lost = iv.total(s.compute), iv.total(s.lost)
     assert compute == 3 * 350  # forward 100 + backward 200 + optimizer 50 per step
     assert compute + lost == s.window_us

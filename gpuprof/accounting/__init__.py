@@ -3,7 +3,8 @@
 Takes a :class:`gpuprof.model.timeline.RankTrace` (what the readers give) and returns a
 :class:`gpuprof.accounting.summary.RankSummary` (``summarize``): the analysis window
 (``window``), its exact split into compute and lost time, the local rules' claims on the
-lost time (``rules``), measured facts for the advice (``facts``; the host's own in
+lost time (``rules``), measured facts for the advice (``facts``, a typed
+:class:`~gpuprof.accounting.factrecord.RankFacts`; the host's own in
 ``hostfacts``, where lost time sits by enclosing op in ``enclosing``; ``evidence``: what
 the trace lacks), the rank's communication calls (``comms``) and its dependency graph
 (``graph``, its host side in ``graph_host``), which the job model couples with the other

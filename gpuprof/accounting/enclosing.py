@@ -21,6 +21,7 @@ microseconds on the trace's clock. Pure: the trace is only read.
 from __future__ import annotations
 
 import re
+from dataclasses import dataclass
 from typing import Any, NamedTuple
 
 import numpy as np
@@ -230,14 +231,47 @@ class _Layer(NamedTuple):
     cover: Intervals
 
 
+@dataclass(frozen=True)
+class OpLoss:
+    """One enclosing op of a cause's lost time (:func:`lost_by_op`): its name (or
+    :data:`NO_OP`), the lost time under it, µs, and per step (``None`` without steps), and
+    how many of its ranges hold some. For ops of few calls, the launch calls inside one call
+    (mean; ``None``: not looked at) and the op directly inside it holding most of that lost
+    time, that op's lost time and its longest call, µs (``None``: none stands out)."""
+
+    op: str
+    lost_us: float
+    lost_us_per_step: float | None
+    calls: int
+    launches_per_call: float | None = None
+    inner_op: str | None = None
+    inner_lost_us: float | None = None
+    inner_longest_us: float | None = None
+
+    def to_dict(self) -> dict[str, Any]:
+        """As a plain dict; the few-call keys only where known."""
+        out: dict[str, Any] = {
+            "op": self.op,
+            "lost_us": self.lost_us,
+            "lost_us_per_step": self.lost_us_per_step,
+            "calls": self.calls,
+        }
+        if self.launches_per_call is not None:
+            out["launches_per_call"] = self.launches_per_call
+        if self.inner_op is not None:
+            out["inner_op"] = self.inner_op
+            out["inner_lost_us"] = self.inner_lost_us
+            out["inner_longest_us"] = self.inner_longest_us
+        return out
+
+
 def lost_by_op(
     ctx: RuleContext, lost: Intervals, per_step: int | None, index: OpIndex | None = None
-) -> list[dict[str, Any]]:
-    """The top :data:`TOP_OPS` enclosing ops of ``lost`` (normalized): ``op``, ``lost_us``,
-    ``lost_us_per_step`` (``None`` without steps), ``calls`` (ranges of that name that hold
-    some of it); for ops with few calls also ``launches_per_call`` (launch calls inside
-    one call, mean) and the ``inner_*`` keys of :meth:`_FewCalls.inner`. ``index``: an
-    :class:`OpIndex` of ``ctx`` to share between calls."""
+) -> list[OpLoss]:
+    """The top :data:`TOP_OPS` enclosing ops of ``lost`` (normalized), as :class:`OpLoss`:
+    for ops with few calls also ``launches_per_call`` and the ``inner_*`` fields of
+    :meth:`_FewCalls.inner`. ``index``: an :class:`OpIndex` of ``ctx`` to share between
+    calls."""
     total = iv.total(lost)
     if total <= 0:
         return []
@@ -281,19 +315,26 @@ def lost_by_op(
     out = []
     few = ix.few
     for n, (us, n_calls) in top:
-        entry: dict[str, Any] = {
-            "op": n,
-            "lost_us": us,
-            "lost_us_per_step": us / per_step if per_step else None,
-            "calls": int(n_calls),
-        }
+        per = us / per_step if per_step else None
         if n != NO_OP and n_calls <= _INNER_MAX_CALLS:
             # What does not depend on the lost time is found once per name (the same op
             # often tops the host, sync and other time alike).
             launches, children = few.of_name(n)
-            entry["launches_per_call"] = launches
-            entry.update(few.inner_of(lost, children, us))
-        out.append(entry)
+            inner = few.inner_of(lost, children, us)
+            out.append(
+                OpLoss(
+                    op=n,
+                    lost_us=us,
+                    lost_us_per_step=per,
+                    calls=int(n_calls),
+                    launches_per_call=launches,
+                    inner_op=inner.get("inner_op"),
+                    inner_lost_us=inner.get("inner_lost_us"),
+                    inner_longest_us=inner.get("inner_longest_us"),
+                )
+            )
+        else:
+            out.append(OpLoss(op=n, lost_us=us, lost_us_per_step=per, calls=int(n_calls)))
     return out
 
 
@@ -406,4 +447,4 @@ class _FewCalls:
         return {"inner_op": op, "inner_lost_us": min(us, lost_us), "inner_longest_us": longest_us}
 
 
-__all__ = ["NO_OP", "OpIndex", "lost_by_op"]
+__all__ = ["NO_OP", "OpIndex", "OpLoss", "lost_by_op"]

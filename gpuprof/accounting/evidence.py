@@ -33,11 +33,10 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from enum import Enum
-from typing import Any
 
 import numpy as np
 
-from gpuprof.accounting.hostfacts import FILTERED_MIN_RUNTIME_CALLS
+from gpuprof.accounting.hostfacts import FILTERED_MIN_RUNTIME_CALLS, TrustFacts
 from gpuprof.accounting.launches import activity_mask
 from gpuprof.model.table import one_of
 from gpuprof.model.timeline import Category, Kind, RankTrace
@@ -75,12 +74,12 @@ _LABELS = {
 _HOST_KINDS = (int(Kind.OP), int(Kind.RUNTIME), int(Kind.DRIVER), int(Kind.ANNOTATION), int(Kind.PYTHON))
 
 
-def trace_lacks(trace: RankTrace, facts: Mapping[str, Any]) -> dict[str, str]:
+def trace_lacks(trace: RankTrace, trust: TrustFacts) -> dict[str, str]:
     """``{evidence: why}`` for each kind of :class:`Evidence` the rank's trace lacks.
 
-    ``facts`` are the rank's measured facts (``runtime_calls``,
-    ``runtime_calls_matched_share``, ``launch_matched_share``). Empty for op-level
-    timelines and ranks with no device activity.
+    ``trust`` are the rank's measured trust facts (its runtime calls, the share of them
+    matched to device work, the share of device work whose launch call is in the trace).
+    Empty for op-level timelines and ranks with no device activity.
     """
     dev = trace.device_cols
     act = activity_mask(dev)
@@ -106,7 +105,7 @@ def trace_lacks(trace: RankTrace, facts: Mapping[str, Any]) -> dict[str, str]:
         out[Evidence.LAUNCH_CALLS.value] = why
         out[Evidence.ALL_LAUNCHES.value] = why
         return out
-    n_rt, matched = int(facts.get("runtime_calls") or 0), facts.get("runtime_calls_matched_share")
+    n_rt, matched = trust.runtime_calls, trust.runtime_calls_matched_share
     if n_rt >= FILTERED_MIN_RUNTIME_CALLS and matched is not None and matched >= 0.999:
         out[Evidence.RUNTIME_CALLS.value] = (
             f"only launch calls among its {n_rt} runtime calls, no synchronization, event or allocation call: "
@@ -120,7 +119,7 @@ def trace_lacks(trace: RankTrace, facts: Mapping[str, Any]) -> dict[str, str]:
             f"only {100 * seen:.0f}% of its {corr.size} launch calls have their device event in the trace: "
             "device events filtered or sampled"
         )
-    share = facts.get("launch_matched_share")
+    share = trust.launch_matched_share
     if share is not None and share < MIN_LAUNCH_SHARE:
         out[Evidence.ALL_LAUNCHES.value] = (
             f"only {100 * share:.0f}% of its device work has its launch call in the trace: sampled or filtered"

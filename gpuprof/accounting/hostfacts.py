@@ -21,7 +21,7 @@ Times in microseconds on the trace's clock. Pure: the trace is only read.
 from __future__ import annotations
 
 import re
-from collections.abc import Mapping
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
@@ -47,6 +47,47 @@ SLOW_EMPTY_US = 15.0
 # A filtered trace keeps only runtime calls that launched something; a full one always has
 # event / stream calls (cudaEventRecord, cudaStreamWaitEvent, ...) without device work.
 FILTERED_MIN_RUNTIME_CALLS = 100
+
+
+@dataclass(frozen=True)
+class DdpBufferSync:
+    """DDP's per-forward buffer broadcast on one rank (:func:`ddp_buffer_sync`): the
+    ``c10d::broadcast_`` calls, the host time of the spans holding them and the lost time
+    inside those spans, µs, and both per step (``None`` without steps)."""
+
+    broadcasts: int
+    host_us: float
+    lost_us: float
+    host_us_per_step: float | None
+    lost_us_per_step: float | None
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"broadcasts": self.broadcasts, "host_us": self.host_us, "lost_us": self.lost_us,
+                "host_us_per_step": self.host_us_per_step, "lost_us_per_step": self.lost_us_per_step}
+
+
+@dataclass(frozen=True)
+class TrustFacts:
+    """How far one rank's host times and the trace's completeness can be trusted
+    (:func:`trust`)."""
+
+    # Python stacks recorded (``with_stack=True`` or ``python_function`` events).
+    python_stacks: bool
+    # Launch calls belong in the trace (not in an op-level timeline, which has none).
+    launches_expected: bool
+    # Median host duration of ``aten::empty`` ops, µs (``None``: none in the trace).
+    empty_op_median_us: float | None
+    # Runtime API calls on the host, and the share of them whose device work is in the trace.
+    runtime_calls: int
+    runtime_calls_matched_share: float | None
+    # Share of device work whose launch call is in the trace (``None``: no device work).
+    launch_matched_share: float | None
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"python_stacks": self.python_stacks, "launches_expected": self.launches_expected,
+                "empty_op_median_us": self.empty_op_median_us, "runtime_calls": self.runtime_calls,
+                "runtime_calls_matched_share": self.runtime_calls_matched_share,
+                "launch_matched_share": self.launch_matched_share}
 
 
 def host_wait_in_launch_share(ctx: RuleContext, host_lost: Intervals) -> float | None:
@@ -109,7 +150,7 @@ def ddp_buffer_spans(ctx: RuleContext) -> tuple[Intervals, int]:
     return iv.clip(iv.union(np.array(spans_s), np.array(spans_e)), ctx.lo_us, ctx.hi_us), n_bcast
 
 
-def ddp_buffer_sync(ctx: RuleContext, per_step: int | None) -> dict[str, Any] | None:
+def ddp_buffer_sync(ctx: RuleContext, per_step: int | None) -> DdpBufferSync | None:
     """DDP's per-forward buffer broadcast: ``broadcasts`` (count), ``host_us`` (the spans
     of :func:`ddp_buffer_spans`) and ``lost_us`` (lost time inside those spans), with
     ``*_per_step``; ``None`` when not seen."""
@@ -118,19 +159,19 @@ def ddp_buffer_sync(ctx: RuleContext, per_step: int | None) -> dict[str, Any] | 
         return None
     host_us = iv.total(spans)
     lost_us = iv.total(iv.intersect(ctx.lost, spans))
-    return {
-        "broadcasts": n_bcast,
-        "host_us": host_us,
-        "lost_us": lost_us,
-        "host_us_per_step": host_us / per_step if per_step else None,
-        "lost_us_per_step": lost_us / per_step if per_step else None,
-    }
+    return DdpBufferSync(
+        broadcasts=n_bcast,
+        host_us=host_us,
+        lost_us=lost_us,
+        host_us_per_step=host_us / per_step if per_step else None,
+        lost_us_per_step=lost_us / per_step if per_step else None,
+    )
 
 
-def trust(ctx: RuleContext) -> dict[str, Any]:
-    """``python_stacks`` (bool), ``empty_op_median_us`` (float | None), ``runtime_calls``
-    (int) and ``runtime_calls_matched_share`` (float | None): share of runtime calls whose
-    device work is in the trace."""
+def trust(ctx: RuleContext) -> TrustFacts:
+    """Whether Python stacks were recorded, how slow trivial ops run, the runtime calls and
+    the share of them whose device work is in the trace, and the share of device work whose
+    launch call is (:class:`TrustFacts`)."""
     host, dev = ctx.trace.host_cols, ctx.trace.device_cols
     kinds = host["kind"]
     is_empty = np.flatnonzero(host.labels("name") == "aten::empty")
@@ -140,38 +181,39 @@ def trust(ctx: RuleContext) -> dict[str, Any]:
     corr = dev["correlation"]
     hc = host["correlation"][runtime]
     n_rt = int(runtime.sum())
-    return {
-        "python_stacks": ctx.trace.python_stacks or bool((kinds == int(Kind.PYTHON)).any()),
+    return TrustFacts(
+        python_stacks=ctx.trace.python_stacks or bool((kinds == int(Kind.PYTHON)).any()),
         # Op-level timelines record framework timers, never launch calls: no launch is missing.
-        "launches_expected": ctx.trace.fmt != "timeline",
-        "empty_op_median_us": float(np.median(durs)) if durs.size else None,
-        "runtime_calls": n_rt,
-        "runtime_calls_matched_share": float(np.mean(np.isin(hc, corr[corr >= 0]))) if n_rt else None,
-    }
+        launches_expected=ctx.trace.fmt != "timeline",
+        empty_op_median_us=float(np.median(durs)) if durs.size else None,
+        runtime_calls=n_rt,
+        runtime_calls_matched_share=float(np.mean(np.isin(hc, corr[corr >= 0]))) if n_rt else None,
+        launch_matched_share=ctx.launches.matched_share,
+    )
 
 
-def trust_warnings(f: Mapping[str, Any]) -> tuple[str, ...]:
-    """Warnings for the rank from :func:`trust`'s facts and ``launch_matched_share``."""
+def trust_warnings(f: TrustFacts) -> tuple[str, ...]:
+    """Warnings for the rank from :func:`trust`'s facts."""
     out = []
-    if f.get("python_stacks"):
+    if f.python_stacks:
         out.append(
             "the trace recorded Python stacks (with_stack=True): the profiler slows the host, so host "
             "time and host-bound estimates may be inflated"
         )
-    empty = f.get("empty_op_median_us")
+    empty = f.empty_op_median_us
     if empty is not None and empty > SLOW_EMPTY_US:
         out.append(
             f"host ops run slow (median aten::empty {empty:.0f} µs, normally a few µs): the profiler itself "
             "(record_shapes, with_stack, profile_memory) or a busy CPU may inflate host time"
         )
-    n_rt, matched = f.get("runtime_calls") or 0, f.get("runtime_calls_matched_share")
-    launch = f.get("launch_matched_share")
+    n_rt, matched = f.runtime_calls, f.runtime_calls_matched_share
+    launch = f.launch_matched_share
     if n_rt >= FILTERED_MIN_RUNTIME_CALLS and matched is not None and matched >= 0.999:
         out.append(
             "the trace looks filtered or sampled (every runtime call launched device work; none of the usual "
             "event/stream calls): ops or kernels left out may show as idle time"
         )
-    elif launch is not None and launch < 0.5 and f.get("launches_expected", True):
+    elif launch is not None and launch < 0.5 and f.launches_expected:
         out.append(
             f"only {100 * launch:.0f}% of device work has its launch call in the trace (filtered or sampled?): "
             "host-side causes cannot be told apart for the rest"
@@ -182,6 +224,8 @@ def trust_warnings(f: Mapping[str, Any]) -> tuple[str, ...]:
 __all__ = [
     "FILTERED_MIN_RUNTIME_CALLS",
     "SLOW_EMPTY_US",
+    "DdpBufferSync",
+    "TrustFacts",
     "ddp_buffer_spans",
     "ddp_buffer_sync",
     "host_wait_in_launch_share",

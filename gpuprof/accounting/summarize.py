@@ -10,8 +10,9 @@ Steps, in order:
    to it, ``lost`` = the rest (neither reaches into time left out between steps);
 4. run the local rules (:mod:`gpuprof.accounting.rules`), which claim lost time per cause;
    attribution (precedence) happens later, together with the cross-rank claims;
-5. measure the facts for the advice (keys documented in :mod:`gpuprof.accounting.facts`),
-   what the trace lacks (``trace_lacks``, :mod:`gpuprof.accounting.evidence`), and build the
+5. measure the facts for the advice (a :class:`~gpuprof.accounting.factrecord.RankFacts`,
+   fields documented there), among them what the trace lacks (``trace_lacks``,
+   :mod:`gpuprof.accounting.evidence`), and build the
    rank's dependency graph for the job's what-if replays (:mod:`gpuprof.accounting.graph`,
    replayed in :mod:`gpuprof.job.whatifs`);
 6. warn where the numbers deserve less trust: a profiler that slowed the host, a filtered
@@ -31,16 +32,16 @@ from collections.abc import Callable
 from typing import Any, TypedDict
 
 from gpuprof.accounting.comms import comms_table, empty_comms
-from gpuprof.accounting.evidence import lacks_warnings, trace_lacks
+from gpuprof.accounting.evidence import lacks_warnings
 from gpuprof.accounting.facts import rank_facts
 from gpuprof.accounting.graph import build_rank_graph
-from gpuprof.accounting.host_steps import host_steps
+from gpuprof.accounting.host_steps import HostSteps, host_steps
 from gpuprof.accounting.hostfacts import trust_warnings
 from gpuprof.accounting.launches import activity_mask, match_launches
 from gpuprof.accounting.names import name_track
 from gpuprof.accounting.rules import build_context, claims_by_cause, claims_by_rule
 from gpuprof.accounting.summary import RankSummary
-from gpuprof.accounting.warmup import warmup_facts, warmup_warning
+from gpuprof.accounting.warmup import warmup_warning
 from gpuprof.accounting.window import StepSelection, Window, select_window
 from gpuprof.model import intervals as iv
 from gpuprof.model.table import Table
@@ -103,8 +104,7 @@ def summarize(trace: RankTrace, selection: StepSelection = _ALL_STEPS) -> RankSu
             comms=empty_comms(),
             warnings=trace.warnings,
             empty_reason=empty_reason(trace),
-            # What a CPU-only run still measured: its steps on the host (None: no step marked).
-            facts=_host_facts(trace),
+            host_steps=_host_steps(trace),
         )
     lo, hi = window.start_us, window.end_us
     dev = trace.device_cols
@@ -120,16 +120,17 @@ def summarize(trace: RankTrace, selection: StepSelection = _ALL_STEPS) -> RankSu
     ctx = build_context(trace, lo, hi, compute, lost, launches, window.spans)
     by_rule = claims_by_rule(ctx)
     claims = claims_by_cause(by_rule)
-    facts = rank_facts(ctx, len(window.steps), [s.duration_us for s in window.steps], by_rule)
-    facts["device_aligned_steps"] = window.device_aligned
-    facts["step_marker"] = trace.step_marker if window.steps else None
-    facts["launch_matched_share"] = launches.matched_share
-    facts["window_gaps_us"] = (hi - lo) - window.duration_us
-    facts["trace_lacks"] = trace_lacks(trace, facts)
-    facts.update(warmup_facts(ctx, window.steps))
+    facts = rank_facts(
+        ctx,
+        window.steps,
+        by_rule,
+        device_aligned_steps=window.device_aligned,
+        step_marker=trace.step_marker if window.steps else None,
+        window_gaps_us=(hi - lo) - window.duration_us,
+    )
     warnings = trace.warnings + ((window.note,) if window.note else ())
-    warnings += warmup_warning(facts, window.steps)
-    warnings += trust_warnings(facts) + lacks_warnings(facts["trace_lacks"])
+    warnings += warmup_warning(facts.warmup, window.steps)
+    warnings += trust_warnings(facts.trust) + lacks_warnings(facts.trace_lacks)
     warnings += data_warnings(window.duration_us, len(window.steps))
     comms = _comms(trace, lo, hi)
     graph = build_rank_graph(ctx, window.steps, comms, stitched=window.spans is not None)
@@ -150,9 +151,10 @@ def summarize(trace: RankTrace, selection: StepSelection = _ALL_STEPS) -> RankSu
     )
 
 
-def _host_facts(trace: RankTrace) -> dict[str, Any]:
+def _host_steps(trace: RankTrace) -> HostSteps | None:
+    """What a CPU-only run still measured: its steps on the host (``None``: no step marked)."""
     h = host_steps(trace)
-    return {"host_steps": h.to_dict()} if h.steps else {}
+    return h if h.steps else None
 
 
 def empty_reason(trace: RankTrace) -> str:

@@ -9,11 +9,12 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Any
 
 import numpy as np
 
+from gpuprof.accounting.factrecord import RankFacts
 from gpuprof.accounting.graph import RankGraph
+from gpuprof.accounting.host_steps import HostSteps
 from gpuprof.accounting.names import NameTrack
 from gpuprof.model.intervals import Intervals, total
 from gpuprof.model.report import Cause
@@ -61,7 +62,10 @@ class RankSummary:
     shares of ``window_us``, never of ``window[1] - window[0]``. ``claims`` holds, for each cause a local rule found
     evidence for, the intervals that rule claims (they may reach outside ``lost``; the
     attribution keeps only the lost part). ``facts`` carries measured numbers for the
-    advice (counts, bytes, durations; keys documented where they are produced).
+    advice (a :class:`~gpuprof.accounting.factrecord.RankFacts`, each field documented
+    there; ``None`` for a rank with nothing to analyze). ``host_steps``: what such a rank
+    (CPU-only) still measured of its steps on the host (``None``: no step marked, or an
+    analyzed rank).
     """
 
     rank: int
@@ -81,7 +85,8 @@ class RankSummary:
     world_size: int | None = None
     process_groups: Mapping[str, tuple[int, ...]] = field(default_factory=dict)
     phases_us: Mapping[str, float] = field(default_factory=dict)
-    facts: Mapping[str, Any] = field(default_factory=dict)
+    facts: RankFacts | None = None
+    host_steps: HostSteps | None = None
     warnings: tuple[str, ...] = ()
     empty_reason: str | None = None  # set when there is nothing to analyze (CPU-only trace)
     window_iv: Intervals | None = None

@@ -8,22 +8,14 @@ churn looks the other way round: calls in every step (the caching allocator disa
 ``PYTORCH_NO_CUDA_MEMORY_CACHING=1`` / ``PYTORCH_NO_HIP_MEMORY_CACHING=1``, or
 ``empty_cache()`` each step).
 
-Facts (``RankSummary.facts``; ``None`` when unknown, e.g. with fewer than two steps):
-
-``first_step_ratio`` (float | None)
-    the window's first step's duration over the median of the other steps.
-``first_step_top_op`` (str | None), ``first_step_top_op_us`` (float | None)
-    the longest host op of that first step (step markers aside), and its duration.
-``alloc_first_step_share`` (float | None)
-    share of the rank's allocator time (union of the calls, in the window) inside its
-    first step.
-``alloc_steps`` (int | None)
-    how many of the window's steps have an allocator call.
+Its facts (:class:`WarmupFacts`, ``RankFacts.warmup``) are ``None`` when unknown, e.g.
+with fewer than two steps.
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
@@ -37,20 +29,37 @@ from gpuprof.util import phrases
 WARMUP_RATIO = 3.0
 
 
-def warmup_facts(ctx: RuleContext, steps: Sequence[Step]) -> dict[str, Any]:
+@dataclass(frozen=True)
+class WarmupFacts:
+    """The first step against the others, and where the allocator calls fall by step
+    (``None``: unknown, e.g. with fewer than two steps)."""
+
+    # The window's first step's duration over the median of the other steps.
+    first_step_ratio: float | None = None
+    # The longest host op of that first step (step markers aside), and its duration, µs.
+    first_step_top_op: str | None = None
+    first_step_top_op_us: float | None = None
+    # Share of the rank's allocator time (union of the calls, in the window) inside its first step.
+    alloc_first_step_share: float | None = None
+    # How many of the window's steps have an allocator call.
+    alloc_steps: int | None = None
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"first_step_ratio": self.first_step_ratio, "first_step_top_op": self.first_step_top_op,
+                "first_step_top_op_us": self.first_step_top_op_us,
+                "alloc_first_step_share": self.alloc_first_step_share, "alloc_steps": self.alloc_steps}
+
+
+def warmup_facts(ctx: RuleContext, steps: Sequence[Step]) -> WarmupFacts:
     """The module's facts for one rank's window and steps."""
-    out: dict[str, Any] = {
-        "first_step_ratio": None,
-        "first_step_top_op": None,
-        "first_step_top_op_us": None,
-        "alloc_first_step_share": None,
-        "alloc_steps": None,
-    }
     if len(steps) < 2:
-        return out
+        return WarmupFacts()
     first = steps[0]
     rest = float(np.median([s.duration_us for s in steps[1:]]))
-    out["first_step_ratio"] = first.duration_us / rest if rest > 0 else None
+    top_op: str | None = None
+    top_op_us: float | None = None
+    alloc_share: float | None = None
+    alloc_steps: int | None = None
     host = ctx.trace.host_cols
     hs, he, cat = host["start_us"], host["end_us"], host["category"]
     # The step's own marker (ProfilerStep#N) spans it: it is no op of the step.
@@ -58,26 +67,31 @@ def warmup_facts(ctx: RuleContext, steps: Sequence[Step]) -> dict[str, Any]:
     if inside.any():
         dur = np.where(inside, he - hs, -1.0)
         top = int(np.argmax(dur))
-        out["first_step_top_op"] = str(host.labels("name")[host.codes("name")[top]]) if host.codes("name")[top] >= 0 else None
-        out["first_step_top_op_us"] = float(dur[top])
+        top_op = str(host.labels("name")[host.codes("name")[top]]) if host.codes("name")[top] >= 0 else None
+        top_op_us = float(dur[top])
     alloc = cat == int(Category.ALLOC)
     if alloc.any():
         calls = ctx.clip(iv.union(hs[alloc], he[alloc]))
         total = iv.total(calls)
         if total > 0:
-            in_first = iv.total(iv.clip(calls, first.start_us, first.end_us))
-            out["alloc_first_step_share"] = in_first / total
+            alloc_share = iv.total(iv.clip(calls, first.start_us, first.end_us)) / total
         starts = hs[alloc]
-        out["alloc_steps"] = sum(1 for s in steps if bool(((starts >= s.start_us) & (starts < s.end_us)).any()))
-    return out
+        alloc_steps = sum(1 for s in steps if bool(((starts >= s.start_us) & (starts < s.end_us)).any()))
+    return WarmupFacts(
+        first_step_ratio=first.duration_us / rest if rest > 0 else None,
+        first_step_top_op=top_op,
+        first_step_top_op_us=top_op_us,
+        alloc_first_step_share=alloc_share,
+        alloc_steps=alloc_steps,
+    )
 
 
-def warmup_warning(facts: dict[str, Any], steps: Sequence[Step]) -> tuple[str, ...]:
+def warmup_warning(facts: WarmupFacts, steps: Sequence[Step]) -> tuple[str, ...]:
     """One line when the first step is warm-up (:data:`WARMUP_RATIO`)."""
-    ratio = facts.get("first_step_ratio")
+    ratio = facts.first_step_ratio
     if ratio is None or ratio < WARMUP_RATIO or len(steps) < 2:
         return ()
-    op, op_us = facts.get("first_step_top_op"), facts.get("first_step_top_op_us")
+    op, op_us = facts.first_step_top_op, facts.first_step_top_op_us
     longest = f"; its longest op, {op}, takes {_dur(op_us)}" if op and op_us else ""
     line = (
         f"step {steps[0].number}, the first profiled, takes {_dur(steps[0].duration_us)}, {ratio:.1f}x the median "
@@ -92,4 +106,4 @@ def _dur(us: float) -> str:
     return phrases.duration(us)
 
 
-__all__ = ["WARMUP_RATIO", "warmup_facts", "warmup_warning"]
+__all__ = ["WARMUP_RATIO", "WarmupFacts", "warmup_facts", "warmup_warning"]

@@ -17,7 +17,7 @@ A recommendation rests on kinds of events (:class:`~gpuprof.accounting.evidence.
 overlap advice needs compute kernels, DataLoader or host-overhead advice needs host
 events, and so on. What each one needs is declared once: by its id in :data:`NEEDS`, by
 its advisor (``@advisor(needs=...)``), else by its category in :data:`CATEGORY_NEEDS`.
-Each rank's summary says what its trace lacks (``facts["trace_lacks"]``, see
+Each rank's summary says what its trace lacks (``facts.trace_lacks``, see
 :func:`gpuprof.accounting.evidence.trace_lacks`). A recommendation is *held back* when a
 rank it rests on lacks something it needs: it is not shown, and one line says what was
 held back and why (:attr:`Advice.held_back`). The ranks it rests on are all ranks with
@@ -234,7 +234,7 @@ def advise_all(ctx: AdviceContext) -> Advice:
         if r.id not in best or r.estimated_savings_pct > best[r.id][0].estimated_savings_pct:
             best[r.id] = (r, fn)
     lacks = {
-        s.rank: dict(s.facts.get("trace_lacks") or {}) for s in ctx.summaries if s.empty_reason is None
+        s.rank: dict(s.facts.trace_lacks if s.facts is not None else {}) for s in ctx.summaries if s.empty_reason is None
     }
     kept: list[Recommendation] = []
     held: list[HeldBack] = []

@@ -65,7 +65,7 @@ def _shares(ctx: AdviceContext) -> dict[Cause, tuple[float, list[int]]]:
 
 def _compiled(ctx: AdviceContext) -> bool:
     """Some rank's kernels are mostly Inductor's: the model is already compiled."""
-    return any(compiled(s.facts) for s in ctx.summaries if s.empty_reason is None)
+    return any(compiled(s.facts) for s in ctx.summaries if s.empty_reason is None and s.facts is not None)
 
 
 def _queued(ctx: AdviceContext, ranks: Sequence[int]) -> list[Said]:
@@ -79,7 +79,7 @@ def _queued(ctx: AdviceContext, ranks: Sequence[int]) -> list[Said]:
         if s is None or rp is None:
             continue
         other = float(rp.lost_us.get(Cause.OTHER, 0.0))
-        queued = float(s.facts.get("queued_gap_us") or 0.0)
+        queued = s.facts.queued_gap_us if s.facts is not None else 0.0
         if other > 0 and queued >= QUEUED_SHARE * other:
             return [said("general.queued", rank=r)]
     return []

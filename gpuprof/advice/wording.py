@@ -87,12 +87,14 @@ def _host_caveats(ctx: AdviceContext) -> dict[int, tuple[str, str]]:
 
     out: dict[int, tuple[str, str]] = {}
     for s in ctx.summaries:
-        f = s.facts
+        if s.facts is None:
+            continue
+        f = s.facts.trust
         warnings = trust_warnings(f)
-        if f.get("python_stacks") and warnings:
+        if f.python_stacks and warnings:
             out[s.rank] = (sentence(said("caveat.python_stacks")), warnings[0])
         else:
-            empty = f.get("empty_op_median_us")
+            empty = f.empty_op_median_us
             if empty is not None and empty > SLOW_EMPTY_US:
                 text = next((w for w in warnings if w.startswith(SLOW_HOST_WARNING)), None)
                 if text is not None:

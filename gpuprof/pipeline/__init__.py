@@ -99,8 +99,8 @@ def _rank_report(s: RankSummary, att: Attribution, cross: CrossRankResult) -> Ra
     extra: dict[str, Any] = {}
     if s.empty_reason:
         extra["note"] = s.empty_reason
-        if s.facts.get("host_steps"):
-            extra["host_steps"] = dict(s.facts["host_steps"])  # what a CPU-only rank still measured
+        if s.host_steps is not None:
+            extra["host_steps"] = s.host_steps.to_dict()  # what a CPU-only rank still measured
     if s.parallel:
         extra["parallel"] = dict(s.parallel)
     if s.steps:
@@ -108,8 +108,8 @@ def _rank_report(s: RankSummary, att: Attribution, cross: CrossRankResult) -> Ra
         extra.update(_step_partition(s, att))
     if s.names is not None and s.window_us > 0:
         extra["kernels"] = top_names(s.names, s.window[0], s.window[1])  # the device work with the most time
-    if s.facts.get("step_marker"):
-        extra["step_marker"] = s.facts["step_marker"]  # which marker the steps come from
+    if s.facts is not None and s.facts.step_marker:
+        extra["step_marker"] = s.facts.step_marker  # which marker the steps come from
     per_rank = cross.findings.per_rank.get(s.rank)
     if per_rank is not None:
         extra.update(per_rank.to_dict())

@@ -42,7 +42,7 @@ def inference(ctx: AdviceContext) -> bool:
     """An inference job: said by the summary's ``workload`` fact, else guessed from a
     Kineto trace whose host side was recorded (its collectives have launch times) and
     shows neither backward nor optimizer work."""
-    said_ = [s.facts.get("workload") for s in ctx.summaries if s.facts]
+    said_ = [s.facts.workload for s in ctx.summaries if s.facts is not None]
     if any(w == "training" for w in said_):
         return False
     if any(w == "inference" for w in said_):

@@ -4,10 +4,10 @@ GPU, clock or node, or heavier data on that rank; and which of the two the trace
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Any
 
 import numpy as np
 
+from gpuprof.accounting.summary import RankSummary
 from gpuprof.advice.context import AdviceContext
 from gpuprof.advice.finding import Fact, Finding, Said, said
 from gpuprof.advice.replayed import replayed, results
@@ -41,14 +41,14 @@ def _work_or_hardware(ctx: AdviceContext, rank: int, peers: Sequence[int]) -> tu
     if w is None or me is None or not others:
         return "hardware", []
 
-    def per_step(s: Any) -> float | None:
-        n = s.facts.get("kernels")
+    def per_step(s: RankSummary) -> float | None:
+        n = s.facts.kernels if s.facts is not None else None
         if not n and s.graph is not None:
             n = int(np.sum(s.graph.kind == 0))  # compute events of an op-level timeline
         return float(n) / max(len(s.steps), 1) if n else None
 
     mine, theirs = per_step(me), [x for x in (per_step(by[q]) for q in others) if x]
-    what = "kernels" if me.facts.get("kernels") else "compute_ops"
+    what = "kernels" if me.facts is not None and me.facts.kernels else "compute_ops"
     if mine and theirs and mine >= MORE_WORK_RATIO * float(np.median(theirs)):
         return "work", [said("slowrank.more_work", rank=rank, mine=mine, median=float(np.median(theirs)), what=what)]
     table = w.model.compute_by_step

@@ -7,8 +7,8 @@ from __future__ import annotations
 import functools
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any
 
+from gpuprof.accounting.factrecord import RankFacts
 from gpuprof.accounting.rules import RULES
 from gpuprof.accounting.summary import RankSummary
 from gpuprof.advice.context import AdviceContext
@@ -38,8 +38,12 @@ class Hit:
         return self.lost_us / self.report.steps if self.report.steps > 0 else self.lost_us
 
     @property
-    def fact(self) -> Mapping[str, Any]:
-        return self.summary.facts
+    def fact(self) -> RankFacts:
+        """The rank's measured facts (a hit is made only for a rank that has them: :func:`pairs`)."""
+        f = self.summary.facts
+        if f is None:
+            raise ValueError(f"rank {self.rank} has no facts: it is no hit")
+        return f
 
     @property
     def rank(self) -> int:
@@ -48,13 +52,17 @@ class Hit:
 
 def pairs(ctx: AdviceContext) -> list[tuple[RankSummary, RankReport]]:
     by_rank = {r.rank: r for r in ctx.reports}
-    return [(s, by_rank[s.rank]) for s in ctx.summaries if s.rank in by_rank and s.empty_reason is None]
+    return [
+        (s, by_rank[s.rank])
+        for s in ctx.summaries
+        if s.rank in by_rank and s.empty_reason is None and s.facts is not None
+    ]
 
 
 def rule_share(s: RankSummary, r: RankReport, cause: Cause, rules: Sequence[str]) -> float:
     """Lost time of ``rules`` on one rank, scaled to what the cause kept after the
     cross-rank claims (they can only take time away from the local rules)."""
-    by_rule: Mapping[str, float] = s.facts.get("local_lost_us_by_rule", {})
+    by_rule: Mapping[str, float] = s.facts.local_lost_us_by_rule if s.facts is not None else {}
     cause_rules = [x.name for x in RULES if x.cause is cause]
     local_total = sum(float(by_rule.get(n, 0.0)) for n in cause_rules)
     mine = sum(float(by_rule.get(n, 0.0)) for n in rules)
@@ -110,7 +118,7 @@ def idle(found: Sequence[Hit], finding: str) -> Said:
 
 
 def inference(found: Sequence[Hit]) -> bool:
-    return any(h.fact.get("workload") == "inference" for h in found)
+    return any(h.fact.workload == "inference" for h in found)
 
 
 # Inductor's kernels (``triton_*``) make at least this share of a compiled model's kernels:
@@ -122,22 +130,26 @@ COMPILED_KERNEL_SHARE = 0.2
 COMPILED_KERNEL_SHARE_WITH_REGIONS = 0.05
 
 
-def compiled(facts: Mapping[str, Any]) -> bool:
+def compiled(facts: RankFacts) -> bool:
     """The rank runs a model torch.compile already compiled: a good share of Inductor's
     kernels, or some with the host ranges of compiled code (``CompiledFunction``,
     ``Torch-Compiled Region``, ``CompiledFxGraph``). Such a model is not told to compile
     itself."""
-    share = facts.get("compiled_kernel_share")
+    share = facts.compiled_kernel_share
     if share is None:
         return False
-    least = COMPILED_KERNEL_SHARE_WITH_REGIONS if facts.get("compiled_regions") else COMPILED_KERNEL_SHARE
-    return float(share) >= least
+    least = COMPILED_KERNEL_SHARE_WITH_REGIONS if facts.compiled_regions else COMPILED_KERNEL_SHARE
+    return share >= least
 
 
 def has_optimizer(s: RankSummary) -> bool:
     """The rank's trace shows an optimizer (its step or zero_grad ops, or a backward pass
     it updates from): optimizer advice needs one to act on."""
-    return s.phases_us.get("optimizer", 0.0) > 0 or s.phases_us.get("backward", 0.0) > 0 or s.facts.get("workload") == "training"
+    return (
+        s.phases_us.get("optimizer", 0.0) > 0
+        or s.phases_us.get("backward", 0.0) > 0
+        or (s.facts is not None and s.facts.workload == "training")
+    )
 
 
 def idle_facts(found: Sequence[Hit]) -> dict[str, Fact]:
@@ -240,23 +252,24 @@ __all__ = [
 def ops(hit: Hit, cause: str) -> Said | None:
     """Where the lost time of ``cause`` sits on the worst rank: its top enclosing ops
     (facts ``lost_by_op``), at most five."""
-    found: Sequence[Mapping[str, Any]] = (hit.fact.get("lost_by_op") or {}).get(cause) or []
+    found = hit.fact.lost_by_op.get(cause, ())
     steps = hit.report.steps
     rows = []
     for o in found[:5]:
-        per = o.get("lost_us_per_step")
-        launches = o.get("launches_per_call")
-        inner = o.get("inner_op")
+        per = o.lost_us_per_step
+        launches = o.launches_per_call
+        inner = o.inner_op
+        inner_us = o.inner_lost_us
         rows.append({
-            "op": str(o["op"]),
-            "us": float(per) if per is not None else float(o["lost_us"]),
+            "op": o.op,
+            "us": float(per) if per is not None else float(o.lost_us),
             "per_step": per is not None,
-            "calls": int(o.get("calls") or 0),
+            "calls": o.calls,
             # a count of launches worth naming: an op that launches many kernels per call
             "launches_per_call": float(launches) if launches and float(launches) >= 10 else None,
-            "inner_op": str(inner) if inner else None,
-            "inner_us": (float(o["inner_lost_us"]) / steps if steps > 0 else float(o["inner_lost_us"])) if inner else None,
-            "inner_longest_us": float(o["inner_longest_us"]) if inner else None,
+            "inner_op": inner if inner else None,
+            "inner_us": (inner_us / steps if steps > 0 else inner_us) if inner and inner_us is not None else None,
+            "inner_longest_us": o.inner_longest_us if inner else None,
             "stepped": steps > 0,
         })
     if not rows:
@@ -266,8 +279,8 @@ def ops(hit: Hit, cause: str) -> Said | None:
 
 def top_op_facts(hit: Hit, cause: str) -> dict[str, Fact]:
     """The op under which most of ``cause``'s lost time sits on the worst rank."""
-    found: Sequence[Mapping[str, Any]] = (hit.fact.get("lost_by_op") or {}).get(cause) or []
+    found = hit.fact.lost_by_op.get(cause, ())
     if not found:
         return {}
     o = found[0]
-    return {"top_op": str(o["op"]), "top_op_lost_us_per_step": o.get("lost_us_per_step")}
+    return {"top_op": o.op, "top_op_lost_us_per_step": o.lost_us_per_step}

@@ -37,7 +37,7 @@ LOADER_CONTENTION_SHARE = 0.15
 
 
 def _top_ops(hit: Hit, cause: str = "host") -> list[str]:
-    return [str(o["op"]) for o in (hit.fact.get("lost_by_op") or {}).get(cause) or []]
+    return [o.op for o in hit.fact.lost_by_op.get(cause, ())]
 
 
 def optimizer_name(op: str) -> str:
@@ -74,25 +74,25 @@ def _actions(w: Hit, launch_bound: bool, inference: bool) -> list[Said]:
 @local(Cause.HOST)
 def host_launch(ctx: AdviceContext, found: list[Hit]) -> list[Finding]:
     w = worst(found)
-    tiny = w.fact.get("kernels_shorter_than_launch_share")
-    in_launch = w.fact.get("host_wait_in_launch_share")
+    tiny = w.fact.kernels_shorter_than_launch_share
+    in_launch = w.fact.host_wait_in_launch_share
     evidence: list[Said] = []
     if in_launch is not None:
         evidence.append(said("host.in_launch", rank=w.rank, share_pct=100 * float(in_launch)))
-    kmed, lmed = w.fact.get("kernel_median_us"), w.fact.get("launch_median_us")
+    kmed, lmed = w.fact.kernel_median_us, w.fact.launch_median_us
     if tiny is not None and kmed is not None and lmed is not None:
-        evidence.append(said("host.tiny_kernels", rank=w.rank, share_pct=100 * tiny, kernels=w.fact.get("kernels"),
+        evidence.append(said("host.tiny_kernels", rank=w.rank, share_pct=100 * tiny, kernels=w.fact.kernels,
                              kernel_median_us=kmed, launch_median_us=lmed))
-    rate = w.fact.get("launches_per_ms")
+    rate = w.fact.launches_per_ms
     if rate is not None:
         evidence.append(said("host.launch_rate", rank=w.rank, per_ms=float(rate)))
     where = ops(w, "host")
     if where is not None:
         evidence.append(where)
-    ddp = w.fact.get("ddp_buffer_sync")
-    if ddp and ddp.get("lost_us_per_step") is not None:
-        evidence.append(said("host.ddp_elsewhere", rank=w.rank, broadcasts=ddp["broadcasts"],
-                             host_us=float(ddp["host_us_per_step"]), lost_us=float(ddp["lost_us_per_step"])))
+    ddp = w.fact.ddp_buffer_sync
+    if ddp is not None and ddp.lost_us_per_step is not None and ddp.host_us_per_step is not None:
+        evidence.append(said("host.ddp_elsewhere", rank=w.rank, broadcasts=ddp.broadcasts,
+                             host_us=ddp.host_us_per_step, lost_us=ddp.lost_us_per_step))
     infer = inference(found)
     if infer:
         evidence.append(said("host.inference"))
@@ -110,7 +110,7 @@ def host_launch(ctx: AdviceContext, found: list[Hit]) -> list[Finding]:
     facts: dict[str, Fact] = {
         "in_launch_pct": None if in_launch is None else 100.0 * float(in_launch),
         "kernels_shorter_than_launch_pct": None if tiny is None else 100.0 * float(tiny),
-        "kernels": w.fact.get("kernels"),
+        "kernels": w.fact.kernels,
         "kernel_median_us": kmed,
         "launch_median_us": lmed,
         "launches_per_ms": rate,
@@ -136,7 +136,7 @@ def _loader_in_process(found: Sequence[Hit]) -> bool:
     for h in found:
         dl = float(h.report.lost_us.get(Cause.DATALOADER, 0.0))
         if (
-            h.fact.get("dataloader_single_process")
+            h.fact.dataloader_single_process
             and h.report.window_us > 0
             and dl / h.report.window_us >= LOADER_CONTENTION_SHARE
         ):
@@ -146,25 +146,27 @@ def _loader_in_process(found: Sequence[Hit]) -> bool:
 
 def _ddp_buffers_us(s: RankSummary, r: RankReport) -> float | None:
     """The GPU's idle time under DDP's buffer broadcast, within the rank's lost time."""
-    ddp = s.facts.get("ddp_buffer_sync")
-    if not ddp:
+    ddp = s.facts.ddp_buffer_sync if s.facts is not None else None
+    if ddp is None:
         return None
-    return min(float(ddp.get("lost_us") or 0.0), sum(float(v) for v in r.lost_us.values()))
+    return min(ddp.lost_us, sum(float(v) for v in r.lost_us.values()))
 
 
 @advisor
 @local(_ddp_buffers_us)
 def host_ddp_buffer_sync(ctx: AdviceContext, found: list[Hit]) -> list[Finding]:
     w = worst(found)
-    ddp = w.fact["ddp_buffer_sync"]
-    stepped = ddp.get("host_us_per_step") is not None
-    host_us = float(ddp["host_us_per_step"] if stepped else ddp["host_us"])
+    ddp = w.fact.ddp_buffer_sync
+    if ddp is None:  # every hit has one (_ddp_buffers_us)
+        return []
+    stepped = ddp.host_us_per_step is not None
+    host_us = ddp.host_us_per_step if ddp.host_us_per_step is not None else ddp.host_us
     evidence = [
         said("host.ddp_broadcasts" if w.report.steps > 0 else "host.ddp_broadcasts_window", rank=w.rank,
-             broadcasts=ddp["broadcasts"], host_us=host_us),
+             broadcasts=ddp.broadcasts, host_us=host_us),
     ]
     return recommend(
         ctx, found, "host-ddp-buffer-sync", Cause.HOST, evidence, [said("host.ddp_actions")],
         whatif="no_ddp_buffer_sync",
-        facts={"broadcasts": ddp["broadcasts"], "broadcast_host_us_per_step" if stepped else "broadcast_host_us": host_us},
+        facts={"broadcasts": ddp.broadcasts, "broadcast_host_us_per_step" if stepped else "broadcast_host_us": host_us},
     )

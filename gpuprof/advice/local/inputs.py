@@ -18,10 +18,10 @@ from gpuprof.model.report import Cause
 def dataloader_starvation(ctx: AdviceContext, found: list[Hit]) -> list[Finding]:
     w = worst(found)
     evidence: list[Said] = []
-    mean, calls = w.fact.get("dataloader_call_mean_us"), w.fact.get("dataloader_calls")
+    mean, calls = w.fact.dataloader_call_mean_us, w.fact.dataloader_calls
     if mean is not None and calls:
         evidence.append(said("dataloader.calls", rank=w.rank, mean_us=float(mean), calls=calls))
-    single = any(h.fact.get("dataloader_single_process") for h in found)
+    single = any(h.fact.dataloader_single_process for h in found)
     if single:
         evidence.append(said("dataloader.in_process"))
     actions = [said("dataloader.start_workers" if single else "dataloader.more_workers"), said("dataloader.actions")]
@@ -47,7 +47,7 @@ def _with_cores_range(ctx: AdviceContext, f: Finding, w: Hit, single: bool) -> F
     if f.whatif is None:
         return f
     wr = results(ctx)
-    load_us = float(w.fact.get("dataloader_wait_per_step_us") or 0.0)
+    load_us = float(w.fact.dataloader_wait_per_step_us or 0.0)
     step_us = wr.model.measured_step_us if wr is not None else 0.0
     if load_us <= 0 or step_us <= 0:
         return f
@@ -71,7 +71,7 @@ def _with_cores_range(ctx: AdviceContext, f: Finding, w: Hit, single: bool) -> F
 def sync_host_blocking(ctx: AdviceContext, found: list[Hit]) -> list[Finding]:
     w = worst(found)
     evidence: list[Said] = []
-    by_name: Mapping[str, int] = w.fact.get("sync_calls_by_name", {})
+    by_name: Mapping[str, int] = w.fact.sync_calls_by_name
     steps = w.report.steps
     top = sorted(by_name.items(), key=lambda kv: -kv[1])[:4]
     if by_name:
@@ -79,7 +79,7 @@ def sync_host_blocking(ctx: AdviceContext, found: list[Hit]) -> list[Finding]:
     where = ops(w, "sync")
     if where is not None:
         evidence.append(where)
-    scalar_reads = w.fact.get("scalar_reads") or 0
+    scalar_reads = w.fact.scalar_reads or 0
     total = sum(int(n) for n in by_name.values())
     facts = {
         "blocking_calls": total if by_name else None,

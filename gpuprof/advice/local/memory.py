@@ -28,12 +28,16 @@ COLD_START_SHARE = 0.6
 
 def _pageable_us(s: RankSummary, r: RankReport) -> float:
     """Exposed copies from or to pageable memory, within what the copies rule kept."""
-    return min(float(s.facts.get("pageable_exposed_copy_us") or 0.0), rule_share(s, r, Cause.MEMORY, ["exposed_copies"]))
+    return min(_pageable_exposed_us(s), rule_share(s, r, Cause.MEMORY, ["exposed_copies"]))
 
 
 def _other_copies_us(s: RankSummary, r: RankReport) -> float:
     """The copies rule's time less the pageable copies'."""
-    return max(0.0, rule_share(s, r, Cause.MEMORY, ["exposed_copies"]) - float(s.facts.get("pageable_exposed_copy_us") or 0.0))
+    return max(0.0, rule_share(s, r, Cause.MEMORY, ["exposed_copies"]) - _pageable_exposed_us(s))
+
+
+def _pageable_exposed_us(s: RankSummary) -> float:
+    return s.facts.pageable_exposed_copy_us if s.facts is not None else 0.0
 
 
 def _allocator_us(s: RankSummary, r: RankReport) -> float:
@@ -45,7 +49,7 @@ def _allocator_us(s: RankSummary, r: RankReport) -> float:
 def memory_pageable_copies(ctx: AdviceContext, found: list[Hit]) -> list[Finding]:
     w = worst(found)
     evidence: list[Said] = []
-    n, nbytes = w.fact.get("pageable_copies"), w.fact.get("pageable_copy_bytes")
+    n, nbytes = w.fact.pageable_copies, w.fact.pageable_copy_bytes
     if n and nbytes is not None:
         evidence.append(said("memory.pageable_copies_sized", rank=w.rank, copies=n, size_mib=nbytes / 2**20))
     elif n:
@@ -61,10 +65,10 @@ def memory_pageable_copies(ctx: AdviceContext, found: list[Hit]) -> list[Finding
 def memory_exposed_copies(ctx: AdviceContext, found: list[Hit]) -> list[Finding]:
     w = worst(found)
     per = max(w.report.steps, 1)
-    by_kind: Mapping[str, float] = w.fact.get("exposed_copy_us_by_kind", {})
+    by_kind: Mapping[str, float] = w.fact.exposed_copy_us_by_kind
     kinds = [(k, v / per) for k, v in sorted(by_kind.items(), key=lambda kv: -kv[1]) if v > 0]
-    if w.fact.get("exposed_memset_us"):
-        kinds.append(("memset", float(w.fact["exposed_memset_us"]) / per))
+    if w.fact.exposed_memset_us:
+        kinds.append(("memset", float(w.fact.exposed_memset_us) / per))
     stepped = w.report.steps > 0
     line = "memory.exposed_by_kind" if stepped else "memory.exposed_by_kind_window"
     evidence = [said(line, rank=w.rank, kinds=tuple(kinds))] if kinds else []
@@ -80,15 +84,15 @@ def memory_exposed_copies(ctx: AdviceContext, found: list[Hit]) -> list[Finding]
 def memory_allocator(ctx: AdviceContext, found: list[Hit]) -> list[Finding]:
     w = worst(found)
     evidence: list[Said] = []
-    calls: Mapping[str, int] = w.fact.get("alloc_calls_by_name", {})
-    alloc_us = float(w.fact.get("alloc_time_us") or 0.0)
+    calls: Mapping[str, int] = w.fact.alloc_calls_by_name
+    alloc_us = float(w.fact.alloc_time_us or 0.0)
     if calls:
         top = tuple(sorted(calls.items(), key=lambda kv: -kv[1])[:4])
         evidence.append(said("memory.allocator_calls", rank=w.rank, calls=top, total_us=alloc_us))
-    share = w.fact.get("mem_peak_share")
+    share = w.fact.mem_peak_share
     near = share is not None and float(share) >= NEAR_CAPACITY_SHARE
-    peak = w.fact.get("mem_peak_reserved_bytes") or w.fact.get("mem_peak_allocated_bytes") or 0
-    cap = w.fact.get("mem_capacity_bytes") or 0
+    peak = w.fact.mem_peak_reserved_bytes or w.fact.mem_peak_allocated_bytes or 0
+    cap = w.fact.mem_capacity_bytes or 0
     if near and share is not None:
         evidence.append(said("memory.peak", peak_gib=peak / 2**30, capacity_gib=cap / 2**30, share_pct=100 * float(share)))
     facts: dict[str, Fact] = {
@@ -100,7 +104,7 @@ def memory_allocator(ctx: AdviceContext, found: list[Hit]) -> list[Finding]:
     }
     rocm = any(str(name).lower().startswith("hip") for name in calls)
     idle_as = "memory-allocator-rocm" if rocm else "memory-allocator"
-    early = w.fact.get("alloc_before_first_compute_share")
+    early = w.fact.alloc_before_first_compute_share
     if w.report.steps == 0 and early is not None and float(early) >= COLD_START_SHARE:
         # No step markers, and the allocation happens before the first kernel: the trace
         # opens with the process's set-up, not with a training loop that churns memory.
@@ -108,17 +112,17 @@ def memory_allocator(ctx: AdviceContext, found: list[Hit]) -> list[Finding]:
         facts["before_first_compute_pct"] = 100.0 * float(early)
         return recommend(ctx, found, "memory-cold-start", Cause.MEMORY, evidence, [said("memory.cold_start_actions")],
                          whatif="no_allocator", facts=facts, idle_as=idle_as)
-    first, ratio = w.fact.get("alloc_first_step_share"), w.fact.get("first_step_ratio")
+    first, ratio = w.fact.warmup.alloc_first_step_share, w.fact.warmup.first_step_ratio
     if first is not None and float(first) >= COLD_START_SHARE and ratio is not None and float(ratio) >= WARMUP_RATIO:
         # The allocator time sits in a first step many times longer than the others: the
         # warm-up (first blocks, cuDNN autotuning, compilation) profiled as a step.
         evidence.append(said("memory.warm_up", share_pct=100 * float(first), ratio=float(ratio),
-                             op=w.fact.get("first_step_top_op"), op_us=w.fact.get("first_step_top_op_us")))
+                             op=w.fact.warmup.first_step_top_op, op_us=w.fact.warmup.first_step_top_op_us))
         facts["alloc_first_step_pct"] = 100.0 * float(first)
         facts["first_step_ratio"] = float(ratio)
         return recommend(ctx, found, "memory-cold-start", Cause.MEMORY, evidence, [said("memory.cold_start_actions")],
                          whatif="no_allocator", facts=facts, idle_as=idle_as)
-    every = w.report.steps >= 2 and w.fact.get("alloc_steps") == w.report.steps
+    every = w.report.steps >= 2 and w.fact.warmup.alloc_steps == w.report.steps
     if every:
         evidence.append(said("memory.every_step", rank=w.rank, steps=w.report.steps))
     actions = [said("memory.allocator_actions_rocm" if rocm else "memory.allocator_actions", every=every)]
