@@ -90,9 +90,22 @@ def short_name(name: str) -> str:
     return text if len(text) <= MAX_NAME else text[: MAX_NAME - 1] + "…"
 
 
-def top_names(track: NameTrack, lo_us: float, hi_us: float, n: int = 20) -> list[dict[str, Any]]:
+@dataclass(frozen=True)
+class NameTotal:
+    """One name's device time inside a window: calls that started there and their time (µs)."""
+
+    name: str
+    calls: int
+    total_us: float
+
+    def to_dict(self) -> dict[str, str | int | float]:
+        """The row of a rank's ``kernels`` table in the report's JSON."""
+        return {"name": self.name, "calls": self.calls, "total_us": self.total_us}
+
+
+def top_names(track: NameTrack, lo_us: float, hi_us: float, n: int = 20) -> list[NameTotal]:
     """The ``n`` names of the device track with the most time inside ``[lo_us, hi_us]``:
-    ``{"name", "calls", "total_us"}``, most time first (a rank's per-kernel table)."""
+    most time first (a rank's per-kernel table)."""
     starts, ends, idx = track.device
     if starts.size == 0:
         return []
@@ -100,7 +113,7 @@ def top_names(track: NameTrack, lo_us: float, hi_us: float, n: int = 20) -> list
     total = np.bincount(idx, weights=dur, minlength=len(track.names))
     calls = np.bincount(idx, minlength=len(track.names))
     order = [int(i) for i in np.argsort(-total, kind="stable") if total[i] > 0][:n]
-    return [{"name": track.names[i], "calls": int(calls[i]), "total_us": round(float(total[i]), 3)} for i in order]
+    return [NameTotal(track.names[i], int(calls[i]), round(float(total[i]), 3)) for i in order]
 
 
 def _names_of(table: object, rows: npt.NDArray[np.bool_]) -> tuple[IntArray, list[str]]:
@@ -163,4 +176,4 @@ def name_track(trace: RankTrace, lo_us: float, hi_us: float) -> NameTrack:
     return NameTrack(names=tuple(sorted(index, key=index.__getitem__)), device=device, host=host)
 
 
-__all__ = ["NameTrack", "name_track", "top_names"]
+__all__ = ["NameTotal", "NameTrack", "name_track", "top_names"]

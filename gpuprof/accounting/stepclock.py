@@ -23,12 +23,13 @@ from __future__ import annotations
 import itertools
 from collections.abc import Iterable
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 import numpy as np
 
 from gpuprof.record.changepoint import Change, ChangeTest, detect_changes
 from gpuprof.record.rankclock import SlowRank, slowest_rank
+from gpuprof.util.jsontypes import JsonObject
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -127,7 +128,7 @@ def slowest(clock: StepClock, first_step: int | None = None) -> SlowRank | None:
     return slowest_rank(per, step_s, window_steps=max(1, len(clock.steps)))
 
 
-def series(clock: StepClock, max_points: int = MAX_POINTS) -> dict[str, Any]:
+def series(clock: StepClock, max_points: int = MAX_POINTS) -> JsonObject:
     """The job's step time for a plot: every step, or bins of consecutive steps (see the
     module docstring). Keys: ``binned``, ``step`` (first step of each point), ``last_step``,
     ``median_us``, ``min_us``, ``max_us``."""

@@ -16,7 +16,7 @@ import io
 import json
 import re
 import xml.etree.ElementTree as ET
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from typing import Any
 
 from rich import box
@@ -30,6 +30,7 @@ from gpuprof.ci.verdict_text import verdict_lines, verdict_markdown
 from gpuprof.render import figures as fg
 from gpuprof.render.markdown import md_escape
 from gpuprof.util import phrases
+from gpuprof.util.jsontypes import JsonMapping, JsonObject
 
 _XML_BAD = re.compile("[\x00-\x08\x0b\x0c\x0e-\x1f\ufffe\uffff]")
 
@@ -157,7 +158,7 @@ def checks_junit(results: Sequence[CheckResult], suite: str = "gpuprof check", s
     return '<?xml version="1.0" encoding="utf-8"?>\n' + ET.tostring(root, encoding="unicode") + "\n"
 
 
-def checks_dict(results: Sequence[CheckResult], extra: Mapping[str, Any] | None = None) -> dict[str, Any]:
+def checks_dict(results: Sequence[CheckResult], extra: JsonMapping | None = None) -> JsonObject:
     """The checks as a JSON document (schema ``gpuprof.check/1``, :mod:`gpuprof.ci.check_schema`):
     the gate's result, every check, the step verdict (``null`` without a baseline) and
     ``extra`` keys (inputs, baseline runs, history)."""
@@ -176,5 +177,5 @@ def checks_dict(results: Sequence[CheckResult], extra: Mapping[str, Any] | None 
     return doc
 
 
-def checks_json(results: Sequence[CheckResult], extra: Mapping[str, Any] | None = None) -> str:
+def checks_json(results: Sequence[CheckResult], extra: JsonMapping | None = None) -> str:
     return json.dumps(checks_dict(results, extra), indent=2, allow_nan=False) + "\n"

@@ -13,6 +13,7 @@ from gpuprof.ci.gate_output import CHECK_SCHEMA
 from gpuprof.ci.history import HISTORY_SCHEMA
 from gpuprof.ci.samples import PARTS
 from gpuprof.ci.verdict import Kind
+from gpuprof.util.jsontypes import JsonObject
 
 _DRAFT = "https://json-schema.org/draft/2020-12/schema"
 
@@ -84,7 +85,7 @@ VERDICT: dict[str, Any] = {
 }
 
 
-def check_schema() -> dict[str, Any]:
+def check_schema() -> JsonObject:
     """The schema of ``gpuprof check --json``."""
     return {
         "$schema": _DRAFT,
@@ -151,7 +152,7 @@ def _series() -> dict[str, Any]:
     return {"type": "array", "items": {"type": "number", "minimum": 0}}
 
 
-def history_schema() -> dict[str, Any]:
+def history_schema() -> JsonObject:
     """The schema of one line of a ``--history`` file."""
     return {
         "$schema": _DRAFT,

@@ -45,6 +45,7 @@ from gpuprof.model import causes
 from gpuprof.model import intervals as iv
 from gpuprof.model.intervals import Intervals
 from gpuprof.model.report import CAUSES
+from gpuprof.util.jsontypes import JsonMapping, JsonObject
 
 KINDS: tuple[str, ...] = ("compute",) + tuple(c.value for c in CAUSES)
 BINS = 1000  # horizontal resolution: about one bin per pixel of a wide chart
@@ -162,8 +163,8 @@ def step_timeline(
     attributions: Mapping[int, Attribution],
     findings: JobFindings,
     max_lanes: int = MAX_LANES,
-    path_of: Callable[[float, float], Sequence[Mapping[str, Any]]] | None = None,
-) -> dict[str, Any] | None:
+    path_of: Callable[[float, float], Sequence[JsonMapping]] | None = None,
+) -> JsonObject | None:
     """The report's ``timeline``: one representative step per rank; ``None`` when no rank
     has a window (CPU-only traces). ``path_of(t0_us, t1_us)`` gives the critical path's
     segments ``{rank, start_us, end_us}`` through that span of the common clock."""

@@ -16,6 +16,8 @@ from enum import Enum
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Mapping, Protocol, Sequence
 
+from gpuprof.util.jsontypes import JsonMapping, JsonObject
+
 if TYPE_CHECKING:  # pandas is imported only when a DataFrame is asked for
     import pandas as pd
 
@@ -116,7 +118,7 @@ class RankReport:
     step_times_us: tuple[float, ...] = field(
         default=(), metadata={"doc": "duration of each step in the window, in microseconds", "item_minimum": 0}
     )
-    extra: Mapping[str, Any] = field(default_factory=dict, metadata={"flatten": True})
+    extra: JsonMapping = field(default_factory=dict, metadata={"flatten": True})
 
     @property
     def lost_total_us(self) -> float:
@@ -148,7 +150,7 @@ class Report:
     warnings: tuple[str, ...] = field(default=(), metadata={"doc": "what the analysis could not do or had to guess"})
     # More keys for the JSON report (job-level findings: critical rank per step, imbalance,
     # pipeline schedule, NVML sample summaries, ...). Values must be JSON-serializable.
-    extra: Mapping[str, Any] = field(default_factory=dict, metadata={"flatten": True})
+    extra: JsonMapping = field(default_factory=dict, metadata={"flatten": True})
 
     @property
     def totals(self) -> Totals:
@@ -292,7 +294,7 @@ def _lost_to_dict(lost: Mapping[Cause, float]) -> dict[str, float]:
     return {c.value: round(float(lost.get(c, 0.0)), 3) for c in CAUSES}
 
 
-def report_to_dict(report: Report) -> dict[str, Any]:
+def report_to_dict(report: Report) -> JsonObject:
     # The totals are the sums of the ranks' figures as written (each rounded to 3 decimals),
     # so that a report read back from its JSON writes the same totals again.
     totals_lost = {c.value: 0.0 for c in CAUSES}

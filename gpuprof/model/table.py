@@ -88,7 +88,7 @@ class Cat:
         ``Series.to_numpy()`` of a categorical gives it."""
         if len(self.categories) == 0:
             return np.full(len(self.codes), np.nan, dtype=object)
-        out = self.categories[np.maximum(self.codes, 0)]
+        out: np.ndarray = self.categories[np.maximum(self.codes, 0)]
         missing = self.codes < 0
         if missing.any():
             out[missing] = np.nan
@@ -178,7 +178,8 @@ class Table:
         import pandas as pd
 
         data = {c: (col.to_pandas() if isinstance(col, Cat) else col) for c, col in self._data.items()}
-        return pd.DataFrame(data, columns=list(self._columns))
+        frame: pd.DataFrame = pd.DataFrame(data, columns=list(self._columns))
+        return frame
 
     @classmethod
     def from_pandas(cls, df: pd.DataFrame) -> Table:
@@ -251,7 +252,7 @@ class FrameField:
 
     def table(self, obj: Any) -> Table:
         d = obj.__dict__
-        got = d.get(self._table_key)
+        got: Table | None = d.get(self._table_key)
         if got is None:
             got = d[self._table_key] = Table.from_pandas(d[self._frame_key])
         return got

@@ -171,7 +171,7 @@ def build_table(columns: Mapping[str, object], schema: tuple[str, ...]) -> Table
     table = Table(data, schema)
     start = data["start_us"]
     if n > 1 and not bool(np.all(start[1:] >= start[:-1])):  # type: ignore[index]
-        table = table.take(np.argsort(start, kind="stable"))  # type: ignore[call-overload,arg-type]
+        table = table.take(np.argsort(start, kind="stable"))  # type: ignore[arg-type]
     return table
 
 

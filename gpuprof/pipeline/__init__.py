@@ -107,7 +107,7 @@ def _rank_report(s: RankSummary, att: Attribution, cross: CrossRankResult) -> Ra
         extra["step_numbers"] = [int(st.number) for st in s.steps]  # as the trace numbers them
         extra.update(_step_partition(s, att))
     if s.names is not None and s.window_us > 0:
-        extra["kernels"] = top_names(s.names, s.window[0], s.window[1])  # the device work with the most time
+        extra["kernels"] = [t.to_dict() for t in top_names(s.names, s.window[0], s.window[1])]  # the device work with the most time
     if s.facts is not None and s.facts.step_marker:
         extra["step_marker"] = s.facts.step_marker  # which marker the steps come from
     per_rank = cross.findings.per_rank.get(s.rank)

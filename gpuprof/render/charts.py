@@ -22,6 +22,7 @@ from gpuprof.model.report import CAUSES, RankReport
 from gpuprof.render import figures as fg
 from gpuprof.render import sample_figures as sf
 from gpuprof.render.palette import CAUSE_COLORS, text_color_on
+from gpuprof.util.jsontypes import JsonObject
 
 KINDS: tuple[str, ...] = ("compute",) + tuple(c.value for c in CAUSES)
 CRITICAL_COLOR = "#000000"
@@ -100,7 +101,7 @@ def _f(v: Any) -> float | None:
     return x if math.isfinite(x) else None
 
 
-def read_timeline(data: Any) -> tuple[list[Lane], dict[str, Any]] | None:
+def read_timeline(data: Any) -> tuple[list[Lane], JsonObject] | None:
     """Lanes and job marks from a report's ``timeline`` key, read defensively (a saved report
     is untrusted input): anything malformed is skipped, never trusted."""
     if not isinstance(data, Mapping) or not isinstance(data.get("lanes"), list):

@@ -22,17 +22,18 @@ from gpuprof.errors import GpuprofError
 from gpuprof.session.layout import (
     EVENTS_FILE,
     HOOKS_DIR,
+    JOB_TRACES_DIR,
     MEMORY_STAT_KEYS,
     META_FILE,
     PROCESSES_FILE,
     SAMPLE_COLUMNS,
     SAMPLES_FILE,
     SESSION_SCHEMA,
-    JOB_TRACES_DIR,
     TRACES_DIR,
 )
 from gpuprof.session.records import BOOL, INDEX, NUMBER, STRING, Field, Problems, read_columns, read_records
 from gpuprof.session.trust import files_inside, real_root, session_subfolder, why_not_readable
+from gpuprof.util.jsontypes import JsonMapping
 
 if TYPE_CHECKING:  # pandas is imported by the functions that use it
     import pandas as pd
@@ -50,10 +51,10 @@ class Session:
     """
 
     path: Path
-    meta: Mapping[str, Any]
+    meta: JsonMapping
     samples: pd.DataFrame | None
     processes: pd.DataFrame | None
-    events: tuple[Mapping[str, Any], ...]
+    events: tuple[JsonMapping, ...]
     hook_events: pd.DataFrame | None
     trace_paths: tuple[Path, ...]
     warnings: tuple[str, ...] = field(default=())
@@ -211,7 +212,7 @@ def _samples_frame(columns: dict[str, Any] | None) -> pd.DataFrame | None:
 
     if columns is None:
         return None
-    df = pd.DataFrame({col: columns[col] for col in SAMPLE_COLUMNS}, copy=False)
+    df: pd.DataFrame = pd.DataFrame({col: columns[col] for col in SAMPLE_COLUMNS}, copy=False)
     t, g = columns["time_unix_s"], columns["gpu"]
     if len(t) > 1 and not ((np.diff(t) > 0) | ((np.diff(t) == 0) & (np.diff(g) >= 0))).all():
         df = df.sort_values(["time_unix_s", "gpu"], kind="stable").reset_index(drop=True)

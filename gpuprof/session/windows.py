@@ -20,13 +20,13 @@ from __future__ import annotations
 import json
 import os
 import time
-from collections.abc import Mapping
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
 from gpuprof.session.layout import CONTROL_DIR, TRACES_DIR, WINDOWS_DIR
 from gpuprof.session.writer import write_json_atomic
+from gpuprof.util.jsontypes import JsonMapping, JsonObject
 
 REQUEST_FILE = "request.json"
 DIAGNOSIS_FILE = "diagnosis.json"
@@ -58,7 +58,7 @@ class WindowRequest:
     detail: str  # one line for a person: "every 500 steps", "step time rose 31 % at step 1200"
     requested_unix_s: float
     requested_at_step: int  # the furthest step any rank had logged when it was asked for
-    change: Mapping[str, Any] | None = None  # the change that triggered it (Change.to_dict())
+    change: JsonMapping | None = None  # the change that triggered it (Change.to_dict())
     demand: str | None = None  # the demand file it answers
 
     @property
@@ -106,7 +106,7 @@ def _ranks(v: Any) -> list[int] | None:
     return [x for x in out if x is not None] if None not in out else None
 
 
-def diagnosis_from_dict(doc: Any) -> dict[str, Any] | None:
+def diagnosis_from_dict(doc: Any) -> JsonObject | None:
     """A window's diagnosis (:mod:`gpuprof.pipeline.windowdiag`) as a report may carry it:
     every key checked, a value of the wrong type left out (read as unknown), the per-rank
     rows left in the window's folder. ``None`` when it is not a diagnosis at all."""
@@ -189,7 +189,7 @@ class WindowFiles:
     request: WindowRequest | None
     traces: tuple[str, ...] = ()
     unfinished: tuple[str, ...] = ()  # traces whose process stopped while writing them
-    diagnosis: Mapping[str, Any] | None = None
+    diagnosis: JsonMapping | None = None
     report: str | None = None  # report.json, when the window was diagnosed
     problems: tuple[str, ...] = field(default=())
 

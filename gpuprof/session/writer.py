@@ -23,7 +23,7 @@ import os
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Callable, Mapping
+from typing import Any, Callable
 
 from gpuprof.errors import GpuprofError
 from gpuprof.session.layout import (
@@ -37,6 +37,7 @@ from gpuprof.session.layout import (
 )
 from gpuprof.session.trust import refuse_foreign_folder
 from gpuprof.util.atomic import make_temp, remove_quietly
+from gpuprof.util.jsontypes import JsonMapping
 
 # Permissions, before the umask. The files that hold the job's command line (session.json;
 # the hook logs' start records) may hold a token passed as an argument: only their owner
@@ -72,7 +73,7 @@ def _clean(value: Any) -> Any:
     return value
 
 
-def dumps_record(record: Mapping[str, Any]) -> str:
+def dumps_record(record: JsonMapping) -> str:
     return json.dumps({k: _clean(v) for k, v in record.items()}, separators=(",", ":"))
 
 
@@ -83,7 +84,7 @@ def describe_os_error(exc: BaseException) -> str:
     return str(exc) or type(exc).__name__
 
 
-def write_json_atomic(path: Path, data: Mapping[str, Any], mode: int = PRIVATE_MODE) -> None:
+def write_json_atomic(path: Path, data: JsonMapping, mode: int = PRIVATE_MODE) -> None:
     """Replace ``path`` with ``data`` as JSON so that no reader ever sees a partial file.
 
     ``mode`` minus the umask are its permissions (:data:`PRIVATE_MODE` by default:
@@ -142,7 +143,7 @@ class JsonlAppender:
         if self.error is None:
             self.error = describe_os_error(exc)
 
-    def append(self, record: Mapping[str, Any]) -> None:
+    def append(self, record: JsonMapping) -> None:
         if self._closed:
             return
         if self._fd is None:
@@ -334,7 +335,7 @@ class SessionWriter:
             remove_quietly(self.reserve)
             self.reserve = None
 
-    def write_meta(self, meta: Mapping[str, Any]) -> bool:
+    def write_meta(self, meta: JsonMapping) -> bool:
         """Replace ``session.json`` atomically; False (and noted) when the disk refused it."""
         path = self.root / META_FILE
         try:

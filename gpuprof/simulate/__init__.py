@@ -34,7 +34,6 @@ The modules, by job:
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
@@ -60,6 +59,7 @@ from gpuprof.simulate.truth import (
     write_truth,
 )
 from gpuprof.simulate.whatif import applicable, whatif_truth
+from gpuprof.util.jsontypes import JsonMapping, JsonObject
 
 __all__ = [
     "DEFAULT_LAYOUT",
@@ -96,12 +96,12 @@ def _scenario(name: str) -> Scenario:
     return SCENARIOS[name]
 
 
-def knobs_of(scenario: str) -> dict[str, Any]:
+def knobs_of(scenario: str) -> JsonObject:
     """The knobs of a scenario and their defaults (``seed`` is separate)."""
     return dict(_scenario(scenario).knobs)
 
 
-def resolve_knobs(scenario: str, knobs: Mapping[str, Any]) -> dict[str, Any]:
+def resolve_knobs(scenario: str, knobs: JsonMapping) -> JsonObject:
     """Every knob of ``scenario``: its default, or the value in ``knobs`` read as the
     default's type. Raises :class:`GpuprofError` for an unknown knob or a bad value."""
     return _scenario(scenario).resolve(knobs)
@@ -109,13 +109,13 @@ def resolve_knobs(scenario: str, knobs: Mapping[str, Any]) -> dict[str, Any]:
 
 def prepare(
     scenario: str,
-    knobs: Mapping[str, Any],
+    knobs: JsonMapping,
     *,
     seed: int = 0,
     platform: str | None = None,
     layout: str | None = None,
     whatif: str | None = None,
-) -> tuple[dict[str, Any], Plan]:
+) -> tuple[JsonObject, Plan]:
     """Check a scenario's knobs and options and build its plan (nothing runs, nothing is
     written): the knobs with defaults filled in, and the plan. Raises :class:`GpuprofError`
     with one line saying what is wrong."""
