@@ -175,7 +175,7 @@ def test_steps_alone_say_training_and_idle(tmp_path: Path) -> None:
 
 def test_phases_of_an_old_simulated_session_need_no_hooks() -> None:
     """sample_traces/rl-post-training (a session without hook records) reads as before, plus phases."""
-    root = Path(__file__).resolve().parents[1] / "sample_traces" / "rl-post-training"
+    root = Path(__file__).resolve().parents[2] / "sample_traces" / "rl-post-training"
     from gpuprof.pipeline.session_report import session_report
 
     report = session_report(root)

@@ -15,7 +15,7 @@ from gpuprof.model.report import Recommendation
 from gpuprof.model.timeline import Kind, RankTrace
 from gpuprof.pipeline import analyze_paths
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 CUDA_ONLY = ("cudaMalloc", "cudaFree", "PYTORCH_CUDA_ALLOC_CONF", "PYTORCH_NO_CUDA_MEMORY_CACHING")
 
 

@@ -31,7 +31,7 @@ from gpuprof.util.phrases import duration
 
 ADVICE = Path(gpuprof.__file__).parent / "advice"
 PHRASEBOOK = ADVICE / "phrasebook"
-SAMPLES = Path(__file__).resolve().parent.parent / "sample_traces"
+SAMPLES = Path(__file__).resolve().parents[2] / "sample_traces"
 # Samples whose advice covers the local, straggler, communication and pipeline families.
 FAMILIES = ("input-bound", "alloc-churn-rocm", "launch-bound", "sync-heavy", "imbalance", "dp-exposed",
             "pipeline-slow-stage", "memory-pressure")

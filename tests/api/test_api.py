@@ -14,7 +14,7 @@ from reportfactory import rank, report, stepped_rank
 import gpuprof
 from gpuprof.model.report import CAUSES
 
-SAMPLES = Path(__file__).resolve().parents[1] / "sample_traces"
+SAMPLES = Path(__file__).resolve().parents[2] / "sample_traces"
 HEAVY = ("pandas", "numpy", "torch", "jsonschema", "msgspec", "typer", "rich")
 
 
@@ -310,7 +310,7 @@ def test_docstrings_point_at_the_projects_own_docs() -> None:
     import gpuprof.model.report as model
     import gpuprof.render.json as json_renderer
 
-    root = Path(__file__).resolve().parents[1]
+    root = Path(__file__).resolve().parents[2]
     for mod in (model, json_renderer, gpuprof.api):
         assert "SPEC.md" not in (mod.__doc__ or ""), mod.__name__
     assert "docs/report.md" in (model.__doc__ or "") and (root / "docs" / "report.md").is_file()

@@ -12,7 +12,7 @@ import sys
 import textwrap
 from pathlib import Path
 
-SAMPLES = Path(__file__).resolve().parents[1] / "sample_traces"
+SAMPLES = Path(__file__).resolve().parents[2] / "sample_traces"
 
 
 def _fresh(code: str, tmp_path: Path) -> dict[str, object]:

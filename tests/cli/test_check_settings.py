@@ -11,7 +11,7 @@ from gpuprof.cli.check_config import load_settings, merged, settings_from_option
 from gpuprof.errors import GpuprofError
 from gpuprof.model.report import Cause
 
-SAMPLE = Path(__file__).resolve().parents[1] / "sample_traces" / "healthy"
+SAMPLE = Path(__file__).resolve().parents[2] / "sample_traces" / "healthy"
 
 
 @pytest.mark.parametrize(

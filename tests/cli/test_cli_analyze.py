@@ -7,7 +7,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-SAMPLE = Path(__file__).resolve().parents[1] / "sample_traces" / "healthy"
+SAMPLE = Path(__file__).resolve().parents[2] / "sample_traces" / "healthy"
 
 
 def gpuprof(*args: str) -> subprocess.CompletedProcess[str]:

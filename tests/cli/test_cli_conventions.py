@@ -16,7 +16,7 @@ from gpuprof.cli.console import ColorMode, ReadProgress, use_color
 from gpuprof.model.report import report_to_dict
 from gpuprof.render.text import render_text
 
-SAMPLES = Path(__file__).resolve().parents[1] / "sample_traces"
+SAMPLES = Path(__file__).resolve().parents[2] / "sample_traces"
 COMMANDS = ("analyze", "run", "check", "diff", "annotate", "simulate")
 LONG = "the other ranks waited " + "and waited " * 30 + "at every all-reduce"
 

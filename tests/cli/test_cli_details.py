@@ -16,7 +16,7 @@ from clirun import run_cli
 
 from gpuprof.model.report import CAUSES, RankReport, Report
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 SAMPLES = ROOT / "sample_traces"
 GPUPROF = [sys.executable, "-m", "gpuprof"]
 ANSI = re.compile(r"\x1b\[[0-9;]*m")

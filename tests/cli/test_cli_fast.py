@@ -21,7 +21,7 @@ from clirun import CliResult, run_cli
 
 from gpuprof.cli import BLAS_THREAD_VARIABLES, fast
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 SAMPLES = REPO / "sample_traces"
 TRACE = str(SAMPLES / "healthy" / "rank0.pt.trace.json.gz")
 FOLDER = str(SAMPLES / "straggler")

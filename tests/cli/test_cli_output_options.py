@@ -17,7 +17,7 @@ from reportfactory import rank, report
 
 from gpuprof.model.report import report_to_dict
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 SAMPLES = ROOT / "sample_traces"
 GPUPROF = [sys.executable, "-m", "gpuprof"]
 

@@ -17,7 +17,7 @@ from gpuprof.cli.console import say, wrap_line
 from gpuprof.model.report import report_to_dict
 from gpuprof.render import render
 
-SAMPLES = Path(__file__).resolve().parents[1] / "sample_traces"
+SAMPLES = Path(__file__).resolve().parents[2] / "sample_traces"
 LONG_NAME = "a_very_long_kernel_name_" * 3
 
 

@@ -12,7 +12,7 @@ from clirun import run_cli
 
 from gpuprof.util.atomic import write_text_atomic
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 HEALTHY = ROOT / "sample_traces" / "healthy" / "rank0.pt.trace.json.gz"
 STRAGGLER = ROOT / "sample_traces" / "straggler"
 

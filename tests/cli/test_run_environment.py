@@ -15,7 +15,7 @@ import pytest
 
 pytestmark = pytest.mark.skipif(sys.platform != "linux", reason="a deleted current folder: Linux")
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 TRACE = ROOT / "sample_traces" / "healthy"
 
 

@@ -18,7 +18,7 @@ from clirun import run_cli
 
 pytestmark = pytest.mark.skipif(os.name != "posix", reason="file descriptors and signals are POSIX")
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 STRAGGLER = ROOT / "sample_traces" / "straggler"
 GPUPROF = [sys.executable, "-m", "gpuprof"]
 

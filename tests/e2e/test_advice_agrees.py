@@ -19,7 +19,7 @@ from gpuprof.advice.general import AGREE_FACTOR, AGREE_MARK, NEVER_SILENT_PCT
 from gpuprof.model.report import CAUSES, Cause
 from gpuprof.pipeline import analyze_paths
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 SHARED = SHARED_TRACES
 
 

@@ -21,7 +21,7 @@ from clirun import run_cli
 
 import gpuprof
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 HEALTHY = ROOT / "sample_traces" / "healthy"
 TRACE = HEALTHY / "rank0.pt.trace.json.gz"
 HOOKS = ROOT / "gpuprof" / "record" / "hooks"

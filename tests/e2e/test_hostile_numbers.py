@@ -19,7 +19,7 @@ from clirun import run_cli
 import gpuprof
 from gpuprof.session import SESSION_SCHEMA
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 HEALTHY = ROOT / "sample_traces" / "healthy"
 TIMELINE = ROOT / "sample_traces" / "megatron-timeline"
 DEEP = "[" * 100_000 + "]" * 100_000

@@ -62,7 +62,7 @@ def test_a_replaced_output_keeps_its_mode(tmp_path: Path) -> None:
 
 
 def test_the_hook_log_is_readable_by_its_owner_only(tmp_path: Path) -> None:
-    sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "gpuprof" / "record" / "hooks"))
+    sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "gpuprof" / "record" / "hooks"))
     try:
         from gpuprof_hook_files import HookLog
     finally:

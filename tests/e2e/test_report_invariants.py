@@ -50,7 +50,7 @@ from gpuprof.render.text import render_text
 from gpuprof.simulate import generate
 from gpuprof.simulate.scenarios import SCENARIOS
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 
 
 # Simulated jobs beside the samples: every scenario at its defaults, and the two other ways

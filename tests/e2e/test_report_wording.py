@@ -19,7 +19,7 @@ from gpuprof.render import figures as fg
 from gpuprof.render.text import render_text
 from gpuprof.util import phrases
 
-SAMPLES = Path(__file__).resolve().parents[1] / "sample_traces"
+SAMPLES = Path(__file__).resolve().parents[2] / "sample_traces"
 
 
 @cache

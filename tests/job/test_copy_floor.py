@@ -18,7 +18,7 @@ from gpuprof.model.report import report_to_dict
 
 run_analysis = pytest.importorskip("gpuprof.pipeline").run_analysis
 
-SAMPLE = Path(__file__).resolve().parent.parent / "sample_traces" / "memory-pressure"
+SAMPLE = Path(__file__).resolve().parents[2] / "sample_traces" / "memory-pressure"
 
 
 def _pinned_copy_us_per_direction(trace: Path) -> dict[str, float]:

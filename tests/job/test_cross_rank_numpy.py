@@ -38,7 +38,7 @@ from gpuprof.model import intervals as iv
 from gpuprof.model.table import Table
 from gpuprof.model.timeline import Category, Step
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 
 
 # --- comparing -------------------------------------------------------------------------

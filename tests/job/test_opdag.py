@@ -25,8 +25,8 @@ from gpuprof.model.report import report_to_dict
 from gpuprof.pipeline import run_analysis
 
 LANES = ("compute", "pp-comm", "tp-comm", "dp-comm", "misc")
-SHARED = Path(os.environ.get("GPUPROF_SHARED_TRACES", Path(__file__).resolve().parents[2] / "shared" / "traces"))
-SAMPLES = Path(__file__).resolve().parents[1] / "sample_traces"
+SHARED = Path(os.environ.get("GPUPROF_SHARED_TRACES", Path(__file__).resolve().parents[3] / "shared" / "traces"))
+SAMPLES = Path(__file__).resolve().parents[2] / "sample_traces"
 
 # What-ifs that only shorten work or remove waits (their declarations say): their replay is
 # never longer.

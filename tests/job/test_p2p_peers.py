@@ -20,7 +20,7 @@ from gpuprof.simulate import generate, read_truth
 
 run_analysis = pytest.importorskip("gpuprof.pipeline").run_analysis
 
-SAMPLES = Path(__file__).resolve().parent.parent / "sample_traces"
+SAMPLES = Path(__file__).resolve().parents[2] / "sample_traces"
 
 
 def _peers(summary: object) -> dict[str, set[int]]:

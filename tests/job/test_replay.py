@@ -25,7 +25,7 @@ from gpuprof.job.whatifs import schedule_span_us
 from gpuprof.model.timeline import RankTrace
 from gpuprof.pipeline import run_analysis
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 SHARED = SHARED_TRACES
 NCCL = "ncclDevKernel_AllReduce_Sum_f32_RING_LL(ncclDevComm*, unsigned long, ncclWork*)"
 

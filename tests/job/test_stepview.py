@@ -18,7 +18,7 @@ from gpuprof.model import intervals as iv
 from gpuprof.model.report import Cause
 from gpuprof.model.timeline import Step
 
-SAMPLES = Path(__file__).resolve().parents[1] / "sample_traces"
+SAMPLES = Path(__file__).resolve().parents[2] / "sample_traces"
 
 
 def _summary(rank: int, steps: list[tuple[int, float, float]], compute: list[tuple[float, float]]) -> RankSummary:

@@ -222,7 +222,7 @@ def test_no_variation_replay_meets_the_published_ideal_timeline(shared_traces: P
 
 
 def test_every_shared_timeline_and_sample_explains_its_idle_time(shared_traces: Path) -> None:
-    root = Path(__file__).resolve().parents[1] / "sample_traces"
+    root = Path(__file__).resolve().parents[2] / "sample_traces"
     folders = [shared_traces / "megatron-pp4-timeline", shared_traces / "megatron-pp4-timeline-ideal"]
     folders += [root / n for n in ("megatron-timeline", "megatron-slow-worker", "megatron-uneven-data")]
     for folder in folders:
@@ -235,7 +235,7 @@ def test_every_shared_timeline_and_sample_explains_its_idle_time(shared_traces: 
 
 @pytest.mark.parametrize("sample", ["rl-post-training", "imbalance"])
 def test_a_rank_with_more_work_gets_work_imbalance_advice(sample: str) -> None:
-    folder = Path(__file__).resolve().parents[1] / "sample_traces" / sample
+    folder = Path(__file__).resolve().parents[2] / "sample_traces" / sample
     report = report_to_dict(run_analysis([folder]).report)
     top = next(r for r in report["recommendations"] if r["category"] == "straggler")
     assert top["title"].startswith("Work imbalance")
@@ -244,7 +244,7 @@ def test_a_rank_with_more_work_gets_work_imbalance_advice(sample: str) -> None:
 
 
 def test_a_rank_slower_on_the_same_work_gets_the_hardware_checklist() -> None:
-    folder = Path(__file__).resolve().parents[1] / "sample_traces" / "straggler"
+    folder = Path(__file__).resolve().parents[2] / "sample_traces" / "straggler"
     report = report_to_dict(run_analysis([folder]).report)
     top = report["recommendations"][0]
     assert "check that GPU" in top["title"]

@@ -19,7 +19,7 @@ from gpuprof.job.replay_types import JobReplay, RankReplay
 from gpuprof.pipeline import run_analysis
 from gpuprof.render import figures as fg
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 
 
 def _room_pct(report) -> float:  # type: ignore[no-untyped-def]

@@ -17,7 +17,7 @@ from gpuprof.model.report import Cause
 from gpuprof.pipeline import run_analysis
 from gpuprof.simulate.fixes import WHATIFS as SIMULATED
 
-SAMPLES = Path(__file__).resolve().parents[1] / "sample_traces"
+SAMPLES = Path(__file__).resolve().parents[2] / "sample_traces"
 
 
 def test_every_simulated_fix_is_a_declared_whatif() -> None:

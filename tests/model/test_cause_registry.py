@@ -28,7 +28,7 @@ from gpuprof.model.report import CAUSES, Cause
 from gpuprof.render.figures import CAUSE_SHORT
 from gpuprof.render.palette import CAUSE_COLORS
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 
 
 def test_every_cause_is_declared_once_and_other_comes_last() -> None:

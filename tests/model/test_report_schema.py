@@ -17,7 +17,7 @@ from gpuprof.model.report import CAUSES, SCHEMA, ReportFormatError, report_from_
 from gpuprof.model.schema import first_problem, report_schema, schema_text, shipped_schema_text
 from gpuprof.pipeline import analyze_paths
 
-SAMPLES = Path(__file__).resolve().parents[1] / "sample_traces"
+SAMPLES = Path(__file__).resolve().parents[2] / "sample_traces"
 SAMPLE_DIRS = sorted(p for p in SAMPLES.iterdir() if p.is_dir())
 # Real traces of different kinds: old Kineto schema, 8 ranks, an op-level timeline, CPU only.
 SHARED = ("resnet50-nw0", "dlrm-8rank", "megatron-pp4-timeline", "edge-cpu-only-gloo")

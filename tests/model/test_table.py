@@ -16,7 +16,7 @@ from gpuprof.accounting.facts import _count_by_name
 from gpuprof.model.table import Cat, Table
 from gpuprof.model.timeline import DEVICE_COLUMNS, HOST_COLUMNS, RankTrace, build_table, make_table
 
-REPO = Path(__file__).resolve().parent.parent
+REPO = Path(__file__).resolve().parents[2]
 
 
 def _names(rng: np.random.Generator, n: int, k: int) -> list[str]:

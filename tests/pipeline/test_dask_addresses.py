@@ -22,7 +22,7 @@ from clirun import run_cli
 from gpuprof.errors import GpuprofError
 from gpuprof.pipeline.dask_address import check_scheduler, parse_scheduler_address
 
-HEALTHY = Path(__file__).resolve().parent.parent / "sample_traces" / "healthy"
+HEALTHY = Path(__file__).resolve().parents[2] / "sample_traces" / "healthy"
 TIMEOUT_S = 1.5
 
 

@@ -22,7 +22,7 @@ from gpuprof.errors import GpuprofError
 
 TRACES = SHARED_TRACES
 DLRM = TRACES / "dlrm-8rank"
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 
 
 def _has_dask() -> bool:

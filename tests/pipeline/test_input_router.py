@@ -23,7 +23,7 @@ from gpuprof.session import SESSION_SCHEMA
 from gpuprof.session import reader as session_reader
 from gpuprof.session.writer import SessionWriter
 
-SAMPLES = Path(__file__).resolve().parents[1] / "sample_traces"
+SAMPLES = Path(__file__).resolve().parents[2] / "sample_traces"
 
 
 def _session(root: Path, trace: bool, samples: bool = True) -> Path:

@@ -17,7 +17,7 @@ import gpuprof
 from gpuprof.model.report import CAUSES
 from gpuprof.model.schema import report_schema
 
-SAMPLES = Path(__file__).resolve().parents[1] / "sample_traces"
+SAMPLES = Path(__file__).resolve().parents[2] / "sample_traces"
 
 
 @pytest.mark.parametrize("sample", ["input-bound", "straggler", "pipeline-dp2", "megatron-timeline"])

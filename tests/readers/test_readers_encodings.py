@@ -10,7 +10,7 @@ from typing import Any
 import pytest
 from clirun import run_cli
 
-HEALTHY = Path(__file__).resolve().parents[1] / "sample_traces" / "healthy" / "rank0.pt.trace.json.gz"
+HEALTHY = Path(__file__).resolve().parents[2] / "sample_traces" / "healthy" / "rank0.pt.trace.json.gz"
 
 
 @pytest.fixture(scope="module")

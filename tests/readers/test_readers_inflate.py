@@ -14,7 +14,7 @@ import pytest
 
 from gpuprof.readers import textstream
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 
 # Run in a fresh interpreter with zlib_ng made unimportable (as where its wheel is missing):
 # which module inflates, then what reading gives for a whole, a cut and a corrupt gzip file.

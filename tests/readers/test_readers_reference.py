@@ -23,7 +23,7 @@ from gpuprof.readers import _read, chunks, discover, load_file, textstream
 from gpuprof.readers.events import NO_ARGS, PHASES, Args, Event, TopLevel
 from gpuprof.readers.jsonio import RawTrace
 
-SAMPLES = Path(__file__).resolve().parents[1] / "sample_traces"
+SAMPLES = Path(__file__).resolve().parents[2] / "sample_traces"
 _ARG_KEYS = [(f.name, f.encode_name) for f in msgspec.structs.fields(Args)]
 
 

@@ -11,7 +11,7 @@ from clirun import run_cli
 from gpuprof.errors import BadTraceError
 from gpuprof.readers import discover
 
-SAMPLE = Path(__file__).resolve().parents[1] / "sample_traces" / "straggler"
+SAMPLE = Path(__file__).resolve().parents[2] / "sample_traces" / "straggler"
 
 
 @pytest.fixture

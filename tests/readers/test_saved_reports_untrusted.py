@@ -16,7 +16,7 @@ from gpuprof.model import schema as schema_mod
 from gpuprof.model import validate as validate_mod
 from gpuprof.readers.saved import read_report
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 STRAGGLER = ROOT / "sample_traces" / "straggler"
 
 

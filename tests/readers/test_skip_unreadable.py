@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 from clirun import run_cli
 
-STRAGGLER = Path(__file__).resolve().parents[1] / "sample_traces" / "straggler"
+STRAGGLER = Path(__file__).resolve().parents[2] / "sample_traces" / "straggler"
 
 
 @pytest.fixture

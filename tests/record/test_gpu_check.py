@@ -31,7 +31,7 @@ from gpuprof.record.backend import GpuSample
 from gpuprof.record.live import BottomRow, LiveStatus
 from gpuprof.record.nvml import NvmlBackend
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 SCRIPT = ROOT / "benchmarks" / "gpu_check.sh"
 
 

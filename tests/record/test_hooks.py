@@ -18,8 +18,8 @@ from gpuprof.session import read_session
 pytest.importorskip("torch")
 pytestmark = pytest.mark.torch
 
-TINY = Path(__file__).resolve().parent / "data" / "tiny_train.py"
-HOOKS = Path(__file__).resolve().parents[1] / "gpuprof" / "record" / "hooks"
+TINY = Path(__file__).resolve().parents[1] / "data" / "tiny_train.py"
+HOOKS = Path(__file__).resolve().parents[2] / "gpuprof" / "record" / "hooks"
 GPUPROF = [sys.executable, "-m", "gpuprof", "run"]
 SCHEDULE = ["--profile-wait", "2", "--profile-warmup", "1", "--profile-active", "3"]
 

@@ -1,7 +1,7 @@
 """``gpuprof run`` on a real GPU: NVML samples, CUDA memory records, a trace with kernels.
 
 Skips without CUDA (this project's CI has no GPU); run it on a GPU machine with
-``pytest tests/test_hooks_cuda.py``. Nothing here is timed.
+``pytest tests/record/test_hooks_cuda.py``. Nothing here is timed.
 """
 
 from __future__ import annotations
@@ -26,7 +26,7 @@ pytestmark = [
     pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU (none visible here)"),
 ]
 
-TINY = Path(__file__).resolve().parent / "data" / "tiny_train.py"
+TINY = Path(__file__).resolve().parents[1] / "data" / "tiny_train.py"
 
 
 def test_cuda_training_under_gpuprof_run(tmp_path: Path) -> None:

@@ -16,7 +16,7 @@ from typing import Any
 
 import pytest
 
-HOOKS = Path(__file__).resolve().parents[1] / "gpuprof" / "record" / "hooks"
+HOOKS = Path(__file__).resolve().parents[2] / "gpuprof" / "record" / "hooks"
 GPUPROF = [sys.executable, "-m", "gpuprof", "run"]
 
 

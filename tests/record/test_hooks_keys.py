@@ -11,7 +11,7 @@ from pathlib import Path
 
 from gpuprof.session.layout import MEMORY_STAT_KEYS
 
-HOOKS = Path(__file__).resolve().parents[1] / "gpuprof" / "record" / "hooks"
+HOOKS = Path(__file__).resolve().parents[2] / "gpuprof" / "record" / "hooks"
 
 # Run with -I -S: no site-packages, no PYTHONPATH, no current folder on sys.path; only the
 # standard library and the hooks' folder can be imported.

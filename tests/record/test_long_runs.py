@@ -29,7 +29,7 @@ pytest.importorskip("torch")
 pytestmark = [pytest.mark.torch, pytest.mark.slow,
               pytest.mark.skipif(os.name != "posix", reason="process groups and signals are POSIX")]
 
-SCRIPT = Path(__file__).resolve().parent / "data" / "shifting_train.py"
+SCRIPT = Path(__file__).resolve().parents[1] / "data" / "shifting_train.py"
 GPUPROF = [sys.executable, "-m", "gpuprof"]
 DETECT_STEPS = 8
 WARMUP = 2

@@ -321,7 +321,7 @@ def test_close_shuts_nvml_down() -> None:
 def test_only_nvml_module_imports_pynvml() -> None:
     from pathlib import Path
 
-    root = Path(__file__).resolve().parents[1] / "gpuprof"
+    root = Path(__file__).resolve().parents[2] / "gpuprof"
     importers = sorted(
         str(p.relative_to(root)) for p in root.rglob("*.py")
         if "import pynvml" in p.read_text(encoding="utf-8") or "from pynvml" in p.read_text(encoding="utf-8")

@@ -25,7 +25,7 @@ from gpuprof.record.runner import RunResult
 from gpuprof.session import SESSION_SCHEMA
 from gpuprof.session.writer import SessionWriter
 
-SAMPLES = Path(__file__).resolve().parents[1] / "sample_traces"
+SAMPLES = Path(__file__).resolve().parents[2] / "sample_traces"
 
 
 def _session(root: Path, trace: Path | None, steps: int = 0) -> Path:

@@ -14,7 +14,7 @@ from gpuprof.errors import GpuprofError
 from gpuprof.model.report import Report
 from gpuprof.render import registry
 
-SAMPLES = Path(__file__).resolve().parents[1] / "sample_traces"
+SAMPLES = Path(__file__).resolve().parents[2] / "sample_traces"
 
 
 @pytest.fixture

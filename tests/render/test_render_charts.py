@@ -15,7 +15,7 @@ from gpuprof.render.charts import nice_ticks, timeline_chart
 from gpuprof.render.findings import job_blocks
 from gpuprof.render.jsontables import fmt_value
 
-SAMPLES = Path(__file__).resolve().parents[1] / "sample_traces"
+SAMPLES = Path(__file__).resolve().parents[2] / "sample_traces"
 
 
 def _timeline(**over: Any) -> dict[str, Any]:

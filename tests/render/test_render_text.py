@@ -177,7 +177,7 @@ def test_the_combined_replay_of_overlapping_fixes_is_said_once_in_every_format()
     from gpuprof.pipeline import analyze_paths
     from gpuprof.render import render
 
-    rep = analyze_paths([Path(__file__).resolve().parents[1] / "sample_traces" / "alloc-churn-rocm"])
+    rep = analyze_paths([Path(__file__).resolve().parents[2] / "sample_traces" / "alloc-churn-rocm"])
     replayed = [r for r in rep.recommendations if r.whatif]
     assert len(replayed) >= 2
     combined = rep.extra["job"]["combined_savings_pct"]

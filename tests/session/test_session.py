@@ -179,7 +179,7 @@ def test_analyze_reports_an_unfinished_trace_instead_of_ignoring_it(tmp_path: Pa
 
     from gpuprof.cli.run import session_report
 
-    samples = Path(__file__).resolve().parents[1] / "sample_traces" / "healthy"
+    samples = Path(__file__).resolve().parents[2] / "sample_traces" / "healthy"
     w = SessionWriter(tmp_path)
     w.write_meta(_meta())
     w.close()

@@ -1,7 +1,7 @@
 """The session writer on a full disk: never raises, keeps what it can, says what it lost.
 
 A full disk is injected at the writer's one write seam (``writer._write``) and at the
-metadata replacement; tests/test_runner_diskfull.py does the same on a real small tmpfs.
+metadata replacement; tests/record/test_runner_diskfull.py does the same on a real small tmpfs.
 """
 
 from __future__ import annotations

@@ -19,7 +19,7 @@ from clirun import run_cli
 from gpuprof.session import SESSION_SCHEMA, read_session
 from gpuprof.session.layout import HOOKS_DIR, META_FILE, SAMPLES_FILE, TRACES_DIR
 
-SAMPLES = Path(__file__).resolve().parent.parent / "sample_traces"
+SAMPLES = Path(__file__).resolve().parents[2] / "sample_traces"
 TRACE = SAMPLES / "healthy" / "rank0.pt.trace.json.gz"
 
 pytestmark = pytest.mark.skipif(os.name != "posix", reason="symbolic links and FIFOs")

@@ -23,7 +23,7 @@ from gpuprof.session.windows import (
     write_request,
 )
 
-HOOKS = Path(__file__).resolve().parents[1] / "gpuprof" / "record" / "hooks"
+HOOKS = Path(__file__).resolve().parents[2] / "gpuprof" / "record" / "hooks"
 
 
 def req(n: int, start: int = 100) -> WindowRequest:

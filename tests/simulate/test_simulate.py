@@ -1,7 +1,7 @@
 """The simulator on its own: trace structure like real Kineto, exact ground truth, seeds.
 
 Nothing here runs the analyzer; the accuracy of ``analyze`` on these traces is in
-``test_accuracy.py``. The ground truth is checked against the traces themselves: compute
+``e2e/test_accuracy.py``. The ground truth is checked against the traces themselves: compute
 time recomputed from the kernels in the file must equal the truth's compute time.
 """
 

@@ -13,7 +13,7 @@ import pytest
 
 from gpuprof.simulate import SCENARIOS, generate, knobs_of, read_truth
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 SAMPLES = ROOT / "sample_traces"
 
 

@@ -50,7 +50,7 @@ def test_gz_by_extension(tmp_path: Path) -> None:
 
 
 def test_analyze_onto_a_folder_exits_2_with_one_line(tmp_path: Path) -> None:
-    sample = Path(__file__).resolve().parents[1] / "sample_traces" / "healthy"
+    sample = Path(__file__).resolve().parents[2] / "sample_traces" / "healthy"
     proc = subprocess.run(
         [sys.executable, "-m", "gpuprof", "analyze", str(sample), "-o", str(tmp_path)],
         capture_output=True,

@@ -25,7 +25,7 @@ from gpuprof.errors import GpuprofError
 from gpuprof.util import atomic
 from gpuprof.util.atomic import write_atomic, write_text_atomic
 
-SAMPLE = Path(__file__).resolve().parents[1] / "sample_traces" / "healthy"
+SAMPLE = Path(__file__).resolve().parents[2] / "sample_traces" / "healthy"
 NULL = os.makedev(1, 3)  # Linux's numbers for the null and full devices
 FULL = os.makedev(1, 7)
 
