@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import gzip
 import json
-import os
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -12,8 +11,8 @@ from typing import Any
 import pytest
 
 # The real traces: ../shared/traces beside the clone, or the folder GPUPROF_SHARED_TRACES
-# names (the tests that need them skip when it is absent).
-SHARED_TRACES = Path(os.environ.get("GPUPROF_SHARED_TRACES") or Path(__file__).resolve().parents[1].parent / "shared" / "traces")
+# names (the tests that need them skip when it is absent). Tests import it from here.
+from repo_paths import SHARED_TRACES
 
 WriteTrace = Callable[..., Path]
 

@@ -2,7 +2,7 @@
 
 The contract under test: whatever the input, gpuprof exits 0 (and then writes a report
 whose partition holds) or 2 with exactly one line on stderr; never a traceback, another
-exit code, a hang or a crash. ``tests/test_fuzz.py`` runs a bounded set in CI; a longer
+exit code, a hang or a crash. ``tests/e2e/test_fuzz.py`` runs a bounded set in CI; a longer
 campaign runs from the command line and prints its figures::
 
     python tests/fuzzing.py --cases 3000 --seed 11 --keep /tmp/fuzz-failures

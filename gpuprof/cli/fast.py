@@ -12,7 +12,7 @@ command line that typer would refuse, or read differently, is taken here.
 
 What typer does around a command is done here the same way: Ctrl-C is exit 130, an
 ``EOFError`` prints an empty line and exits 130 (typer's Abort), a broken pipe exits 1
-with the streams quietened (``tests/test_cli_fast.py`` runs both paths side by side).
+with the streams quietened (``tests/cli/test_cli_fast.py`` runs both paths side by side).
 """
 
 from __future__ import annotations

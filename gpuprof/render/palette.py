@@ -10,7 +10,7 @@ from gpuprof.model.report import CAUSES
 # One colour per kind of time for charts (compute first, then each cause's, from its
 # declaration in gpuprof.model.causes): the Okabe-Ito palette, chosen to stay apart for the
 # common colour-vision deficiencies (compute blue and straggler vermillion stay far apart
-# under deuteranopia and protanopia; tests/test_render_palette.py checks every pair), plus a
+# under deuteranopia and protanopia; tests/render/test_render_palette.py checks every pair), plus a
 # light grey for time no rule explains.
 CAUSE_COLORS: Mapping[str, str] = {"compute": "#0072B2"} | {c.value: REGISTRY[c].color for c in CAUSES}
 

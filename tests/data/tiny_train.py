@@ -4,7 +4,7 @@ Used by the tests and examples of ``gpuprof run``; it knows nothing about gpupro
 Arguments: ``--steps N`` (default 40), ``--exit-code C`` (exit with C after training),
 ``--hidden H`` (default 64), ``--report-rate FROM`` (print steps per wall second and per CPU
 second measured from step FROM on, for benchmarks/run_overhead.py), ``--device D`` (default
-cpu; ``cuda`` for the GPU check in tests/test_hooks_cuda.py).
+cpu; ``cuda`` for the GPU check in tests/record/test_hooks_cuda.py).
 """
 
 import argparse
