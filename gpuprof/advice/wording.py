@@ -72,7 +72,7 @@ def expected_ranks(ctx: AdviceContext) -> int | None:
     job is whole with one worker per position."""
     world = world_size(ctx)
     active = [s for s in ctx.summaries if s.empty_reason is None and s.window_us > 0]
-    if world is None or not active or not all(s.fmt == "timeline" and "pp_rank" in s.parallel for s in active):
+    if world is None or not active or not all(s.holds.tp_peers_optional and "pp_rank" in s.parallel for s in active):
         return world
     if len({s.parallel.get("tp_rank") for s in active}) != 1:
         return world
