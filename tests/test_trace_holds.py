@@ -19,6 +19,7 @@ import pytest
 from gpuprof import readers
 from gpuprof.accounting.summarize import summarize
 from gpuprof.accounting.window import StepSelection
+from gpuprof.job.onejob import differences
 from gpuprof.model.timeline import RankTrace, Step, TraceHolds, empty_host
 from gpuprof.pipeline import AnalyzeOptions, executors, run_analysis
 from gpuprof.readers.kineto import KINETO_HOLDS
@@ -111,3 +112,11 @@ def test_readers_say_what_their_traces_hold() -> None:
     assert {t.holds for t in timeline} == {TIMELINE_HOLDS}
     kineto = readers.load_file(SAMPLES / "healthy" / "rank0.pt.trace.json.gz")
     assert {t.holds for t in kineto} == {KINETO_HOLDS}
+
+
+def test_a_job_that_mixes_formats_names_each_by_its_title_else_its_name() -> None:
+    kineto = summarize(readers.load_file(SAMPLES / "healthy" / "rank0.pt.trace.json.gz")[0])
+    timeline = summarize(readers.load_file(SAMPLES / "megatron-timeline" / "timeline-sim.json.gz")[0])
+    untitled = dataclasses.replace(timeline, fmt="other_format", holds=dataclasses.replace(TIMELINE_HOLDS, title=None))
+    said = {d.what: [v for v, _ in d.groups] for d in differences([kineto, timeline, untitled])}
+    assert said["trace format"] == ["Kineto trace", "op-level timeline", "other_format"]
