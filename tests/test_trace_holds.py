@@ -93,9 +93,14 @@ def test_each_thing_a_trace_holds_changes_some_analysis(name: str, monkeypatch: 
     analyses that ask it, not of ones blind to it."""
     for case in sorted(CASES):
         holds = CASES[case][2]
-        flipped = dataclasses.replace(holds, **{name: not getattr(holds, name)})
+        flips: dict[str, Any] = {name: not getattr(holds, name)}
+        flipped = dataclasses.replace(holds, **flips)
+
+        def said_flipped(t: RankTrace, h: TraceHolds = flipped) -> RankTrace:
+            return dataclasses.replace(t, holds=h)
+
         same, _ = _analyze(case, monkeypatch, _as_read)
-        other, kinds = _analyze(case, monkeypatch, lambda t, h=flipped: dataclasses.replace(t, holds=h))
+        other, kinds = _analyze(case, monkeypatch, said_flipped)
         assert {h for _, h in kinds} == {flipped}
         if other != same:
             return
