@@ -42,7 +42,7 @@ def _gather(summaries: Sequence[RankSummary]) -> pd.DataFrame:
             continue
         start = c["start_us"].to_numpy(dtype=np.float64)
         ready, kind = (
-            ready_times(s, start) if s.fmt == "timeline" else (start, np.zeros(start.size, dtype=np.int8))
+            ready_times(s, start) if s.holds.untimed_waits else (start, np.zeros(start.size, dtype=np.int8))
         )
         c = c.assign(
             rank=s.rank,

@@ -8,8 +8,9 @@ events means no DataLoader, sync or launch overhead can be seen. :func:`trace_la
 finds, per rank, which of these kinds of evidence (:class:`Evidence`) the trace lacks and
 why; :mod:`gpuprof.advice` holds back the recommendations that need them.
 
-Detection, for Kineto traces with device activity (op-level timelines record framework
-timers by design and are not judged):
+Detection, for traces of a format that records launch calls (``RankTrace.holds``: Kineto)
+with device activity (op-level timelines record framework timers by design and are not
+judged):
 
 ``compute_kernels``  no compute kernel among the device events (only communication
                      kernels, copies or memsets);
@@ -83,7 +84,7 @@ def trace_lacks(trace: RankTrace, trust: TrustFacts) -> dict[str, str]:
     """
     dev = trace.device_cols
     act = activity_mask(dev)
-    if trace.fmt != "kineto" or not act.any():
+    if not trace.holds.launch_calls or not act.any():
         return {}
     out: dict[str, str] = {}
     cat = dev["category"][act]

@@ -348,9 +348,9 @@ def build_rank_graph(
     sel = act & (ds_all >= lo) & (ds_all < hi)
     if not sel.any():
         return None
-    timeline = ctx.trace.fmt == "timeline"
+    timeline = ctx.trace.holds.op_spans
     share = ctx.launches.matched_share
-    use_launch = (not timeline) and share is not None and share >= MIN_MATCHED_SHARE
+    use_launch = ctx.trace.holds.launch_calls and share is not None and share >= MIN_MATCHED_SHARE
     ds, de, stream = ds_all[sel] - lo, de_all[sel] - lo, stream_all[sel]
     cat = ctx.cols.dev_category[sel]
     pageable = dev["pageable"][sel]

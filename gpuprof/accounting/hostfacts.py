@@ -183,8 +183,8 @@ def trust(ctx: RuleContext) -> TrustFacts:
     n_rt = int(runtime.sum())
     return TrustFacts(
         python_stacks=ctx.trace.python_stacks or bool((kinds == int(Kind.PYTHON)).any()),
-        # Op-level timelines record framework timers, never launch calls: no launch is missing.
-        launches_expected=ctx.trace.fmt != "timeline",
+        # Framework timers (op-level timelines) record no launch calls: none is missing.
+        launches_expected=ctx.trace.holds.launch_calls,
         empty_op_median_us=float(np.median(durs)) if durs.size else None,
         runtime_calls=n_rt,
         runtime_calls_matched_share=float(np.mean(np.isin(hc, corr[corr >= 0]))) if n_rt else None,

@@ -217,7 +217,7 @@ def phase_times(trace: RankTrace, window: Any) -> dict[str, float]:
     if hi <= lo:
         return {}
     kinds = trace.device_cols["kind"]
-    if trace.fmt == "timeline" or (kinds.size and (kinds == int(Kind.TIMER)).all()):
+    if trace.holds.op_spans or (kinds.size and (kinds == int(Kind.TIMER)).all()):
         return _timeline_phases(trace, lo, hi, n_steps)
     return _kineto_phases(trace, lo, hi, n_steps)
 

@@ -45,7 +45,7 @@ from gpuprof.accounting.warmup import warmup_warning
 from gpuprof.accounting.window import StepSelection, Window, select_window
 from gpuprof.model import intervals as iv
 from gpuprof.model.table import Table
-from gpuprof.model.timeline import Category, RankTrace
+from gpuprof.model.timeline import Category, RankTrace, TraceHolds
 from gpuprof.util.phrases import ONE_PROFILED_STEP
 
 _ALL_STEPS = StepSelection()
@@ -72,6 +72,7 @@ class _TraceFields(TypedDict):
     parallel: dict[str, int]
     world_size: int | None
     process_groups: dict[str, tuple[int, ...]]
+    holds: TraceHolds
 
 
 def _from_trace(trace: RankTrace) -> _TraceFields:
@@ -86,6 +87,7 @@ def _from_trace(trace: RankTrace) -> _TraceFields:
         parallel=dict(trace.parallel),
         world_size=trace.world_size,
         process_groups={pg.name: tuple(pg.ranks) for pg in trace.process_groups},
+        holds=trace.holds,
     )
 
 

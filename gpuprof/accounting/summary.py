@@ -19,7 +19,7 @@ from gpuprof.accounting.names import NameTrack
 from gpuprof.model.intervals import Intervals, total
 from gpuprof.model.report import Cause
 from gpuprof.model.table import FrameField, Table
-from gpuprof.model.timeline import Step
+from gpuprof.model.timeline import Step, TraceHolds
 
 # Columns of RankSummary.comms, one row per collective or point-to-point call on the device:
 #   start_us, end_us   (float64) device interval of the call (first kernel start, last end)
@@ -94,6 +94,9 @@ class RankSummary:
     graph: RankGraph | None = None
     # What ran when, by name (gpuprof.accounting.names), for the timeline's hover text.
     names: NameTrack | None = None
+    # What the rank's trace format records (its trace's ``holds``): what the job-level
+    # analysis asks instead of the format's name.
+    holds: TraceHolds = field(default_factory=TraceHolds)
 
     @property
     def comms_table(self) -> Table:

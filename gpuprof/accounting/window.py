@@ -313,7 +313,7 @@ def select_window(
                 f"--steps selects no complete step of rank {trace.rank}; its complete steps are {nums}",
                 trace.source,
             )
-        spans = None if aligned else step_spans(chosen, reader_ends_steps=trace.fmt == "timeline")
+        spans = None if aligned else step_spans(chosen, reader_ends_steps=trace.holds.reader_ends_steps)
         # Steps are sorted by start; one may end after the last (a damaged timestamp): the
         # outer bounds hold every step, so that compute and lost still partition the window.
         return Window(chosen[0].start_us, max(s.end_us for s in chosen), chosen, note, aligned, spans)

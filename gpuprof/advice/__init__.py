@@ -44,9 +44,10 @@ from gpuprof.advice.context import (
     Advisor,
     advisor,
     rank_spans,
+    unit_of,
 )
 from gpuprof.advice.finding import Finding, Said, said
-from gpuprof.advice.phrasebook import recommendation, sentence
+from gpuprof.advice.phrasebook import Unit, recommendation, sentence
 from gpuprof.advice.replayed import results
 from gpuprof.model.report import Recommendation, sort_recommendations
 
@@ -186,6 +187,7 @@ def rank_recommendations(recs: Sequence[Recommendation], ctx: AdviceContext | No
     w = results(ctx) if ctx is not None else None
     if w is None or len(ranked) < 3:
         return ranked
+    unit = unit_of(ctx) if ctx is not None else Unit.STEP
     out = [ranked[0]]
     rest = list(ranked[1:])
     chosen = [ranked[0].whatif] if ranked[0].whatif else []
@@ -208,7 +210,7 @@ def rank_recommendations(recs: Sequence[Recommendation], ctx: AdviceContext | No
         else:
             pick = rest.pop(best)
             line = sentence(said("rank.adds", gain_pct=gains[best], alone_pct=pick.estimated_savings_pct,
-                                 above=len(out)))
+                                 above=len(out)), unit)
             pick = replace(pick, evidence=(*pick.evidence, line))
         out.append(pick)
         if pick.whatif:

@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING, Any, overload
 from gpuprof.accounting.evidence import Evidence
 from gpuprof.accounting.summary import RankSummary
 from gpuprof.advice.finding import Finding
-from gpuprof.advice.phrasebook import recommendation
+from gpuprof.advice.phrasebook import Unit, recommendation
 from gpuprof.job.findings import JobFindings
 from gpuprof.model import causes
 from gpuprof.model.causes import REGISTRY as CAUSE_REGISTRY
@@ -45,6 +45,13 @@ class AdviceContext:
     whatifs: WhatIfResults | None = None
 
 
+def unit_of(ctx: AdviceContext) -> Unit:
+    """What the recommendations measure in: a step, or the analysis window when no rank
+    with a window has a step (no step markers)."""
+    no_steps = bool(ctx.reports) and not any(r.steps > 0 for r in ctx.reports if r.window_us > 0)
+    return Unit.WINDOW if no_steps else Unit.STEP
+
+
 Advisor = Callable[[AdviceContext], list[Recommendation]]
 # What an advisor is written as: the findings it measures, never words.
 Finder = Callable[[AdviceContext], Sequence[Finding]]
@@ -58,7 +65,8 @@ class Worded:
         functools.update_wrapper(self, find)
 
     def __call__(self, ctx: AdviceContext) -> list[Recommendation]:
-        return [recommendation(f) for f in self.find(ctx)]
+        unit = unit_of(ctx)
+        return [recommendation(f, unit) for f in self.find(ctx)]
 
 
 ADVISORS: list[Advisor] = []
@@ -144,4 +152,5 @@ __all__ = [
     "Worded",
     "advisor",
     "rank_spans",
+    "unit_of",
 ]

@@ -21,7 +21,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import replace
 
-from gpuprof.advice.context import AdviceContext
+from gpuprof.advice.context import AdviceContext, unit_of
 from gpuprof.advice.finding import Fact, Finding, Said, said
 from gpuprof.advice.local.hits import compiled
 from gpuprof.advice.phrasebook import recommendation, sentence
@@ -134,7 +134,8 @@ def general_findings(ctx: AdviceContext, recs: Sequence[Recommendation]) -> list
 
 def general_advice(ctx: AdviceContext, recs: Sequence[Recommendation]) -> list[Recommendation]:
     """:func:`general_findings`, worded."""
-    return [recommendation(f) for f in general_findings(ctx, recs)]
+    unit = unit_of(ctx)
+    return [recommendation(f, unit) for f in general_findings(ctx, recs)]
 
 
 def explain_disagreement(ctx: AdviceContext, recs: Sequence[Recommendation]) -> list[Recommendation]:
@@ -161,7 +162,7 @@ def explain_disagreement(ctx: AdviceContext, recs: Sequence[Recommendation]) -> 
         else:
             out.append(rec)
             continue
-        out.append(replace(rec, evidence=(*rec.evidence, sentence(line))))
+        out.append(replace(rec, evidence=(*rec.evidence, sentence(line, unit_of(ctx)))))
     return out
 
 

@@ -21,8 +21,8 @@ rules that hold for all of them, so that no advisor has to remember them:
 - Each evidence line is said once: a later recommendation does not repeat a line a
   higher-ranked one already gave.
 - Without step markers (no rank has a step) there is no step: the analysis window is the
-  unit, and "per step", "of the step" and "job step" read "in the window", "of the window"
-  and "the window" in every recommendation.
+  unit. That is not this pass's: the phrasebook says each title and line in its unit as it
+  words them (:func:`gpuprof.advice.context.unit_of`, :mod:`gpuprof.advice.phrasebook.unit`).
 
 That every estimate rests on a single profiled step is said once for the whole report, by
 the renderers under the headline, never in each recommendation.
@@ -36,7 +36,8 @@ from dataclasses import dataclass, replace
 from gpuprof.advice.context import AdviceContext
 from gpuprof.advice.finding import said
 from gpuprof.advice.phrasebook import sentence
-from gpuprof.advice.phrasebook.general import SLOW_HOST_WARNING, window_words
+from gpuprof.advice.phrasebook.general import SLOW_HOST_WARNING
+from gpuprof.advice.phrasebook.unit import window_words
 from gpuprof.model import causes
 from gpuprof.model.report import Recommendation
 
@@ -72,7 +73,7 @@ def expected_ranks(ctx: AdviceContext) -> int | None:
     job is whole with one worker per position."""
     world = world_size(ctx)
     active = [s for s in ctx.summaries if s.empty_reason is None and s.window_us > 0]
-    if world is None or not active or not all(s.fmt == "timeline" and "pp_rank" in s.parallel for s in active):
+    if world is None or not active or not all(s.holds.tp_peers_optional and "pp_rank" in s.parallel for s in active):
         return world
     if len({s.parallel.get("tp_rank") for s in active}) != 1:
         return world
@@ -121,7 +122,6 @@ def finalize(ctx: AdviceContext, recs: Sequence[Recommendation]) -> Qualified:
     world = expected_ranks(ctx)
     partial = world is not None and 0 < len(present) < world
     host = _host_caveats(ctx)
-    no_steps = bool(ctx.reports) and not any(r.steps > 0 for r in ctx.reports if r.window_us > 0)
     absorbed: list[str] = []
     out: list[Recommendation] = []
     given: set[str] = set()  # evidence already given by a recommendation ranked higher
@@ -142,16 +142,10 @@ def finalize(ctx: AdviceContext, recs: Sequence[Recommendation]) -> Qualified:
         # holds, a note both rest on) is not repeated.
         evidence = tuple(x for x in rec.evidence if x not in given)
         given.update(evidence)
-        title, actions = rec.title, rec.actions
-        if no_steps:
-            evidence = tuple(window_words(x) for x in evidence)
-            title = window_words(title)
         out.append(
             replace(
                 rec,
-                title=title,
                 evidence=evidence,
-                actions=actions,
                 savings_bound=bound,
                 caveats=tuple(dict.fromkeys(caveats)),
             )

@@ -96,7 +96,7 @@ def _activity(s: RankSummary, offset: float) -> tuple[np.ndarray, np.ndarray, np
 
 def barrier_waits(summaries: Sequence[RankSummary], offsets: Mapping[int, float]) -> BarrierWaits | None:
     """Waits at barriers of an op-level timeline job (``None`` for other jobs or < 3 ranks)."""
-    if len(summaries) < 3 or not all(s.fmt == "timeline" and s.steps for s in summaries):
+    if len(summaries) < 3 or not all(s.holds.untimed_waits and s.steps for s in summaries):
         return None
     acts = {s.rank: _activity(s, offsets.get(s.rank, 0.0)) for s in summaries}
     ref_rank = min(acts, key=lambda r: acts[r][0].size)

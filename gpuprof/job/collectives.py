@@ -162,7 +162,7 @@ def _gather(summaries: Sequence[RankSummary]) -> dict[str, np.ndarray]:
             continue
         n = rows.size
         start = np.asarray(c["start_us"], dtype=np.float64)[rows]
-        ready, kind = ready_times(s, start) if s.fmt == "timeline" else (start, np.zeros(n, dtype=np.int8))
+        ready, kind = ready_times(s, start) if s.holds.untimed_waits else (start, np.zeros(n, dtype=np.int8))
         parts["rank"].append(np.full(n, s.rank, dtype=np.int64))
         parts["row"].append(rows.astype(np.int64))
         parts["start_us"].append(start)
@@ -202,14 +202,14 @@ def _expected_sizes(
         for name, ranks in (s.process_groups or {}).items():
             declared[str(name)] = max(declared.get(str(name), 0), len(ranks))
     world = max((s.world_size or 0) for s in summaries) if summaries else 0
-    timeline = all(s.fmt == "timeline" for s in summaries)
+    whole = all(s.holds.whole_groups for s in summaries)
     out: dict[str, int] = {}
     for pg in pgs:
         if pg in declared:
             out[pg] = declared[pg]
-        elif timeline:
-            # Groups of a timeline are derived from its layout and the file holds every
-            # worker it recorded: the members present are the group.
+        elif whole:
+            # Groups derived from the layout, of files that hold every worker they
+            # recorded (op-level timelines): the members present are the group.
             out[pg] = present[pg]
         elif pg == "" and world > 0:
             out[pg] = world  # unnamed: NCCL's default group spans the world

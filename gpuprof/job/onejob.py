@@ -72,7 +72,7 @@ def _grouped(summaries: Sequence[RankSummary], value: Callable[[RankSummary], st
 def differences(summaries: Sequence[RankSummary]) -> tuple[Difference, ...]:
     """What the ranks disagree on (empty when they may be one job), most telling first."""
     checks: list[tuple[str, Callable[[RankSummary], str | None]]] = [
-        ("trace format", lambda s: {"kineto": "Kineto trace", "timeline": "op-level timeline"}.get(s.fmt, s.fmt)),
+        ("trace format", lambda s: s.holds.title or s.fmt),
         ("world size", lambda s: None if s.world_size is None else str(s.world_size)),
         ("parallel layout", _layout),
         ("GPU model", lambda s: s.device_name or None),

@@ -84,7 +84,7 @@ def applies(summaries: Sequence[RankSummary]) -> bool:
     """The model is for jobs whose every active rank is an op-level timeline with op names."""
     active = [s for s in summaries if s.graph is not None]
     return bool(active) and all(
-        s.fmt == "timeline" and s.graph is not None and s.graph.timeline and s.graph.name_idx is not None
+        s.holds.op_spans and s.graph is not None and s.graph.timeline and s.graph.name_idx is not None
         for s in active
     )
 

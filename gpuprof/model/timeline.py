@@ -257,12 +257,58 @@ class MemorySample:
 
 
 @dataclass(frozen=True)
+class TraceHolds:
+    """What a trace format records, as the analysis needs to know it: set by the reader,
+    so that no analysis code asks which format a trace came from (``RankTrace.fmt`` only
+    names it, for the report). The defaults are what a Kineto trace holds; a reader of
+    another format sets the ones that differ.
+
+    ``title``: the format in words (``"Kineto trace"``), ``None`` to write ``fmt`` itself.
+
+    ``launch_calls``: the format records the host call that launched each device event
+    (matched by ``correlation``): device work without one is a filtered or sampled export
+    (:mod:`gpuprof.accounting.evidence`), and launch times order the replay's graph.
+    ``False`` for framework timers: no launch is missing when none is found.
+
+    ``op_spans``: device events are framework ops timed on the host (kind ``TIMER``, named
+    ``forward-compute``, ``grads-reduce-scatter``, ...), not kernels: phases come from the
+    op names, ops of one thread may overlap (the replay lays them out on lanes), and an op
+    is known by its name across workers (the op-level replay, :mod:`gpuprof.job.opdag`).
+
+    ``reader_ends_steps``: the reader ended each step early exactly where the time after it
+    is not the job's (:mod:`gpuprof.readers.timersteps`): the time between two steps is
+    left out of the window even when their numbers are consecutive.
+
+    ``untimed_waits``: a communication op spans only its transfer, and timers may start
+    behind a barrier: waiting for the peers is an untimed gap before the op, measured from
+    when the worker was ready (:mod:`gpuprof.job.untimed`, :mod:`gpuprof.job.barriers`).
+
+    ``whole_groups``: process groups are derived from the parallel layout and the file
+    holds every worker it recorded: the members present are the whole group (a Kineto
+    trace's group may have members in files not given).
+
+    ``tp_peers_optional``: a worker that states its pipeline position (``pp_rank``) may be
+    the one tensor-parallel rank kept of its (data-parallel, pipeline) position, as
+    Megatron's timer exports keep: its tensor-parallel peers are not missing ranks.
+    """
+
+    title: str | None = None
+    launch_calls: bool = True
+    op_spans: bool = False
+    reader_ends_steps: bool = False
+    untimed_waits: bool = False
+    whole_groups: bool = False
+    tp_peers_optional: bool = False
+
+
+@dataclass(frozen=True)
 class RankTrace:
     """Everything known about one rank (or one worker of an op-level timeline).
 
     ``rank`` is the global rank; ``source`` the file it came from. ``device_name`` and
     ``device_memory_bytes`` are ``None`` when the trace does not say. ``fmt`` names the
-    reader (``kineto`` or ``timeline``). ``parallel`` carries what the trace says about the
+    reader (``kineto`` or ``timeline``), for the report; ``holds`` says what such a trace
+    records (:class:`TraceHolds`), which is what the analysis asks. ``parallel`` carries what the trace says about the
     parallel layout, e.g. ``{"pp_rank": 1, "tp_rank": 0, "dp_rank": 0, "pp_size": 4}``.
     """
 
@@ -294,6 +340,8 @@ class RankTrace:
     # ``Optimizer.step#SGD.step``, see :mod:`gpuprof.readers.stepmarkers`); ``None`` when
     # the reader found none or has its own notion of steps (op-level timelines).
     step_marker: str | None = None
+    # What the format records (the analysis branches on this, never on fmt).
+    holds: TraceHolds = field(default_factory=TraceHolds)
 
     @property
     def has_device_activity(self) -> bool:

@@ -28,7 +28,7 @@ from typing import Any
 from gpuprof.errors import BadTraceError
 from gpuprof.model.timeline import RankTrace
 from gpuprof.readers.jsonio import NotATraceError, RawTrace, decode_trace
-from gpuprof.readers.kineto import looks_like_kineto, read_kineto
+from gpuprof.readers.kineto import KINETO_HOLDS, looks_like_kineto, read_kineto
 from gpuprof.readers.limits import ReadLimits
 from gpuprof.readers.merged import merged_form, mixed_ranks, refuse_mixed, split_ranks
 from gpuprof.readers.optimeline import looks_like_timeline, read_timeline
@@ -139,6 +139,7 @@ def _kineto(
         truncated=raw.cut_off_at_bytes is not None,
         python_stacks=facts.python_stacks,
         step_marker=facts.step_marker,
+        holds=KINETO_HOLDS,
     )
     return trace, facts.device_pids
 

@@ -37,6 +37,7 @@ from gpuprof.model.timeline import (
     MemorySample,
     ProcessGroup,
     Step,
+    TraceHolds,
     build_table,
 )
 from gpuprof.readers.accumulate import DeviceColumns, HostColumns, RowStrings
@@ -46,6 +47,10 @@ from gpuprof.readers.jsonio import RawTrace
 from gpuprof.readers.launch import resolve_comm_kernels
 from gpuprof.readers.stepmarkers import find_steps, marker_note
 from gpuprof.readers.timecheck import TimeChecks
+
+# What a Kineto trace records: kernels with the host calls that launched them, on streams
+# (TraceHolds' defaults).
+KINETO_HOLDS = TraceHolds(title="Kineto trace")
 
 DEVICE_CATS: dict[str, Kind] = {
     "kernel": Kind.KERNEL,

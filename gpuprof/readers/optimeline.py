@@ -50,7 +50,7 @@ import numpy as np
 
 from gpuprof.model import classify as cl
 from gpuprof.model.table import Cat, Table
-from gpuprof.model.timeline import DEVICE_COLUMNS, Kind, RankTrace, build_table, empty_host
+from gpuprof.model.timeline import DEVICE_COLUMNS, Kind, RankTrace, TraceHolds, build_table, empty_host
 from gpuprof.readers import timersteps as ts
 from gpuprof.readers.accumulate import Coder, Parts, timed_piece, values
 from gpuprof.readers.columns import as_int, int_column
@@ -63,6 +63,18 @@ _THREAD_LAYOUT = re.compile(r"PP\s*rank\s*(\d+)\s*,\s*TP\s*rank\s*(\d+)", re.IGN
 _DP_IN_PROCESS = re.compile(r"DP\s*rank\s*\[?\s*(\d+)", re.IGNORECASE)
 _META_LINE = re.compile(r"^\s*([A-Za-z_][A-Za-z0-9_]*)\s*:\s*(-?\d+)\s*(?:#.*)?$")
 _META_MAX_BYTES = 1 << 16
+# What these timelines record (see the module docstring): framework timer ops, no launch
+# calls; steps ended by the reader; transfers timed without the wait before them; groups
+# from the layout, whole in the file; one tensor-parallel rank per position may be kept.
+TIMELINE_HOLDS = TraceHolds(
+    title="op-level timeline",
+    launch_calls=False,
+    op_spans=True,
+    reader_ends_steps=True,
+    untimed_waits=True,
+    whole_groups=True,
+    tp_peers_optional=True,
+)
 _NAME = attrgetter("name")
 _FIRST = itemgetter(0)
 
@@ -320,6 +332,7 @@ def read_timeline(raw: RawTrace, path: Path) -> list[RankTrace]:
             parallel=parallel,
             warnings=tuple(warnings),
             truncated=raw.cut_off_at_bytes is not None,
+            holds=TIMELINE_HOLDS,
         )
         for wk, parallel, device, spans in built
     ]

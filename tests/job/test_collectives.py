@@ -22,6 +22,7 @@ from gpuprof.model.timeline import (
     empty_host_table,
     make_table,
 )
+from gpuprof.readers.optimeline import TIMELINE_HOLDS
 
 SLOW = {0: 20_000.0, 1: 20_000.0, 2: 25_000.0, 3: 20_000.0}
 ALLREDUCE = "ncclKernel_AllReduce_RING_LL_Sum_float(ncclDevComm*, unsigned long, ncclWork*)"
@@ -284,6 +285,7 @@ def timeline_barrier_job(before_us: dict[int, float], steps: int = 3) -> list[Ra
                 rank=r,
                 source="timeline.json",
                 fmt="timeline",
+                holds=TIMELINE_HOLDS,
                 device=make_table(cols, DEVICE_COLUMNS),
                 host=empty_host_table(),
                 steps=tuple(step_list),
@@ -328,6 +330,7 @@ def timeline_late_comm_job(comm_us: dict[int, list[float]], ranks: int = 4) -> l
                 rank=r,
                 source="timeline.json",
                 fmt="timeline",
+                holds=TIMELINE_HOLDS,
                 device=make_table(cols, DEVICE_COLUMNS),
                 host=empty_host_table(),
                 steps=tuple(step_list),

@@ -37,6 +37,8 @@ from gpuprof.model import grouping
 from gpuprof.model import intervals as iv
 from gpuprof.model.table import Table
 from gpuprof.model.timeline import Category, Step
+from gpuprof.readers.kineto import KINETO_HOLDS
+from gpuprof.readers.optimeline import TIMELINE_HOLDS
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -237,6 +239,7 @@ def _job(seed: int) -> list[RankSummary]:
                 rank=r,
                 source=sources[r],
                 fmt="timeline" if timeline else "kineto",
+                holds=TIMELINE_HOLDS if timeline else KINETO_HOLDS,
                 device_name=None,
                 device_memory_bytes=None,
                 window=(lo, hi),

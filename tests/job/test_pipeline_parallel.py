@@ -17,6 +17,7 @@ from gpuprof.job.pipeline_parallel import analyze_pipeline, modelled_span_us, th
 from gpuprof.model import intervals as iv
 from gpuprof.model.classify import classify
 from gpuprof.model.timeline import DEVICE_COLUMNS, Kind, RankTrace, Step, empty_host_table, make_table
+from gpuprof.readers.optimeline import TIMELINE_HOLDS
 
 EPS_US = 50.0  # duration of a send / recv timer op
 
@@ -106,6 +107,7 @@ def pipeline_job(
                 rank=k,
                 source="timeline.json",
                 fmt="timeline",
+                holds=TIMELINE_HOLDS,
                 device=make_table(cols, DEVICE_COLUMNS),
                 host=empty_host_table(),
                 steps=tuple(step_list),

@@ -39,21 +39,21 @@ def _is_megatron(ctx: AdviceContext) -> bool:
 
 
 def inference(ctx: AdviceContext) -> bool:
-    """An inference job: said by the summary's ``workload`` fact, else guessed from a
-    Kineto trace whose host side was recorded (its collectives have launch times) and
-    shows neither backward nor optimizer work."""
+    """An inference job: said by the summary's ``workload`` fact, else guessed from
+    traces that record launch calls (Kineto) whose host side was recorded (their
+    collectives have launch times) and show neither backward nor optimizer work."""
     said_ = [s.facts.workload for s in ctx.summaries if s.facts is not None]
     if any(w == "training" for w in said_):
         return False
     if any(w == "inference" for w in said_):
         return True
-    kineto = [s for s in ctx.summaries if s.fmt == "kineto"]
-    return bool(kineto) and all(
+    launched = [s for s in ctx.summaries if s.holds.launch_calls]
+    return bool(launched) and all(
         "backward" not in s.phases_us
         and "optimizer" not in s.phases_us
         and len(s.comms_table) > 0
         and bool((~np.isnan(np.asarray(s.comms_table["launch_us"], dtype=np.float64))).any())
-        for s in kineto
+        for s in launched
     )
 
 

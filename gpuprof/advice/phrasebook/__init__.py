@@ -11,7 +11,9 @@ Each family of findings has its module of phrases, registered by name in the ind
 ``inputs`` (the local findings' common lines, the DataLoader, syncs), ``memory``, ``host``,
 ``stragglers``, ``communication``, ``pipeline``, ``samples`` and ``general`` (general advice,
 caveats, the final pass's words). A title is the phrase ``title.<id>`` unless the finding
-names another. Numbers are written through :mod:`gpuprof.util.phrases`.
+names another. Numbers are written through :mod:`gpuprof.util.phrases`. The unit a report
+measures in (a step, or the window without step markers) is said as each finding is
+worded (:mod:`~gpuprof.advice.phrasebook.unit`).
 """
 
 from __future__ import annotations
@@ -30,18 +32,20 @@ from gpuprof.advice.phrasebook import (  # noqa: F401 -- importing a family regi
     stragglers,
 )
 from gpuprof.advice.phrasebook.book import PHRASES, lines, sentence, words
+from gpuprof.advice.phrasebook.unit import Unit
 from gpuprof.model.report import Recommendation
 
 
-def recommendation(f: Finding) -> Recommendation:
-    """The recommendation a finding reads as."""
+def recommendation(f: Finding, unit: Unit = Unit.STEP) -> Recommendation:
+    """The recommendation a finding reads as, its title and evidence measured in ``unit``
+    (its actions say what to do in a step, whatever the report measures in)."""
     return Recommendation(
         id=f.id,
         category=f.cause,
-        title=sentence(f.title),
+        title=sentence(f.title, unit),
         estimated_savings_pct=f.saving_pct,
         ranks=f.ranks,
-        evidence=lines(f.evidence),
+        evidence=lines(f.evidence, unit),
         actions=lines(f.actions),
         whatif=f.whatif,
         savings_low_pct=f.savings_low_pct,
@@ -50,4 +54,4 @@ def recommendation(f: Finding) -> Recommendation:
     )
 
 
-__all__ = ["PHRASES", "lines", "recommendation", "sentence", "words"]
+__all__ = ["PHRASES", "Unit", "lines", "recommendation", "sentence", "words"]

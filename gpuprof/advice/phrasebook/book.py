@@ -34,6 +34,7 @@ from collections.abc import Callable, Iterable, Mapping
 from typing import Any, TypeVar
 
 from gpuprof.advice.finding import Said
+from gpuprof.advice.phrasebook.unit import Unit, in_unit
 from gpuprof.util import phrases
 
 Phrase = Callable[..., "str | tuple[str, ...]"]
@@ -121,8 +122,12 @@ def phrase(name: str) -> Callable[[_P], _P]:
     return register
 
 
-def words(s: Said) -> tuple[str, ...]:
-    """The sentences of one record."""
+def words(s: Said, unit: Unit = Unit.STEP) -> tuple[str, ...]:
+    """The sentences of one record, measured in ``unit`` (see :mod:`.unit`)."""
+    return tuple(in_unit(x, unit) for x in _said(s))
+
+
+def _said(s: Said) -> tuple[str, ...]:
     fn = PHRASES.get(s.phrase)
     if fn is not None:
         out = fn(**s.values)
@@ -140,17 +145,17 @@ def words(s: Said) -> tuple[str, ...]:
         raise ValueError(f"phrase {s.phrase!r} needs {exc}") from None
 
 
-def sentence(s: Said) -> str:
-    """The one sentence of a record that gives exactly one (a title, a line)."""
-    out = words(s)
+def sentence(s: Said, unit: Unit = Unit.STEP) -> str:
+    """The one sentence of a record that gives exactly one (a title, a line), in ``unit``."""
+    out = words(s, unit)
     if len(out) != 1:
         raise ValueError(f"phrase {s.phrase!r} gave {len(out)} sentences where one was wanted")
     return out[0]
 
 
-def lines(records: Iterable[Said]) -> tuple[str, ...]:
-    """The sentences of records in order."""
-    return tuple(x for s in records for x in words(s))
+def lines(records: Iterable[Said], unit: Unit = Unit.STEP) -> tuple[str, ...]:
+    """The sentences of records in order, in ``unit``."""
+    return tuple(x for s in records for x in words(s, unit))
 
 
 __all__ = [

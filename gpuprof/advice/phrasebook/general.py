@@ -1,14 +1,13 @@
 """Phrases of what :func:`gpuprof.advice.advise_all` adds and qualifies last: the general
 advice for a cause no finding spoke for, the line where a saving and its cause's share
-disagree, the caveats beside a saving, the window as the unit without step markers, and
-the line for advice held back."""
+disagree, the caveats beside a saving and the line for advice held back."""
 
 from __future__ import annotations
 
-import re
 from collections.abc import Sequence
 
 from gpuprof.advice.phrasebook.book import phrase, templates
+from gpuprof.advice.phrasebook.unit import window_words
 from gpuprof.model.causes import spec_of
 from gpuprof.util.phrases import spans
 
@@ -96,25 +95,7 @@ templates({
 })
 
 
-# --- the window as the unit ----------------------------------------------------------------------
-
-# Without step markers the analysis window is the unit: "per step", "of the step" and
-# "job step" read "in the window", "of the window" and "the window".
-_WINDOW_WORDS = (
-    (re.compile(r"\bjob step\b"), "the window"),
-    (re.compile(r"\bits step (?=[\d.,]+ (?:µs|ms|s) ->)"), "the window "),
-    (re.compile(r"\bper step\b"), "in the window"),
-    (re.compile(r"/step\b"), " in the window"),
-    (re.compile(r"\bof (?:its|their|the|a) step\b"), "of the window"),
-    (re.compile(r"\bof step time\b"), "of the window"),
-)
-
-
-def window_words(text: str) -> str:
-    """``text`` with the step as the unit replaced by the window (no step markers)."""
-    for pattern, words in _WINDOW_WORDS:
-        text = pattern.sub(words, text)
-    return text
-
+# The window as the unit (no step markers) is worded where every phrase is said:
+# gpuprof.advice.phrasebook.unit (window_words is kept here for its importers).
 
 __all__ = ["AGREE_MARK", "SLOW_HOST_WARNING", "window_words"]
