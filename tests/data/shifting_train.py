@@ -12,12 +12,15 @@ A small MLP trained with SGD on synthetic batches served by a ``torch.utils.data
 to follow on a busy machine). ``--ddp`` trains with DistributedDataParallel over gloo from
 torchrun's environment. ``--hold-in-window K --hold-file F``: the K-th time a profiler is
 recording, write F and wait there for good (a test's way to kill a run inside a window).
-Prints ``done STEPS`` at the end (rank 0).
+``--until-path P --max-steps M``: after ``--steps``, go on until P exists (at most M steps in
+all), so that a test waits for what it needs (e.g. a window's request folder) however busy
+the machine is, not for a number of steps. Prints ``done STEPS`` at the end (rank 0).
 """
 
 import argparse
 import sys
 import time
+from pathlib import Path
 
 import torch
 from torch.utils.data import DataLoader, Dataset
@@ -53,6 +56,8 @@ def main() -> int:
     p.add_argument("--ddp", action="store_true")
     p.add_argument("--hold-in-window", type=int, default=0)
     p.add_argument("--hold-file", default="")
+    p.add_argument("--until-path", default="")
+    p.add_argument("--max-steps", type=int, default=0)
     args = p.parse_args()
 
     torch.manual_seed(0)
@@ -67,10 +72,16 @@ def main() -> int:
         rank = dist.get_rank()
         model = torch.nn.parallel.DistributedDataParallel(model)
     opt = torch.optim.SGD(model.parameters(), lr=0.01)
-    loader = DataLoader(Batches(args.steps, args), batch_size=None, shuffle=False, num_workers=0)
+    until = Path(args.until_path) if args.until_path else None
+    total = max(args.steps, args.max_steps) if until is not None else args.steps
+    loader = DataLoader(Batches(total, args), batch_size=None, shuffle=False, num_workers=0)
     recording, windows = False, 0
+    step = 0
     for i, (x, y) in enumerate(loader):
         step = i + 1
+        if step > args.steps and (until is None or until.exists()):
+            step -= 1
+            break
         if args.hold_in_window:
             now = bool(torch._C._autograd._profiler_enabled())
             windows += now and not recording
@@ -91,7 +102,7 @@ def main() -> int:
 
         dist.destroy_process_group()
     if rank == 0:
-        print(f"done {args.steps}")
+        print(f"done {step}")
     return 0
 
 
