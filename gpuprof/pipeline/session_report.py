@@ -12,9 +12,9 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from gpuprof.errors import GpuprofError
-from gpuprof.model.report import Report, sort_recommendations
 from gpuprof.model import notice
 from gpuprof.model.notice import said
+from gpuprof.model.report import Report, sort_recommendations
 from gpuprof.pipeline.outcome import Outcome
 from gpuprof.util.phrases import duration
 
@@ -39,9 +39,9 @@ def samples_only_report(session: Session | Path, note: str | None = None) -> Rep
 
 
 def _samples_only(session: Session, note: str | None) -> Outcome:
-    from gpuprof.session.notices import session_notices
     from gpuprof.accounting.samples import summarize_samples
     from gpuprof.advice.samples import advise_samples
+    from gpuprof.session.notices import session_notices
 
     session_dir = session.path
     findings = summarize_samples(session.samples) if session.samples is not None else None
@@ -146,7 +146,6 @@ def session_outcome(session: Session | Path, options: Any = None, progress: Any 
     report: they came from one command. The warnings are also given as records (``notices``).
     """
     from gpuprof.pipeline import AnalyzeOptions, run_analysis
-
     from gpuprof.session.notices import session_notices
 
     session = _read(session)

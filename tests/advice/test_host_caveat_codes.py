@@ -9,7 +9,7 @@ import pytest
 from rankbuilder import RankBuilder
 from test_advice_local import _ctx
 
-import gpuprof.accounting.hostfacts as hostfacts
+from gpuprof.accounting import hostfacts
 from gpuprof.advice.wording import _host_caveats
 from gpuprof.model import notice
 from gpuprof.model.notice import Notice

@@ -11,10 +11,10 @@ from typing import Any
 import pytest
 
 import gpuprof.readers
-import gpuprof.readers.ranks as ranks
 from gpuprof.api import analyze
 from gpuprof.integrations.torch import TraceHandler
 from gpuprof.model import notice
+from gpuprof.readers import ranks
 
 Builder = Callable[..., dict[str, Any]]
 

@@ -11,9 +11,9 @@ from typing import NoReturn
 import pytest
 from repo_paths import SAMPLES
 
-import gpuprof.record.runner as runner
 from gpuprof.model import notice
 from gpuprof.pipeline.session_report import session_outcome, session_report
+from gpuprof.record import runner
 from gpuprof.record.backend import BackendUnavailable
 from gpuprof.record.runner import RunOptions, run_command
 from gpuprof.session import read_session
