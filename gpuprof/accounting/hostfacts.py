@@ -29,8 +29,10 @@ import numpy.typing as npt
 
 from gpuprof.accounting.rules.context import RuleContext
 from gpuprof.model import intervals as iv
+from gpuprof.model import notice
 from gpuprof.model.grouping import is_in
 from gpuprof.model.intervals import Intervals
+from gpuprof.model.notice import Notice
 from gpuprof.model.timeline import Category, Kind
 
 _TRAINING = re.compile(
@@ -192,32 +194,37 @@ def trust(ctx: RuleContext) -> TrustFacts:
     )
 
 
-def trust_warnings(f: TrustFacts) -> tuple[str, ...]:
-    """Warnings for the rank from :func:`trust`'s facts."""
+def trust_warnings(f: TrustFacts) -> tuple[Notice, ...]:
+    """Warnings for the rank from :func:`trust`'s facts, each with its code
+    (:mod:`gpuprof.model.notice`: ``trust.*``)."""
     out = []
     if f.python_stacks:
-        out.append(
+        out.append(Notice(
+            notice.PYTHON_STACKS,
             "the trace recorded Python stacks (with_stack=True): the profiler slows the host, so host "
-            "time and host-bound estimates may be inflated"
-        )
+            "time and host-bound estimates may be inflated",
+        ))
     empty = f.empty_op_median_us
     if empty is not None and empty > SLOW_EMPTY_US:
-        out.append(
+        out.append(Notice(
+            notice.SLOW_HOST,
             f"host ops run slow (median aten::empty {empty:.0f} µs, normally a few µs): the profiler itself "
-            "(record_shapes, with_stack, profile_memory) or a busy CPU may inflate host time"
-        )
+            "(record_shapes, with_stack, profile_memory) or a busy CPU may inflate host time",
+        ))
     n_rt, matched = f.runtime_calls, f.runtime_calls_matched_share
     launch = f.launch_matched_share
     if n_rt >= FILTERED_MIN_RUNTIME_CALLS and matched is not None and matched >= 0.999:
-        out.append(
+        out.append(Notice(
+            notice.FILTERED_TRACE,
             "the trace looks filtered or sampled (every runtime call launched device work; none of the usual "
-            "event/stream calls): ops or kernels left out may show as idle time"
-        )
+            "event/stream calls): ops or kernels left out may show as idle time",
+        ))
     elif launch is not None and launch < 0.5 and f.launches_expected:
-        out.append(
+        out.append(Notice(
+            notice.FEW_LAUNCHES,
             f"only {100 * launch:.0f}% of device work has its launch call in the trace (filtered or sampled?): "
-            "host-side causes cannot be told apart for the rest"
-        )
+            "host-side causes cannot be told apart for the rest",
+        ))
     return tuple(out)
 
 

@@ -44,6 +44,7 @@ from gpuprof.accounting.summary import RankSummary
 from gpuprof.accounting.warmup import warmup_warning
 from gpuprof.accounting.window import StepSelection, Window, select_window
 from gpuprof.model import intervals as iv
+from gpuprof.model.notice import said_all
 from gpuprof.model.table import Table
 from gpuprof.model.timeline import Category, RankTrace, TraceHolds
 from gpuprof.util.phrases import ONE_PROFILED_STEP
@@ -104,7 +105,7 @@ def summarize(trace: RankTrace, selection: StepSelection = _ALL_STEPS) -> RankSu
             lost=iv.empty(),
             claims={},
             comms=empty_comms(),
-            warnings=trace.warnings,
+            warnings=said_all(trace.warnings) + trace.notices,
             empty_reason=empty_reason(trace),
             host_steps=_host_steps(trace),
         )
@@ -130,10 +131,10 @@ def summarize(trace: RankTrace, selection: StepSelection = _ALL_STEPS) -> RankSu
         step_marker=trace.step_marker if window.steps else None,
         window_gaps_us=(hi - lo) - window.duration_us,
     )
-    warnings = trace.warnings + ((window.note,) if window.note else ())
-    warnings += warmup_warning(facts.warmup, window.steps)
-    warnings += trust_warnings(facts.trust) + lacks_warnings(facts.trace_lacks)
-    warnings += data_warnings(window.duration_us, len(window.steps))
+    warnings = said_all(trace.warnings) + trace.notices + said_all((window.note,) if window.note else ())
+    warnings += said_all(warmup_warning(facts.warmup, window.steps))
+    warnings += trust_warnings(facts.trust) + said_all(lacks_warnings(facts.trace_lacks))
+    warnings += said_all(data_warnings(window.duration_us, len(window.steps)))
     comms = _comms(trace, lo, hi)
     graph = build_rank_graph(ctx, window.steps, comms, stitched=window.spans is not None)
     return RankSummary(

@@ -17,6 +17,7 @@ from gpuprof.accounting.graph import RankGraph
 from gpuprof.accounting.host_steps import HostSteps
 from gpuprof.accounting.names import NameTrack
 from gpuprof.model.intervals import Intervals, total
+from gpuprof.model.notice import Notice
 from gpuprof.model.report import Cause
 from gpuprof.model.table import FrameField, Table
 from gpuprof.model.timeline import Step, TraceHolds
@@ -87,7 +88,9 @@ class RankSummary:
     phases_us: Mapping[str, float] = field(default_factory=dict)
     facts: RankFacts | None = None
     host_steps: HostSteps | None = None
-    warnings: tuple[str, ...] = ()
+    # The rank's warnings as records (gpuprof.model.notice), worded into the report's
+    # warnings by the pipeline.
+    warnings: tuple[Notice, ...] = ()
     empty_reason: str | None = None  # set when there is nothing to analyze (CPU-only trace)
     window_iv: Intervals | None = None
     # The rank's dependency graph for the job-level what-if replay (None: nothing to replay).

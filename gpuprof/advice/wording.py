@@ -36,9 +36,8 @@ from dataclasses import dataclass, replace
 from gpuprof.advice.context import AdviceContext
 from gpuprof.advice.finding import said
 from gpuprof.advice.phrasebook import sentence
-from gpuprof.advice.phrasebook.general import SLOW_HOST_WARNING
 from gpuprof.advice.phrasebook.unit import window_words
-from gpuprof.model import causes
+from gpuprof.model import causes, notice
 from gpuprof.model.report import Recommendation
 
 # Causes whose saving is host time: the profiler's own slowing of the host inflates them.
@@ -83,8 +82,9 @@ def expected_ranks(ctx: AdviceContext) -> int | None:
 
 
 def _host_caveats(ctx: AdviceContext) -> dict[int, tuple[str, str]]:
-    """Per rank: (caveat beside a host-side saving, the warning it stands for)."""
-    from gpuprof.accounting.hostfacts import SLOW_EMPTY_US, trust_warnings
+    """Per rank: (caveat beside a host-side saving, the warning it stands for), the warning
+    found among the rank's trust warnings by its code (gpuprof.model.notice), not its words."""
+    from gpuprof.accounting.hostfacts import trust_warnings
 
     out: dict[int, tuple[str, str]] = {}
     for s in ctx.summaries:
@@ -92,14 +92,12 @@ def _host_caveats(ctx: AdviceContext) -> dict[int, tuple[str, str]]:
             continue
         f = s.facts.trust
         warnings = trust_warnings(f)
-        if f.python_stacks and warnings:
-            out[s.rank] = (sentence(said("caveat.python_stacks")), warnings[0])
-        else:
-            empty = f.empty_op_median_us
-            if empty is not None and empty > SLOW_EMPTY_US:
-                text = next((w for w in warnings if w.startswith(SLOW_HOST_WARNING)), None)
-                if text is not None:
-                    out[s.rank] = (sentence(said("caveat.slow_host", empty_op_median_us=empty)), text)
+        stacks = notice.of_code(warnings, notice.PYTHON_STACKS)
+        slow = notice.of_code(warnings, notice.SLOW_HOST)
+        if stacks:
+            out[s.rank] = (sentence(said("caveat.python_stacks")), stacks[0].text)
+        elif slow and f.empty_op_median_us is not None:
+            out[s.rank] = (sentence(said("caveat.slow_host", empty_op_median_us=f.empty_op_median_us)), slow[0].text)
     return out
 
 

@@ -53,7 +53,7 @@ def load_or_analyze(
     of a diff, or as a baseline, is read as saved."""
     from gpuprof.accounting.window import StepSelection
     from gpuprof.pipeline import AnalyzeOptions
-    from gpuprof.pipeline.inputs import report_of, route
+    from gpuprof.pipeline.inputs import outcome_of, report_of, route
 
     inp = route(paths)
     if inp.saved is not None:
@@ -62,9 +62,9 @@ def load_or_analyze(
         steps=StepSelection.parse(steps), jobs=jobs, max_input_gb=max_input_gb, strict=strict, force=force
     )
     with StderrProgress() as progress:
-        report = report_of(inp, options, progress)
-    warn_skipped(report)
-    return report
+        outcome = outcome_of(inp, options, progress)
+    warn_skipped(outcome)
+    return outcome.report
 
 
 def _limits(max_input_gb: float | None) -> ReadLimits:

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Any, Optional
+from typing import TYPE_CHECKING, Optional
 
 from gpuprof.cli.console import ColorMode, ReadProgress, is_terminal, say, terminal_width, use_color
 from gpuprof.cli.outputs import check_outputs
@@ -19,16 +19,19 @@ from gpuprof.errors import GpuprofError
 from gpuprof.util.atomic import is_stdout, write_text_atomic
 from gpuprof.util.safetext import visible_text
 
+if TYPE_CHECKING:
+    from gpuprof.pipeline.outcome import Outcome
+
 # Past this many files of a folder left out, stderr gets one line with the count (the
 # report's warnings still name every file): 10,000 empty files were 10,000 lines.
 MAX_SKIP_LINES = 5
 
 
-def warn_skipped(report: Any) -> None:
-    """Say on stderr which files of a folder were left out: a JSON report on stdout would not."""
-    from gpuprof.pipeline import is_unreadable_skip
-
-    skipped = [w for w in report.warnings if is_unreadable_skip(w)]
+def warn_skipped(outcome: Outcome) -> None:
+    """Say on stderr which files of a folder were left out: a JSON report on stdout would not.
+    They are the outcome's notices of code ``SKIPPED_UNREADABLE`` (not read from the report's
+    words); a saved report read back names none (its warnings still list them)."""
+    skipped = [n.text for n in outcome.skipped]
     if len(skipped) > MAX_SKIP_LINES:
         say(f"warning: {len(skipped)} files of the input folders cannot be read and were skipped; the first: "
             f"{skipped[0].removeprefix('skipped ')} (the report's warnings name them all)")
@@ -124,7 +127,7 @@ def analyze_command(
     """``gpuprof analyze`` with its options parsed (see the command's help for each)."""
     from gpuprof.accounting.window import StepSelection
     from gpuprof.pipeline import AnalyzeOptions
-    from gpuprof.pipeline.inputs import report_of, route
+    from gpuprof.pipeline.inputs import outcome_of, report_of, route
     from gpuprof.render import render
 
     if is_stdout(output):
@@ -151,8 +154,9 @@ def analyze_command(
         # A `gpuprof run` session gives the same report as at the end of the run (samples
         # alone when the job left no trace).
         with ReadProgress() as progress:
-            report = report_of(inp, options, progress)
-        warn_skipped(report)
+            outcome = outcome_of(inp, options, progress)
+        report = outcome.report
+        warn_skipped(outcome)
     if chosen == "text":
         from gpuprof.render.text import render_text
 

@@ -135,27 +135,28 @@ class TraceHandler:
             self.reports.append(self._report(final))
 
     def _report(self, trace: Path) -> Report | None:
-        from gpuprof.api import analyze
+        from gpuprof.model import notice
+        from gpuprof.pipeline.inputs import outcome_of, route
 
         ranks = dist_rank_world()
         try:
-            report = analyze(trace)
+            # As gpuprof.analyze(trace) does, with the warnings as records.
+            outcome = outcome_of(route([trace]))
         except GpuprofError as exc:
             _say(f"could not analyze the trace: {exc}")
             return None
         except Exception as exc:  # noqa: BLE001  (a gpuprof bug must not end the training run)
             _say(f"could not analyze {trace} ({type(exc).__name__}: {exc}); please report this with the trace")
             return None
+        report = outcome.report
         if ranks is None:
             # Outside torch.distributed the job is this one process: its rank (0) is known,
-            # whatever the trace's name says or does not say.
+            # whatever the trace's name says or does not say. Known by the warning's code.
             from dataclasses import replace
 
-            from gpuprof.readers.ranks import GUESSED_RANK
-
-            kept = tuple(w for w in report.warnings if GUESSED_RANK not in w)
-            if kept != report.warnings:
-                report = replace(report, warnings=kept)
+            kept = notice.without(outcome.notices, notice.GUESSED_RANK)
+            if kept != outcome.notices:
+                report = replace(report, warnings=notice.words(kept))
         if self.save_report:
             from gpuprof.util.atomic import write_text_atomic
 

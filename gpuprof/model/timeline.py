@@ -38,6 +38,7 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
+from gpuprof.model.notice import Notice
 from gpuprof.model.table import Cat, FrameField, Table
 
 if TYPE_CHECKING:  # pandas is imported only when a DataFrame is asked for
@@ -327,6 +328,9 @@ class RankTrace:
     memory: tuple[MemorySample, ...] = ()
     parallel: Mapping[str, int] = field(default_factory=dict)
     warnings: tuple[str, ...] = ()
+    # Warnings some code recognises, as records (gpuprof.model.notice): the guessed rank.
+    # They follow ``warnings`` in the report.
+    notices: tuple[Notice, ...] = ()
     # Index of the GPU the device events came from (Kineto's device ``pid``); None if unknown.
     device_index: int | None = None
     # The file was cut off mid-write and only the events before the cut were read: what is

@@ -25,6 +25,8 @@ from gpuprof.job.cross_rank import CrossRankResult, analyze_job
 from gpuprof.job.onejob import differences, forced_warning, refusal
 from gpuprof.job.stepview import step_timeline
 from gpuprof.model import intervals as iv
+from gpuprof.model import notice
+from gpuprof.model.notice import Notice, said, said_all
 from gpuprof.model.report import CAUSES, RankReport, Recommendation, Report
 from gpuprof.pipeline.executors import Executor, LocalExecutor, Progress, summarize_source
 from gpuprof.readers.ranks import check_ranks
@@ -54,6 +56,14 @@ class Analysis:
     summaries: tuple[RankSummary, ...]
     attributions: Mapping[int, Attribution]
     cross: CrossRankResult
+    # The report's warnings as records (gpuprof.model.notice), in order:
+    # ``report.warnings == notice.words(notices)``. Decide by their codes, not their words.
+    notices: tuple[Notice, ...] = ()
+
+    @property
+    def skipped(self) -> tuple[Notice, ...]:
+        """The files found in folders that could not be read and were left out (``path``)."""
+        return notice.of_code(self.notices, notice.SKIPPED_UNREADABLE)
 
 
 SKIPPED_UNREADABLE = "which cannot be read"
@@ -64,15 +74,16 @@ def unreadable_line(path: Any, exc: GpuprofError) -> str:
     return f"skipped {path}, {SKIPPED_UNREADABLE}: {exc.message}; the other traces are analyzed (--strict makes this an error)"
 
 
-def is_unreadable_skip(warning: str) -> bool:
-    return warning.startswith("skipped ") and f", {SKIPPED_UNREADABLE}: " in warning
+def unreadable_notice(path: Any, exc: GpuprofError) -> Notice:
+    """:func:`unreadable_line` as a record (code ``SKIPPED_UNREADABLE``, ``path`` the file)."""
+    return Notice(notice.SKIPPED_UNREADABLE, unreadable_line(path, exc), path=str(path))
 
 
 def _summaries(
-    sources: Sequence[Any], options: AnalyzeOptions, progress: Progress | None, skipped: list[str] | None = None
+    sources: Sequence[Any], options: AnalyzeOptions, progress: Progress | None, skipped: list[Notice] | None = None
 ) -> list[RankSummary]:
     """Every source's summaries; a source found in a folder that cannot be read is left out
-    (a line in ``skipped``) unless ``options.strict``, as long as another one can be."""
+    (a notice in ``skipped``) unless ``options.strict``, as long as another one can be."""
     first_error: GpuprofError | None = None
 
     def unreadable(src: Any, exc: GpuprofError) -> None:
@@ -80,7 +91,7 @@ def _summaries(
         if options.strict or not getattr(src, "in_folder", False) or skipped is None:
             raise exc
         first_error = first_error or exc
-        skipped.append(unreadable_line(src.path, exc))
+        skipped.append(unreadable_notice(src.path, exc))
 
     if options.scheduler is not None:  # "" is an address too: a wrong one (an unset variable)
         from gpuprof.pipeline.dask import DaskExecutor
@@ -168,8 +179,9 @@ def run_analysis(
     (:class:`gpuprof.session.reader.Session`), so that it is not read again."""
     from gpuprof.readers import ReadLimits, discover
 
-    skipped: list[str] = []  # files found in folders that are not traces
-    sources = discover(paths, skipped, ReadLimits.from_gb(options.max_input_gb))
+    strays: list[str] = []  # files found in folders that are not traces
+    sources = discover(paths, strays, ReadLimits.from_gb(options.max_input_gb))
+    skipped = list(said_all(strays))  # and those that are but cannot be read
     summaries = sorted(_summaries(sources, options, progress, skipped), key=lambda s: s.rank)
     mixed = differences(summaries)
     if mixed and not options.force:
@@ -191,15 +203,15 @@ def run_analysis(
         )
     )
     # One line per distinct warning text, naming its ranks.
-    warnings = skipped + ([forced_warning(mixed)] if mixed else []) + rank_warnings(
-        [(s.rank, w) for s in summaries for w in s.warnings + ((s.empty_reason,) if s.empty_reason else ())]
+    warnings = skipped + ([said(forced_warning(mixed))] if mixed else []) + rank_notices(
+        [(s.rank, w) for s in summaries for w in s.warnings + ((said(s.empty_reason),) if s.empty_reason else ())]
     )
     world_note = cross.findings.straggler_analysis.world_size_note
     if world_note:
-        warnings.append(str(world_note))
+        warnings.append(said(str(world_note)))
     # What the trace cannot support (see gpuprof.advice): one line each, first (a renderer
     # may show only the first few warnings), and in the JSON.
-    warnings[:0] = [h.line for h in advice.held_back]
+    warnings[:0] = [said(h.line) for h in advice.held_back]
     job: dict[str, Any] = {k: v for k, v in cross.findings.to_dict().items() if k != "per_rank"}
     w = cross.whatifs
     job["model_error_pct"] = None if w is None else round(w.model_error_pct, 3)
@@ -207,13 +219,13 @@ def run_analysis(
 
     if w is None:
         if any(s.empty_reason is None and s.window_us > 0 for s in summaries):
-            warnings.append(
+            warnings.append(said(
                 "no job-level replay could be built (no device work with a known order): savings are closed-form estimates"
-            )
+            ))
     elif abs(w.model_error_pct) > 5.0:
-        warnings.append(
+        warnings.append(said(
             f"the job's replay misses the measured step time by {w.model_error_pct:+.1f}%: the estimates are rough"
-        )
+        ))
     extra: dict[str, Any] = {"job": job}
     if advice.absorbed_warnings:
         # Warnings a recommendation now states beside its saving (the renderers show them there).
@@ -234,10 +246,12 @@ def run_analysis(
         inputs=tuple(str(p) for p in paths),
         ranks=tuple(reports),
         recommendations=tuple(_with_step_saving(r, step_us) for r in advice.recommendations),
-        warnings=tuple(warnings),
+        warnings=notice.words(warnings),  # worded here, once: the report's warnings are strings
         extra=extra,
     )
-    return Analysis(report=report, summaries=tuple(summaries), attributions=attributions, cross=cross)
+    return Analysis(
+        report=report, summaries=tuple(summaries), attributions=attributions, cross=cross, notices=tuple(warnings)
+    )
 
 
 def _job_step_us(reports: Sequence[RankReport]) -> float | None:
@@ -267,18 +281,27 @@ def _with_step_saving(rec: Recommendation, step_us: float | None) -> Recommendat
 
 
 def rank_warnings(pairs: Sequence[tuple[int, str]]) -> list[str]:
-    """``(rank, warning)`` pairs as report lines, one per distinct text naming its ranks
-    (``rank 3: ...``, ``ranks 0-7: ...``), in order of first appearance.
+    """``(rank, warning)`` pairs as report lines: :func:`rank_notices`' texts."""
+    return list(notice.words(rank_notices([(rank, said(text)) for rank, text in pairs])))
+
+
+def rank_notices(pairs: Sequence[tuple[int, Notice]]) -> list[Notice]:
+    """``(rank, notice)`` pairs as the report's notices, one per distinct text naming its
+    ranks (``rank 3: ...``, ``ranks 0-7: ...``), in order of first appearance; each keeps
+    the code (and path) of the first with its text, and its rank when it is one rank's.
 
     A file-level warning (a timeline file with 8 workers) reaches every rank read from the
     file; listed once per rank it would drown the warnings that differ.
     """
-    by_text: dict[str, list[int]] = {}
-    for rank, text in pairs:
-        ranks = by_text.setdefault(text, [])
+    by_text: dict[str, tuple[Notice, list[int]]] = {}
+    for rank, n in pairs:
+        _, ranks = by_text.setdefault(n.text, (n, []))
         if rank not in ranks:
             ranks.append(rank)
-    return [f"{_ranks_label(ranks)}: {text}" for text, ranks in by_text.items()]
+    return [
+        replace(first, text=f"{_ranks_label(ranks)}: {text}", rank=ranks[0] if len(ranks) == 1 else None)
+        for text, (first, ranks) in by_text.items()
+    ]
 
 
 def _ranks_label(ranks: Sequence[int]) -> str:
@@ -311,9 +334,10 @@ __all__ = [
     "Progress",
     "analyze_paths",
     "default_jobs",
-    "is_unreadable_skip",
+    "rank_notices",
     "rank_warnings",
     "run_analysis",
     "summarize_source",
     "unreadable_line",
+    "unreadable_notice",
 ]

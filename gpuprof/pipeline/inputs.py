@@ -21,6 +21,7 @@ from typing import TYPE_CHECKING
 from gpuprof.errors import GpuprofError
 from gpuprof.model.report import Report
 from gpuprof.pipeline.executors import Progress
+from gpuprof.pipeline.outcome import Outcome
 
 if TYPE_CHECKING:
     from gpuprof.pipeline import AnalyzeOptions
@@ -65,19 +66,25 @@ def route(paths: Sequence[Path]) -> Input:
 def report_of(inp: Input, options: AnalyzeOptions | None = None, progress: Progress | None = None) -> Report:
     """The report of an input: a saved report read back (validated, bounded by
     ``options.max_input_gb``), a session's report, or the traces analyzed."""
-    from gpuprof.pipeline import AnalyzeOptions, analyze_paths
+    return outcome_of(inp, options, progress).report
+
+
+def outcome_of(inp: Input, options: AnalyzeOptions | None = None, progress: Progress | None = None) -> Outcome:
+    """:func:`report_of`'s report with its warnings as records (a saved report's have no codes)."""
+    from gpuprof.pipeline import AnalyzeOptions, run_analysis
 
     opts = options if options is not None else AnalyzeOptions()
     if inp.saved is not None:
         from gpuprof.readers.limits import ReadLimits
         from gpuprof.readers.saved import read_report
 
-        return read_report(inp.saved, ReadLimits.from_gb(opts.max_input_gb))
+        return Outcome.of_saved(read_report(inp.saved, ReadLimits.from_gb(opts.max_input_gb)))
     if inp.session is not None:
-        from gpuprof.pipeline.session_report import session_report
+        from gpuprof.pipeline.session_report import session_outcome
 
-        return session_report(inp.session, opts, progress=progress)
-    return analyze_paths(inp.paths, opts, progress=progress)
+        return session_outcome(inp.session, opts, progress=progress)
+    analysis = run_analysis(inp.paths, opts, progress=progress)
+    return Outcome(analysis.report, analysis.notices)
 
 
-__all__ = ["Input", "report_of", "route"]
+__all__ = ["Input", "Outcome", "outcome_of", "report_of", "route"]

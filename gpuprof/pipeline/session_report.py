@@ -12,8 +12,10 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from gpuprof.errors import GpuprofError
+from gpuprof.model import notice
+from gpuprof.model.notice import said
 from gpuprof.model.report import Report, sort_recommendations
-from gpuprof.session.layout import NO_SAMPLING
+from gpuprof.pipeline.outcome import Outcome
 from gpuprof.util.phrases import duration
 
 if TYPE_CHECKING:
@@ -33,23 +35,26 @@ def _read(session: Session | Path) -> Session:
 
 def samples_only_report(session: Session | Path, note: str | None = None) -> Report:
     """A report from the session's NVML samples alone (no trace was recorded)."""
+    return _samples_only(_read(session), note).report
+
+
+def _samples_only(session: Session, note: str | None) -> Outcome:
     from gpuprof.accounting.samples import summarize_samples
     from gpuprof.advice.samples import advise_samples
+    from gpuprof.session.notices import session_notices
 
-    session = _read(session)
     session_dir = session.path
     findings = summarize_samples(session.samples) if session.samples is not None else None
-    warnings = list(session.warnings)
-    if note:
-        warnings.append(note)
+    warnings = session_notices(session) + ((said(note),) if note else ())
     extra = {"samples": findings.to_dict()} if findings is not None else {}
-    return Report(
+    report = Report(
         inputs=(str(session_dir),),
         ranks=(),
         recommendations=sort_recommendations(advise_samples(findings)),
-        warnings=tuple(warnings),
+        warnings=notice.words(warnings),
         extra=extra,
     )
+    return Outcome(report, warnings)
 
 
 def no_trace_note(session: Session | Path) -> str:
@@ -125,6 +130,11 @@ def _first_host_figures(report: Report) -> dict[str, Any] | None:
 
 
 def session_report(session: Session | Path, options: Any = None, progress: Any = None) -> Report:
+    """:func:`session_outcome`'s report."""
+    return session_outcome(session, options, progress).report
+
+
+def session_outcome(session: Session | Path, options: Any = None, progress: Any = None) -> Outcome:
     """The report of a session (its folder, or the session as read): traces and samples
     through the pipeline, or samples alone.
 
@@ -133,19 +143,23 @@ def session_report(session: Session | Path, options: Any = None, progress: Any =
     and, for a CPU-only run, the host time per profiled step. Without ``options`` (the
     report ``gpuprof run`` gives when the job ends), traces that look like different jobs
     are analyzed together with a warning saying so rather than leaving the run without a
-    report: they came from one command.
+    report: they came from one command. The warnings are also given as records (``notices``).
     """
-    from gpuprof.pipeline import AnalyzeOptions, analyze_paths
+    from gpuprof.pipeline import AnalyzeOptions, run_analysis
+    from gpuprof.session.notices import session_notices
 
     session = _read(session)
     if not session.trace_paths:
-        report = samples_only_report(session, no_trace_note(session))
+        made = _samples_only(session, no_trace_note(session))
+        report, warnings = made.report, made.notices
     else:
-        report = analyze_paths([session.path], options or AnalyzeOptions(force=True), progress, session=session)
+        analysis = run_analysis([session.path], options or AnalyzeOptions(force=True), progress, session=session)
+        report, warnings = analysis.report, analysis.notices
         # The session's own warnings (no driver, killed run) belong in every format of the report.
-        extra_warnings = tuple(w for w in session.warnings if w not in report.warnings)
+        extra_warnings = tuple(n for n in session_notices(session) if n.text not in report.warnings)
         if extra_warnings:
-            report = replace(report, warnings=report.warnings + extra_warnings)
+            warnings += extra_warnings
+            report = replace(report, warnings=notice.words(warnings))
     run: dict[str, Any] = {}
     stats = step_stats(session.hook_events)
     if stats is not None:
@@ -158,10 +172,11 @@ def session_report(session: Session | Path, options: Any = None, progress: Any =
         if host is not None:
             run.update(host)
         # NVML's absence is news only for a job that used a GPU: this one ran on the CPU,
-        # which the report says (and the run said when it started).
-        quiet = tuple(w for w in report.warnings if not w.startswith(NO_SAMPLING))
-        if quiet != report.warnings:
-            report = replace(report, warnings=quiet)
+        # which the report says (and the run said when it started). Known by its code.
+        quiet = notice.without(warnings, notice.NO_SAMPLING)
+        if quiet != warnings:
+            warnings = quiet
+            report = replace(report, warnings=notice.words(warnings))
     if run:
         report = replace(report, extra={**report.extra, "run": run})
     from gpuprof.pipeline.runreport import run_section
@@ -169,7 +184,7 @@ def session_report(session: Session | Path, options: Any = None, progress: Any =
     whole = run_section(session, report if session.trace_paths else None)  # the windows, phases and changes
     if whole:
         report = replace(report, extra={**report.extra, **whole})
-    return report
+    return Outcome(report, warnings)
 
 
 def job_summary(session_dir: Path) -> str:

@@ -26,6 +26,7 @@ from pathlib import Path
 from typing import Any
 
 from gpuprof.errors import BadTraceError
+from gpuprof.model.notice import Notice
 from gpuprof.model.timeline import RankTrace
 from gpuprof.readers.jsonio import NotATraceError, RawTrace, decode_trace
 from gpuprof.readers.kineto import KINETO_HOLDS, looks_like_kineto, read_kineto
@@ -118,10 +119,11 @@ def _kineto(
     its device events per GPU pid."""
     device, host, steps, memory, facts = read_kineto(raw)
     warnings = list(facts.warnings) + list(notes)
+    guessed: tuple[Notice, ...] = ()
     if rank is None:
         rank, warning = resolve_rank(facts.rank, rank_hint, order)
-        if warning:
-            warnings.append(warning)
+        if warning is not None:
+            guessed = (warning,)
     trace = RankTrace(
         rank=rank,
         source=str(path),
@@ -135,6 +137,7 @@ def _kineto(
         process_groups=facts.process_groups,
         memory=memory,
         warnings=tuple(warnings),
+        notices=guessed,
         device_index=facts.device_index,
         truncated=raw.cut_off_at_bytes is not None,
         python_stacks=facts.python_stacks,

@@ -8,6 +8,8 @@ from pathlib import Path
 from typing import Protocol
 
 from gpuprof.errors import BadTraceError
+from gpuprof.model import notice
+from gpuprof.model.notice import Notice
 
 # rank-3, rank3, rank_3, _rank_3, worker3, worker_3, worker-3 (case-insensitive). The
 # number must not run into more digits or letters of a longer word ("workers" is no hint).
@@ -17,8 +19,9 @@ _RANK_IN_NAME = re.compile(r"(?:rank|worker)[-_]?(\d+)(?![0-9])", re.IGNORECASE)
 MAX_RANK = 2**31 - 1
 
 
-# How the warning begins when a trace's rank had to be guessed: a caller that knows the
-# job has a single process (gpuprof.torch outside torch.distributed) leaves it out.
+# How the warning begins when a trace's rank had to be guessed. A caller that knows the job
+# has a single process (gpuprof.torch outside torch.distributed) leaves the warning out by
+# its code (gpuprof.model.notice.GUESSED_RANK), not by these words.
 GUESSED_RANK = "the trace does not record its rank"
 
 
@@ -33,8 +36,9 @@ def rank_hint_from_name(path: Path) -> int | None:
     return int(digits)
 
 
-def resolve_rank(trace_rank: int | None, hint: int | None, order: int) -> tuple[int, str | None]:
-    """The rank to use and, when it had to be guessed, a warning saying so.
+def resolve_rank(trace_rank: int | None, hint: int | None, order: int) -> tuple[int, Notice | None]:
+    """The rank to use and, when it had to be guessed, a warning saying so (code
+    :data:`gpuprof.model.notice.GUESSED_RANK`).
 
     Precedence: the rank the trace records (``distributedInfo.rank``), then the rank in
     the file name, then the file's position in the sorted listing of its folder.
@@ -43,10 +47,8 @@ def resolve_rank(trace_rank: int | None, hint: int | None, order: int) -> tuple[
         return trace_rank, None
     if hint is not None:
         return hint, None
-    return order, (
-        f"{GUESSED_RANK} and the file name gives none; "
-        f"using {order}, its position in the folder listing"
-    )
+    text = f"{GUESSED_RANK} and the file name gives none; using {order}, its position in the folder listing"
+    return order, Notice(notice.GUESSED_RANK, text, rank=order)
 
 
 class Ranked(Protocol):

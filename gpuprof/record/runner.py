@@ -33,6 +33,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Iterator, Sequence
 
+from gpuprof.model import notice
 from gpuprof.record.backend import BackendUnavailable, GpuBackend
 from gpuprof.record.jobsignals import SignalRelay, Watchdog
 from gpuprof.record.sampler import DEFAULT_INTERVAL_MS, Sampler, process_tree_pids
@@ -299,6 +300,7 @@ def run_command(
         raise ValueError("no command to run")
     observer = observer or RunObserver()
     warnings: list[str] = []
+    codes: dict[str, str] = {}  # warning -> its notice code (gpuprof.model.notice), where it has one
     if not claimed:
         try:
             claim_session_dir(session_dir)
@@ -319,10 +321,12 @@ def run_command(
     except BackendUnavailable as exc:
         msg = f"{NO_SAMPLING}: {exc}; the command runs and traces are still collected"
         warnings.append(msg)
+        codes[msg] = notice.NO_SAMPLING
         warn(msg)
     except Exception as exc:  # sampling is never a reason not to run the user's job
         msg = f"{NO_SAMPLING}: the NVML backend failed to start ({exc!r}); the command runs"
         warnings.append(msg)
+        codes[msg] = notice.NO_SAMPLING
         warn(msg)
     gpus = [g.to_meta() for g in backend.devices()] if backend is not None else []
     if backend is not None and not gpus:
@@ -354,7 +358,11 @@ def run_command(
     }
     writer.write_meta(meta)
     for w in warnings:
-        writer.event("warning", w)
+        # The code lets a report recognise the warning (session.notices) whatever its words.
+        if w in codes:
+            writer.event("warning", w, code=codes[w])
+        else:
+            writer.event("warning", w)
 
     # Hooks with nowhere to write would only fail in every process: off when unrecorded.
     env = child_env(dict(os.environ), session_dir, opts if recorded else RunOptions(hooks=False))

@@ -73,7 +73,9 @@ has no later lines.
 ``util_sm_pct``, ``util_mem_pct`` (null when unknown).
 
 ``events.jsonl``: ``time_unix_s``, ``kind`` (``warning``, ``gpu_lost``, ``error``),
-``message``, optional ``gpu``.
+``message``, optional ``gpu``; a ``warning`` some code must recognise has its ``code``
+(:mod:`gpuprof.model.notice`, e.g. ``session.no_sampling``), the same text in
+``session.json``'s ``warnings``.
 
 ``hooks/rank<R>-<pid>.jsonl``, one file per Python process that imported torch:
 ``time_unix_s``, ``kind``, ``rank`` (null when unknown), ``pid``. Kinds: ``start`` (``argv``, ``torch_version``,
@@ -132,8 +134,13 @@ CONTROL_DIR = "control"  # revision 2: demands for a window
 SESSION_REVISION = 2
 RESERVE_FILE = ".gpuprof-reserve"
 # How a ``warnings`` entry of session.json starts when no GPU could be sampled (no driver,
-# NVML failed): a report on a job that ran on the CPU leaves it out.
+# NVML failed): the words only. A report on a job that ran on the CPU leaves the warning
+# out by its code (its event's ``code``, gpuprof.model.notice.NO_SAMPLING): see
+# gpuprof.session.notices.
 NO_SAMPLING = "no GPU sampling"
+# How sessions written before warnings had codes (no warning event with a ``code``) begin
+# that warning: their files are worded so for good, so only such a session is read by it.
+NO_SAMPLING_BEFORE_CODES = "no GPU sampling"
 
 # Column -> meaning and unit, in the order the samples table uses.
 SAMPLE_COLUMNS: dict[str, str] = {

@@ -190,7 +190,7 @@ _PROCESS_FIELDS = {
     "util_mem_pct": Field(NUMBER),
 }
 _EVENT_FIELDS = {"time_unix_s": Field(NUMBER, required=True), "kind": Field(STRING, required=True),
-                 "message": Field(STRING), "gpu": Field(INDEX)}
+                 "message": Field(STRING), "gpu": Field(INDEX), "code": Field(STRING)}
 _HOOK_FIELDS = {
     "time_unix_s": Field(NUMBER, required=True),
     "kind": Field(STRING, required=True),

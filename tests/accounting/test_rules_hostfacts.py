@@ -12,6 +12,7 @@ from test_advice_local import _ctx, _one
 
 from gpuprof.accounting.summarize import summarize
 from gpuprof.advice import local
+from gpuprof.model.notice import words
 from gpuprof.model.report import Cause
 from gpuprof.model.timeline import Kind
 from gpuprof.pipeline import analyze_paths
@@ -145,12 +146,12 @@ def test_trust_warnings() -> None:
     for k in range(3):
         b.step(k + 1, k * 5000.0, (k + 1) * 5000.0)
         b.kernel(k * 5000.0, k * 5000.0 + 4990, launch_at=k * 5000.0 - 20)
-    before = " ".join(summarize(b.build()).warnings)
+    before = " ".join(words(summarize(b.build()).warnings))
     assert "Python stacks" not in before and "aten::empty" not in before
     b.host(10, 20, "train.py(12): step", kind=Kind.PYTHON)
     for i in range(5):
         b.host(100 * i, 100 * i + 30, "aten::empty")
-    warns = " ".join(summarize(b.build()).warnings)
+    warns = " ".join(words(summarize(b.build()).warnings))
     assert "Python stacks" in warns and "aten::empty 30 µs" in warns
 
 
@@ -159,12 +160,12 @@ def test_filtered_trace_warning() -> None:
     b = RankBuilder()
     for i in range(120):
         b.kernel(i * 100.0, i * 100.0 + 50, launch_at=i * 100.0 - 20)
-    warns = " ".join(summarize(b.build()).warnings)
+    warns = " ".join(words(summarize(b.build()).warnings))
     assert "filtered or sampled" in warns
     b.host(5, 8, "cudaEventRecord", kind=Kind.RUNTIME, correlation=1)
     for i in range(20):
         b.host(i * 100.0 + 9, i * 100.0 + 10, "cudaStreamWaitEvent", kind=Kind.RUNTIME, correlation=2 + i)
-    assert "filtered or sampled" not in " ".join(summarize(b.build()).warnings)
+    assert "filtered or sampled" not in " ".join(words(summarize(b.build()).warnings))
 
 
 def test_tiny_window_gives_no_savings() -> None:
@@ -173,7 +174,7 @@ def test_tiny_window_gives_no_savings() -> None:
     b.host(10, 45, "aten::relu")
     b.kernel(50, 60, launch_at=44)
     ctx = _ctx(b.build())
-    assert any("only 60 µs" in w for w in ctx.summaries[0].warnings)
+    assert any("only 60 µs" in w for w in words(ctx.summaries[0].warnings))
     rec = _one(local.host_launch, ctx)
     assert rec.estimated_savings_pct == 0.0
     assert any("too little to estimate" in e for e in rec.evidence)
@@ -186,7 +187,7 @@ def test_one_step_is_low_confidence() -> None:
     b.host(1000, 1500, "aten::relu")
     b.kernel(1510, 2000, launch_at=1500)
     ctx = _ctx(b.build())
-    assert any("only one profiled step" in w for w in ctx.summaries[0].warnings)
+    assert any("only one profiled step" in w for w in words(ctx.summaries[0].warnings))
     rec = _one(local.host_launch, ctx)
     assert rec.estimated_savings_pct > 0
     # Said once for the whole report, under its headline, not in each recommendation.

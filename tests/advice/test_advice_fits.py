@@ -50,7 +50,7 @@ def test_one_time_allocation_in_a_warm_up_step_is_warm_up() -> None:
     s = summarize(trace)
     assert s.facts.warmup.alloc_first_step_share == pytest.approx(1.0)
     assert s.facts.warmup.alloc_steps == 1 and s.facts.warmup.first_step_ratio > 10
-    (warning,) = [w for w in s.warnings if "warm-up" in w]
+    (warning,) = [w.text for w in s.warnings if "warm-up" in w.text]
     assert warning.startswith("step 1, the first profiled, takes 2.30 s, 11.5x the median of the others")
     assert "aten::conv2d, takes 2.00 s" in warning
     assert "torch.profiler.schedule(wait=1, warmup=1, active=3)" in warning and "--steps 2:" in warning
@@ -71,7 +71,7 @@ def test_allocation_in_every_step_is_churn_not_warm_up() -> None:
         b.host(s, s + 140, "cudaMalloc", kind=Kind.RUNTIME)
         b.kernel(s + 150, s + 1000, launch_at=s + 145)
     trace = b.build()
-    assert not [w for w in summarize(trace).warnings if "warm-up" in w]
+    assert not [w for w in summarize(trace).warnings if "warm-up" in w.text]
     (rec,) = local.memory_allocator(advice_context(trace))
     assert rec.id == "memory-allocator"
     assert "calls the device allocator in every one of its 3 steps" in _said(rec)

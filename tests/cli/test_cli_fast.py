@@ -150,7 +150,7 @@ def test_interruptions_end_as_under_typer(
     results = []
     for fast_on in (True, False):
         with monkeypatch.context() as m:
-            m.setattr(gpuprof.pipeline, "analyze_paths", interrupted)
+            m.setattr(gpuprof.pipeline, "run_analysis", interrupted)
             m.setattr(sys, "stdout", sys.stdout)  # restored after: a broken pipe replaces them
             m.setattr(sys, "stderr", sys.stderr)
             if not fast_on:

@@ -89,12 +89,12 @@ def test_plain_json_and_no_report(tmp_path: Path) -> None:
 
 def test_a_failed_analysis_never_stops_training(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
                                                 capsys: pytest.CaptureFixture[str]) -> None:
-    import gpuprof.api
+    import gpuprof.pipeline.inputs
 
     def broken(*_a: object, **_k: object) -> None:
         raise RuntimeError("boom")
 
-    monkeypatch.setattr(gpuprof.api, "analyze", broken)
+    monkeypatch.setattr(gpuprof.pipeline.inputs, "outcome_of", broken)
     handler = gpuprof.torch.trace_handler(tmp_path)
     _train(5, handler)
     err = capsys.readouterr().err

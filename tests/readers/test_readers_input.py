@@ -11,6 +11,7 @@ from typing import Any
 import pytest
 
 from gpuprof.errors import BadTraceError
+from gpuprof.model.notice import GUESSED_RANK
 from gpuprof.readers import check_ranks, discover, load_all, load_file
 from gpuprof.readers.ranks import rank_hint_from_name
 
@@ -286,7 +287,8 @@ def test_rank_precedence(write_trace: WriteTrace, kineto: Builder, event: Builde
     write_trace("p/zz.json", kineto(dev))  # neither: position in the listing (3rd -> 2)
     traces = {Path(t.source).name: t for t in load_all([tmp_path / "p"])}
     assert {name: t.rank for name, t in traces.items()} == {"rank5.json": 9, "rank7.json": 7, "zz.json": 2}
-    assert [name for name, t in traces.items() if t.warnings] == ["zz.json"]
+    assert [name for name, t in traces.items() if t.notices] == ["zz.json"]
+    assert not any(t.warnings for t in traces.values())  # the guess is a notice, not free text
 
 
 def test_file_order_fallback_warns(
@@ -297,7 +299,8 @@ def test_file_order_fallback_warns(
     write_trace("q/b.json", kineto(dev))
     traces = load_all([tmp_path / "q"])
     assert [(Path(t.source).name, t.rank) for t in traces] == [("a.json", 0), ("b.json", 1)]
-    assert all(any("position in the folder listing" in w for w in t.warnings) for t in traces)
+    assert all(any("position in the folder listing" in n.text for n in t.notices) for t in traces)
+    assert all([(n.code, n.rank) for n in t.notices] == [(GUESSED_RANK, t.rank)] for t in traces)
 
 
 def test_duplicate_rank_names_both_files(
