@@ -1,6 +1,5 @@
-"""The last pass over the recommendations: each qualifier beside the saving it qualifies,
-and one word for the unit of time the report measures (the words themselves are the
-phrasebook's, :mod:`gpuprof.advice.phrasebook.general`).
+"""The last pass over the recommendations: each qualifier beside the saving it qualifies
+(the words themselves are the phrasebook's, :mod:`gpuprof.advice.phrasebook.general`).
 
 Advisors write their evidence as they find it; this pass, run once on the ranked
 recommendations (:func:`finalize`, from :func:`gpuprof.advice.advise_all`), applies the
@@ -37,7 +36,6 @@ from gpuprof.advice.context import AdviceContext
 from gpuprof.advice.finding import said
 from gpuprof.advice.phrasebook import sentence
 from gpuprof.advice.phrasebook.general import SLOW_HOST_WARNING
-from gpuprof.advice.phrasebook.unit import window_words
 from gpuprof.model import causes
 from gpuprof.model.report import Recommendation
 
@@ -153,4 +151,4 @@ def finalize(ctx: AdviceContext, recs: Sequence[Recommendation]) -> Qualified:
     return Qualified(tuple(out), tuple(dict.fromkeys(absorbed)))
 
 
-__all__ = ["HOST_SIDE", "Qualified", "expected_ranks", "finalize", "window_words", "world_size"]
+__all__ = ["HOST_SIDE", "Qualified", "expected_ranks", "finalize", "world_size"]
