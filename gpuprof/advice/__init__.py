@@ -46,6 +46,7 @@ from gpuprof.advice.context import (
     rank_spans,
     unit_of,
 )
+from gpuprof.advice.drafts import Draft, word_once
 from gpuprof.advice.finding import Finding, Said, said
 from gpuprof.advice.phrasebook import Unit, recommendation, sentence
 from gpuprof.advice.replayed import results
@@ -71,6 +72,7 @@ __all__ = [
     "needs_of",
     "rank_recommendations",
     "rank_spans",
+    "ranked",
     "recommendation",
 ]
 
@@ -180,17 +182,26 @@ def rank_recommendations(recs: Sequence[Recommendation], ctx: AdviceContext | No
     adds most to the ones above it, replayed together (:data:`GREEDY_DEPTH` places): fixes
     that reinforce each other come together (data balanced per step unmasks a heavier
     stage), and a fix whose gain the one above already takes falls back. A recommendation
-    moved up says what it adds."""
-    ranked = sort_recommendations(recs)
-    first = [r for r in ranked if _is_fault(r) and r.estimated_savings_pct >= FAULT_FIRST_PCT]
-    ranked = tuple(first) + tuple(r for r in ranked if r not in first)
-    w = results(ctx) if ctx is not None else None
-    if w is None or len(ranked) < 3:
-        return ranked
+    moved up says what it adds (worded here; :func:`advise_all` keeps that line a record
+    until it words the report, :func:`ranked`)."""
     unit = unit_of(ctx) if ctx is not None else Unit.STEP
-    out = [ranked[0]]
-    rest = list(ranked[1:])
-    chosen = [ranked[0].whatif] if ranked[0].whatif else []
+    return tuple(
+        r if adds is None else replace(r, evidence=(*r.evidence, sentence(adds, unit))) for r, adds in ranked(recs, ctx)
+    )
+
+
+def ranked(recs: Sequence[Recommendation], ctx: AdviceContext | None = None) -> tuple[tuple[Recommendation, Said | None], ...]:
+    """``recs`` in the order of :func:`rank_recommendations`, each with the line that says
+    what it adds to the ones above it (``None``: not moved up), as a record."""
+    order = sort_recommendations(recs)
+    first = [r for r in order if _is_fault(r) and r.estimated_savings_pct >= FAULT_FIRST_PCT]
+    order = tuple(first) + tuple(r for r in order if r not in first)
+    w = results(ctx) if ctx is not None else None
+    if w is None or len(order) < 3:
+        return tuple((r, None) for r in order)
+    out: list[tuple[Recommendation, Said | None]] = [(order[0], None)]
+    rest = list(order[1:])
+    chosen = [order[0].whatif] if order[0].whatif else []
     base = w.combined_pct(chosen) if chosen else 0.0
     for _ in range(GREEDY_DEPTH - 1):
         if not rest or base is None:
@@ -205,42 +216,48 @@ def rank_recommendations(recs: Sequence[Recommendation], ctx: AdviceContext | No
             break
         best = max(gains, key=lambda i: (gains[i], rest[i].estimated_savings_pct))
         standalone = rest[0]
+        adds: Said | None = None
         if best == 0 or gains[best] <= standalone.estimated_savings_pct + 0.5:
             pick = rest.pop(0)
         else:
             pick = rest.pop(best)
-            line = sentence(said("rank.adds", gain_pct=gains[best], alone_pct=pick.estimated_savings_pct,
-                                 above=len(out)), unit)
-            pick = replace(pick, evidence=(*pick.evidence, line))
-        out.append(pick)
+            adds = said("rank.adds", gain_pct=gains[best], alone_pct=pick.estimated_savings_pct, above=len(out))
+        out.append((pick, adds))
         if pick.whatif:
             chosen.append(pick.whatif)
             base = w.combined_pct(chosen)
-    return tuple(out) + tuple(rest)
+    return tuple(out) + tuple((r, None) for r in rest)
 
 
 def advise_all(ctx: AdviceContext) -> Advice:
     """Run every advisor; rank what the trace supports, hold back the rest, add the general
     advice for any cause left without a recommendation (:mod:`gpuprof.advice.general`) and
-    put each qualifier beside the saving it qualifies (:mod:`gpuprof.advice.wording`)."""
-    from gpuprof.advice.general import combined_savings_pct, explain_disagreement, general_advice
+    put each qualifier beside the saving it qualifies (:mod:`gpuprof.advice.wording`). The
+    evidence is said last, each line once (:mod:`gpuprof.advice.drafts`)."""
+    from gpuprof.advice.general import combined_savings_pct, disagreement, general_findings
     from gpuprof.advice.wording import finalize
 
     _load()
-    made: list[tuple[Recommendation, Advisor]] = []
+    unit = unit_of(ctx)
+    made: list[tuple[Recommendation, Advisor, Finding | None]] = []
     for fn in context.ADVISORS:
-        made.extend((r, fn) for r in fn(ctx))
+        if isinstance(fn, context.Worded):
+            made.extend((recommendation(f, unit), fn, f) for f in fn.find(ctx))
+        else:
+            made.extend((r, fn, None) for r in fn(ctx))
     # One recommendation per id: keep the one with the larger estimate.
-    best: dict[str, tuple[Recommendation, Advisor]] = {}
-    for r, fn in made:
+    best: dict[str, tuple[Recommendation, Advisor, Finding | None]] = {}
+    for r, fn, f in made:
         if r.id not in best or r.estimated_savings_pct > best[r.id][0].estimated_savings_pct:
-            best[r.id] = (r, fn)
+            best[r.id] = (r, fn, f)
     lacks = {
         s.rank: dict(s.facts.trace_lacks if s.facts is not None else {}) for s in ctx.summaries if s.empty_reason is None
     }
     kept: list[Recommendation] = []
+    # What each kept recommendation was worded from, by place in ``kept``.
+    found: list[Finding | None] = []
     held: list[HeldBack] = []
-    for r, fn in best.values():
+    for r, fn, f in best.values():
         # A change that would not shorten the job's step is not worth a reader's attention:
         # the measured loss still shows in the per-rank table, but it is not advertised.
         if r.estimated_savings_pct < MIN_SAVINGS_PCT:
@@ -248,21 +265,31 @@ def advise_all(ctx: AdviceContext) -> Advice:
         h = hold_back(r, needs_of(r, fn), lacks)
         if h is None:
             kept.append(r)
+            found.append(f)
         else:
             held.append(h)
     # Never silent: a cause holding a fair share of a step with no recommendation gets the
     # general advice for it (held back in turn when the trace cannot support even that).
-    for r in general_advice(ctx, kept + [h.recommendation for h in held]):
+    for f in general_findings(ctx, kept + [h.recommendation for h in held]):
+        r = recommendation(f, unit)
         h = hold_back(r, needs_of(r), lacks)
         if h is None:
             kept.append(r)
+            found.append(f)
         else:
             held.append(h)
     held.sort(key=lambda h: (-h.recommendation.estimated_savings_pct, h.recommendation.id))
     combined = combined_savings_pct(ctx, kept)
     # What the fixes save together is said once, under the recommendations (the renderers'
     # combined line), not in each of them.
-    done = finalize(ctx, rank_recommendations(explain_disagreement(ctx, kept), ctx))
+    # The lines said after the advisors stay records (the saving against its cause's share,
+    # what a fix moved up adds) until the evidence is said, once, in rank order.
+    drafts = []
+    for r, adds in ranked(kept, ctx):
+        i = next(i for i, k in enumerate(kept) if k is r)
+        added = tuple(x for x in (disagreement(ctx, r), adds) if x is not None)
+        drafts.append(Draft(r, found[i], added))
+    done = finalize(ctx, word_once(drafts, unit))
     return Advice(done.recommendations, tuple(held), combined, done.absorbed_warnings)
 
 

@@ -138,31 +138,36 @@ def general_advice(ctx: AdviceContext, recs: Sequence[Recommendation]) -> list[R
     return [recommendation(f, unit) for f in general_findings(ctx, recs)]
 
 
-def explain_disagreement(ctx: AdviceContext, recs: Sequence[Recommendation]) -> list[Recommendation]:
-    """Add one line to each recommendation whose saving is more than :data:`AGREE_FACTOR`
-    times off the share of the step its cause holds on its ranks: the replay follows the
-    whole job, so fixing a cause can save less (the time freed is then spent waiting on
-    other work of the critical path) or more (it also removes waits it set off)."""
-    out: list[Recommendation] = []
+def disagreement(ctx: AdviceContext, rec: Recommendation) -> Said | None:
+    """The line for a recommendation whose saving is more than :data:`AGREE_FACTOR` times
+    off the share of the step its cause holds on its ranks (``None``: they agree): the
+    replay follows the whole job, so fixing a cause can save less (the time freed is then
+    spent waiting on other work of the critical path) or more (it also removes waits it set
+    off)."""
     by_rank = {r.rank: r for r in ctx.reports if r.window_us > 0}
+    # A straggler's or a slow stage's own ranks are not the ones that wait: job-level
+    # causes are measured on every rank.
+    job_level = spec_of(rec.category).between_ranks
+    ranks = ([] if job_level else [by_rank[r] for r in rec.ranks if r in by_rank]) or list(by_rank.values())
+    share = max((100.0 * float(r.lost_us.get(rec.category, 0.0)) / r.window_us for r in ranks), default=0.0)
+    est = rec.estimated_savings_pct
+    if rec.category is Cause.OTHER or max(share, est) < NEVER_SILENT_PCT:
+        return None
+    if est * AGREE_FACTOR < share:
+        return said("agree.less", est_pct=est, share_pct=share, cause=rec.category.value)
+    if est > AGREE_FACTOR * share:
+        return said("agree.more", est_pct=est, share_pct=share, cause=rec.category.value)
+    return None
+
+
+def explain_disagreement(ctx: AdviceContext, recs: Sequence[Recommendation]) -> list[Recommendation]:
+    """Each recommendation with its :func:`disagreement` line, worded, added to its evidence
+    (:func:`gpuprof.advice.advise_all` keeps the line a record until it words the report)."""
+    unit = unit_of(ctx)
+    out: list[Recommendation] = []
     for rec in recs:
-        # A straggler's or a slow stage's own ranks are not the ones that wait: job-level
-        # causes are measured on every rank.
-        job_level = spec_of(rec.category).between_ranks
-        ranks = ([] if job_level else [by_rank[r] for r in rec.ranks if r in by_rank]) or list(by_rank.values())
-        share = max((100.0 * float(r.lost_us.get(rec.category, 0.0)) / r.window_us for r in ranks), default=0.0)
-        est = rec.estimated_savings_pct
-        if rec.category is Cause.OTHER or max(share, est) < NEVER_SILENT_PCT:
-            out.append(rec)
-            continue
-        if est * AGREE_FACTOR < share:
-            line = said("agree.less", est_pct=est, share_pct=share, cause=rec.category.value)
-        elif est > AGREE_FACTOR * share:
-            line = said("agree.more", est_pct=est, share_pct=share, cause=rec.category.value)
-        else:
-            out.append(rec)
-            continue
-        out.append(replace(rec, evidence=(*rec.evidence, sentence(line, unit_of(ctx)))))
+        line = disagreement(ctx, rec)
+        out.append(rec if line is None else replace(rec, evidence=(*rec.evidence, sentence(line, unit))))
     return out
 
 
@@ -191,6 +196,7 @@ __all__ = [
     "AGREE_MARK",
     "NEVER_SILENT_PCT",
     "combined_savings_pct",
+    "disagreement",
     "explain_disagreement",
     "general_advice",
     "general_findings",

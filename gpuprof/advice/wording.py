@@ -1,6 +1,5 @@
-"""The last pass over the recommendations: each qualifier beside the saving it qualifies,
-and one word for the unit of time the report measures (the words themselves are the
-phrasebook's, :mod:`gpuprof.advice.phrasebook.general`).
+"""The last pass over the recommendations: each qualifier beside the saving it qualifies
+(the words themselves are the phrasebook's, :mod:`gpuprof.advice.phrasebook.general`).
 
 Advisors write their evidence as they find it; this pass, run once on the ranked
 recommendations (:func:`finalize`, from :func:`gpuprof.advice.advise_all`), applies the
@@ -19,7 +18,8 @@ rules that hold for all of them, so that no advisor has to remember them:
   is ``savings_bound="upper"`` (``≤``), the low end ``"lower"`` (``≥``), never an estimate
   ``~`` with the same number as the range's end beside it.
 - Each evidence line is said once: a later recommendation does not repeat a line a
-  higher-ranked one already gave.
+  higher-ranked one already gave. That is not this pass's: the evidence is said
+  last, once, on the findings (:func:`gpuprof.advice.drafts.word_once`), before this pass.
 - Without step markers (no rank has a step) there is no step: the analysis window is the
   unit. That is not this pass's: the phrasebook says each title and line in its unit as it
   words them (:func:`gpuprof.advice.context.unit_of`, :mod:`gpuprof.advice.phrasebook.unit`).
@@ -36,7 +36,6 @@ from dataclasses import dataclass, replace
 from gpuprof.advice.context import AdviceContext
 from gpuprof.advice.finding import said
 from gpuprof.advice.phrasebook import sentence
-from gpuprof.advice.phrasebook.unit import window_words
 from gpuprof.model import causes, notice
 from gpuprof.model.report import Recommendation
 
@@ -122,7 +121,6 @@ def finalize(ctx: AdviceContext, recs: Sequence[Recommendation]) -> Qualified:
     host = _host_caveats(ctx)
     absorbed: list[str] = []
     out: list[Recommendation] = []
-    given: set[str] = set()  # evidence already given by a recommendation ranked higher
     for rec in recs:
         caveats = list(rec.caveats)
         bound = rec.savings_bound
@@ -136,14 +134,9 @@ def finalize(ctx: AdviceContext, recs: Sequence[Recommendation]) -> Qualified:
                 caveat, warning = host[on[0]]
                 caveats.append(caveat)
                 absorbed.append(warning)
-        # Said once: a line a higher-ranked recommendation already gave (the share its cause
-        # holds, a note both rest on) is not repeated.
-        evidence = tuple(x for x in rec.evidence if x not in given)
-        given.update(evidence)
         out.append(
             replace(
                 rec,
-                evidence=evidence,
                 savings_bound=bound,
                 caveats=tuple(dict.fromkeys(caveats)),
             )
@@ -151,4 +144,4 @@ def finalize(ctx: AdviceContext, recs: Sequence[Recommendation]) -> Qualified:
     return Qualified(tuple(out), tuple(dict.fromkeys(absorbed)))
 
 
-__all__ = ["HOST_SIDE", "Qualified", "expected_ranks", "finalize", "window_words", "world_size"]
+__all__ = ["HOST_SIDE", "Qualified", "expected_ranks", "finalize", "world_size"]

@@ -22,25 +22,33 @@ drift apart). Besides the usual format specs (``{pct:.1f}``), a field may be wri
 ``{x:span}``          one duration, or two joined by a dash (``1.2 ms-3.4 ms``; one when alike)
 ``{x:pct_range}``     two shares as a range (``33-69%``, one value when they round alike)
 ``{x:words}``         a name as words (``compute_ops``: ``compute ops``)
+``{unit.per}``        the report's unit, given by the phrasebook, not the record: ``per step``
+                      or ``in the window`` (the others: :class:`~.unit.UnitWords`)
 ====================  ===============================================================
 
-A family may add its own (:func:`specs`): a table it looks a value up in, a list it joins.
+A family may add its own (:func:`specs`): a table it looks a value up in, a list it joins;
+one that names the unit (``2.1 ms/step``) is registered with :func:`unit_specs` and is given
+the unit's words too. A phrase written as a function that names the unit takes them as its
+``unit`` argument. ``unit`` is therefore no name for a record's value.
 """
 
 from __future__ import annotations
 
+import inspect
 import string
 from collections.abc import Callable, Iterable, Mapping
 from typing import Any, TypeVar
 
 from gpuprof.advice.finding import Said
-from gpuprof.advice.phrasebook.unit import Unit, in_unit
+from gpuprof.advice.phrasebook.unit import UNIT_WORDS, Unit, UnitWords
 from gpuprof.util import phrases
 
 Phrase = Callable[..., "str | tuple[str, ...]"]
 PHRASES: dict[str, Phrase] = {}
 TEMPLATES: dict[str, str | tuple[str, ...]] = {}
 _P = TypeVar("_P", bound=Phrase)
+# The phrases written as functions that name the unit (they take ``unit: UnitWords``).
+_TAKES_UNIT: set[str] = set()
 
 
 def _one(value: Any) -> bool:
@@ -80,23 +88,45 @@ def specs(table: Mapping[str, Callable[[Any], str]]) -> None:
         _SPECS[name] = fn
 
 
+_UNIT_SPECS: dict[str, Callable[[Any, UnitWords], str]] = {}
+
+
+def unit_specs(table: Mapping[str, Callable[[Any, UnitWords], str]]) -> None:
+    """Register ways of writing a field that name the unit (``{x:name}``, called with the
+    value and the unit's words), by name (unique among all specs)."""
+    for name, fn in table.items():
+        if name in _SPECS or name in _UNIT_SPECS:
+            raise ValueError(f"field spec {name!r} is registered twice")
+        _UNIT_SPECS[name] = fn
+
+
 class _Fill(string.Formatter):
+    def __init__(self, unit: UnitWords) -> None:
+        self.unit = unit
+
     def format_field(self, value: Any, format_spec: str) -> str:
         special = _SPECS.get(format_spec)
-        return special(value) if special is not None else format(value, format_spec)
+        if special is not None:
+            return special(value)
+        named = _UNIT_SPECS.get(format_spec)
+        return named(value, self.unit) if named is not None else format(value, format_spec)
 
 
-_FILL = _Fill()
+_FILL = {unit: _Fill(w) for unit, w in UNIT_WORDS.items()}
 
 
-def fill(template: str, values: Mapping[str, Any]) -> str:
-    """``template`` with its fields written from ``values`` (see the module docstring)."""
-    return _FILL.vformat(template, (), values)
+def fill(template: str, values: Mapping[str, Any], unit: Unit = Unit.STEP) -> str:
+    """``template`` with its fields written from ``values``, its unit fields from ``unit``
+    (see the module docstring)."""
+    if "unit" in values:
+        raise ValueError("'unit' is the phrasebook's field, not a record's value")
+    return _FILL[unit].vformat(template, (), {**values, "unit": UNIT_WORDS[unit]})
 
 
 def fields(template: str) -> set[str]:
     """The names of the values ``template`` says."""
-    return {name.split(".")[0].split("[")[0] for _, name, _, _ in _FILL.parse(template) if name}
+    names = {name.split(".")[0].split("[")[0] for _, name, _, _ in _FILL[Unit.STEP].parse(template) if name}
+    return names - {"unit"}
 
 
 def _claim(name: str) -> None:
@@ -117,20 +147,21 @@ def phrase(name: str) -> Callable[[_P], _P]:
     def register(fn: _P) -> _P:
         _claim(name)
         PHRASES[name] = fn
+        if "unit" in inspect.signature(fn).parameters:
+            _TAKES_UNIT.add(name)
         return fn
 
     return register
 
 
 def words(s: Said, unit: Unit = Unit.STEP) -> tuple[str, ...]:
-    """The sentences of one record, measured in ``unit`` (see :mod:`.unit`)."""
-    return tuple(in_unit(x, unit) for x in _said(s))
-
-
-def _said(s: Said) -> tuple[str, ...]:
+    """The sentences of one record, measured in ``unit`` (see :mod:`.unit`): said once,
+    never rewritten after."""
     fn = PHRASES.get(s.phrase)
     if fn is not None:
-        out = fn(**s.values)
+        if "unit" in s.values:
+            raise ValueError(f"phrase {s.phrase!r}: 'unit' is the phrasebook's argument, not a record's value")
+        out = fn(**s.values, unit=UNIT_WORDS[unit]) if s.phrase in _TAKES_UNIT else fn(**s.values)
         return (out,) if isinstance(out, str) else tuple(out)
     text = TEMPLATES.get(s.phrase)
     if text is None:
@@ -140,7 +171,7 @@ def _said(s: Said) -> tuple[str, ...]:
     if unsaid:
         raise ValueError(f"phrase {s.phrase!r} does not say {', '.join(unsaid)}")
     try:
-        return tuple(fill(t, s.values) for t in group)
+        return tuple(fill(t, s.values, unit) for t in group)
     except KeyError as exc:
         raise ValueError(f"phrase {s.phrase!r} needs {exc}") from None
 
@@ -170,5 +201,6 @@ __all__ = [
     "sentence",
     "specs",
     "templates",
+    "unit_specs",
     "words",
 ]

@@ -94,7 +94,7 @@ _TRANSPORT = (
 _MAY_WAIT = " (profile all ranks first: part may be waiting)"
 _OVERLAP_TITLE = "Collectives run after compute instead of beside it: overlap them with backward"
 _SEND_LESS_TITLE = "Collectives take longer than the compute that hides them: send less or send faster"
-_EXPOSED = "rank {rank} loses {per_step_us:dur} per step ({step_pct:.1f}% of its step) to collectives with no compute beside them"
+_EXPOSED = "rank {rank} loses {per_step_us:dur} {unit.per} ({step_pct:.1f}% {unit.of_its}) to collectives with no compute beside them"
 _HALF = "estimate assumes half of the exposed time can be hidden"
 _OVERLAPS = "{share_pct:.0f}% of collective device time "
 _PEAKS = "link peaks are approximate datasheet figures (both directions), and collectives are taken to reach 40% of them"
@@ -107,8 +107,8 @@ templates({
         "slow); profile all ranks"
     ),
     "collectives.beyond_link": (
-        "rank {rank}: at link speed its exposed collectives would take {at_link_us_per_step:dur} per step; "
-        "{excess_us_per_step:dur} per step more is spent in {calls} collectives that take over 10x what their "
+        "rank {rank}: at link speed its exposed collectives would take {at_link_us_per_step:dur} {unit.per}; "
+        "{excess_us_per_step:dur} {unit.per} more is spent in {calls} collectives that take over 10x what their "
         "bytes need"
     ),
     "collectives.overlap_already": _OVERLAPS + "already overlaps compute",

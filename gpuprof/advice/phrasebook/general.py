@@ -7,14 +7,11 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from gpuprof.advice.phrasebook.book import phrase, templates
-from gpuprof.advice.phrasebook.unit import window_words
 from gpuprof.model.causes import spec_of
 from gpuprof.util.phrases import spans
 
 # The line that explains a saving far from its cause's lost share starts so.
 AGREE_MARK = "Saving vs lost share:"
-# The start of the accounting's warning that host ops run slow under the profiler.
-SLOW_HOST_WARNING = "host ops run slow"
 
 
 # --- general advice, by cause ---------------------------------------------------------------
@@ -53,16 +50,16 @@ def held_back(title: str, missing: Sequence[tuple[str, Sequence[int], str]]) -> 
     return f"held back '{title}': it needs " + "; ".join(parts)
 
 
-_SHARE = "{est_pct:.1f}% is {than} the {share_pct:.1f}% of a step that {cause} holds: "
+_SHARE = "{est_pct:.1f}% is {than} the {share_pct:.1f}% {unit.of_a} that {cause} holds: "
 templates({
-    "general.share": "{cause} holds {top_pct:.1f}% of the step on rank{ranks:s} {ranks:list}",
+    "general.share": "{cause} holds {top_pct:.1f}% {unit.of_the} on rank{ranks:s} {ranks:list}",
     "general.why_pipeline_known": (
         "the {schedule} schedule with p={stages} stages and m={microbatches} microbatches leaves only "
         "{theory_pct:.0f}% of the pipeline span to fill and drain: the rest of this idle time is stages waiting for a "
         "slower rank or stage, or for work that varies (see the recommendations above)"
     ),
     "rank.adds": (
-        "replayed with the recommendation{above:s} above, it adds {gain_pct:.1f}% of the step "
+        "replayed with the recommendation{above:s} above, it adds {gain_pct:.1f}% {unit.of_the} "
         "({alone_pct:.1f}% alone): the fixes reinforce each other"
     ),
     "general.no_saving": "no saving is estimated: nothing says what would remove this idle time",
@@ -94,8 +91,4 @@ templates({
     ),
 })
 
-
-# The window as the unit (no step markers) is worded where every phrase is said:
-# gpuprof.advice.phrasebook.unit (window_words is kept here for its importers).
-
-__all__ = ["AGREE_MARK", "SLOW_HOST_WARNING", "window_words"]
+__all__ = ["AGREE_MARK"]

@@ -43,8 +43,8 @@ templates({
     "host.launch_rate": "Rank {rank} launched {per_ms:.1f} compute kernels per ms.",
     "host.ddp_elsewhere": (
         "Rank {rank}: DistributedDataParallel broadcasts its buffers at the start of every forward "
-        "({broadcasts} broadcasts, {host_us:dur}/step on the host, "
-        "{lost_us:dur}/step of GPU idle inside it): a recommendation of its own."
+        "({broadcasts} broadcasts, {host_us:dur}{unit.slash} on the host, "
+        "{lost_us:dur}{unit.slash} of GPU idle inside it): a recommendation of its own."
     ),
     "host.inference": "This is an inference workload (no backward or optimizer ops; inference markers).",
     "host.loader_in_process": (
@@ -104,7 +104,7 @@ templates({
     "title.host-ddp-buffer-sync": "DDP re-broadcasts its buffers every step: turn it off",
     "host.ddp_broadcasts": (
         "Rank {rank}: {broadcasts} buffer broadcasts (flatten_dense_tensors, broadcast, "
-        "unflatten_dense_tensors) take {host_us:dur}/step on the host before the forward's first kernels."
+        "unflatten_dense_tensors) take {host_us:dur}{unit.slash} on the host before the forward's first kernels."
     ),
     "host.ddp_broadcasts_window": (
         "Rank {rank}: {broadcasts} buffer broadcasts (flatten_dense_tensors, broadcast, "

@@ -7,6 +7,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from gpuprof.advice.phrasebook.book import phrase, specs, templates
+from gpuprof.advice.phrasebook.unit import PER_STEP, UNIT_WORDS, Unit, UnitWords
 from gpuprof.util.phrases import duration, pct_range
 
 # What the GPU idled for, by finding (the idle line's end).
@@ -46,28 +47,33 @@ specs({"freed": _FREED.__getitem__, "assumes": _UPPER_ASSUMES.__getitem__})
 @phrase("local.idle")
 def idle(
     finding: str, ranks: int, worst_rank: int, per_step_us: float, stepped: bool, share_pct: float, low_pct: float,
-    high_pct: float,
+    high_pct: float, unit: UnitWords = PER_STEP,
 ) -> str:
-    """How long the GPU idled on the worst rank, and the spread over the ranks."""
+    """How long the GPU idled on the worst rank, and the spread over the ranks; per step
+    where its ranks have steps and the report measures per step, else in the window."""
     where = f"rank {worst_rank}" if ranks == 1 else f"{ranks} ranks (worst: rank {worst_rank})"
-    unit, of = ("per step", "step") if stepped else ("in the window", "window")
+    said = unit if stepped else UNIT_WORDS[Unit.WINDOW]
     spread = f"; {pct_range(low_pct, high_pct, 1)} across those ranks" if ranks > 1 else ""
-    return f"On {where} the GPU idled {duration(per_step_us)} {unit} ({share_pct:.1f}% of the {of}) {_IDLE_WHAT[finding]}{spread}."
+    return (
+        f"On {where} the GPU idled {duration(per_step_us)} {said.per} ({share_pct:.1f}% {said.of_the}) "
+        f"{_IDLE_WHAT[finding]}{spread}."
+    )
 
 
 @phrase("local.ops")
-def ops(rank: int, cause: str, ops: Sequence[Mapping[str, Any]]) -> str:
-    """The ops the lost time sits under: time, calls, launches per call, the inner op."""
+def ops(rank: int, cause: str, ops: Sequence[Mapping[str, Any]], unit: UnitWords = PER_STEP) -> str:
+    """The ops the lost time sits under: time (per step where its rank has steps, in the
+    report's ``unit``), calls, launches per call, the inner op."""
     parts = []
     for o in ops:
         n = o["calls"]
-        text = o["op"] + " " + duration(o["us"]) + ("/step" if o["per_step"] else "")
+        text = o["op"] + " " + duration(o["us"]) + (unit.slash if o["per_step"] else "")
         text += f", {n} call{'s' if n != 1 else ''}" if n else ""
         if o["launches_per_call"] is not None:
             text += f", {o['launches_per_call']:,.0f} kernel launches" + (" each" if n != 1 else "")
         if o["inner_op"]:
             text += (
-                f" (of which {o['inner_op']} {duration(o['inner_us'])}{'/step' if o['stepped'] else ''}; "
+                f" (of which {o['inner_op']} {duration(o['inner_us'])}{unit.slash if o['stepped'] else ''}; "
                 f"its longest call took {duration(o['inner_longest_us'])} on the host)"
             )
         parts.append(text)
@@ -75,22 +81,23 @@ def ops(rank: int, cause: str, ops: Sequence[Mapping[str, Any]]) -> str:
 
 
 @phrase("dataloader.cores_range")
-def cores_range(low_pct: float, high_pct: float, pct: float, load_us: float, in_process: bool) -> str:
+def cores_range(low_pct: float, high_pct: float, pct: float, load_us: float, in_process: bool, unit: UnitWords = PER_STEP) -> str:
     """The range of the DataLoader fix over the host's free cores (see
     :func:`gpuprof.advice.local.inputs._with_cores_range`)."""
     gone = "the waits gone and the loader's host work out of the training process" if in_process else "the waits gone"
     return (
         f"How much of this the workers give back depends on the host's free cores, which one trace cannot "
         f"show: {high_pct:.1f}% with a free core for every worker ({gone}); {low_pct:.1f}% if they share the "
-        f"training process's cores (its own host work then grows by up to the {duration(load_us)} of loading per "
-        f"step they take over). Estimate: the middle, {pct:.1f}%. Count the host's cores against num_workers + 1 "
+        f"training process's cores (its own host work then grows by up to the {duration(load_us)} of loading {unit.per} "
+        f"they take over). Estimate: the middle, {pct:.1f}%. Count the host's cores against num_workers + 1 "
         f"per GPU (nproc, and what else runs there): with enough free, expect the upper end."
     )
 
 
 @phrase("sync.calls")
-def sync_calls(rank: int, calls: Sequence[tuple[str, int]], steps: int) -> str:
-    per = [f"{k} {n / steps:.1f}/step" if steps > 0 else f"{k} {n}" for k, n in calls]
+def sync_calls(rank: int, calls: Sequence[tuple[str, int]], steps: int, unit: UnitWords = PER_STEP) -> str:
+    """Each blocking call's count on ``rank``: per step where it has steps (in the report's ``unit``)."""
+    per = [f"{k} {n / steps:.1f}{unit.slash}" if steps > 0 else f"{k} {n}" for k, n in calls]
     return f"Rank {rank} blocking calls: " + ", ".join(per) + "."
 
 

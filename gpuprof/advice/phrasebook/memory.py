@@ -30,7 +30,7 @@ templates({
         "Prefetch the next batch to the GPU on a side stream while the current step runs.",
     ),
     "title.memory-exposed-copies": "Memory transfers run with nothing beside them: overlap or remove them",
-    "memory.exposed_by_kind": "Rank {rank} exposed transfer time per step by direction: {kinds:named_durations}.",
+    "memory.exposed_by_kind": "Rank {rank} exposed transfer time {unit.per} by direction: {kinds:named_durations}.",
     "memory.exposed_by_kind_window": "Rank {rank} exposed transfer time by direction: {kinds:named_durations}.",
     "memory.exposed_actions": (
         (

@@ -25,7 +25,7 @@ templates({
     ),
     "pipeline.balanced_span": (
         "with the same total compute spread evenly the pipeline span would drop from about {span_us:dur} "
-        "to {after_us:dur} per step (bottleneck model sum(t) + (m-1) max(t))"
+        "to {after_us:dur} {unit.per} (bottleneck model sum(t) + (m-1) max(t))"
     ),
     "pipeline.imbalance_actions": (
         (
@@ -47,7 +47,7 @@ templates({
     "pipeline.schedule_chunks": _SCHEDULE + ", v={chunks} chunks" + _BUBBLE,
     "pipeline.bubbles": "measured bubble per stage: {bubbles:stage_pcts}",
     "pipeline.halved": (
-        "halving the bubble saves about {saved_us:dur} per step ({stages_less_one} x {microbatch_us:dur} / 2)"
+        "halving the bubble saves about {saved_us:dur} {unit.per} ({stages_less_one} x {microbatch_us:dur} / 2)"
     ),
     "pipeline.counted_from": "microbatches counted from the {source}",
     "pipeline.bubble_actions_more": (

@@ -4,6 +4,7 @@ stand where no replay exists."""
 from __future__ import annotations
 
 from gpuprof.advice.phrasebook.book import phrase, templates
+from gpuprof.advice.phrasebook.unit import PER_STEP, UnitWords
 from gpuprof.job.whatifs import WHATIFS
 from gpuprof.util import phrases
 from gpuprof.util.phrases import duration
@@ -17,9 +18,11 @@ def replay_saved(
     pct: float,
     rough_error_pct: float | None,
     copy_floor_us: float | None,
+    unit: UnitWords = PER_STEP,
 ) -> str:
     """How the saving was found: the pipeline schedule's model, else the replay of the job's
-    graph (rough where the model misses the measured step), floored by the copies' time."""
+    graph (rough where the model misses the measured step), floored by the copies' time;
+    the step before and after in the report's ``unit``."""
     rough = "" if rough_error_pct is None else f", rough: the model misses the measured step by {phrases.signed_pct(rough_error_pct)}"
     how = (
         "a model of the pipeline schedule with the measured stage times"
@@ -27,9 +30,9 @@ def replay_saved(
         else f"a replay of the job's dependency graph{rough}"
     )
     if copy_floor_us is not None:
-        how += f"; no shorter than the {duration(copy_floor_us)} per step its busiest copy direction keeps the copy engine busy"
+        how += f"; no shorter than the {duration(copy_floor_us)} {unit.per} its busiest copy direction keeps the copy engine busy"
     return (
-        f"The job replayed with this fix ({WHATIFS[whatif]}): its step {duration(step_us)} -> {duration(after_us)}, "
+        f"The job replayed with this fix ({WHATIFS[whatif]}): {unit.its} {duration(step_us)} -> {duration(after_us)}, "
         f"{pct:.1f}% saved ({how})."
     )
 

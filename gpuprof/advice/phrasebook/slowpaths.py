@@ -47,11 +47,11 @@ templates({
         "Check NCCL's choice of transport and NICs for those ranks (NCCL_DEBUG=INFO, NCCL_DEBUG_SUBSYS=NET).",
     ),
     "title.straggler-host": (
-        "Rank{ranks:s} {ranks:list}'s host work{ranks:v} {ratio:.1f}x as long per step as the ranks doing the "
+        "Rank{ranks:s} {ranks:list}'s host work{ranks:v} {ratio:.1f}x as long {unit.per} as the ranks doing the "
         "same work, and the whole job waits: check that node's CPU"
     ),
     "slowpath.host": (
-        "rank {rank}'s own host work (Python, framework, launches) takes {own_us:dur} per step, {ratio:.2f}x the "
+        "rank {rank}'s own host work (Python, framework, launches) takes {own_us:dur} {unit.per}, {ratio:.2f}x the "
         "{peers_us:dur} median of the other ranks doing the same work"
     ),
     "slowpath.host_actions": (

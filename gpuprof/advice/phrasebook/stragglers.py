@@ -7,7 +7,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from gpuprof.advice.phrasebook.book import listed, phrase, specs, templates
+from gpuprof.advice.phrasebook.book import listed, phrase, specs, templates, unit_specs
 from gpuprof.util.phrases import duration, value_range
 
 _SAME_WORK = (
@@ -145,9 +145,14 @@ specs({
     # (rank, count) and (rank, microseconds) pairs, joined
     "rank_at": lambda v: _pairs(v, "rank {} at {}"),
     "rank_dur": lambda v: ", ".join(f"rank {r} {duration(us)}" for r, us in v),
-    "rank_dur_step": lambda v: ", ".join(f"rank {r} {duration(us)}/step" for r, us in v),
     "activity": lambda v: ", ".join(f"{name} ({n} of {of})" for name, n, of in v),
     "who": lambda v: _who(*v),
+})
+unit_specs({
+    # (rank, microseconds per step) pairs, in the report's unit
+    "rank_dur_step": lambda v, unit: ", ".join(f"rank {r} {duration(us)}{unit.slash}" for r, us in v),
+    # "of its step" / "of their step" (ranks: one, or several), or "of the window"
+    "of_their_step": lambda v, unit: f"of {'its' if len(v) == 1 else 'their'} step" if unit.is_step else unit.of_the,
 })
 templates({
     # named slow ranks
@@ -162,15 +167,15 @@ templates({
     "straggler.arrived_last": "rank {rank} arrived last at {last_arrivals} of {collectives} collectives",
     "straggler.arrived_last_by": (
         "rank {rank} arrived last at {last_arrivals} of {collectives} collectives, by {margins_us:durs} over the "
-        "next-latest rank: {margin_us_per_step:dur} per step on the critical path"
+        "next-latest rank: {margin_us_per_step:dur} {unit.per} on the critical path"
     ),
     "straggler.others_waited": (
-        "the other ranks waited {wait_us_per_step:dur} per step at those collectives "
+        "the other ranks waited {wait_us_per_step:dur} {unit.per} at those collectives "
         "(median per collective, summed); only the margin over the next-latest rank is this rank's doing"
     ),
     "straggler.phase": (
         "rank {rank}'s {phase} takes {ratio:.2f}x the median of the other {peers} ranks "
-        "({excess_us_per_step:dur} more per step)"
+        "({excess_us_per_step:dur} more {unit.per})"
     ),
     "straggler.late_start": (
         "rank {rank} begins its step {late_us:dur} after the median rank; no phase inside the step is markedly slower"
@@ -178,12 +183,12 @@ templates({
     "straggler.last_elsewhere": "other ranks arrive last elsewhere: {counts:rank_at} of {collectives} collectives",
     "straggler.skew": (
         "arrival skew: rank{ranks:s} {ranks:list} begin{ranks:v} the step {lead_us:span} before the median rank "
-        "and wait{ranks:v} {wait_us:span} per step in collectives: most of that waiting is their early start, "
+        "and wait{ranks:v} {wait_us:span} {unit.per} in collectives: most of that waiting is their early start, "
         "not another rank's lateness"
     ),
     "straggler.skew_last": (
         "arrival skew: rank{ranks:s} {ranks:list} begin{ranks:v} the step {lead_us:span} before the median rank "
-        "({lead_over_last_us:dur} before the last rank to start) and wait{ranks:v} {wait_us:span} per step in "
+        "({lead_over_last_us:dur} before the last rank to start) and wait{ranks:v} {wait_us:span} {unit.per} in "
         "collectives: most of that waiting is their early start, not another rank's lateness"
     ),
     "straggler.also_late": (
@@ -212,25 +217,25 @@ templates({
         "whole job waits: check that GPU and node"
     ),
     "slowrank.computes": (
-        "rank {rank} computes {compute_us:dur} per step, {ratio:.2f}x the median of the other ranks doing the "
+        "rank {rank} computes {compute_us:dur} {unit.per}, {ratio:.2f}x the median of the other ranks doing the "
         "same work ({peers:ranks}: {peer_median_us:dur})"
     ),
     "slowrank.computes_stage": (
-        "rank {rank} computes {compute_us:dur} per step, {ratio:.2f}x the median of the other ranks of pipeline "
+        "rank {rank} computes {compute_us:dur} {unit.per}, {ratio:.2f}x the median of the other ranks of pipeline "
         "stage {stage} doing the same work ({peers:ranks}: {peer_median_us:dur})"
     ),
     "slowrank.others_wait": (
-        "{ranks:ranks} wait{ranks:v} for it in collectives, up to {share_pct:.0f}% of {ranks:their} step"
+        "{ranks:ranks} wait{ranks:v} for it in collectives, up to {share_pct:.0f}% {ranks:of_their_step}"
     ),
     "slowrank.waited_at": (
-        "the other ranks waited {wait_us_per_step:dur} per step for rank {rank} at the {last_arrivals} "
+        "the other ranks waited {wait_us_per_step:dur} {unit.per} for rank {rank} at the {last_arrivals} "
         "collectives it arrived last at"
     ),
     "slowrank.phase": (
-        "rank {rank}'s {phase} takes {ratio:.2f}x the median of the others ({excess_us_per_step:dur} more per step)"
+        "rank {rank}'s {phase} takes {ratio:.2f}x the median of the others ({excess_us_per_step:dur} more {unit.per})"
     ),
     "slowrank.more_work": (
-        "rank {rank} runs {mine:,.0f} {what:words} per step against a median of {median:,.0f} on "
+        "rank {rank} runs {mine:,.0f} {what:words} {unit.per} against a median of {median:,.0f} on "
         "the ranks doing the same work: it has more work, not a slower GPU"
     ),
     "slowrank.follows_data": (
@@ -255,7 +260,7 @@ templates({
     ),
     # lateness that moves from rank to rank
     "title.straggler-rotating": (
-        "The work varies from batch to batch and a different rank is last each time: balance the data per step"
+        "The work varies from batch to batch and a different rank is last each time: balance the data {unit.per}"
     ),
     "straggler.rotating_last": "of {collectives} collectives, the last to arrive was {counts:rank_at}",
     "straggler.rotating_last_more": (
@@ -266,7 +271,7 @@ templates({
         "(up to {distinct} different ranks in {steps} steps, in {changing} of {groups} groups)"
     ),
     "straggler.rotating_margin": (
-        "the last arrival leads the next-latest by {margin_us_per_step:dur} per step in total: what evening out "
+        "the last arrival leads the next-latest by {margin_us_per_step:dur} {unit.per} in total: what evening out "
         "the work would take off the critical path"
     ),
     "straggler.rotating_actions": (
@@ -297,11 +302,11 @@ templates({
     # ranks late at barriers
     "barrier.waits": (
         "{barriers} barriers (ops that start at the same instant on every rank); ranks {waiting:list} wait at them "
-        "{wait_us_per_step:dur} per step (median, pipeline bubble excluded) for {who:who}"
+        "{wait_us_per_step:dur} {unit.per} (median, pipeline bubble excluded) for {who:who}"
     ),
     "barrier.last_activity": "just before each barrier the last rank to arrive was in: {activity:activity}",
     "barrier.estimate": (
-        "estimate: the barrier comes {margin_us_per_step:dur} per step sooner on every rank (the smallest wait "
+        "estimate: the barrier comes {margin_us_per_step:dur} {unit.per} sooner on every rank (the smallest wait "
         "among the waiting ranks) if the late ranks arrive with them"
     ),
     "barrier.untie_embeddings": (

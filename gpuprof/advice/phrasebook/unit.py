@@ -3,14 +3,17 @@
 A report measures per step; without step markers (no rank has a step) the analysis window
 is the unit. The phrasebook is told the unit when it words a finding's title and evidence
 (:func:`gpuprof.advice.phrasebook.recommendation`, :func:`~gpuprof.advice.phrasebook.book.words`),
-so each line is written once, in its unit, when it is said: "per step", "of the step" and
-"job step" read "in the window", "of the window" and "the window". Actions say what to do
-in a training step, whatever the report measures in, and keep the step.
+and each phrase says it where it names it: a template through the fields ``{unit.per}``,
+``{unit.slash}``, ``{unit.of_its}``, ``{unit.of_the}``, ``{unit.of_a}`` and ``{unit.its}``
+(:class:`UnitWords`), a phrase written as a function through its ``unit`` argument, a field
+spec registered with :func:`~gpuprof.advice.phrasebook.book.unit_specs` through its second.
+No sentence is rewritten once said. Actions say what to do in a training step, whatever
+the report measures in, and keep the step.
 """
 
 from __future__ import annotations
 
-import re
+from dataclasses import dataclass
 from enum import Enum
 
 
@@ -21,28 +24,36 @@ class Unit(Enum):
     WINDOW = "window"
 
 
-# The step-unit wording of the phrases, and the window's in its place. The phrases are
-# written per step; these are the places they name it.
-_WINDOW_WORDS = (
-    (re.compile(r"\bjob step\b"), "the window"),
-    (re.compile(r"\bits step (?=[\d.,]+ (?:µs|ms|s) ->)"), "the window "),
-    (re.compile(r"\bper step\b"), "in the window"),
-    (re.compile(r"/step\b"), " in the window"),
-    (re.compile(r"\bof (?:its|their|the|a) step\b"), "of the window"),
-    (re.compile(r"\bof step time\b"), "of the window"),
-)
+@dataclass(frozen=True)
+class UnitWords:
+    """The words a phrase names its unit with (step / window)."""
+
+    is_step: bool  # the unit is a step (a phrase that names whose step asks)
+    per: str  # "2.1 ms per step" / "2.1 ms in the window"
+    slash: str  # after a duration: "2.1 ms/step" / "2.1 ms in the window"
+    of_its: str  # "12% of its step" / "12% of the window"
+    of_the: str  # "12% of the step" / "12% of the window"
+    of_a: str  # "12% of a step" / "12% of the window"
+    its: str  # before a duration: "its step 8.0 ms -> 6.0 ms" / "the window 8.0 ms -> 6.0 ms"
 
 
-def window_words(text: str) -> str:
-    """``text``, a phrase written per step, with the window as the unit instead."""
-    for pattern, words in _WINDOW_WORDS:
-        text = pattern.sub(words, text)
-    return text
+UNIT_WORDS: dict[Unit, UnitWords] = {
+    Unit.STEP: UnitWords(
+        is_step=True,
+        per="per step", slash="/step", of_its="of its step", of_the="of the step", of_a="of a step", its="its step"
+    ),
+    Unit.WINDOW: UnitWords(
+        is_step=False,
+        per="in the window",
+        slash=" in the window",
+        of_its="of the window",
+        of_the="of the window",
+        of_a="of the window",
+        its="the window",
+    ),
+}
+# The step's words: what a phrase written as a function says when called without a unit.
+PER_STEP = UNIT_WORDS[Unit.STEP]
 
 
-def in_unit(text: str, unit: Unit) -> str:
-    """``text`` (written per step) as said in ``unit``."""
-    return window_words(text) if unit is Unit.WINDOW else text
-
-
-__all__ = ["Unit", "in_unit", "window_words"]
+__all__ = ["PER_STEP", "UNIT_WORDS", "Unit", "UnitWords"]
