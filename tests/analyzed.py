@@ -26,7 +26,6 @@ from pathlib import Path
 from gpuprof.model.report import Report
 from gpuprof.pipeline import Analysis, run_analysis
 
-
 _MADE: list[tuple[str, Report, str]] = []  # (what, the shared report, its JSON's digest when made)
 
 
