@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import gzip
 import json
-from collections.abc import Callable
+import sys
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -15,6 +16,16 @@ import pytest
 from repo_paths import SHARED_TRACES
 
 WriteTrace = Callable[..., Path]
+
+
+@pytest.fixture(scope="session", autouse=True)
+def _shared_reports_stay_unchanged() -> Iterator[None]:
+    """The analyses ``analyzed.py`` shares between tests are read-only: fail the session (an
+    error at its last test's teardown) if a test changed one."""
+    yield
+    analyzed = sys.modules.get("analyzed")  # not imported: nothing was shared
+    if analyzed is not None:
+        assert not analyzed.changed(), f"a test changed a shared report: {analyzed.changed()}"
 
 
 @pytest.fixture

@@ -4,17 +4,17 @@ from __future__ import annotations
 
 import json
 from collections.abc import Callable
-from functools import cache
 from pathlib import Path
 from typing import Any
 
 import pytest
+from analyzed import analysis_of
 from conftest import SHARED_TRACES
 
 from gpuprof.accounting.attribution import PRECEDENCE, attribute, merge_claims
 from gpuprof.model import intervals as iv
 from gpuprof.model.report import CAUSES, Cause
-from gpuprof.pipeline import Analysis, run_analysis
+from gpuprof.pipeline import Analysis
 
 
 def test_first_cause_in_precedence_wins_and_rest_is_other() -> None:
@@ -54,9 +54,8 @@ def _folders() -> list[str]:
     return sorted(p.name for p in SHARED_TRACES.iterdir() if p.is_dir() and p.name != "LICENSES")
 
 
-@cache
 def _analysis(name: str) -> Analysis:
-    return run_analysis([SHARED_TRACES / name])
+    return analysis_of(SHARED_TRACES / name)  # once per session, shared with other files
 
 
 @pytest.mark.parametrize("name", _folders() or ["<no shared traces>"])

@@ -13,11 +13,11 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
+from analyzed import analysis_of
 from conftest import SHARED_TRACES
 
 from gpuprof.advice.general import AGREE_FACTOR, AGREE_MARK, NEVER_SILENT_PCT
 from gpuprof.model.report import CAUSES, Cause
-from gpuprof.pipeline import analyze_paths
 
 ROOT = Path(__file__).resolve().parents[2]
 SHARED = SHARED_TRACES
@@ -32,7 +32,7 @@ def _folders() -> list[Path]:
 
 @pytest.mark.parametrize("folder", _folders(), ids=lambda p: p.name)
 def test_every_cause_of_note_has_advice_that_agrees_or_says_why(folder: Path) -> None:
-    report = analyze_paths([folder])
+    report = analysis_of(folder).report  # analyze_paths([folder]), once per session
     ranks = [r for r in report.ranks if r.window_us > 0]
     if not ranks:
         return

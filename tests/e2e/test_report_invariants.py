@@ -36,6 +36,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from analyzed import report_of
 from conftest import SHARED_TRACES
 
 from gpuprof.job.floor import CHANGES_COMPUTE
@@ -75,14 +76,12 @@ IDS = [f"{p.parent.name}/{p.name}" for p in FOLDERS]
 
 @cache
 def _report(folder: str) -> Report:
-    from gpuprof.api import analyze
-
     path = Path(folder)
     if path.parent == Path("simulated"):
         knobs = dict(SIMULATED[path.name])
         scenario = knobs.pop("scenario", path.name)
         path = generate(scenario, Path(_SIM_ROOT.name) / path.name, whatifs=False, **knobs)
-    return analyze(path)
+    return report_of(path)  # the samples' and shared traces' reports: once per session
 
 
 @cache

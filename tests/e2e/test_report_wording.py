@@ -6,10 +6,10 @@ The rules over every trace are in test_report_invariants.py."""
 from __future__ import annotations
 
 import re
-from functools import cache
 from pathlib import Path
 
 import pytest
+from analyzed import report_of
 from clirun import run_cli
 from reportfactory import rank, report
 
@@ -22,11 +22,8 @@ from gpuprof.util import phrases
 SAMPLES = Path(__file__).resolve().parents[2] / "sample_traces"
 
 
-@cache
 def _shared(name: str, root: str) -> Report:
-    from gpuprof.api import analyze
-
-    return analyze(Path(root) / name)
+    return report_of(Path(root) / name)  # gpuprof.analyze, once per session
 
 
 @pytest.fixture

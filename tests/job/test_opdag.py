@@ -9,14 +9,14 @@ that only shortens work never lengthens the replayed step).
 
 from __future__ import annotations
 
-import functools
 import json
-import os
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 import pytest
+from analyzed import analysis_of
+from repo_paths import SAMPLES, SHARED_TRACES
 
 from gpuprof.job.opdag import applies
 from gpuprof.job.opdag_order import BATCH_US, program_deps
@@ -25,8 +25,7 @@ from gpuprof.model.report import report_to_dict
 from gpuprof.pipeline import run_analysis
 
 LANES = ("compute", "pp-comm", "tp-comm", "dp-comm", "misc")
-SHARED = Path(os.environ.get("GPUPROF_SHARED_TRACES", Path(__file__).resolve().parents[3] / "shared" / "traces"))
-SAMPLES = Path(__file__).resolve().parents[2] / "sample_traces"
+SHARED = SHARED_TRACES
 
 # What-ifs that only shorten work or remove waits (their declarations say): their replay is
 # never longer.
@@ -141,7 +140,7 @@ def test_program_order_batches_and_timer_jitter() -> None:
 
 
 def test_the_model_is_for_named_op_level_timelines_only(tmp_path: Path) -> None:
-    a = run_analysis([SAMPLES / "straggler"])
+    a = _analysis(SAMPLES / "straggler")
     assert not applies(a.summaries) and a.cross.whatifs is not None and a.cross.whatifs.model.dag is None
 
 
@@ -162,10 +161,10 @@ def _shared(name: str) -> Path:
     return path
 
 
-@functools.cache
 def _analysis(path: Path) -> Any:
-    """One analysis per input for this module (the monotonicity test reads the same jobs)."""
-    return run_analysis([path])
+    """One analysis per input for the session (the monotonicity test and other files read the
+    same jobs)."""
+    return analysis_of(path)
 
 
 @pytest.fixture(scope="module")
@@ -197,7 +196,7 @@ def test_no_variation_is_within_ten_percent_of_the_published_answer(
 @pytest.mark.slow
 @pytest.mark.parametrize("name", sorted(PUBLISHED))
 def test_an_ideal_timeline_reads_as_the_step_the_authors_simulated(name: str) -> None:
-    a = run_analysis([_shared(name + "-ideal")])
+    a = _analysis(_shared(name + "-ideal"))
     assert a.cross.whatifs is not None
     want_us = PUBLISHED[name][1] * 1e6
     assert a.cross.whatifs.model.measured_step_us == pytest.approx(want_us, rel=0.005)

@@ -14,6 +14,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from analyzed import analysis_of
 from conftest import SHARED_TRACES
 from rankbuilder import RankBuilder
 
@@ -23,7 +24,6 @@ from gpuprof.job.cross_rank import analyze_job
 from gpuprof.job.replay_rank import scan
 from gpuprof.job.whatifs import schedule_span_us
 from gpuprof.model.timeline import RankTrace
-from gpuprof.pipeline import run_analysis
 
 ROOT = Path(__file__).resolve().parents[2]
 SHARED = SHARED_TRACES
@@ -165,7 +165,7 @@ def _dirs(root: Path) -> list[Path]:
 
 @pytest.mark.parametrize("folder", _dirs(ROOT / "sample_traces") + _dirs(SHARED), ids=lambda p: p.name)
 def test_unchanged_replay_reproduces_every_trace(folder: Path) -> None:
-    a = run_analysis([folder])
+    a = analysis_of(folder)  # run_analysis([folder]), once per session
     w = a.cross.whatifs
     if w is None:
         assert all(s.graph is None for s in a.summaries)
@@ -188,7 +188,7 @@ def test_short_runs_in_python_give_the_numpy_scan_to_the_last_bit(folder: Path, 
     from gpuprof.job import replay_compile
     from gpuprof.job.whatifs import JobModel
 
-    w = run_analysis([folder]).cross.whatifs
+    w = analysis_of(folder).cross.whatifs  # fresh models below: the shared one is only read
     assert w is not None
     names = [n for n in w.model.applicable() if n != "double_microbatches"]
 

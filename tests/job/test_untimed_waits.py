@@ -18,6 +18,7 @@ from typing import Any
 
 import numpy as np
 import pytest
+from analyzed import analysis_of  # the samples' and shared traces' analyses, once per session
 
 from gpuprof.accounting.graph import EV_P2P, _comm_rows
 from gpuprof.model.report import Cause, report_to_dict
@@ -204,8 +205,8 @@ def test_no_variation_replay_meets_the_published_ideal_timeline(shared_traces: P
     """The shared ideal timeline is the measured job simulated "without stragglers" by the
     published what-if simulator (1.843 s against 2.214 s); our no_variation replay of the
     measured job must give that saving within 25 %."""
-    measured = report_to_dict(run_analysis([shared_traces / "megatron-pp4-timeline"]).report)
-    ideal = report_to_dict(run_analysis([shared_traces / "megatron-pp4-timeline-ideal"]).report)
+    measured = report_to_dict(analysis_of(shared_traces / "megatron-pp4-timeline").report)
+    ideal = report_to_dict(analysis_of(shared_traces / "megatron-pp4-timeline-ideal").report)
     step = lambda rep: max(r["window_us"] / r["steps"] for r in rep["ranks"])  # noqa: E731
     published = 100 * (1 - step(ideal) / step(measured))
     assert 15.0 < published < 18.5  # 1.843 / 2.214
@@ -226,7 +227,7 @@ def test_every_shared_timeline_and_sample_explains_its_idle_time(shared_traces: 
     folders = [shared_traces / "megatron-pp4-timeline", shared_traces / "megatron-pp4-timeline-ideal"]
     folders += [root / n for n in ("megatron-timeline", "megatron-slow-worker", "megatron-uneven-data")]
     for folder in folders:
-        t = report_to_dict(run_analysis([folder]).report)["totals"]
+        t = report_to_dict(analysis_of(folder).report)["totals"]
         assert t["lost_us"]["other"] / t["window_us"] < 0.05, folder.name
 
 
@@ -236,7 +237,7 @@ def test_every_shared_timeline_and_sample_explains_its_idle_time(shared_traces: 
 @pytest.mark.parametrize("sample", ["rl-post-training", "imbalance"])
 def test_a_rank_with_more_work_gets_work_imbalance_advice(sample: str) -> None:
     folder = Path(__file__).resolve().parents[2] / "sample_traces" / sample
-    report = report_to_dict(run_analysis([folder]).report)
+    report = report_to_dict(analysis_of(folder).report)
     top = next(r for r in report["recommendations"] if r["category"] == "straggler")
     assert top["title"].startswith("Work imbalance")
     text = " ".join(top["actions"])
@@ -245,7 +246,7 @@ def test_a_rank_with_more_work_gets_work_imbalance_advice(sample: str) -> None:
 
 def test_a_rank_slower_on_the_same_work_gets_the_hardware_checklist() -> None:
     folder = Path(__file__).resolve().parents[2] / "sample_traces" / "straggler"
-    report = report_to_dict(run_analysis([folder]).report)
+    report = report_to_dict(analysis_of(folder).report)
     top = report["recommendations"][0]
     assert "check that GPU" in top["title"]
     assert any("slowest of the ranks doing the same work in every step" in e for e in top["evidence"])
@@ -288,7 +289,7 @@ def test_a_slow_worker_is_named_when_only_other_groups_are_incomplete(
 
 
 def test_a_late_starting_rank_gets_a_replayed_whatif(shared_traces: Path) -> None:
-    report = report_to_dict(run_analysis([shared_traces / "dlrm-8rank"]).report)
+    report = report_to_dict(analysis_of(shared_traces / "dlrm-8rank").report)
     rec = next(r for r in report["recommendations"] if r["category"] == "straggler")
     assert rec["whatif"] == "on_time_start"
     assert 7 in rec["ranks"] and "late" in rec["title"]
@@ -299,7 +300,7 @@ def test_one_rank_is_not_said_to_match_collectives_across_ranks(shared_traces: P
     from gpuprof.render import render
 
     for name in ("b200-eager-rank0", "a100-2rank-nccl", "mi300-resnet-ckpt-rank0"):
-        report = run_analysis([shared_traces / name]).report
+        report = analysis_of(shared_traces / name).report
         assert len(report.ranks) == 1
         assert "matched across ranks" not in render(report, "text")
 
@@ -348,8 +349,8 @@ def test_dataloader_fix_states_a_range_that_holds_the_job_run_with_workers(share
     nw4's measured step lies inside it -- the upper end the waits and the in-process
     loader's host work gone, the lower end the workers sharing the training process's
     cores; the estimate is its middle (no constant fitted to this pair)."""
-    before = report_to_dict(run_analysis([shared_traces / "resnet50-nw0"]).report)
-    after = report_to_dict(run_analysis([shared_traces / "resnet50-nw4"]).report)
+    before = report_to_dict(analysis_of(shared_traces / "resnet50-nw0").report)
+    after = report_to_dict(analysis_of(shared_traces / "resnet50-nw4").report)
     step = lambda rep: max(r["window_us"] / r["steps"] for r in rep["ranks"])  # noqa: E731
     rec = next(r for r in before["recommendations"] if r["category"] == "dataloader")
     assert rec["whatif"] == "no_dataloader"

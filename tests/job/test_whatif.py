@@ -8,6 +8,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from analyzed import analysis_of
 from rankbuilder import RankBuilder, advice_context
 
 from gpuprof.accounting.summarize import summarize
@@ -17,7 +18,6 @@ from gpuprof.advice.savings import job_step_time_us
 from gpuprof.job.cross_rank import analyze_job
 from gpuprof.model.report import Cause, Recommendation
 from gpuprof.model.timeline import Kind, RankTrace
-from gpuprof.pipeline import analyze_paths
 from gpuprof.readers import load_all
 
 DL = "enumerate(DataLoader)#_SingleProcessDataLoaderIter.__next__"
@@ -188,8 +188,8 @@ def test_replay_reproduces_the_real_traces(shared_traces: Path) -> None:
 
 
 def test_real_resnet_leads_with_the_dataloader(shared_traces: Path) -> None:
-    nw0 = analyze_paths([shared_traces / "resnet50-nw0"])
-    nw4 = analyze_paths([shared_traces / "resnet50-nw4"])
+    nw0 = analysis_of(shared_traces / "resnet50-nw0").report  # analyze_paths, once per session
+    nw4 = analysis_of(shared_traces / "resnet50-nw4").report
     recs = nw0.recommendations
     assert recs[0].id == "dataloader-starvation"
     r0 = nw0.ranks[0]

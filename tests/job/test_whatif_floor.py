@@ -13,10 +13,10 @@ from dataclasses import replace
 from pathlib import Path
 
 import pytest
+from analyzed import analysis_of  # run_analysis([folder]), once per session
 
 from gpuprof.job.floor import CHANGES_COMPUTE
 from gpuprof.job.replay_types import JobReplay, RankReplay
-from gpuprof.pipeline import run_analysis
 from gpuprof.render import figures as fg
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -32,7 +32,7 @@ def _room_pct(report) -> float:  # type: ignore[no-untyped-def]
 def test_a_replay_that_runs_away_is_held_to_the_idle_time(sample: str) -> None:
     """However short a replay makes the step (the model's own error), the saving of a fix
     that keeps the compute stops at the idle time of the rank that sets the step."""
-    a = run_analysis([ROOT / "sample_traces" / sample])
+    a = analysis_of(ROOT / "sample_traces" / sample)
     w = a.cross.whatifs
     assert w is not None and w.results
     room = _room_pct(a.report)
@@ -54,7 +54,7 @@ def test_a_replay_that_runs_away_is_held_to_the_idle_time(sample: str) -> None:
 
 def test_healthy_sample_cannot_save_more_than_its_idle_time() -> None:
     """The sample computes 98.9 % of its window: no fix that keeps the compute saves 2 %."""
-    a = run_analysis([ROOT / "sample_traces" / "healthy"])
+    a = analysis_of(ROOT / "sample_traces" / "healthy")
     assert _room_pct(a.report) < 2.0
     savings = a.report.extra["job"]["whatif"]["savings_pct"]
     assert savings and max(savings.values()) < 2.0
@@ -64,7 +64,7 @@ def test_nothing_to_hide_collectives_behind(shared_traces: Path) -> None:
     """The large-integer edge trace's only device work is one collective: there is no
     compute to hide it behind, so overlapping is no what-if of this trace (it said 100.0 %);
     a link twice as fast halves it."""
-    a = run_analysis([shared_traces / "edge-large-integer"])
+    a = analysis_of(shared_traces / "edge-large-integer")
     savings = a.report.extra["job"]["whatif"]["savings_pct"]
     assert "overlap_collectives" not in savings, savings
     assert savings["double_bandwidth"] == pytest.approx(50.0, abs=0.5)
@@ -76,7 +76,7 @@ def test_transfers_bound_the_fixes_of_other_causes(shared_traces: Path) -> None:
     compute: a fix of something else leaves the transfers on their stream, so its step is
     no shorter than them; twice the bandwidth halves them; overlapping them (transfers
     costing nothing) is bounded by the compute alone."""
-    a = run_analysis([shared_traces / "mi300-resnet-ckpt-rank0"])
+    a = analysis_of(shared_traces / "mi300-resnet-ckpt-rank0")
     w = a.cross.whatifs
     assert w is not None
     m = w.model.measured_step_us

@@ -10,12 +10,12 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from analyzed import analysis_of
 from jsonschema import Draft202012Validator
 from reportfactory import rank, rec, report
 
 from gpuprof.model.report import CAUSES, SCHEMA, ReportFormatError, report_from_dict, report_to_dict
 from gpuprof.model.schema import first_problem, report_schema, schema_text, shipped_schema_text
-from gpuprof.pipeline import analyze_paths
 
 SAMPLES = Path(__file__).resolve().parents[2] / "sample_traces"
 SAMPLE_DIRS = sorted(p for p in SAMPLES.iterdir() if p.is_dir())
@@ -60,7 +60,7 @@ def test_spec_keys_are_required_and_nothing_more() -> None:
 
 @pytest.fixture(scope="module")
 def sample_reports() -> dict[str, dict[str, Any]]:
-    return {d.name: json.loads(analyze_paths([d]).to_json()) for d in SAMPLE_DIRS}
+    return {d.name: json.loads(analysis_of(d).report.to_json()) for d in SAMPLE_DIRS}  # analyze_paths([d])
 
 
 def test_every_sample_report_is_valid(sample_reports: dict[str, dict[str, Any]]) -> None:
@@ -76,7 +76,7 @@ def test_every_sample_report_is_valid(sample_reports: dict[str, dict[str, Any]])
 
 @pytest.mark.parametrize("name", SHARED)
 def test_real_trace_reports_are_valid(shared_traces: Path, name: str) -> None:
-    doc = json.loads(analyze_paths([shared_traces / name]).to_json())
+    doc = json.loads(analysis_of(shared_traces / name).report.to_json())  # analyze_paths, once per session
     assert doc["ranks"], name
     assert _errors(doc) == []
     assert first_problem(doc) is None

@@ -22,6 +22,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from analyzed import analysis_of, report_of
 from reportfactory import rank, rec, report
 
 from gpuprof.model.report import Cause, Recommendation
@@ -138,9 +139,7 @@ def test_report_renders_without_console_errors_and_payload_stays_text(
 
 
 def test_real_trace_report_in_browser(browse: Callable[[str], tuple[_Dom, list[str]]], shared_traces: Path) -> None:
-    from gpuprof.pipeline import analyze_paths
-
-    rep = analyze_paths([shared_traces / "resnet50-nw0"])
+    rep = analysis_of(shared_traces / "resnet50-nw0").report  # analyze_paths, once per session
     dom, console = browse(render(rep, "html"))
     assert console == []
     assert dom.title == "gpuprof report"
@@ -287,10 +286,9 @@ class _Probe(HTMLParser):
 def test_every_timeline_segment_has_a_title_and_one_rank_has_the_longest_step(
     trace: str, shared_traces: Path, tmp_path: Path
 ) -> None:
-    from gpuprof.api import analyze
     from gpuprof.render.figures import slowest_rank
 
-    rep = analyze(shared_traces / trace)
+    rep = report_of(shared_traces / trace)  # gpuprof.analyze, once per session
     page = render(rep, "html").replace("script-src 'none'", f"script-src 'nonce-{NONCE}'")
     page = page.replace("</body>", f'<script nonce="{NONCE}">{TIMELINE_PROBE}</script></body>')
     path = tmp_path / "page.html"
