@@ -92,10 +92,15 @@ def assert_triggered_in_time(req: dict[str, Any], change_at: int, slow_step_s: f
 def test_a_slower_dataloader_triggers_a_window_and_analyze_names_it(tmp_path: Path) -> None:
     s = tmp_path / "s"
     # Steps of 40 ms, then 110 ms: long enough that a loaded machine's jitter stays small beside them.
+    # The job goes on past step 100 until the window's diagnosis is written (a low-priority
+    # process, slow on a busy machine): the test is of the diagnosis made while the job runs.
+    diagnosis = s / "windows" / "0001" / "diagnosis.json"
     p = run(s, [sys.executable, str(SCRIPT), "--steps", "100", "--step-ms", "40", "--change-at", "45",
-                "--slow-data-ms", "70"], "--trigger-gap", "0")
+                "--slow-data-ms", "70", "--until-path", str(diagnosis), "--max-steps", "1500"], "--trigger-gap", "0")
     assert p.returncode == 0, p.stderr[-3000:]
-    assert p.stdout.strip() == "done 100"  # the job's own output, unchanged
+    done = p.stdout.strip()  # the job's own output, unchanged: "done STEPS"
+    assert done.startswith("done ") and int(done.split()[1]) >= 100, done
+    steps = int(done.split()[1])
     [req] = requests(s)
     assert_triggered_in_time(req, 45, 0.11)
     # Diagnosed while the job ran (no terminal: a line on stderr), in the window's folder.
@@ -109,7 +114,7 @@ def test_a_slower_dataloader_triggers_a_window_and_analyze_names_it(tmp_path: Pa
     assert top["cause"] == "dataloader" and 50_000 <= top["delta_us_per_step"] <= 95_000
     assert change["text"].startswith(f"from step {change['step']} the step rose ") and "dataloader +" in change["text"]
     assert [w["status"] for w in doc["windows"]] == ["recorded", "recorded"]
-    assert doc["step_clock"]["steps"] == 99 and doc["phases"]["source"] == "steps"
+    assert doc["step_clock"]["steps"] == steps - 1 and doc["phases"]["source"] == "steps"
     text = subprocess.run([*GPUPROF, "analyze", str(s)], capture_output=True, text=True, timeout=240, check=True).stdout
     assert change["text"] in text and "Over the run" in text
 
