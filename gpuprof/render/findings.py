@@ -16,6 +16,7 @@ from gpuprof.model.report import Report
 from gpuprof.render import figures as fg
 from gpuprof.render.figures import number
 from gpuprof.render.jsontables import MAX_ROWS, Table, caption_for, fmt_value, humanize, tables_of
+from gpuprof.render.phrases import say, sentence
 from gpuprof.util import phrases
 
 # Titles of the findings the analysis writes today; unknown keys get their key, humanized.
@@ -54,16 +55,16 @@ def _stragglers(v: Any) -> list[str]:
     for s in v if isinstance(v, list) else []:
         if not isinstance(s, Mapping) or number(s.get("rank")) is None:
             continue
-        text = f"Rank {s['rank']} arrived last at {s.get('last_arrivals', '?')} of {s.get('collectives', '?')} collectives"
+        pieces = [say("stragglers.arrived", rank=s["rank"], last=s.get("last_arrivals", "?"), collectives=s.get("collectives", "?"))]
         wait = number(s.get("caused_wait_us_per_step"))
         if wait is not None:
-            text += f"; the other ranks waited {fg.fmt_duration(wait)} per step for it"
+            pieces.append(say("stragglers.waited", wait=fg.fmt_duration(wait)))
         ratio = number(s.get("phase_ratio"))
         if s.get("phase") and ratio is not None:
-            text += f"; its {s['phase']} takes {ratio:.2f}× the others' median"
-        out.append(text + ".")
+            pieces.append(say("stragglers.phase", phase=s["phase"], ratio=ratio))
+        out.append(sentence(*pieces))
     if isinstance(v, list) and not v:
-        out.append("No rank is consistently the last to arrive at collectives.")
+        out.append(say("stragglers.none"))
     return out
 
 
@@ -73,15 +74,15 @@ def _arrivals(v: Any) -> list[str]:
     out = []
     n = number(v.get("collectives_matched"))
     if n is not None:
-        out.append(f"{int(n)} collective calls were matched across ranks.")
+        out.append(say("arrivals.matched", n=int(n)))
     offsets = v.get("clock_offsets_us")
     if isinstance(offsets, Mapping):
         vals = [abs(x) for x in (number(o) for o in offsets.values()) if x is not None]
         if vals and max(vals) > 0:
-            out.append(f"Rank clocks differed by up to {fg.fmt_duration(max(vals))}; times were aligned before comparing.")
+            out.append(say("arrivals.clocks", offset=fg.fmt_duration(max(vals))))
     arr = v.get("arrivals")
     if isinstance(arr, Mapping) and arr.get("rotating"):
-        out.append("The last rank to arrive changes from call to call (no single straggler).")
+        out.append(say("arrivals.rotating"))
     return out
 
 
@@ -94,11 +95,11 @@ def _critical(v: Any) -> list[str]:
         counts[int(r["rank"])] = counts.get(int(r["rank"]), 0) + 1
     top = max(counts, key=lambda k: (counts[k], -k))
     if len(rows) == 1:
-        return [f"Rank {top} was the {fg.PACE_SETTER} in the step profiled."]
-    text = f"Rank {top} was the {fg.PACE_SETTER} in {counts[top]} of {len(rows)} steps"
+        return [say("critical.one_step", rank=top, role=fg.PACE_SETTER)]
+    pieces = [say("critical.steps", rank=top, role=fg.PACE_SETTER, count=counts[top], steps=len(rows))]
     if len(counts) > 1:
-        text += f"; {len(counts)} different ranks were over the run"
-    return [text + "."]
+        pieces.append(say("critical.spread", ranks=len(counts)))
+    return [sentence(*pieces)]
 
 
 def _imbalance(v: Any) -> list[str]:
@@ -109,24 +110,16 @@ def _imbalance(v: Any) -> list[str]:
     if isinstance(ar, Mapping) and number(ar.get("max_over_median")) is not None:
         busiest, median = phrases.duration_pair(number(ar.get("max_compute_us_per_step")), number(ar.get("median_compute_us_per_step")))
         if busiest == median:
-            out.append(f"Every rank computes about the same per step ({median}).")
+            out.append(say("imbalance.even", median=median))
         else:
-            out.append(
-                f"The {fg.BUSIEST} rank ({ar.get('max_rank')}) computes {number(ar.get('max_over_median')):.2f}× the median rank "
-                f"per step ({busiest} against {median})."
-            )
+            ratio = number(ar.get("max_over_median"))
+            out.append(say("imbalance.busiest", role=fg.BUSIEST, rank=ar.get("max_rank"), ratio=ratio, busiest=busiest, median=median))
     st = v.get("across_stages")
     others = number(st.get("max_over_others_median")) if isinstance(st, Mapping) else None
     if isinstance(st, Mapping) and others is not None:
-        out.append(
-            f"The slowest pipeline stage ({st.get('max_stage')}) computes {others:.2f}× the median of the other "
-            f"stages per microbatch."
-        )
+        out.append(say("imbalance.stage", stage=st.get("max_stage"), ratio=others))
     elif isinstance(st, Mapping) and number(st.get("max_over_median")) is not None:  # a report saved before
-        out.append(
-            f"The slowest pipeline stage ({st.get('max_stage')}) computes {number(st.get('max_over_median')):.2f}× the "
-            f"median stage per microbatch."
-        )
+        out.append(say("imbalance.stage_saved", stage=st.get("max_stage"), ratio=number(st.get("max_over_median"))))
     return out
 
 
@@ -135,20 +128,20 @@ def _pipeline(v: Any) -> list[str]:
         return []
     parts = []
     if v.get("stages") is not None:
-        parts.append(f"{v.get('stages')} stages")
+        parts.append(say("pipeline.stages", n=v.get("stages")))
     if v.get("microbatches") is not None:
-        parts.append(f"{v.get('microbatches')} microbatches")
+        parts.append(say("pipeline.microbatches", n=v.get("microbatches")))
     if v.get("schedule"):
-        parts.append(f"{v.get('schedule')} schedule")
-    text = ", ".join(parts)
+        parts.append(say("pipeline.schedule", name=v.get("schedule")))
+    pieces = [", ".join(parts)]
     stages = [r for r in v.get("per_stage") or [] if isinstance(r, Mapping) and number(r.get("bubble_fraction")) is not None]
     theory = number(v.get("theoretical_bubble_fraction"))
     if stages:
         worst = max(stages, key=lambda r: float(r["bubble_fraction"]))
-        text += f": stages idle in the bubble up to {100 * float(worst['bubble_fraction']):.1f}% of the step (stage {worst.get('stage')})"
+        pieces.append(say("pipeline.bubble", pct=100 * float(worst["bubble_fraction"]), stage=worst.get("stage")))
         if theory is not None:
-            text += f", against {100 * theory:.1f}% in theory for this schedule with free communication"
-    return [text + "."] if text else []
+            pieces.append(say("pipeline.theory", pct=100 * theory))
+    return [sentence(*pieces)] if "".join(pieces) else []
 
 
 def _bandwidth(v: Any) -> list[str]:
@@ -159,20 +152,19 @@ def _bandwidth(v: Any) -> list[str]:
     bus = sorted(x for x in (number(r.get("busbw_gbps")) for r in big) if x)
     if not bus:
         # The notes say why in full ("not measurable: the other members ..."): not twice.
-        return [f"Bus bandwidth {n}." if n.startswith("not measurable") else f"Bus bandwidth not measurable: {n}."
-                for n in notes[:2]]
+        return [say("bandwidth.note_full" if n.startswith("not measurable") else "bandwidth.note", note=n) for n in notes[:2]]
     med = bus[len(bus) // 2]
-    text = f"Collectives moved data at {med:,.1f} GB/s bus bandwidth (median over {len(bus)} ranks)"
+    pieces = [say("bandwidth.median", gbps=med, ranks=len(bus))]
     peaks = [x for x in (number(r.get("peak_gbps")) for r in big) if x]
     if peaks:
-        text += f", {100 * med / max(peaks):.1f}% of the {max(peaks):,.0f} GB/s link peak"
+        pieces.append(say("bandwidth.peak", pct=100 * med / max(peaks), peak=max(peaks)))
     slow = sum(int(number(r.get("slow_calls")) or 0) for r in rows)
     if slow:
-        text += f"; {slow} calls ran well below the link's speed"
+        pieces.append(say("bandwidth.slow", n=slow))
     exposed = [x for x in (number(r.get("exposed_us_per_step")) for r in rows) if x is not None]
     if exposed:
-        text += f"; up to {fg.fmt_duration(max(exposed))} per step of it was exposed (nothing computing beside it)"
-    return [text + "."]
+        pieces.append(say("bandwidth.exposed", exposed=fg.fmt_duration(max(exposed))))
+    return [sentence(*pieces)]
 
 
 # The cause each what-if removes time of, to say why no recommendation carries it; and the
@@ -185,10 +177,7 @@ WHATIF_CAUSE: Mapping[str, str] = {
     "balanced_stages": "pipeline_bubble", "double_microbatches": "pipeline_bubble",
 }  # fmt: skip
 NOT_A_FIX: Mapping[str, str] = {
-    "free_host": "every host cost gone at once: the bound of any host-side fix, not one change",
-    "free_launch_calls": "only the launch calls free: the low end of a host fix's range",
-    "double_bandwidth": "a link twice as fast: hardware, not a change to the job",
-    "no_variation": "every op at its type's typical time: the bound of evening out the work",
+    name: say(f"whatif.bound.{name}") for name in ("free_host", "free_launch_calls", "double_bandwidth", "no_variation")
 }
 
 
@@ -229,12 +218,12 @@ def _why_not(name: str, ctx: Context) -> str | None:
         place, replayed = ctx.acting[cause]
         if not replayed:
             return None
-        return f"another fix than recommendation {place}'s, on the same {cause} time"
+        return say("whatif.other_fix", place=place, cause=cause)
     if cause is not None and cause in ctx.held_back:
-        return f"its {cause} recommendation was held back: the trace lacks what it needs (see the warnings)"
+        return say("whatif.held_back", cause=cause)
     if cause is not None and cause in ctx.shares:
-        return f"no recommendation acts on it: {cause} holds {ctx.shares[cause]:.1f}% of the job's time"
-    return "no recommendation carries it"
+        return say("whatif.unacted", cause=cause, pct=ctx.shares[cause])
+    return say("whatif.uncarried")
 
 
 def _carried(name: str, pct: float, place: int, ctx: Context) -> str:
@@ -242,10 +231,10 @@ def _carried(name: str, pct: float, place: int, ctx: Context) -> str:
     range the replay is when the recommendation's own estimate differs from it."""
     est, low, high = ctx.savings.get(place, (pct, None, None))
     if f"{est:.1f}" == f"{pct:.1f}":
-        return f"{humanize(name)} {pct:.1f}% (recommendation {place})"
+        return say("whatif.carried", name=humanize(name), pct=pct, place=place)
     end = "low" if low is not None and f"{low:.1f}" == f"{pct:.1f}" else "high" if high is not None and f"{high:.1f}" == f"{pct:.1f}" else None
-    said = f"the {end} end of recommendation {place}'s range" if end else f"recommendation {place} builds its estimate on it"
-    return f"{humanize(name)} {pct:.1f}% ({said})"
+    said = say("whatif.range_end", end=end, place=place) if end else say("whatif.builds_on", place=place)
+    return say("whatif.carried_said", name=humanize(name), pct=pct, said=said)
 
 
 def _whatif(v: Any, ctx: Context | None = None) -> list[str]:
@@ -258,21 +247,17 @@ def _whatif(v: Any, ctx: Context | None = None) -> list[str]:
     if measured is not None and replayed is not None:
         got, was = fg.fmt_duration(replayed), fg.fmt_duration(measured)
         if got == was:
-            text = f"Replaying the job's dependencies gives its measured step, {was}"
+            text = say("whatif.replay_same", was=was)
         else:
-            text = f"Replaying the job's dependencies gives a step of {got} against {was} measured"
-        out.append(text + (f" (model error {phrases.signed_pct(err)})." if err is not None else "."))
+            text = say("whatif.replay", got=got, was=was)
+        out.append(sentence(text, say("whatif.model_error", err=phrases.signed_pct(err))) if err is not None else sentence(text))
     savings = v.get("savings_pct")
     if isinstance(savings, Mapping):
         ranked = sorted(((k, x) for k, x in ((str(k), number(x)) for k, x in savings.items()) if x and x >= 0.5), key=lambda kv: -kv[1])
         carried = [(k, x) for k, x in ranked if k in ctx.carried]
         others = [(k, x) for k, x in ranked if k not in ctx.carried]
         if carried:
-            out.append(
-                "Replayed alone, the recommended fixes save: "
-                + ", ".join(_carried(k, x, ctx.carried[k], ctx) for k, x in carried)
-                + "."
-            )
+            out.append(say("whatif.recommended", fixes=", ".join(_carried(k, x, ctx.carried[k], ctx) for k, x in carried)))
         # A what-if no recommendation carries is named only with the reason (a bound, or
         # why no recommendation acts on it), and only where it saves more than the least
         # recommended one: otherwise it would read as advice.
@@ -280,13 +265,10 @@ def _whatif(v: Any, ctx: Context | None = None) -> list[str]:
         why = {k: _why_not(k, ctx) for k, _ in others}
         shown = [(k, x) for k, x in others if x > floor and why[k] is not None][:3]
         if shown:
-            out.append(
-                "Replayed but not recommended: "
-                + "; ".join(f"{humanize(k)} {x:.1f}% ({why[k]})" for k, x in shown)
-                + "."
-            )
+            fixes = "; ".join(say("whatif.shown", name=humanize(k), pct=x, why=why[k]) for k, x in shown)
+            out.append(say("whatif.not_recommended", fixes=fixes))
         if not ranked and savings:
-            out.append("No single what-if in the replay saves 0.5% of the step or more.")
+            out.append(say("whatif.none"))
     return out
 
 
@@ -311,10 +293,10 @@ def _barriers(v: Any) -> list[str]:
         return []
     n = int(number(v.get("barriers")) or 0)
     late = [int(r) for r in v.get("waited_for_ranks") or [] if isinstance(r, int) and not isinstance(r, bool)]
-    text = f"{phrases.count(n, 'barrier')} (ops that start at the same instant on every rank)"
+    pieces = [say("barriers.count", barriers=phrases.count(n, "barrier"))]
     if late:
-        text += f"; the other ranks wait at them for {phrases.ranks(late)}, the last to arrive"
-    return [text + "."]
+        pieces.append(say("barriers.waited", ranks=phrases.ranks(late)))
+    return [sentence(*pieces)]
 
 
 CUSTOM_TABLES = {"whatif": _whatif_tables}
@@ -364,7 +346,7 @@ def job_blocks(job: Any, ctx: Context | None = None) -> list[Block]:
     if named:
         # Each rank role the findings name, said once with its meaning: the legend of the
         # text and Markdown reports, and of the HTML's findings.
-        out.append(Block("roles", "Rank roles", ("Rank roles: " + "; ".join(fg.role_legend(r) for r in named) + ".",)))
+        out.append(Block("roles", "Rank roles", (say("roles.legend", roles="; ".join(fg.role_legend(r) for r in named)),)))
     return out
 
 
