@@ -19,6 +19,7 @@ from typing import Any
 
 from gpuprof.model.causes import REGISTRY
 from gpuprof.model.report import CAUSES, Cause, RankReport, Recommendation, Report
+from gpuprof.render.phrases import say
 from gpuprof.util import phrases
 
 NA = phrases.NA
@@ -101,7 +102,7 @@ def window_note(report: Report) -> str | None:
     if not no_steps(report):
         return None
     longest = max(r.window_us for r in report.ranks if has_data(r))
-    return f"no step markers: the window is first to last GPU activity, {phrases.duration(longest)}"
+    return say("window.note", longest=phrases.duration(longest))
 
 
 def saving_phrase(rec: Recommendation, report: Report) -> str:
@@ -111,22 +112,22 @@ def saving_phrase(rec: Recommendation, report: Report) -> str:
     upper bound: 1 of 8 ranks profiled)``."""
     sign = {"upper": "≤", "lower": "≥"}.get(rec.savings_bound or "", "~")
     window = no_steps(report)
-    text = f"saves {sign}{rec.estimated_savings_pct:.1f}% {'of the window' if window else 'of step time'}"
+    text = say("saving.window" if window else "saving.step", sign=sign, pct=rec.estimated_savings_pct)
     extras: list[str] = []
     if rec.saved_us_per_step is not None and rec.saved_us_per_step > 0:
-        extras.append(f"{phrases.duration(rec.saved_us_per_step)} {'of the window' if window else 'per step'}")
+        extras.append(say("saving.time_window" if window else "saving.time_step", saved=phrases.duration(rec.saved_us_per_step)))
     low, high = rec.savings_low_pct, rec.savings_high_pct
     if low is not None and high is not None:
         # A bound is the end of its range: the other end is what is left to say.
         shown = f"{rec.estimated_savings_pct:.1f}"
         if rec.savings_bound == "upper" and f"{high:.1f}" == shown and f"{low:.1f}" != shown:
-            extras.append(f"at least {low:.1f}%")
+            extras.append(say("saving.at_least", low=low))
         elif rec.savings_bound == "lower" and f"{low:.1f}" == shown and f"{high:.1f}" != shown:
-            extras.append(f"at most {high:.1f}%")
+            extras.append(say("saving.at_most", high=high))
         else:
-            extras.append(f"between {low:.1f}% and {high:.1f}%")
+            extras.append(say("saving.between", low=low, high=high))
     extras += list(rec.caveats)
-    return text + (f" ({'; '.join(extras)})" if extras else "")
+    return say("saving.details", saving=text, details="; ".join(extras)) if extras else text
 
 
 @dataclass(frozen=True)
@@ -203,7 +204,7 @@ def step_card_label(report: Report) -> str:
     n = sum(1 for r in report.ranks if has_data(r))
     if slow is None:
         return "window (no step markers)" if no_steps(report) else STEP_STAT
-    return STEP_STAT if n <= 1 else f"{STEP_STAT} of rank {slow}, the longest of any rank"
+    return STEP_STAT if n <= 1 else say("step_card.longest", stat=STEP_STAT, rank=slow)
 
 
 def compute_pct(rank: RankReport) -> float | None:
@@ -250,7 +251,7 @@ def nothing_to_analyze(report: Report) -> str | None:
         return None
     notes = sorted({str(r.extra.get("note")) for r in report.ranks if r.extra.get("note")})
     why = "; ".join(notes) if notes else "the trace has no GPU activity (a CPU-only trace?)"
-    return f"nothing to analyze: {why}"
+    return say("nothing.why", why=why)
 
 
 GPU_WOULD_ADD = (
@@ -271,19 +272,16 @@ def _host_line(rank: RankReport, h: Mapping[str, Any]) -> str | None:
     steps, step = h.get("profiled_steps"), number(h.get("step_us"))
     if not isinstance(steps, int) or steps <= 0 or step is None or step <= 0:
         return None
-    text = f"rank {rank.rank}, {phrases.count(steps, 'profiled step')}: {STEP_STAT} {phrases.duration(step)} on the host"
+    pieces = [say("host.steps", rank=rank.rank, steps=phrases.count(steps, "profiled step"), stat=STEP_STAT, step=phrases.duration(step))]
     op = number(h.get("op_us"))
     if op:
-        text += (
-            f"; {phrases.duration(op)} of it ({phrases.pct(100.0 * op / step, 0)}) inside torch operators, "
-            "the rest in Python and framework code between them"
-        )
+        pieces.append(say("host.ops", op=phrases.duration(op), share=phrases.pct(100.0 * op / step, 0)))
     coll = number(h.get("collective_us"))
     if coll:
         backend = h.get("collective_backend")
-        what = f"{backend} collectives" if isinstance(backend, str) and backend else "collectives"
-        text += f"; {phrases.duration(coll)} of it ({phrases.pct(100.0 * coll / step, 0)}) in {what}"
-    return text
+        what = say("host.backend_collectives", backend=backend) if isinstance(backend, str) and backend else "collectives"
+        pieces.append(say("host.collectives", coll=phrases.duration(coll), share=phrases.pct(100.0 * coll / step, 0), what=what))
+    return "".join(pieces)
 
 
 def cpu_only_summary(report: Report) -> CpuOnly | None:
@@ -305,7 +303,7 @@ def cpu_only_summary(report: Report) -> CpuOnly | None:
         # writing the trace) among them: the median, not the mean, says what a step takes.
         median = number(run.get("step_time_median_us"))
         if median is not None:
-            text += f", median {phrases.duration(median)} apart by the job's own clock"
+            text += say("cpu_only.median", median=phrases.duration(median))
         lines.append(text)
     elif run.get("cpu_only"):
         lines.append("no optimizer step was recorded")
@@ -340,11 +338,7 @@ def no_recommendation(report: Report) -> str:
     stood out was held back because the trace cannot support it (see gpuprof.advice)."""
     held = report.extra.get("held_back") or []
     if held:
-        n = len(held)
-        return (
-            f"No recommendation the trace supports: {n} held back for want of events the trace lacks "
-            "(see the warnings)."
-        )
+        return say("held_back", n=len(held))
     return "No recommendation: no cause of lost time stands out."
 
 
@@ -366,19 +360,17 @@ def combined_line(report: Report) -> str | None:
         by_whatif[str(r.whatif)] = max(by_whatif.get(str(r.whatif), 0.0), r.estimated_savings_pct)
     total = sum(by_whatif.values())
     if combined < total - 0.5:
-        relation = f"less than the {total:.1f}% they save one by one: they act partly on the same idle time"
+        relation = say("combined.less", total=total)
     elif combined > total + 0.5:
-        relation = f"more than the {total:.1f}% they save one by one: these fixes reinforce each other"
+        relation = say("combined.more", total=total)
     else:
-        relation = f"about the {total:.1f}% they save one by one: they act on different idle time"
+        relation = say("combined.about", total=total)
     every = len(replayed) == len(report.recommendations)
     names = phrases.join_words([str(i) for i, _ in replayed])
-    who = f"All {len(replayed)} recommendations" if every else f"Recommendations {names}"
+    who = say("combined.all", n=len(replayed)) if every else say("combined.some", names=names)
     unit = "window" if no_steps(report) else "step"
-    return (
-        f"{who} replayed together: {unit} {phrases.duration(step)} -> {phrases.duration(step * (1 - combined / 100))}, "
-        f"{combined:.1f}% saved, {relation}."
-    )
+    after = phrases.duration(step * (1 - combined / 100))
+    return say("combined.line", who=who, unit=unit, step=phrases.duration(step), after=after, combined=combined, relation=relation)
 
 
 def ranks_to_show(report: Report, limit: int = MANY_RANKS) -> tuple[list[RankReport], str | None]:
@@ -392,14 +384,8 @@ def ranks_to_show(report: Report, limit: int = MANY_RANKS) -> tuple[list[RankRep
     shares = [c for c in (compute_pct(r) for r in ranks) if c is not None]
     spread = ""
     if shares:
-        spread = (
-            f"; compute share min {min(shares):.1f}%, median {statistics.median(shares):.1f}%, "
-            f"max {max(shares):.1f}%"
-        )
-    note = (
-        f"showing the {half} ranks with the lowest and the {half} with the highest compute share "
-        f"of {len(ranks)} ranks{spread}; every rank is in --format json or html"
-    )
+        spread = say("ranks_shown.spread", low=min(shares), median=statistics.median(shares), high=max(shares))
+    note = say("ranks_shown.note", half=half, n=len(ranks), spread=spread)
     return sorted(chosen.values(), key=lambda r: r.rank), note
 
 

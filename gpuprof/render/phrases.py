@@ -1,7 +1,8 @@
 """The renderers' own sentences: every template by name, and the one function that words one.
 
 The advice has its phrasebook (:mod:`gpuprof.advice.phrasebook`); the sentences the
-renderers write themselves (what the cross-rank findings mean, ...) live here, so that
+renderers write themselves (what the cross-rank findings mean, a recommendation's saving,
+what a CPU-only run measured, ...) live here, so that
 rewording one is an edit to this table alone and a test can check every template against
 its callers. A template is ``str.format`` text; its fields are the values the caller gives,
 already formatted where the format is a unit's (a duration says ``12.3 ms`` through
@@ -68,6 +69,36 @@ TEMPLATES: Mapping[str, str] = {
     "whatif.bound.double_bandwidth": "a link twice as fast: hardware, not a change to the job",
     "whatif.bound.no_variation": "every op at its type's typical time: the bound of evening out the work",
     "roles.legend": "Rank roles: {roles}.",
+    # --- the report's own figures (gpuprof.render.figures) ---
+    "window.note": "no step markers: the window is first to last GPU activity, {longest}",
+    "saving.step": "saves {sign}{pct:.1f}% of step time",
+    "saving.window": "saves {sign}{pct:.1f}% of the window",
+    "saving.time_step": "{saved} per step",
+    "saving.time_window": "{saved} of the window",
+    # A bound is the end of its range: the other end is what is left to say.
+    "saving.at_least": "at least {low:.1f}%",
+    "saving.at_most": "at most {high:.1f}%",
+    "saving.between": "between {low:.1f}% and {high:.1f}%",
+    "saving.details": "{saving} ({details})",
+    "step_card.longest": "{stat} of rank {rank}, the longest of any rank",
+    "nothing.why": "nothing to analyze: {why}",
+    "host.steps": "rank {rank}, {steps}: {stat} {step} on the host",
+    "host.ops": "; {op} of it ({share}) inside torch operators, the rest in Python and framework code between them",
+    "host.backend_collectives": "{backend} collectives",
+    "host.collectives": "; {coll} of it ({share}) in {what}",
+    "cpu_only.median": ", median {median} apart by the job's own clock",
+    "held_back": "No recommendation the trace supports: {n} held back for want of events the trace lacks (see the warnings).",
+    "combined.less": "less than the {total:.1f}% they save one by one: they act partly on the same idle time",
+    "combined.more": "more than the {total:.1f}% they save one by one: these fixes reinforce each other",
+    "combined.about": "about the {total:.1f}% they save one by one: they act on different idle time",
+    "combined.all": "All {n} recommendations",
+    "combined.some": "Recommendations {names}",
+    "combined.line": "{who} replayed together: {unit} {step} -> {after}, {combined:.1f}% saved, {relation}.",
+    "ranks_shown.spread": "; compute share min {low:.1f}%, median {median:.1f}%, max {high:.1f}%",
+    "ranks_shown.note": (
+        "showing the {half} ranks with the lowest and the {half} with the highest compute share of {n} ranks{spread}; "
+        "every rank is in --format json or html"
+    ),
 }
 
 

@@ -20,7 +20,7 @@ from gpuprof.render.phrases import TEMPLATES, say, sentence
 
 RENDER = Path(render_pkg.__file__).parent
 # The modules whose sentences live in the phrase table.
-WORDED = ("findings.py",)
+WORDED = ("findings.py", "figures.py")
 # Three words of letters in a row: prose, not a format or a key.
 PROSE = re.compile(r"[A-Za-z']+ [A-Za-z']+ [A-Za-z']+")
 
