@@ -162,7 +162,7 @@ def report_caveats(report: Report) -> list[str]:
     data = [r for r in report.ranks if has_data(r)]
     out = []
     if data and report.recommendations and max(r.steps for r in data) == 1:
-        out.append("Every estimate below rests on one profiled step (low confidence): profile a few steps to confirm.")
+        out.append(say("caveat.one_step"))
     return out
 
 
@@ -203,7 +203,7 @@ def step_card_label(report: Report) -> str:
     slow = slowest_rank(report)
     n = sum(1 for r in report.ranks if has_data(r))
     if slow is None:
-        return "window (no step markers)" if no_steps(report) else STEP_STAT
+        return say("step_card.window") if no_steps(report) else STEP_STAT
     return STEP_STAT if n <= 1 else say("step_card.longest", stat=STEP_STAT, rank=slow)
 
 
@@ -245,12 +245,12 @@ def nothing_to_analyze(report: Report) -> str | None:
     """Why the report has nothing to show (no ranks, or only CPU-only ranks), else ``None``."""
     if not report.ranks:
         if report.extra.get("samples"):
-            return "nothing to analyze per rank: no profiler trace in the input, only the NVML samples below"
-        return "nothing to analyze: no rank with device activity was found in the input"
+            return say("nothing.samples_only")
+        return say("nothing.no_rank")
     if any(has_data(r) for r in report.ranks):
         return None
     notes = sorted({str(r.extra.get("note")) for r in report.ranks if r.extra.get("note")})
-    why = "; ".join(notes) if notes else "the trace has no GPU activity (a CPU-only trace?)"
+    why = "; ".join(notes) if notes else say("nothing.no_gpu")
     return say("nothing.why", why=why)
 
 
@@ -306,7 +306,7 @@ def cpu_only_summary(report: Report) -> CpuOnly | None:
             text += say("cpu_only.median", median=phrases.duration(median))
         lines.append(text)
     elif run.get("cpu_only"):
-        lines.append("no optimizer step was recorded")
+        lines.append(say("cpu_only.no_step"))
     for rank, h in hosts:
         line = _host_line(rank, h)
         if line is not None:
@@ -314,7 +314,7 @@ def cpu_only_summary(report: Report) -> CpuOnly | None:
     if not lines:
         return None
     lines.append(GPU_WOULD_ADD)
-    return CpuOnly("no GPU activity was recorded (CPU only); measured on the host:", tuple(lines))
+    return CpuOnly(say("cpu_only.headline"), tuple(lines))
 
 
 def shown_warnings(report: Report) -> list[str]:
@@ -339,7 +339,7 @@ def no_recommendation(report: Report) -> str:
     held = report.extra.get("held_back") or []
     if held:
         return say("held_back", n=len(held))
-    return "No recommendation: no cause of lost time stands out."
+    return say("no_recommendation")
 
 
 def combined_line(report: Report) -> str | None:

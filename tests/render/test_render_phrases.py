@@ -122,3 +122,17 @@ def test_the_findings_word_a_straggler_through_the_table() -> None:
         "Rank 3 arrived last at 9 of 10 collectives; the other ranks waited 1.5 ms per step for it; "
         + "its forward takes 1.50× the others' median."
     ]
+
+
+def test_an_empty_report_says_why_it_has_nothing_to_show() -> None:
+    from reportfactory import report
+
+    from gpuprof.render import figures
+
+    empty = report([], [])
+    assert figures.nothing_to_analyze(empty) == "nothing to analyze: no rank with device activity was found in the input"
+    assert figures.no_recommendation(empty) == "No recommendation: no cause of lost time stands out."
+    empty.extra["samples"] = {"gpus": []}
+    assert figures.nothing_to_analyze(empty) == (
+        "nothing to analyze per rank: no profiler trace in the input, only the NVML samples below"
+    )
