@@ -41,52 +41,25 @@ TINY = ROOT / "tests" / "data" / "tiny_train.py"
 SHIFTING = ROOT / "tests" / "data" / "shifting_train.py"
 HOOKS = ROOT / "gpuprof" / "record" / "hooks"
 sys.path.insert(0, str(ROOT))
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from run_overhead import FakeTorch, hook_cost_us  # noqa: E402  (the hook's timing loop and torch stand-in, shared)
 
 
 def hook_costs(calls: int = 200_000) -> dict[str, float]:
     """Microseconds per optimizer step of the step hook (no window open), with and without
     window requests to poll, and of the backward mark."""
-    sys.path.insert(0, str(HOOKS))
-    import gpuprof_torch_hooks as gh
+    out = {
+        "step hook": hook_cost_us(calls),
+        "step hook, windows polled": hook_cost_us(calls, windows_polled=True),
+    }
+    import gpuprof_torch_hooks as gh  # on the path once hook_cost_us has run
 
-    class _Cuda:
-        @staticmethod
-        def is_available() -> bool:
-            return False
-
-        @staticmethod
-        def is_initialized() -> bool:
-            return False
-
-    class _Autograd:
-        @staticmethod
-        def backward(*a: object, **k: object) -> None:
-            return None
-
-    class _Torch:
-        cuda = _Cuda()
-        autograd = _Autograd()
-
-    out: dict[str, float] = {}
-    for label, windows in (("step hook", "0"), ("step hook, windows polled", "1")):
-        os.environ["GPUPROF_WINDOWS"] = windows
-        with tempfile.TemporaryDirectory() as d:
-            os.makedirs(os.path.join(d, "windows"))
-            h = gh._Hooks(d, (0, 0, 0))  # active=0: no profiler, as between windows
-            h.torch = _Torch()
-            h._open_log()
-            opt = object()
-            for _ in range(10):
-                h.post_step(opt, (), {})
-            t0 = time.perf_counter()
-            for _ in range(calls):
-                h.post_step(opt, (), {})
-            out[label] = (time.perf_counter() - t0) / calls * 1e6
-            h.log.close()
-    os.environ.pop("GPUPROF_WINDOWS", None)
-    torch = _Torch()
-    h._watch_backward(torch)
-    wrapped, bare = torch.autograd.backward, _Autograd.backward
+    torch = FakeTorch()
+    bare = torch.autograd.backward
+    with tempfile.TemporaryDirectory() as d:
+        h = gh._Hooks(d, (0, 0, 0))
+        h._watch_backward(torch)
+    wrapped = torch.autograd.backward
     for fn, label in ((bare, "backward, bare"), (wrapped, "backward, marked")):
         t0 = time.perf_counter()
         for _ in range(calls):

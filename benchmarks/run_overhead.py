@@ -41,35 +41,53 @@ def rates(cmd: list[str]) -> tuple[float, float]:
     return float(wall.group(1)), float(cpu.group(1))
 
 
-def hook_cost_us(calls: int = 200_000) -> float:
-    """Microseconds per optimizer-step hook call outside the profiler window."""
+class _Cuda:
+    @staticmethod
+    def is_available() -> bool:
+        return False
+
+    @staticmethod
+    def is_initialized() -> bool:
+        return False
+
+
+class _Autograd:
+    @staticmethod
+    def backward(*a: object, **k: object) -> None:
+        return None
+
+
+class FakeTorch:
+    """What the step hook and the backward mark touch of torch, on a machine without CUDA."""
+
+    def __init__(self) -> None:
+        self.cuda = _Cuda()
+        self.autograd = _Autograd()
+
+
+def hook_cost_us(calls: int = 200_000, windows_polled: bool = False) -> float:
+    """Microseconds per optimizer-step hook call outside the profiler window (with
+    ``windows_polled``, as under ``--profile-every``: the hook also looks for window requests)."""
     sys.path.insert(0, str(HOOKS))
     import gpuprof_torch_hooks as gh  # noqa: E402  (the injected module, imported like the child does)
 
-    class _Cuda:
-        @staticmethod
-        def is_available() -> bool:
-            return False
-
-        @staticmethod
-        def is_initialized() -> bool:
-            return False
-
-    class _Torch:
-        cuda = _Cuda()
-
-    with tempfile.TemporaryDirectory() as d:
-        h = gh._Hooks(d, (0, 0, 0))  # active=0: no profiler, as outside the window
-        h.torch = _Torch()
-        h._open_log()
-        opt = object()
-        for _ in range(10):
-            h.post_step(opt, (), {})
-        t0 = time.perf_counter()
-        for _ in range(calls):
-            h.post_step(opt, (), {})
-        dt = time.perf_counter() - t0
-        h.log.close()
+    os.environ["GPUPROF_WINDOWS"] = "1" if windows_polled else "0"
+    try:
+        with tempfile.TemporaryDirectory() as d:
+            os.makedirs(os.path.join(d, "windows"))
+            h = gh._Hooks(d, (0, 0, 0))  # active=0: no profiler, as outside the window
+            h.torch = FakeTorch()
+            h._open_log()
+            opt = object()
+            for _ in range(10):
+                h.post_step(opt, (), {})
+            t0 = time.perf_counter()
+            for _ in range(calls):
+                h.post_step(opt, (), {})
+            dt = time.perf_counter() - t0
+            h.log.close()
+    finally:
+        os.environ.pop("GPUPROF_WINDOWS", None)
     return dt / calls * 1e6
 
 
