@@ -9,13 +9,13 @@ that only shortens work never lengthens the replayed step).
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 import pytest
 from analyzed import analysis_of
+from optimelines import op, threads, write
 from repo_paths import SAMPLES, SHARED_TRACES
 
 from gpuprof.job.opdag import applies
@@ -24,33 +24,11 @@ from gpuprof.job.whatif_registry import names_where
 from gpuprof.model.report import report_to_dict
 from gpuprof.pipeline import run_analysis
 
-LANES = ("compute", "pp-comm", "tp-comm", "dp-comm", "misc")
 SHARED = SHARED_TRACES
 
 # What-ifs that only shorten work or remove waits (their declarations say): their replay is
 # never longer.
 SHORTENING = names_where(shortens=True)
-
-
-def _op(name: str, pid: int, tid: int, ts: float, dur: float, step: int, mb: int = -1) -> dict[str, Any]:
-    return {"name": name, "cat": name, "pid": pid, "tid": tid, "ts": ts, "dur": dur, "ph": "X",
-            "args": {"step": step, "model_chunk": 0, "mb_id": mb, "seq_id": 0}}
-
-
-def _threads(dp: int, pp: int, dp_size: int) -> tuple[list[dict[str, Any]], dict[str, int]]:
-    base = (pp * dp_size + dp) * len(LANES)
-    meta = [
-        {"name": "thread_name", "pid": dp, "tid": base + k, "ph": "M", "args": {"name": f"PP rank {pp}, TP rank 0, {lane}"}}
-        for k, lane in enumerate(LANES)
-    ]
-    return meta, {lane: base + k for k, lane in enumerate(LANES)}
-
-
-def _write(folder: Path, events: list[dict[str, Any]], meta: str) -> Path:
-    folder.mkdir(parents=True, exist_ok=True)
-    (folder / "timeline-t.json").write_text(json.dumps(events))
-    (folder / "meta-t.yaml").write_text(meta)
-    return folder
 
 
 def _untimed_sync_job(tmp_path: Path, slow_ms: float = 100.0, fast_ms: float = 50.0) -> Path:
@@ -63,18 +41,18 @@ def _untimed_sync_job(tmp_path: Path, slow_ms: float = 100.0, fast_ms: float = 5
     events: list[dict[str, Any]] = []
     step_us = slow_ms * 1000 + 2_000.0 + 5_000.0
     for d in range(3):
-        meta, tid = _threads(d, 0, 3)
+        meta, tid = threads(d, 0, 3)
         events += meta
         work = (slow_ms if d == 0 else fast_ms) * 1000.0
         for step in (1, 2, 3):
             t0 = (step - 1) * (step_us + 1_000.0)
             events += [
-                _op("forward-compute", d, tid["compute"], t0, work / 3, step, 0),
-                _op("backward-compute", d, tid["compute"], t0 + work / 3, 2 * work / 3, step, 0),
+                op("forward-compute", d, tid["compute"], t0, work / 3, step, 0),
+                op("backward-compute", d, tid["compute"], t0 + work / 3, 2 * work / 3, step, 0),
                 # 2 ms of Python after the slow replica's arrival, the same on every replica
-                _op("logging", d, tid["misc"], t0 + slow_ms * 1000.0 + 2_000.0, 5_000.0, step),
+                op("logging", d, tid["misc"], t0 + slow_ms * 1000.0 + 2_000.0, 5_000.0, step),
             ]
-    return _write(tmp_path / "sync3", events, "dp_size: 3\npp_size: 1\ntp_size: 1\nworld_size: 3\n")
+    return write(tmp_path / "sync3", events, "dp_size: 3\npp_size: 1\ntp_size: 1\nworld_size: 3\n")
 
 
 def test_an_untimed_wait_before_a_compute_op_moves_with_the_worker_it_waited_for(tmp_path: Path) -> None:
@@ -106,16 +84,16 @@ def test_the_wait_is_kept_as_a_fixed_delay_where_no_worker_explains_it(tmp_path:
     speed it is 50 + 20 + 5 ms: 50 of 125 ms saved, the 20 ms gap kept."""
     events: list[dict[str, Any]] = []
     for d in range(3):
-        meta, tid = _threads(d, 0, 3)
+        meta, tid = threads(d, 0, 3)
         events += meta
         work = 100_000.0 if d == 0 else 50_000.0
         for step in (1, 2):
             t0 = (step - 1) * (work + 25_000.0)
             events += [
-                _op("forward-compute", d, tid["compute"], t0, work, step, 0),
-                _op("logging", d, tid["misc"], t0 + work + 20_000.0, 5_000.0, step),
+                op("forward-compute", d, tid["compute"], t0, work, step, 0),
+                op("logging", d, tid["misc"], t0 + work + 20_000.0, 5_000.0, step),
             ]
-    folder = _write(tmp_path / "gap", events, "dp_size: 3\npp_size: 1\ntp_size: 1\nworld_size: 3\n")
+    folder = write(tmp_path / "gap", events, "dp_size: 3\npp_size: 1\ntp_size: 1\nworld_size: 3\n")
     w = run_analysis([folder]).cross.whatifs
     assert w is not None and w.model.dag is not None and w.model.dag.waits_found == 0
     assert w.savings_pct("peer_median_compute") == pytest.approx(100 * 50 / 125, abs=0.05)

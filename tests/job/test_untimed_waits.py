@@ -19,6 +19,7 @@ from typing import Any
 import numpy as np
 import pytest
 from analyzed import analysis_of  # the samples' and shared traces' analyses, once per session
+from optimelines import op, threads, write
 
 from gpuprof.accounting.graph import EV_P2P, _comm_rows
 from gpuprof.model.report import Cause, report_to_dict
@@ -26,29 +27,6 @@ from gpuprof.simulate import generate, read_truth
 
 run_analysis = pytest.importorskip("gpuprof.pipeline").run_analysis
 
-LANES = ("compute", "pp-comm", "tp-comm", "dp-comm", "misc")
-
-
-def _op(name: str, pid: int, tid: int, ts: float, dur: float, step: int, mb: int = -1) -> dict[str, Any]:
-    return {"name": name, "cat": name, "pid": pid, "tid": tid, "ts": ts, "dur": dur, "ph": "X",
-            "args": {"step": step, "model_chunk": 0, "mb_id": mb, "seq_id": 0}}
-
-
-def _threads(dp: int, pp: int, dp_size: int) -> tuple[list[dict[str, Any]], dict[str, int]]:
-    base = (pp * dp_size + dp) * len(LANES)
-    meta = [
-        {"name": "thread_name", "pid": dp, "tid": base + k, "ph": "M",
-         "args": {"name": f"PP rank {pp}, TP rank 0, {lane}"}}
-        for k, lane in enumerate(LANES)
-    ]
-    return meta, {lane: base + k for k, lane in enumerate(LANES)}
-
-
-def _write(folder: Path, events: list[dict[str, Any]], meta: str) -> Path:
-    folder.mkdir(parents=True, exist_ok=True)
-    (folder / "timeline-t.json").write_text(json.dumps(events))
-    (folder / "meta-t.yaml").write_text(meta)
-    return folder
 
 
 def _shares(report: dict[str, Any], rank: int) -> dict[str, float]:
@@ -62,18 +40,18 @@ def test_untimed_wait_before_a_shared_collective_is_straggler_not_other(tmp_path
     instant on all three: the fast replicas' 30 ms gap before it is waiting for replica 2."""
     events: list[dict[str, Any]] = []
     for d in range(3):
-        meta, tid = _threads(d, 0, 3)
+        meta, tid = threads(d, 0, 3)
         events += meta
         work = 60_000.0 if d == 2 else 30_000.0
         for step in (1, 2):
             t0 = (step - 1) * 67_200.0
             events += [
-                _op("forward-compute", d, tid["compute"], t0, work / 3, step, 0),
-                _op("backward-compute", d, tid["compute"], t0 + work / 3, 2 * work / 3, step, 0),
-                _op("grads-reduce-scatter", d, tid["dp-comm"], t0 + 60_050.0, 5_000.0, step),
-                _op("optimizer", d, tid["compute"], t0 + 65_100.0, 2_000.0, step),
+                op("forward-compute", d, tid["compute"], t0, work / 3, step, 0),
+                op("backward-compute", d, tid["compute"], t0 + work / 3, 2 * work / 3, step, 0),
+                op("grads-reduce-scatter", d, tid["dp-comm"], t0 + 60_050.0, 5_000.0, step),
+                op("optimizer", d, tid["compute"], t0 + 65_100.0, 2_000.0, step),
             ]
-    folder = _write(tmp_path / "dp3", events, "dp_size: 3\npp_size: 1\ntp_size: 1\nworld_size: 3\n")
+    folder = write(tmp_path / "dp3", events, "dp_size: 3\npp_size: 1\ntp_size: 1\nworld_size: 3\n")
     report = report_to_dict(run_analysis([folder]).report)
     for rank in (0, 1):
         shares = _shares(report, rank)
@@ -93,18 +71,18 @@ def test_waiting_for_ones_own_pipeline_at_a_collective_is_its_drain(tmp_path: Pa
     last backward: that wait is the pipeline's drain (pipeline_bubble), not a straggler."""
     events: list[dict[str, Any]] = []
     for pp in (0, 1):
-        meta, tid = _threads(0, pp, 1)
+        meta, tid = threads(0, pp, 1)
         events += meta
         for step in (1, 2):
             t0 = (step - 1) * 83_300.0
             end = 80_000.0 if pp == 0 else 50_000.0
             events += [
-                _op("forward-compute", 0, tid["compute"], t0 + 1_000 * pp, 20_000.0, step, 0),
-                _op("backward-compute", 0, tid["compute"], t0 + end - 30_000.0, 30_000.0, step, 0),
-                _op("embedding-grads-all-reduce", 0, tid["dp-comm"], t0 + 80_100.0, 1_000.0, step),
-                _op("optimizer", 0, tid["compute"], t0 + 81_200.0, 2_000.0, step),
+                op("forward-compute", 0, tid["compute"], t0 + 1_000 * pp, 20_000.0, step, 0),
+                op("backward-compute", 0, tid["compute"], t0 + end - 30_000.0, 30_000.0, step, 0),
+                op("embedding-grads-all-reduce", 0, tid["dp-comm"], t0 + 80_100.0, 1_000.0, step),
+                op("optimizer", 0, tid["compute"], t0 + 81_200.0, 2_000.0, step),
             ]
-    folder = _write(tmp_path / "pp2", events, "dp_size: 1\npp_size: 2\ntp_size: 1\nworld_size: 2\n")
+    folder = write(tmp_path / "pp2", events, "dp_size: 1\npp_size: 2\ntp_size: 1\nworld_size: 2\n")
     report = report_to_dict(run_analysis([folder]).report)
     last = _shares(report, 1)
     assert last["pipeline_bubble"] > 0.25, last  # ~30 of ~83 ms per step
